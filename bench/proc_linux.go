@@ -1,0 +1,12 @@
+package bench
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// setChildAttrs makes the kernel kill a child process (an etcd member) if
+// this process dies without stopping it.
+func setChildAttrs(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

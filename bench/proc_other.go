@@ -1,0 +1,7 @@
+//go:build !linux
+
+package bench
+
+import "os/exec"
+
+func setChildAttrs(*exec.Cmd) {}

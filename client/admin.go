@@ -1,0 +1,346 @@
+package client
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/server/pb"
+)
+
+// adminTargets lists the addresses admin calls may go to: the user's
+// endpoints first (the ones known to work first of all), then every other
+// store the client learned of.
+func (c *Client) adminTargets() []string {
+	c.mu.Lock()
+	out := append([]string(nil), c.endpoints...)
+	c.mu.Unlock()
+	seen := make(map[string]bool, len(out))
+	for _, a := range out {
+		seen[a] = true
+	}
+	for _, s := range c.cache.storeAddrs() {
+		if !seen[s.addr] {
+			seen[s.addr] = true
+			out = append(out, s.addr)
+		}
+	}
+	return out
+}
+
+// adminCall runs fn against one store after another until one succeeds.
+// Each store gets at most DialTimeout, so a dead endpoint costs a bounded
+// delay. The endpoint that answered is tried first next time.
+func (c *Client) adminCall(ctx context.Context, what string, fn func(ctx context.Context, a pb.AdminClient) error) error {
+	targets := c.adminTargets()
+	if len(targets) == 0 {
+		return fmt.Errorf("%s: %w", what, errNoStore)
+	}
+	var errs []error
+	for _, addr := range targets {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		stub, err := c.conns.admin(addr)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		actx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+		err = fn(actx, stub)
+		cancel()
+		if err == nil {
+			c.preferEndpoint(addr)
+			return nil
+		}
+		errs = append(errs, &storeError{addr: addr, err: err})
+	}
+	return fmt.Errorf("%s: no store answered: %w", what, errors.Join(errs...))
+}
+
+// preferEndpoint moves addr to the front of the endpoint list if it is one.
+func (c *Client) preferEndpoint(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i := slices.Index(c.endpoints, addr); i > 0 {
+		c.endpoints = slices.Insert(slices.Delete(c.endpoints, i, i+1), 0, addr)
+	}
+}
+
+// loadRegionByKey is the cache's loader for a key.
+func (c *Client) loadRegionByKey(ctx context.Context, key []byte) ([]*pb.RegionInfo, error) {
+	var infos []*pb.RegionInfo
+	err := c.adminCall(ctx, "regions by key", func(ctx context.Context, a pb.AdminClient) error {
+		resp, err := a.Regions(ctx, &pb.RegionsRequest{Key: key, ByKey: true})
+		if err != nil {
+			return err
+		}
+		if len(resp.GetRegions()) == 0 {
+			// This store hosts no replica of the key's region; another may.
+			return errNoRegion
+		}
+		infos = resp.GetRegions()
+		return nil
+	})
+	return infos, err
+}
+
+// loadAllRegions is the cache's loader by region id. It merges every
+// store's answer (see gatherRegions): one store only lists the regions it
+// hosts, and after a replica was moved off it, the region asked for may
+// not be among them.
+func (c *Client) loadAllRegions(ctx context.Context) ([]*pb.RegionInfo, error) {
+	return c.gatherRegions(ctx)
+}
+
+// loadStores is the cache's loader for the store list.
+func (c *Client) loadStores(ctx context.Context) ([]*pb.Store, error) {
+	var stores []*pb.Store
+	err := c.adminCall(ctx, "stores", func(ctx context.Context, a pb.AdminClient) error {
+		resp, err := a.Stores(ctx, &pb.StoresRequest{})
+		if err != nil {
+			return err
+		}
+		stores = resp.GetStores()
+		return nil
+	})
+	return stores, err
+}
+
+// Stores returns the cluster's stores, sorted by id, as the first store to
+// answer reports them.
+func (c *Client) Stores(ctx context.Context) ([]*pb.Store, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	stores, err := c.loadStores(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.cache.setStores(stores)
+	slices.SortFunc(stores, func(a, b *pb.Store) int { return cmp.Compare(a.GetId(), b.GetId()) })
+	return stores, nil
+}
+
+// Regions returns every region in key order, merged from all stores that
+// answer: a store only knows the regions it hosts, and a follower may lag.
+// For each region the newest epoch wins, and the leader is the one reported
+// under the highest term, so one lagging or dead store does not distort the
+// picture.
+func (c *Client) Regions(ctx context.Context) ([]*pb.RegionInfo, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	merged, err := c.gatherRegions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.cache.insertInfos(merged)
+	return merged, nil
+}
+
+// gatherRegions asks every known store for its regions, in parallel, and
+// merges the answers (see mergeRegionInfos).
+func (c *Client) gatherRegions(ctx context.Context) ([]*pb.RegionInfo, error) {
+	if len(c.cache.storeAddrs()) == 0 {
+		if err := c.cache.refreshStores(ctx); err != nil {
+			c.log.Debug("refresh stores", "err", err)
+		}
+	}
+	targets := c.adminTargets()
+	var (
+		mu      sync.Mutex
+		answers [][]*pb.RegionInfo
+		errs    []error
+		wg      sync.WaitGroup
+	)
+	for _, addr := range targets {
+		stub, err := c.conns.admin(addr)
+		if err != nil {
+			return nil, fmt.Errorf("regions: %w", err)
+		}
+		wg.Go(func() {
+			actx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+			defer cancel()
+			resp, err := stub.Regions(actx, &pb.RegionsRequest{})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, &storeError{addr: addr, err: err})
+				return
+			}
+			answers = append(answers, resp.GetRegions())
+		})
+	}
+	wg.Wait()
+	if len(answers) == 0 {
+		return nil, fmt.Errorf("regions: no store answered: %w", errors.Join(errs...))
+	}
+	return mergeRegionInfos(answers), nil
+}
+
+// mergeRegionInfos combines several stores' views of the regions; see
+// Regions.
+func mergeRegionInfos(answers [][]*pb.RegionInfo) []*pb.RegionInfo {
+	byID := make(map[uint64]*pb.RegionInfo)
+	leaderTerm := make(map[uint64]uint64)
+	leaderOf := make(map[uint64]*pb.RegionInfo)
+	for _, infos := range answers {
+		for _, info := range infos {
+			r := info.GetRegion()
+			if r == nil {
+				continue
+			}
+			id := r.GetId()
+			if cur, ok := byID[id]; !ok || newerEpoch(r.GetEpoch(), cur.GetRegion().GetEpoch()) {
+				byID[id] = info
+			}
+			if info.GetLeaderStoreId() != 0 && (leaderOf[id] == nil || info.GetTerm() > leaderTerm[id]) {
+				leaderOf[id], leaderTerm[id] = info, info.GetTerm()
+			}
+		}
+	}
+	out := make([]*pb.RegionInfo, 0, len(byID))
+	for id, info := range byID {
+		m := &pb.RegionInfo{
+			Region:        info.GetRegion(),
+			LeaderStoreId: info.GetLeaderStoreId(),
+			Leader:        info.GetLeader(),
+			Term:          info.GetTerm(),
+			CommitIndex:   info.GetCommitIndex(),
+			AppliedIndex:  info.GetAppliedIndex(),
+		}
+		if l := leaderOf[id]; l != nil && hostsStore(info.GetRegion(), l.GetLeaderStoreId()) {
+			m.LeaderStoreId, m.Leader, m.Term = l.GetLeaderStoreId(), l.GetLeader(), l.GetTerm()
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b *pb.RegionInfo) int {
+		return bytes.Compare(a.GetRegion().GetStartKey(), b.GetRegion().GetStartKey())
+	})
+	return out
+}
+
+func newerEpoch(a, b *pb.Epoch) bool {
+	if a.GetVersion() != b.GetVersion() {
+		return a.GetVersion() > b.GetVersion()
+	}
+	return a.GetConfVer() > b.GetConfVer()
+}
+
+func hostsStore(r *pb.Region, storeID uint64) bool {
+	for _, p := range r.GetPeers() {
+		if p.GetStoreId() == storeID {
+			return true
+		}
+	}
+	return false
+}
+
+// TransferLeader asks the region's leader to hand leadership to the peer on
+// toStoreID. It is routed like a write, so a stale leader in the cache is
+// corrected by NotLeader answers on the way.
+func (c *Client) TransferLeader(ctx context.Context, regionID, toStoreID uint64) error {
+	if regionID == 0 || toStoreID == 0 {
+		return fmt.Errorf("transfer leader: region and store ids must be non-zero")
+	}
+	_, err := c.send(ctx, &regionRequest{
+		op:       fmt.Sprintf("transfer leader of region %d to store %d", regionID, toStoreID),
+		byID:     true,
+		regionID: regionID,
+		write:    true,
+		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, _ *attempt) (*pb.Load, error) {
+			_, err := pb.NewAdminClient(cc).TransferLeader(ctx, &pb.TransferLeaderRequest{RegionId: regionID, ToStoreId: toStoreID})
+			return nil, err
+		},
+	})
+	return err
+}
+
+// Split splits the region holding key at key, on that region's leader,
+// and returns the two halves: left keeps the region's id and ends at key,
+// right is a new region starting at key. Routed like a write, it follows
+// NotLeader hints within ctx's deadline. Splitting at a key that already
+// starts a region fails with InvalidArgument.
+func (c *Client) Split(ctx context.Context, key []byte) (left, right region.Region, err error) {
+	if len(key) == 0 {
+		return left, right, fmt.Errorf("split: %w", errEmptyKey)
+	}
+	var resp *pb.SplitResponse
+	res, err := c.send(ctx, &regionRequest{
+		op:    fmt.Sprintf("split at %q", key),
+		key:   key,
+		write: true,
+		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, _ *attempt) (*pb.Load, error) {
+			r, err := pb.NewAdminClient(cc).Split(ctx, &pb.SplitRequest{Key: key})
+			if err == nil {
+				resp = r
+			}
+			return nil, err
+		},
+	})
+	if err != nil {
+		return left, right, err
+	}
+	left, right = resp.GetLeft().ToRegion(), resp.GetRight().ToRegion()
+	// The store that split leads the left half and (campaigning at once)
+	// most likely the right one; the cache corrects itself if not.
+	var leader uint64
+	if res.final != nil {
+		leader = res.final.storeID
+	}
+	c.cache.insert(left, leader)
+	c.cache.insert(right, leader)
+	return left, right, nil
+}
+
+// AddPeer adds a replica of regionID on storeID: the region's leader adds
+// it as a learner, waits until it has caught up, then makes it a voter.
+// The store must have joined the cluster. It may take as long as a
+// snapshot of the region takes to send, bounded by ctx.
+func (c *Client) AddPeer(ctx context.Context, regionID, storeID uint64) error {
+	if regionID == 0 || storeID == 0 {
+		return errors.New("add peer: region and store ids must be non-zero")
+	}
+	_, err := c.send(ctx, &regionRequest{
+		op:          fmt.Sprintf("add peer of region %d on store %d", regionID, storeID),
+		byID:        true,
+		regionID:    regionID,
+		write:       true,
+		longRunning: true,
+		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, _ *attempt) (*pb.Load, error) {
+			_, err := pb.NewAdminClient(cc).AddPeer(ctx, &pb.AddPeerRequest{RegionId: regionID, StoreId: storeID})
+			return nil, err
+		},
+	})
+	// The region's peers changed (or may have): reload it on next use.
+	c.cache.drop(regionID)
+	return err
+}
+
+// RemovePeer removes the replica of regionID on storeID. If that replica
+// is the leader's, the leader first hands leadership to another voter and
+// the request follows it there. Removing a replica the region does not
+// have succeeds.
+func (c *Client) RemovePeer(ctx context.Context, regionID, storeID uint64) error {
+	if regionID == 0 || storeID == 0 {
+		return errors.New("remove peer: region and store ids must be non-zero")
+	}
+	_, err := c.send(ctx, &regionRequest{
+		op:       fmt.Sprintf("remove peer of region %d on store %d", regionID, storeID),
+		byID:     true,
+		regionID: regionID,
+		write:    true,
+		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, _ *attempt) (*pb.Load, error) {
+			_, err := pb.NewAdminClient(cc).RemovePeer(ctx, &pb.RemovePeerRequest{RegionId: regionID, StoreId: storeID})
+			return nil, err
+		},
+	})
+	c.cache.drop(regionID)
+	return err
+}

@@ -1,0 +1,259 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hedgekv/hedgekv/server/pb"
+)
+
+// Config configures a Client.
+type Config struct {
+	Endpoints      []string      // gRPC addresses of any stores
+	Zone           string        // client's zone label (for Closest)
+	DialTimeout    time.Duration // default 3s
+	RequestTimeout time.Duration // default 10s, used when ctx has no deadline
+}
+
+const (
+	defaultDialTimeout    = 3 * time.Second
+	defaultRequestTimeout = 10 * time.Second
+)
+
+// ErrNotFound is returned by Get when the key does not exist.
+var ErrNotFound = errors.New("key not found")
+
+// errEmptyKey: hedgekv has no empty key; refusing it here saves a round trip
+// to a store that would refuse it with InvalidArgument.
+var errEmptyKey = errors.New("empty key")
+
+// KV is one key-value pair.
+type KV struct{ Key, Value []byte }
+
+// Client talks to a hedgekv cluster. It is safe for concurrent use; its own
+// read methods read from region leaders (ReplicaLeader).
+type Client struct {
+	cfg      Config
+	log      *slog.Logger
+	conns    *connPool
+	cache    *regionCache
+	stats    *statsTable
+	selector *replicaSelector
+	leader   *Session
+
+	mu        sync.Mutex
+	endpoints []string // Config.Endpoints, the last one that answered first
+}
+
+// New connects to the cluster: it asks every endpoint, in parallel and
+// within DialTimeout, which store it is, then loads the store list. It
+// fails only if no endpoint answers. Region metadata is loaded lazily, on
+// each key's first use.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = defaultDialTimeout
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = defaultRequestTimeout
+	}
+	var eps []string
+	for _, e := range cfg.Endpoints {
+		if e = strings.TrimSpace(e); e != "" && !slices.Contains(eps, e) {
+			eps = append(eps, e)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, errors.New("no endpoints given")
+	}
+	cfg.Endpoints = eps
+	c := &Client{
+		cfg:       cfg,
+		log:       slog.Default().With("component", "hedgekv-client"),
+		conns:     newConnPool(cfg.DialTimeout),
+		stats:     &statsTable{},
+		endpoints: append([]string(nil), eps...),
+	}
+	c.cache = newRegionCache()
+	c.cache.loadByKey = c.loadRegionByKey
+	c.cache.loadAll = c.loadAllRegions
+	c.cache.loadStores = c.loadStores
+	c.selector = &replicaSelector{zone: cfg.Zone, stats: c.stats, zoneOf: c.cache.zoneOf}
+	c.leader = c.Session(ReadPolicy{Replica: ReplicaLeader})
+
+	if err := c.probeEndpoints(ctx); err != nil {
+		_ = c.conns.close()
+		return nil, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	if err := c.cache.refreshStores(lctx); err != nil {
+		// Not fatal: the endpoints that answered are enough to start, and
+		// the list is fetched again when a region names an unknown store.
+		c.log.Warn("could not load the store list", "err", err)
+	}
+	return c, nil
+}
+
+// probeEndpoints asks each endpoint's Admin.Status which store it is. The
+// endpoint address then becomes the way to dial that store, whatever
+// address the store advertises (see regionCache.dialOverride).
+//
+// It returns once every endpoint has answered, or shortly after the first
+// success: a dead endpoint must not hold up a client that can already
+// work, and the probes still out finish in the background (bounded by
+// DialTimeout). Endpoints that answered are tried first later.
+func (c *Client) probeEndpoints(ctx context.Context) error {
+	type answer struct {
+		addr string
+		err  error
+	}
+	ch := make(chan answer, len(c.cfg.Endpoints))
+	for _, addr := range c.cfg.Endpoints {
+		go func() {
+			ch <- answer{addr, c.probe(ctx, addr)}
+		}()
+	}
+	var (
+		ok    []string
+		errs  []error
+		grace <-chan time.Time
+	)
+collect:
+	for range c.cfg.Endpoints {
+		select {
+		case a := <-ch:
+			if a.err != nil {
+				errs = append(errs, a.err)
+				continue
+			}
+			ok = append(ok, a.addr)
+			if grace == nil {
+				grace = time.After(probeGrace)
+			}
+		case <-grace:
+			break collect
+		}
+	}
+	if len(ok) == 0 {
+		return fmt.Errorf("no usable endpoint among %s: %w", strings.Join(c.cfg.Endpoints, ","), errors.Join(errs...))
+	}
+	c.mu.Lock()
+	rest := make([]string, 0, len(c.endpoints))
+	for _, e := range c.endpoints {
+		if !slices.Contains(ok, e) {
+			rest = append(rest, e)
+		}
+	}
+	c.endpoints = append(ok, rest...)
+	c.mu.Unlock()
+	return nil
+}
+
+// probeGrace is how long New waits for the other endpoints once one has
+// answered: enough for healthy stores on a LAN, little for a dead one.
+const probeGrace = 100 * time.Millisecond
+
+func (c *Client) probe(ctx context.Context, addr string) error {
+	stub, err := c.conns.admin(addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+	defer cancel()
+	resp, err := stub.Status(ctx, &pb.StatusRequest{})
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		// It answers, it just cannot say who it is.
+		return nil
+	case err != nil:
+		return &storeError{addr: addr, err: err}
+	}
+	if id := resp.GetStoreId(); id != 0 {
+		c.cache.setEndpoint(id, addr, resp.GetZone())
+	}
+	return nil
+}
+
+// Close releases every connection. Requests in flight fail.
+func (c *Client) Close() error {
+	return c.conns.close()
+}
+
+// Session returns a handle whose reads follow p. Sessions are cheap and
+// share the client's connections, cache and statistics; any number with
+// different policies may be used concurrently.
+func (c *Client) Session(p ReadPolicy) *Session {
+	return &Session{c: c, policy: p}
+}
+
+// Get reads key from its region's leader. A missing key is ErrNotFound.
+func (c *Client) Get(ctx context.Context, key []byte) ([]byte, error) {
+	return c.leader.Get(ctx, key)
+}
+
+// BatchGet reads keys from their regions' leaders; see Session.BatchGet.
+func (c *Client) BatchGet(ctx context.Context, keys [][]byte) (map[string][]byte, error) {
+	return c.leader.BatchGet(ctx, keys)
+}
+
+// Scan reads from region leaders; see Session.Scan.
+func (c *Client) Scan(ctx context.Context, start, end []byte, limit int) ([]KV, error) {
+	return c.leader.Scan(ctx, start, end, limit)
+}
+
+// Put writes key=value; it returns once the write is applied on the leader
+// (and so durable on a quorum).
+func (c *Client) Put(ctx context.Context, key, value []byte) error {
+	if len(key) == 0 {
+		return fmt.Errorf("put: %w", errEmptyKey)
+	}
+	// One request ID for every attempt: the store applies a retried write
+	// at most once, even when an earlier attempt landed unseen.
+	reqID := newRequestID()
+	_, err := c.send(ctx, &regionRequest{
+		op:    "put",
+		key:   key,
+		write: true,
+		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*pb.Load, error) {
+			_, err := pb.NewKVClient(cc).Put(ctx, &pb.PutRequest{Context: a.writeContext(reqID), Key: key, Value: value})
+			return nil, err
+		},
+	})
+	return err
+}
+
+// Delete removes key; deleting a missing key succeeds.
+func (c *Client) Delete(ctx context.Context, key []byte) error {
+	if len(key) == 0 {
+		return fmt.Errorf("delete: %w", errEmptyKey)
+	}
+	reqID := newRequestID()
+	_, err := c.send(ctx, &regionRequest{
+		op:    "delete",
+		key:   key,
+		write: true,
+		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*pb.Load, error) {
+			_, err := pb.NewKVClient(cc).Delete(ctx, &pb.DeleteRequest{Context: a.writeContext(reqID), Key: key})
+			return nil, err
+		},
+	})
+	return err
+}
+
+// withTimeout applies RequestTimeout to a ctx without a deadline.
+func (c *Client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.cfg.RequestTimeout)
+}

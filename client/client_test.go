@@ -1,0 +1,743 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hedgekv/hedgekv/client/clienttest"
+	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/server/pb"
+)
+
+var threeZones = []string{"dc-a", "dc-b", "dc-c"}
+
+func newTestClient(t *testing.T, cl *clienttest.Cluster, zone string) *Client {
+	t.Helper()
+	c, err := New(context.Background(), Config{
+		Endpoints:      cl.Endpoints(),
+		Zone:           zone,
+		DialTimeout:    time.Second,
+		RequestTimeout: 3 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// warm loads region metadata into the client's cache, so a later change in
+// the cluster makes the cache stale.
+func warm(t *testing.T, c *Client) {
+	t.Helper()
+	if _, err := c.Get(context.Background(), []byte("warm")); err != nil && !errors.Is(err, ErrNotFound) {
+		t.Fatalf("warm-up get: %v", err)
+	}
+}
+
+// failOnce returns a hook that answers err to the first call of method on
+// store, and lets everything else through.
+func failOnce(store uint64, method string, err error) clienttest.Hook {
+	var once sync.Once
+	return func(_ context.Context, s uint64, m string) error {
+		var out error
+		if s == store && m == method {
+			once.Do(func() { out = err })
+		}
+		return out
+	}
+}
+
+func TestGetRetries(t *testing.T) {
+	notLeaderNoHint := clienttest.RegionError(codes.FailedPrecondition, &pb.RegionError{NotLeader: &pb.NotLeader{RegionId: 1}})
+	tests := []struct {
+		name string
+		// setup runs after the client is created (and its cache warmed,
+		// if warm is set).
+		warm         bool
+		setup        func(t *testing.T, cl *clienttest.Cluster)
+		policy       ReadPolicy
+		wantStore    uint64 // 0: any
+		wantNotStore uint64 // 0: none
+		wantAttempts int    // 0: don't check
+		wantMode     string // "": don't check
+	}{
+		{
+			name: "not leader hint followed",
+			setup: func(t *testing.T, cl *clienttest.Cluster) {
+				cl.SetLeader(1, 2)
+				cl.SetReportedLeader(1, 1) // the client learns a stale leader
+			},
+			wantStore: 2, wantAttempts: 2, wantMode: "lease",
+		},
+		{
+			name: "leader unknown tries the other peers",
+			setup: func(t *testing.T, cl *clienttest.Cluster) {
+				cl.SetLeader(1, 3)
+				cl.SetReportedLeader(1, 1)
+				cl.SetHook(func(_ context.Context, s uint64, m string) error {
+					if m == "Get" && s != 3 {
+						return notLeaderNoHint
+					}
+					return nil
+				})
+			},
+			wantStore: 3, wantAttempts: 3, wantMode: "lease",
+		},
+		{
+			name: "election in progress, then a leader",
+			setup: func(t *testing.T, cl *clienttest.Cluster) {
+				cl.SetLeader(1, 0)
+				time.AfterFunc(150*time.Millisecond, func() { cl.SetLeader(1, 2) })
+			},
+			wantStore: 2, wantMode: "lease",
+		},
+		{
+			name: "epoch not match refreshes the cache",
+			warm: true,
+			setup: func(t *testing.T, cl *clienttest.Cluster) {
+				if err := cl.Split([]byte("m"), 2); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantStore: 1, wantAttempts: 2, wantMode: "lease",
+		},
+		{
+			name: "region not found drops and reloads",
+			warm: true,
+			setup: func(t *testing.T, cl *clienttest.Cluster) {
+				cl.SetHook(failOnce(1, "Get", clienttest.RegionError(codes.NotFound, &pb.RegionError{RegionNotFound: &pb.RegionNotFound{RegionId: 1}})))
+			},
+			wantStore: 1, wantAttempts: 2,
+		},
+		{
+			name: "key not in region drops and reloads",
+			warm: true,
+			setup: func(t *testing.T, cl *clienttest.Cluster) {
+				cl.SetHook(failOnce(1, "Get", clienttest.RegionError(codes.FailedPrecondition, &pb.RegionError{KeyNotInRegion: &pb.KeyNotInRegion{RegionId: 1, Key: []byte("k")}})))
+			},
+			wantStore: 1, wantAttempts: 2,
+		},
+		{
+			name: "leader store down, retried at the new leader",
+			warm: true,
+			setup: func(t *testing.T, cl *clienttest.Cluster) {
+				cl.Store(1).Stop()
+				cl.SetLeader(1, 2)
+			},
+			wantStore: 2, wantAttempts: 2,
+		},
+		{
+			name: "unavailable store, retried elsewhere",
+			warm: true,
+			setup: func(t *testing.T, cl *clienttest.Cluster) {
+				// Store 1 stays unavailable until leadership has moved to 3;
+				// hints still naming 1 meanwhile must not strand the request.
+				var moved atomic.Bool
+				cl.SetHook(func(_ context.Context, s uint64, m string) error {
+					if s == 1 && m == "Get" && !moved.Load() {
+						return status.Error(codes.Unavailable, "store is restarting")
+					}
+					return nil
+				})
+				time.AfterFunc(50*time.Millisecond, func() { cl.SetLeader(1, 3); moved.Store(true) })
+			},
+			wantStore: 3,
+		},
+		{
+			name:   "follower read with a follower down",
+			warm:   true,
+			policy: ReadPolicy{Replica: ReplicaFollower},
+			setup: func(t *testing.T, cl *clienttest.Cluster) {
+				cl.Store(2).Stop()
+			},
+			wantStore: 3, wantMode: "read-index",
+		},
+		{
+			name:   "stale read not ready on one follower goes to the other",
+			policy: ReadPolicy{Replica: ReplicaFollower, MaxStaleness: 5 * time.Second},
+			setup: func(t *testing.T, cl *clienttest.Cluster) {
+				cl.SetNotReady(2, true)
+			},
+			wantNotStore: 2, wantMode: "stale",
+		},
+		{
+			name:   "stale read not ready on any follower falls back to the leader",
+			policy: ReadPolicy{Replica: ReplicaFollower, MaxStaleness: 5 * time.Second},
+			setup: func(t *testing.T, cl *clienttest.Cluster) {
+				cl.SetNotReady(2, true)
+				cl.SetNotReady(3, true)
+			},
+			wantStore: 1, wantAttempts: 3, wantMode: "lease",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cl := clienttest.NewCluster(t, threeZones...)
+			cl.Put("k", "v")
+			c := newTestClient(t, cl, "")
+			if tt.warm {
+				warm(t, c)
+			}
+			tt.setup(t, cl)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			v, info, err := c.Session(tt.policy).GetWithInfo(ctx, []byte("k"))
+			if err != nil {
+				t.Fatalf("get: %v", err)
+			}
+			if string(v) != "v" {
+				t.Errorf("value %q, want %q", v, "v")
+			}
+			if tt.wantStore != 0 && info.StoreID != tt.wantStore {
+				t.Errorf("served by store %d, want %d", info.StoreID, tt.wantStore)
+			}
+			if tt.wantNotStore != 0 && info.StoreID == tt.wantNotStore {
+				t.Errorf("served by store %d, want any other", info.StoreID)
+			}
+			if tt.wantAttempts != 0 && info.Attempts != tt.wantAttempts {
+				t.Errorf("%d attempts, want %d", info.Attempts, tt.wantAttempts)
+			}
+			if tt.wantMode != "" && info.Mode != tt.wantMode {
+				t.Errorf("mode %q, want %q", info.Mode, tt.wantMode)
+			}
+		})
+	}
+}
+
+func TestEpochNotMatchUpdatesCache(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	c := newTestClient(t, cl, "")
+	warm(t, c)
+	if err := cl.Split([]byte("m"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(context.Background(), []byte("x")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("get: %v, want ErrNotFound", err)
+	}
+	got := c.cache.all()
+	if len(got) != 2 || got[0].ID != 1 || got[1].ID != 2 || string(got[1].StartKey) != "m" {
+		t.Fatalf("cache after split: %v, want regions 1 [,m) and 2 [m,)", got)
+	}
+	if got[1].Epoch.Version != 2 {
+		t.Errorf("region 2 version %d, want 2", got[1].Epoch.Version)
+	}
+}
+
+func TestWritesFollowLeader(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	c := newTestClient(t, cl, "")
+	warm(t, c)
+	cl.SetLeader(1, 3)
+	ctx := context.Background()
+	if err := c.Put(ctx, []byte("a"), []byte("1")); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	if v, ok := cl.Value("a"); !ok || string(v) != "1" {
+		t.Fatalf("stored %q %v, want \"1\"", v, ok)
+	}
+	cl.Store(3).Stop()
+	cl.SetLeader(1, 1)
+	if err := c.Delete(ctx, []byte("a")); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, ok := cl.Value("a"); ok {
+		t.Fatal("key still present after delete")
+	}
+	for _, r := range cl.Requests() {
+		if r.RegionID != 1 {
+			t.Errorf("write routed with region id %d, want 1", r.RegionID)
+		}
+	}
+}
+
+func TestDeadline(t *testing.T) {
+	tests := []struct {
+		name    string
+		setup   func(cl *clienttest.Cluster)
+		timeout time.Duration
+		wantAs  func(err error) bool
+	}{
+		{
+			name:    "no leader ever",
+			setup:   func(cl *clienttest.Cluster) { cl.SetLeader(1, 0) },
+			timeout: 300 * time.Millisecond,
+			wantAs: func(err error) bool {
+				var nl *region.NotLeaderError
+				return errors.As(err, &nl)
+			},
+		},
+		{
+			name: "every store stalls",
+			setup: func(cl *clienttest.Cluster) {
+				cl.SetHook(func(ctx context.Context, _ uint64, m string) error {
+					if m == "Get" {
+						<-ctx.Done()
+						return ctx.Err()
+					}
+					return nil
+				})
+			},
+			timeout: 300 * time.Millisecond,
+			wantAs:  func(err error) bool { return true },
+		},
+		{
+			name: "every store down",
+			setup: func(cl *clienttest.Cluster) {
+				for id := uint64(1); id <= 3; id++ {
+					cl.Store(id).Stop()
+				}
+			},
+			timeout: 300 * time.Millisecond,
+			wantAs:  func(err error) bool { return status.Code(err) == codes.Unavailable },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cl := clienttest.NewCluster(t, threeZones...)
+			c := newTestClient(t, cl, "")
+			warm(t, c)
+			tt.setup(cl)
+			ctx, cancel := context.WithTimeout(context.Background(), tt.timeout)
+			defer cancel()
+			start := time.Now()
+			_, err := c.Get(ctx, []byte("k"))
+			elapsed := time.Since(start)
+			if err == nil {
+				t.Fatal("get succeeded, want an error")
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("error %v does not wrap context.DeadlineExceeded", err)
+			}
+			if !tt.wantAs(err) {
+				t.Errorf("error %v does not carry the last attempt's cause", err)
+			}
+			if elapsed > tt.timeout+500*time.Millisecond {
+				t.Errorf("returned after %v, deadline was %v", elapsed, tt.timeout)
+			}
+		})
+	}
+}
+
+func TestNonRetryableErrorReturnedAtOnce(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	c := newTestClient(t, cl, "")
+	cl.SetHook(func(_ context.Context, _ uint64, m string) error {
+		if m == "Get" {
+			return status.Error(codes.InvalidArgument, "key too large")
+		}
+		return nil
+	})
+	_, info, err := c.Session(ReadPolicy{}).GetWithInfo(context.Background(), []byte("k"))
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("error %v, want InvalidArgument", err)
+	}
+	if info.Attempts != 1 {
+		t.Errorf("%d attempts, want 1", info.Attempts)
+	}
+}
+
+func TestNotFound(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	c := newTestClient(t, cl, "")
+	ctx := context.Background()
+	if _, err := c.Get(ctx, []byte("missing")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("get missing: %v, want ErrNotFound", err)
+	}
+	if _, err := c.Session(ReadPolicy{Replica: ReplicaFollower}).Get(ctx, []byte("missing")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("follower get missing: %v, want ErrNotFound", err)
+	}
+	if _, err := c.Get(ctx, nil); err == nil || errors.Is(err, ErrNotFound) {
+		t.Fatalf("get empty key: %v, want an error other than ErrNotFound", err)
+	}
+}
+
+// splitThree makes regions 1 [,g) 2 [g,p) 3 [p,) and puts keys a..z.
+func splitThree(t *testing.T, cl *clienttest.Cluster) {
+	t.Helper()
+	for i, k := range []string{"g", "p"} {
+		if err := cl.Split([]byte(k), uint64(i+2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for ch := 'a'; ch <= 'z'; ch++ {
+		cl.Put(string(ch), "v"+string(ch))
+	}
+}
+
+func keysOf(kvs []KV) string {
+	var s string
+	for _, kv := range kvs {
+		s += string(kv.Key)
+	}
+	return s
+}
+
+func TestScanAcrossRegions(t *testing.T) {
+	tests := []struct {
+		name       string
+		start, end string
+		limit      int
+		want       string
+	}{
+		{"everything", "", "", 0, "abcdefghijklmnopqrstuvwxyz"},
+		{"limit within first region", "", "", 5, "abcde"},
+		{"limit across regions", "e", "", 6, "efghij"},
+		{"bounded across all three", "f", "q", 0, "fghijklmnop"},
+		{"bounded and limited", "f", "q", 3, "fgh"},
+		{"end at a region boundary", "a", "g", 0, "abcdef"},
+		{"start at a region boundary", "p", "", 0, "pqrstuvwxyz"},
+		{"empty range", "q", "f", 0, ""},
+		{"limit larger than data", "x", "", 100, "xyz"},
+	}
+	cl := clienttest.NewCluster(t, threeZones...)
+	splitThree(t, cl)
+	c := newTestClient(t, cl, "")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var end []byte
+			if tt.end != "" {
+				end = []byte(tt.end)
+			}
+			kvs, err := c.Scan(context.Background(), []byte(tt.start), end, tt.limit)
+			if err != nil {
+				t.Fatalf("scan: %v", err)
+			}
+			if got := keysOf(kvs); got != tt.want {
+				t.Errorf("keys %q, want %q", got, tt.want)
+			}
+			for _, kv := range kvs {
+				if string(kv.Value) != "v"+string(kv.Key) {
+					t.Errorf("value of %q is %q", kv.Key, kv.Value)
+				}
+			}
+		})
+	}
+}
+
+func TestScanAfterSplitWithStaleCache(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	c := newTestClient(t, cl, "")
+	warm(t, c) // the cache holds one region covering everything
+	splitThree(t, cl)
+	kvs, err := c.Session(ReadPolicy{Replica: ReplicaFollower}).Scan(context.Background(), nil, nil, 0)
+	if err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	if got := keysOf(kvs); got != "abcdefghijklmnopqrstuvwxyz" {
+		t.Errorf("keys %q", got)
+	}
+}
+
+func TestBatchGetAcrossRegions(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	c := newTestClient(t, cl, "")
+	warm(t, c) // stale after the split below: the batch must regroup
+	splitThree(t, cl)
+	keys := [][]byte{[]byte("z"), []byte("a"), []byte("missing"), []byte("h"), []byte("a"), []byte("q")}
+	got, err := c.BatchGet(context.Background(), keys)
+	if err != nil {
+		t.Fatalf("batch get: %v", err)
+	}
+	want := map[string]string{"z": "vz", "a": "va", "h": "vh", "q": "vq"}
+	if len(got) != len(want) {
+		t.Errorf("got %d keys, want %d: %v", len(got), len(want), got)
+	}
+	for k, v := range want {
+		if string(got[k]) != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	var batchGets int
+	for _, r := range cl.Requests() {
+		if r.Method == "BatchGet" {
+			batchGets++
+		}
+	}
+	if batchGets != 3 {
+		t.Errorf("%d BatchGet requests reached stores, want one per region (3)", batchGets)
+	}
+}
+
+func TestPolicySelection(t *testing.T) {
+	tests := []struct {
+		name   string
+		zone   string
+		policy ReplicaPolicy
+		leader uint64
+		// want checks every request the stores received.
+		want func(r clienttest.Request) error
+	}{
+		{
+			name: "leader", policy: ReplicaLeader, leader: 2,
+			want: func(r clienttest.Request) error {
+				if r.StoreID != 2 || r.ReplicaRead {
+					return fmt.Errorf("store %d replica_read %v, want leader 2 without replica_read", r.StoreID, r.ReplicaRead)
+				}
+				return nil
+			},
+		},
+		{
+			name: "follower picks a follower with replica_read", policy: ReplicaFollower, leader: 1,
+			want: func(r clienttest.Request) error {
+				if r.StoreID == 1 || !r.ReplicaRead {
+					return fmt.Errorf("store %d replica_read %v, want a follower with replica_read", r.StoreID, r.ReplicaRead)
+				}
+				return nil
+			},
+		},
+		{
+			name: "closest picks the zone match", zone: "dc-b", policy: ReplicaClosest, leader: 1,
+			want: func(r clienttest.Request) error {
+				if r.StoreID != 2 || !r.ReplicaRead {
+					return fmt.Errorf("store %d replica_read %v, want store 2 (dc-b) with replica_read", r.StoreID, r.ReplicaRead)
+				}
+				return nil
+			},
+		},
+		{
+			name: "prefer-leader reads the healthy leader", policy: ReplicaPreferLeader, leader: 3,
+			want: func(r clienttest.Request) error {
+				if r.StoreID != 3 {
+					return fmt.Errorf("store %d, want leader 3", r.StoreID)
+				}
+				return nil
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cl := clienttest.NewCluster(t, threeZones...)
+			cl.SetLeader(1, tt.leader)
+			c := newTestClient(t, cl, tt.zone)
+			s := c.Session(ReadPolicy{Replica: tt.policy})
+			warm(t, c) // loads the region through the leader
+			cl.ResetRequests()
+			for range 20 {
+				if _, err := s.Get(context.Background(), []byte("k")); !errors.Is(err, ErrNotFound) {
+					t.Fatalf("get: %v", err)
+				}
+			}
+			reqs := cl.Requests()
+			if len(reqs) != 20 {
+				t.Fatalf("%d requests reached stores, want 20", len(reqs))
+			}
+			for _, r := range reqs {
+				if err := tt.want(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func TestPreferLeaderAvoidsFailedLeader(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	c := newTestClient(t, cl, "")
+	warm(t, c)
+	cl.Store(1).Stop() // the leader's store dies; the region still has it as leader
+	cl.SetLeader(1, 0)
+	// Without a leader, a follower can only serve stale reads: allow them.
+	s := c.Session(ReadPolicy{Replica: ReplicaPreferLeader, MaxStaleness: time.Second})
+	for i := range 5 {
+		_, info, err := s.GetWithInfo(context.Background(), []byte("k"))
+		if !errors.Is(err, ErrNotFound) {
+			t.Fatalf("get %d: %v", i, err)
+		}
+		if info.StoreID == 1 {
+			t.Fatalf("get %d served by the dead leader's store", i)
+		}
+		if i > 0 && info.Attempts != 1 {
+			t.Errorf("get %d took %d attempts; after the first failure the leader should be avoided", i, info.Attempts)
+		}
+	}
+}
+
+func TestClosestLowestLatency(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	delay := map[uint64]time.Duration{1: 15 * time.Millisecond, 2: 0, 3: 30 * time.Millisecond}
+	cl.SetHook(func(_ context.Context, s uint64, m string) error {
+		if m == "Get" {
+			time.Sleep(delay[s])
+		}
+		return nil
+	})
+	c := newTestClient(t, cl, "dc-elsewhere")
+	s := c.Session(ReadPolicy{Replica: ReplicaClosest})
+	for range 15 {
+		if _, err := s.Get(context.Background(), []byte("k")); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("get: %v", err)
+		}
+	}
+	reqs := cl.Requests()
+	// The first three requests measure each store once; the rest must all
+	// go to the fastest.
+	for _, r := range reqs[3:] {
+		if r.StoreID != 2 {
+			t.Fatalf("request went to store %d, want the fastest (2); all: %v", r.StoreID, reqs)
+		}
+	}
+}
+
+func TestMixedBalancesByInflight(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	// Store 1 is slow, so the client's requests pile up there; power of
+	// two choices must steer new ones to the others.
+	cl.SetHook(func(_ context.Context, s uint64, m string) error {
+		if m == "Get" && s == 1 {
+			time.Sleep(40 * time.Millisecond)
+		}
+		return nil
+	})
+	c := newTestClient(t, cl, "")
+	warm(t, c)
+	cl.ResetRequests()
+	s := c.Session(ReadPolicy{Replica: ReplicaMixed})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 15 {
+				if _, err := s.Get(context.Background(), []byte("k")); !errors.Is(err, ErrNotFound) {
+					t.Errorf("get: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	count := map[uint64]int{}
+	for _, r := range cl.Requests() {
+		count[r.StoreID]++
+	}
+	if count[2] == 0 || count[3] == 0 {
+		t.Fatalf("requests per store %v: the fast stores must share the load", count)
+	}
+	if count[1]*3 > count[2] || count[1]*3 > count[3] {
+		t.Errorf("requests per store %v: the slow store 1 got too large a share", count)
+	}
+}
+
+func TestAdmin(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	splitThree(t, cl)
+	cl.SetLeader(2, 2)
+	c := newTestClient(t, cl, "")
+	ctx := context.Background()
+
+	stores, err := c.Stores(ctx)
+	if err != nil {
+		t.Fatalf("stores: %v", err)
+	}
+	if len(stores) != 3 || stores[0].GetId() != 1 || stores[2].GetZone() != "dc-c" || !stores[1].GetUp() {
+		t.Fatalf("stores: %v", stores)
+	}
+
+	regions, err := c.Regions(ctx)
+	if err != nil {
+		t.Fatalf("regions: %v", err)
+	}
+	var ids []uint64
+	for _, r := range regions {
+		ids = append(ids, r.GetRegion().GetId())
+	}
+	if fmt.Sprint(ids) != "[1 2 3]" || regions[1].GetLeaderStoreId() != 2 {
+		t.Fatalf("regions %v (leader of 2: %d), want 1 2 3 in key order, region 2 led by store 2", ids, regions[1].GetLeaderStoreId())
+	}
+
+	// The cache now says store 2 leads region 2; move it behind the
+	// client's back so the transfer must follow a NotLeader hint.
+	cl.SetLeader(2, 1)
+	if err := c.TransferLeader(ctx, 2, 3); err != nil {
+		t.Fatalf("transfer leader: %v", err)
+	}
+	if got := cl.Leader(2); got != 3 {
+		t.Fatalf("leader of region 2 is store %d, want 3", got)
+	}
+	if err := c.TransferLeader(ctx, 99, 1); err == nil {
+		t.Fatal("transfer leader of an unknown region succeeded")
+	}
+}
+
+func TestNew(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	dead := cl.Store(3).Addr()
+	cl.Store(3).Stop()
+
+	start := time.Now()
+	c, err := New(context.Background(), Config{Endpoints: []string{dead, cl.Store(1).Addr()}, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("New with one live endpoint: %v", err)
+	}
+	defer c.Close()
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("New took %v with one dead endpoint", d)
+	}
+	// Store 2 was never an endpoint: it is learned from Admin.Stores.
+	if _, ok := c.cache.store(2); !ok {
+		t.Error("store 2 unknown after New")
+	}
+
+	if _, err := New(context.Background(), Config{Endpoints: []string{dead}, DialTimeout: 300 * time.Millisecond}); err == nil {
+		t.Fatal("New with only a dead endpoint succeeded")
+	}
+	if _, err := New(context.Background(), Config{}); err == nil {
+		t.Fatal("New without endpoints succeeded")
+	}
+}
+
+func TestClosedClient(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	c := newTestClient(t, cl, "")
+	if err := c.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Put(context.Background(), []byte("k"), []byte("v")) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("put on a closed client succeeded")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("put on a closed client hangs")
+	}
+}
+
+func TestScanPagesLargeRegions(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	const n = maxScanPage + 50
+	for i := range n {
+		cl.Put(fmt.Sprintf("k%06d", i), "v")
+	}
+	c := newTestClient(t, cl, "")
+	for _, limit := range []int{0, maxScanPage + 20} {
+		cl.ResetRequests()
+		kvs, err := c.Scan(context.Background(), nil, nil, limit)
+		if err != nil {
+			t.Fatalf("scan limit %d: %v", limit, err)
+		}
+		want := n
+		if limit > 0 {
+			want = limit
+		}
+		if len(kvs) != want {
+			t.Fatalf("scan limit %d: %d pairs, want %d", limit, len(kvs), want)
+		}
+		for i, kv := range kvs {
+			if string(kv.Key) != fmt.Sprintf("k%06d", i) {
+				t.Fatalf("pair %d is %q", i, kv.Key)
+			}
+		}
+		if got := len(cl.Requests()); got != 2 {
+			t.Errorf("scan limit %d took %d requests, want 2 pages", limit, got)
+		}
+	}
+}

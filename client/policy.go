@@ -1,0 +1,75 @@
+package client
+
+import (
+	"fmt"
+	"time"
+)
+
+// ReplicaPolicy says which replica of a region a session's reads go to.
+// Every policy except ReplicaLeader reads from followers through a ReadIndex
+// round trip to the leader, so all of them stay linearizable unless the
+// session also sets MaxStaleness.
+type ReplicaPolicy int
+
+const (
+	// ReplicaLeader reads from the leader only (lease or ReadIndex there).
+	ReplicaLeader ReplicaPolicy = iota
+	// ReplicaFollower reads from a follower, falling back to the leader when
+	// no follower is reachable.
+	ReplicaFollower
+	// ReplicaMixed reads from any replica, balanced by power of two choices
+	// on the client's in-flight requests per store.
+	ReplicaMixed
+	// ReplicaClosest reads from a replica in the client's zone, else from the
+	// replica with the lowest observed latency.
+	ReplicaClosest
+	// ReplicaPreferLeader reads from the leader unless its store failed
+	// recently, then from a follower.
+	ReplicaPreferLeader
+)
+
+var replicaPolicyNames = [...]string{
+	ReplicaLeader:       "leader",
+	ReplicaFollower:     "follower",
+	ReplicaMixed:        "mixed",
+	ReplicaClosest:      "closest",
+	ReplicaPreferLeader: "prefer-leader",
+}
+
+// ParseReplicaPolicy parses the names the CLI's --read flag takes.
+func ParseReplicaPolicy(s string) (ReplicaPolicy, error) {
+	for p, name := range replicaPolicyNames {
+		if s == name {
+			return ReplicaPolicy(p), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown replica policy %q (want leader, follower, mixed, closest or prefer-leader)", s)
+}
+
+// String returns the name ParseReplicaPolicy accepts.
+func (p ReplicaPolicy) String() string {
+	if p >= 0 && int(p) < len(replicaPolicyNames) {
+		return replicaPolicyNames[p]
+	}
+	return fmt.Sprintf("ReplicaPolicy(%d)", int(p))
+}
+
+// ReadPolicy is a session's read behaviour.
+type ReadPolicy struct {
+	Replica ReplicaPolicy
+	// MaxStaleness > 0 lets a replica answer from local state that may miss
+	// writes committed within this bound (bounded-staleness read). Zero keeps
+	// reads linearizable.
+	MaxStaleness time.Duration
+}
+
+// ReadInfo says who served a read and how, so tests and benchmarks can count.
+type ReadInfo struct {
+	StoreID uint64
+	// Mode is "lease", "read-index" or "stale".
+	Mode string
+	// StalenessBound is how stale a "stale" answer may be; zero otherwise.
+	StalenessBound time.Duration
+	// Attempts is the number of RPCs the read took, retries included.
+	Attempts int
+}

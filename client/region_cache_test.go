@@ -1,0 +1,201 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/server/pb"
+)
+
+func peers3(base uint64) []region.Peer {
+	return []region.Peer{{ID: base + 1, StoreID: 1}, {ID: base + 2, StoreID: 2}, {ID: base + 3, StoreID: 3}}
+}
+
+func reg(id uint64, start, end string, ver uint64) region.Region {
+	return region.Region{ID: id, StartKey: []byte(start), EndKey: []byte(end), Epoch: region.Epoch{ConfVer: 1, Version: ver}, Peers: peers3(id * 10)}
+}
+
+func TestRegionCache(t *testing.T) {
+	type step func(c *regionCache)
+	tests := []struct {
+		name  string
+		steps []step
+		key   string
+		// want is the region id and leader the cache holds for key; 0: miss.
+		wantID, wantLeader uint64
+		wantLen            int
+	}{
+		{
+			name:   "insert and look up",
+			steps:  []step{func(c *regionCache) { c.insert(reg(1, "", "", 1), 2) }},
+			key:    "k",
+			wantID: 1, wantLeader: 2, wantLen: 1,
+		},
+		{
+			name: "a stale region does not undo a split",
+			steps: []step{
+				func(c *regionCache) { c.insert(reg(1, "", "m", 2), 1) },
+				func(c *regionCache) { c.insert(reg(2, "m", "", 2), 1) },
+				func(c *regionCache) { c.insert(reg(1, "", "", 1), 3) },
+			},
+			key:    "x",
+			wantID: 2, wantLeader: 1, wantLen: 2,
+		},
+		{
+			name: "a newer region replaces the ones it overlaps",
+			steps: []step{
+				func(c *regionCache) { c.insert(reg(1, "", "", 1), 1) },
+				func(c *regionCache) { c.insert(reg(2, "m", "", 2), 3) },
+			},
+			key:    "x",
+			wantID: 2, wantLeader: 3, wantLen: 1,
+		},
+		{
+			name: "same region without a leader keeps the known leader",
+			steps: []step{
+				func(c *regionCache) { c.insert(reg(1, "", "", 1), 2) },
+				func(c *regionCache) { c.insert(reg(1, "", "", 1), 0) },
+			},
+			key:    "k",
+			wantID: 1, wantLeader: 2, wantLen: 1,
+		},
+		{
+			name: "a leader that is not a peer is ignored",
+			steps: []step{
+				func(c *regionCache) { c.insert(reg(1, "", "", 1), 9) },
+			},
+			key:    "k",
+			wantID: 1, wantLeader: 0, wantLen: 1,
+		},
+		{
+			name: "not leader hint",
+			steps: []step{
+				func(c *regionCache) { c.insert(reg(1, "", "", 1), 1) },
+				func(c *regionCache) {
+					if !c.updateLeader(1, 3) {
+						panic("hint refused")
+					}
+					if c.updateLeader(1, 9) {
+						panic("hint for a store without a peer accepted")
+					}
+				},
+			},
+			key:    "k",
+			wantID: 1, wantLeader: 3, wantLen: 1,
+		},
+		{
+			name: "switch leader walks the peers once per failure",
+			steps: []step{
+				func(c *regionCache) { c.insert(reg(1, "", "", 1), 3) },
+				func(c *regionCache) { c.switchLeaderFrom(1, 3) }, // -> 1 (wraps)
+				func(c *regionCache) { c.switchLeaderFrom(1, 3) }, // a second failure report of 3: no-op
+			},
+			key:    "k",
+			wantID: 1, wantLeader: 1, wantLen: 1,
+		},
+		{
+			name: "epoch not match installs the current regions",
+			steps: []step{
+				func(c *regionCache) { c.insert(reg(1, "", "", 1), 1) },
+				func(c *regionCache) {
+					c.onEpochNotMatch(1, []region.Region{reg(1, "", "m", 2), reg(2, "m", "", 2)}, 2)
+				},
+			},
+			key:    "z",
+			wantID: 2, wantLeader: 2, wantLen: 2,
+		},
+		{
+			name: "epoch not match keeps the old leader for the same region",
+			steps: []step{
+				func(c *regionCache) { c.insert(reg(1, "", "", 1), 1) },
+				func(c *regionCache) {
+					c.onEpochNotMatch(1, []region.Region{reg(1, "", "m", 2), reg(2, "m", "", 2)}, 2)
+				},
+			},
+			key:    "a",
+			wantID: 1, wantLeader: 1, wantLen: 2,
+		},
+		{
+			name: "epoch not match without current regions drops",
+			steps: []step{
+				func(c *regionCache) { c.insert(reg(1, "", "", 1), 1) },
+				func(c *regionCache) { c.onEpochNotMatch(1, nil, 2) },
+			},
+			key: "a", wantLen: 0,
+		},
+		{
+			name: "drop",
+			steps: []step{
+				func(c *regionCache) { c.insert(reg(1, "", "m", 2), 1) },
+				func(c *regionCache) { c.insert(reg(2, "m", "", 2), 1) },
+				func(c *regionCache) { c.drop(2) },
+			},
+			key: "x", wantLen: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newRegionCache()
+			for _, s := range tt.steps {
+				s(c)
+			}
+			r, ok := c.lookupKey([]byte(tt.key))
+			switch {
+			case tt.wantID == 0 && ok:
+				t.Errorf("key %q found in region %d, want a miss", tt.key, r.ID)
+			case tt.wantID != 0 && !ok:
+				t.Errorf("key %q: miss, want region %d", tt.key, tt.wantID)
+			case ok && (r.ID != tt.wantID || r.leaderStoreID != tt.wantLeader):
+				t.Errorf("key %q: region %d leader %d, want region %d leader %d", tt.key, r.ID, r.leaderStoreID, tt.wantID, tt.wantLeader)
+			}
+			if n := len(c.all()); n != tt.wantLen {
+				t.Errorf("%d regions cached, want %d", n, tt.wantLen)
+			}
+		})
+	}
+}
+
+func TestRegionCacheLoads(t *testing.T) {
+	c := newRegionCache()
+	calls := 0
+	c.loadByKey = func(ctx context.Context, key []byte) ([]*pb.RegionInfo, error) {
+		calls++
+		return []*pb.RegionInfo{{
+			Region:        &pb.Region{Id: 7, Epoch: &pb.Epoch{ConfVer: 1, Version: 1}, Peers: []*pb.Peer{{Id: 1, StoreId: 1}, {Id: 2, StoreId: 2}}},
+			LeaderStoreId: 2,
+		}}, nil
+	}
+	for range 3 {
+		r, err := c.locateKey(context.Background(), []byte("k"))
+		if err != nil || r.ID != 7 || r.leaderStoreID != 2 {
+			t.Fatalf("locate: %v %v", r, err)
+		}
+	}
+	if calls != 1 {
+		t.Errorf("%d loads, want 1 (then cached)", calls)
+	}
+	c.loadAll = func(ctx context.Context) ([]*pb.RegionInfo, error) { return nil, nil }
+	if _, err := c.locateID(context.Background(), 8); !errors.Is(err, errNoRegion) {
+		t.Errorf("locate unknown id: %v, want errNoRegion", err)
+	}
+	if r, err := c.locateID(context.Background(), 7); err != nil || r.ID != 7 {
+		t.Errorf("locate id 7: %v %v", r, err)
+	}
+}
+
+func TestStoreAddresses(t *testing.T) {
+	c := newRegionCache()
+	c.setEndpoint(2, "proxy:2", "dc-b")
+	c.setStores([]*pb.Store{{Id: 1, Address: "a:1", Zone: "dc-a"}, {Id: 2, Address: "a:2", Zone: "dc-b"}})
+	if s, ok := c.store(2); !ok || s.addr != "proxy:2" {
+		t.Errorf("store 2 dialled at %q, want the endpoint the user gave (proxy:2)", s.addr)
+	}
+	if s, ok := c.store(1); !ok || s.addr != "a:1" || s.zone != "dc-a" {
+		t.Errorf("store 1: %+v", s)
+	}
+	if _, ok := c.store(3); ok {
+		t.Error("unknown store 3 found")
+	}
+}

@@ -1,0 +1,387 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/server/pb"
+)
+
+// errNoRegion: no store could name a region for the key or id asked.
+var errNoRegion = errors.New("not found")
+
+// regionRequest is one operation on one region, sent by Client.send.
+type regionRequest struct {
+	op string // "get", "put", ... for errors and logs
+	// key locates the region, or regionID if byID.
+	key      []byte
+	byID     bool
+	regionID uint64
+	// write requests go to the leader with a WriteContext; reads follow the
+	// policy with a ReadContext.
+	write  bool
+	policy ReadPolicy
+	// longRunning gives every attempt all the time left instead of
+	// attemptTimeout's share: the operation (adding a replica, which waits
+	// for it to catch up) may take that long on a healthy leader.
+	longRunning bool
+	// rpc performs one attempt against the chosen replica. It returns the
+	// load the store reported, if any, and the RPC's error untouched.
+	rpc func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*pb.Load, error)
+}
+
+// attempt is where one try of a request goes and what it carries.
+type attempt struct {
+	region  cachedRegion
+	peer    region.Peer
+	storeID uint64
+	addr    string
+	// replicaRead and maxStaleness qualify reads; see ReadContext.
+	replicaRead  bool
+	maxStaleness time.Duration
+}
+
+func (a *attempt) readContext() *pb.ReadContext {
+	rc := &pb.ReadContext{
+		RegionId:    a.region.ID,
+		RegionEpoch: pb.FromEpoch(a.region.Epoch),
+		ReplicaRead: a.replicaRead,
+	}
+	if a.maxStaleness > 0 {
+		// Round up so that a sub-millisecond bound still permits a stale
+		// read rather than silently meaning "no staleness".
+		rc.MaxStalenessMs = uint64((a.maxStaleness + time.Millisecond - 1) / time.Millisecond)
+	}
+	return rc
+}
+
+func (a *attempt) writeContext(requestID uint64) *pb.WriteContext {
+	return &pb.WriteContext{RegionId: a.region.ID, RegionEpoch: pb.FromEpoch(a.region.Epoch), RequestId: requestID}
+}
+
+// newRequestID returns a random non-zero ID for one logical write.
+func newRequestID() uint64 { return rand.Uint64() | 1 }
+
+// result is how a request ended: which attempt succeeded and where.
+type result struct {
+	attempts int
+	final    *attempt
+}
+
+// Backoff schedule. NotLeader with a hint and a fresh EpochNotMatch are
+// retried at once: the answer already says where to go. The others wait,
+// doubling, because what they report (an election, a store restarting, a
+// region being created by a split) takes time to settle.
+type backoffKind int
+
+const (
+	boNoLeader    backoffKind = iota // NotLeader without a usable hint
+	boUnreachable                    // store down, connection refused, attempt timed out
+	boRegionMiss                     // region gone, key outside it, repeated epoch errors
+	boNotReady                       // stale read refused (DataIsNotReady)
+	numBackoffKinds
+)
+
+var backoffBase = [numBackoffKinds]struct{ base, max time.Duration }{
+	boNoLeader:    {10 * time.Millisecond, 300 * time.Millisecond},
+	boUnreachable: {20 * time.Millisecond, 500 * time.Millisecond},
+	boRegionMiss:  {2 * time.Millisecond, 100 * time.Millisecond},
+	boNotReady:    {2 * time.Millisecond, 50 * time.Millisecond},
+}
+
+type backoffer struct {
+	n [numBackoffKinds]int
+}
+
+// next returns how long to wait before the next try of this kind: base ×
+// 2^n capped, with "equal jitter" (half fixed, half random) so that clients
+// failing together do not retry in lockstep.
+func (b *backoffer) next(k backoffKind) time.Duration {
+	d := backoffBase[k].base << min(b.n[k], 16)
+	if d > backoffBase[k].max || d <= 0 {
+		d = backoffBase[k].max
+	}
+	b.n[k]++
+	return d/2 + rand.N(d/2+1)
+}
+
+// minAttemptTimeout is the least time an attempt is given before the retry
+// loop gives up on it and tries elsewhere; see attemptTimeout.
+const minAttemptTimeout = time.Second
+
+// attemptTimeout bounds one attempt to half of what remains of the request
+// (but at least minAttemptTimeout, or all of it). A store that stopped
+// answering without closing its connections (a partition, a stall) would
+// otherwise eat the whole deadline; this leaves time to try another replica.
+func attemptTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	remaining := time.Until(dl)
+	d := max(remaining/2, min(remaining, minAttemptTimeout))
+	return context.WithTimeout(ctx, d)
+}
+
+// send runs req until it succeeds, fails with an error retrying cannot fix,
+// or ctx ends.
+//
+// It retries, after updating the region cache:
+//   - NotLeader: with a hint, at the hinted leader at once; without one, at
+//     the next peer after a backoff (an election is under way).
+//   - EpochNotMatch: with the regions the store reports as current.
+//   - RegionNotFound, KeyNotInRegion: after dropping the region so it is
+//     reloaded from a store.
+//   - DataIsNotReady (stale reads): at another replica, and in the end at
+//     the leader, which can always serve.
+//   - Unavailable (store down, connection refused) and an attempt that timed
+//     out while the request's deadline had not: at another replica, the
+//     store marked as failed for this request and for replica selection.
+//
+// Anything else (InvalidArgument, a NotFound without region error, ...) is
+// returned at once. When ctx ends, the error returned wraps both ctx's error
+// and the last attempt's, so errors.Is(err, context.DeadlineExceeded) and
+// errors.As(err, &region.NotLeaderError{}) both see through it. A request
+// without a deadline gets Config.RequestTimeout.
+func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
+		defer cancel()
+	}
+	var (
+		bo        backoffer
+		excluded  = storeSet{}
+		lastErr   error
+		epochErrs int
+		hints     int
+	)
+	for n := 1; ; n++ {
+		if err := ctx.Err(); err != nil {
+			return result{attempts: n - 1}, c.giveUp(req, n-1, err, lastErr)
+		}
+		wait, a, err := c.tryOnce(ctx, req, excluded)
+		if err == nil {
+			return result{attempts: n, final: a}, nil
+		}
+		lastErr = err
+		var (
+			nl *region.NotLeaderError
+			en *region.EpochNotMatchError
+			rn *region.RegionNotFoundError
+			kn *region.KeyNotInRegionError
+			dr *region.DataIsNotReadyError
+			fe *fatalError
+		)
+		var sleep time.Duration
+		switch {
+		case errors.As(err, &fe):
+			return result{attempts: n, final: a}, fmt.Errorf("%s: %w", req.op, fe.err)
+		case wait:
+			sleep = bo.next(boUnreachable)
+		case errors.As(err, &nl):
+			hinted := nl.Leader != nil && nl.Leader.StoreID != a.storeID &&
+				c.cache.updateLeader(a.region.ID, nl.Leader.StoreID)
+			switch {
+			case hinted:
+				// The hinted store may have failed an earlier attempt of
+				// this request; it is the leader now, so try it again.
+				delete(excluded, nl.Leader.StoreID)
+				// Hints are followed at once, but a cluster whose replicas
+				// disagree about the leader must not be hammered.
+				if hints++; hints > 2 {
+					sleep = bo.next(boNoLeader)
+				}
+			case nl.Leader != nil && nl.Leader.StoreID != a.storeID:
+				// The hinted store hosts no peer we know of: our peer
+				// list is stale (a conf change). Reload the region.
+				c.cache.drop(a.region.ID)
+			default:
+				c.cache.switchLeaderFrom(a.region.ID, a.storeID)
+				sleep = bo.next(boNoLeader)
+			}
+		case errors.As(err, &en):
+			c.cache.onEpochNotMatch(a.region.ID, en.Current, a.storeID)
+			if epochErrs++; epochErrs > 1 {
+				sleep = bo.next(boRegionMiss)
+			}
+		case errors.As(err, &rn), errors.As(err, &kn):
+			c.cache.drop(a.region.ID)
+			sleep = bo.next(boRegionMiss)
+		case errors.As(err, &dr):
+			excluded[a.storeID] = struct{}{}
+			if len(excluded) >= len(a.region.Peers) {
+				// Every replica refused: wait for safe points to advance,
+				// then go round again.
+				clear(excluded)
+				sleep = bo.next(boNotReady)
+			}
+		case isUnreachable(ctx, err):
+			c.stats.get(a.storeID).markFailure()
+			excluded[a.storeID] = struct{}{}
+			if req.write || req.policy.Replica == ReplicaLeader {
+				c.cache.switchLeaderFrom(a.region.ID, a.storeID)
+			}
+			if len(excluded) >= len(a.region.Peers) {
+				clear(excluded)
+			}
+			c.conns.resetBackoff(a.addr)
+			sleep = bo.next(boUnreachable)
+		case ctx.Err() != nil:
+			// The attempt failed because the request's own deadline ended;
+			// the loop's check reports it.
+			continue
+		default:
+			return result{attempts: n, final: a}, fmt.Errorf("%s: %w", req.op, err)
+		}
+		if a != nil {
+			c.log.Debug("retrying", "op", req.op, "attempt", n, "region", a.region.ID, "store", a.storeID, "sleep", sleep, "err", err)
+		} else {
+			c.log.Debug("retrying", "op", req.op, "attempt", n, "sleep", sleep, "err", err)
+		}
+		if sleep > 0 {
+			t := time.NewTimer(sleep)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return result{attempts: n}, c.giveUp(req, n, ctx.Err(), lastErr)
+			}
+		}
+	}
+}
+
+// fatalError marks an error the retry loop must return as is.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+// tryOnce locates the region, picks a replica and sends one attempt. wait
+// reports a failure before any RPC was sent that calls for a backoff (no
+// region could be loaded, no replica usable). The returned attempt is nil
+// only when wait is true or the error is fatal.
+func (c *Client) tryOnce(ctx context.Context, req *regionRequest, excluded storeSet) (wait bool, a *attempt, err error) {
+	var loc cachedRegion
+	if req.byID {
+		loc, err = c.cache.locateID(ctx, req.regionID)
+	} else {
+		loc, err = c.cache.locateKey(ctx, req.key)
+	}
+	if err != nil {
+		// No region for a key is transient (every key has one; the stores
+		// asked may be catching up), but no region with an id after every
+		// region was reloaded means there is none.
+		if isUnreachable(ctx, err) || errors.Is(err, errNoStore) || (errors.Is(err, errNoRegion) && !req.byID) {
+			return true, nil, err
+		}
+		return false, nil, &fatalError{err}
+	}
+	sel, ok := c.selector.pick(&loc, req.policy.Replica, req.write, excluded)
+	if !ok {
+		clear(excluded)
+		return true, nil, fmt.Errorf("region %d: no usable replica", loc.ID)
+	}
+	a = &attempt{region: loc, peer: sel.peer, storeID: sel.peer.StoreID, replicaRead: sel.replicaRead && !req.write}
+	if !req.write {
+		a.maxStaleness = req.policy.MaxStaleness
+	}
+	st, ok := c.cache.store(a.storeID)
+	if !ok {
+		// A store we have not heard of (added after we loaded the store
+		// list): learn it, or skip it for this request.
+		if rerr := c.cache.refreshStores(ctx); rerr != nil {
+			c.log.Debug("refresh stores", "err", rerr)
+		}
+		if st, ok = c.cache.store(a.storeID); !ok {
+			excluded[a.storeID] = struct{}{}
+			return true, nil, fmt.Errorf("store %d: address unknown: %w", a.storeID, errNoStore)
+		}
+	}
+	a.addr = st.addr
+	cc, err := c.conns.get(a.addr)
+	if err != nil {
+		return false, nil, &fatalError{err}
+	}
+	actx, cancel := attemptTimeout(ctx)
+	if req.longRunning {
+		cancel()
+		actx, cancel = context.WithCancel(ctx)
+	}
+	defer cancel()
+	done := c.stats.get(a.storeID).start()
+	load, err := req.rpc(actx, cc, a)
+	done(err == nil, load)
+	if err == nil {
+		return false, a, nil
+	}
+	// A region error a newer server sends and this client does not know
+	// is not one: it falls through as a plain store error.
+	if re := pb.RegionErrorFromStatus(err).ToError(); region.IsRegionError(re) {
+		return false, a, fmt.Errorf("store %d: %w", a.storeID, re)
+	}
+	return false, a, &storeError{storeID: a.storeID, addr: a.addr, err: err}
+}
+
+// errNoStore: a region names a store no endpoint knows the address of.
+var errNoStore = errors.New("store address unknown")
+
+// storeError is a failed RPC to a store, with which store it was. Its text
+// puts the gRPC code and message plainly ("store 2 (127.0.0.1:20162):
+// Unavailable: connection refused") and it keeps the gRPC status reachable
+// for status.FromError and status.Code.
+type storeError struct {
+	storeID uint64
+	addr    string
+	err     error
+}
+
+func (e *storeError) Error() string {
+	who := e.addr
+	if e.storeID != 0 {
+		who = fmt.Sprintf("store %d (%s)", e.storeID, e.addr)
+	}
+	if st, ok := status.FromError(e.err); ok {
+		return fmt.Sprintf("%s: %s: %s", who, st.Code(), st.Message())
+	}
+	return fmt.Sprintf("%s: %v", who, e.err)
+}
+
+func (e *storeError) Unwrap() error { return e.err }
+
+// isUnreachable reports an error that says nothing about the request and
+// everything about the store or the path to it: worth trying elsewhere. An
+// attempt that timed out counts only while the request's own ctx is alive.
+func isUnreachable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	case codes.Canceled:
+		// Canceled with our ctx alive: the conn was closed under us (a
+		// store restarting), not the caller giving up.
+		return true
+	}
+	return false
+}
+
+// giveUp builds the error for a request whose ctx ended.
+func (c *Client) giveUp(req *regionRequest, attempts int, ctxErr, lastErr error) error {
+	if lastErr == nil {
+		return fmt.Errorf("%s: %w", req.op, ctxErr)
+	}
+	return fmt.Errorf("%s: gave up after %d attempts: %w; last error: %w", req.op, attempts, ctxErr, lastErr)
+}

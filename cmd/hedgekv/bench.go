@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hedgekv/hedgekv/bench"
+	"github.com/hedgekv/hedgekv/bench/ycsbdb"
+	"github.com/hedgekv/hedgekv/client"
+)
+
+// newBenchCmd is "hedgekv bench SCENARIO": each scenario is a subcommand
+// that only parses flags and calls package bench.
+func newBenchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench SCENARIO",
+		Short: "Run a benchmark scenario and write results/SCENARIO/{results.json,report.md}",
+		Long: `Run a benchmark scenario. Each writes results/SCENARIO/results.json and
+report.md (under --out) and prints progress on stderr while it runs.
+
+  ycsb       go-ycsb workloads a-f or scan against a running cluster (--endpoints)
+  peer-etcd  the same workloads against a local three-member etcd and hedgekv
+
+The global --timeout bounds a benchmark only when it is given explicitly.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newBenchYCSBCmd(), newBenchPeerEtcdCmd())
+	return cmd
+}
+
+// benchEnv is what every scenario takes from the root command.
+type benchEnv struct {
+	ctx       context.Context
+	cancel    context.CancelFunc
+	endpoints []string
+	// endpointsSet: --endpoints was given explicitly.
+	endpointsSet bool
+	zone         string
+	logger       *slog.Logger
+}
+
+func newBenchEnv(cmd *cobra.Command) (*benchEnv, error) {
+	env := &benchEnv{}
+	if f := cmd.Flag("endpoints"); f != nil {
+		env.endpoints = splitList(strings.Trim(f.Value.String(), "[]"))
+		env.endpointsSet = f.Changed
+	}
+	if len(env.endpoints) == 0 {
+		if env.endpointsSet {
+			return nil, usagef("--endpoints is empty")
+		}
+		env.endpoints = splitList(ycsbdb.DefaultEndpoints)
+	}
+	if f := cmd.Flag("zone"); f != nil {
+		env.zone = f.Value.String()
+	}
+	// Benchmarks run for minutes: the root's --timeout bounds one only when
+	// it is given explicitly.
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	env.ctx, env.cancel = context.WithCancel(ctx)
+	if f := cmd.Flag("timeout"); f != nil && f.Changed {
+		d, err := time.ParseDuration(f.Value.String())
+		if err != nil || d <= 0 {
+			env.cancel()
+			return nil, usagef("--timeout must be a positive duration, got %q", f.Value.String())
+		}
+		env.ctx, env.cancel = context.WithTimeout(ctx, d)
+	}
+	// Progress goes to stderr at info level, whatever the CLI's default
+	// logger (warnings only) says.
+	env.logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return env, nil
+}
+
+func splitList(s string) []string { return ycsbdb.SplitList(s) }
+
+func parseProps(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	m := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, usagef("--prop wants NAME=VALUE, got %q", kv)
+		}
+		m[strings.TrimSpace(k)] = v
+	}
+	return m, nil
+}
+
+func newBenchYCSBCmd() *cobra.Command {
+	var (
+		workloads, reads, db, out, scanDist string
+		records, ops                        int64
+		threads, maxScan                    int
+		load, scanInsert, quick, fresh      bool
+		maxStale, duration, progress        time.Duration
+		props                               []string
+	)
+	cmd := &cobra.Command{
+		Use:   "ycsb --workload a..f|scan [--records N --ops N --threads N] [--read leader|follower|...]",
+		Short: "Run go-ycsb workloads against a running cluster",
+		Long: `Load --records records (unless --load=false), then run --ops operations of each
+workload (a comma list) once per read policy (a comma list). Results are merged
+into OUT/ycsb/results.json (rows keyed by variant and workload) and
+OUT/ycsb/report.md is rewritten; go-ycsb's own summary is printed after each run.
+
+Workloads: a (50% read, 50% update), b (95/5), c (read only), d (read latest,
+5% insert), e (95% scan, 5% insert), f (read-modify-write), scan (100% scans,
+--max-scan-length, default 100; --scan-insert for 95% scans + 5% inserts).`,
+		Args: exactArgs(),
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			env, err := newBenchEnv(cmd)
+			if err != nil {
+				return err
+			}
+			defer env.cancel()
+			flags := cmd.Flags()
+			if quick {
+				if !flags.Changed("records") {
+					records = 1000
+				}
+				if !flags.Changed("ops") {
+					ops = 5000
+				}
+				if !flags.Changed("threads") {
+					threads = 8
+				}
+				if !flags.Changed("duration") {
+					duration = 10 * time.Second
+				}
+			}
+			if records <= 0 || ops <= 0 || threads <= 0 {
+				return usagef("--records, --ops and --threads must be positive")
+			}
+			wl := splitList(workloads)
+			if len(wl) == 0 {
+				return usagef("--workload is empty")
+			}
+			for _, w := range wl {
+				if _, err := bench.WorkloadProperties(w); err != nil {
+					return usageError{err}
+				}
+			}
+			rl := splitList(reads)
+			for _, r := range rl {
+				if _, err := client.ParseReplicaPolicy(r); err != nil {
+					return usageError{fmt.Errorf("--read: %w", err)}
+				}
+			}
+			extra, err := parseProps(props)
+			if err != nil {
+				return err
+			}
+			_, err = bench.RunYCSBScenario(env.ctx, bench.YCSBScenario{
+				DB: db, Endpoints: env.endpoints, Zone: env.zone, Reads: rl, MaxStaleness: maxStale,
+				Workloads: wl, Records: records, Ops: ops, Threads: threads, Load: load,
+				MaxScanLength: maxScan, ScanLengthDistribution: scanDist, ScanInsert: scanInsert,
+				Properties: extra, MaxDuration: duration, OutDir: out, Fresh: fresh,
+				ProgressInterval: progress, Logger: env.logger, Out: cmd.OutOrStdout(),
+			})
+			return err
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&workloads, "workload", "a", "workload(s): a, b, c, d, e, f or scan; a comma list runs each")
+	f.Int64Var(&records, "records", 10000, "records to load (and the key space the workload reads)")
+	f.Int64Var(&ops, "ops", 20000, "operations per workload run")
+	f.IntVar(&threads, "threads", 16, "client threads")
+	f.StringVar(&reads, "read", "leader", "read policy: leader, follower, mixed, closest, prefer-leader; a comma list runs each")
+	f.DurationVar(&maxStale, "max-staleness", 0, "permit bounded-staleness reads up to this old (0: linearizable)")
+	f.BoolVar(&load, "load", true, "load the records before running")
+	f.StringVar(&out, "out", "results", "results directory (writes OUT/ycsb/)")
+	f.StringVar(&db, "db", ycsbdb.Name, "go-ycsb DB binding to drive (hedgekv, etcdkv, etcd, ...); other DBs take their endpoints from --prop")
+	f.IntVar(&maxScan, "max-scan-length", 0, "maxscanlength of scans (scan workload: default 100)")
+	f.StringVar(&scanDist, "scan-length-dist", "", "scan length distribution: uniform, zipfian or constant (exactly --max-scan-length)")
+	f.BoolVar(&scanInsert, "scan-insert", false, "scan workload: 95% scans and 5% inserts instead of 100% scans")
+	f.StringArrayVar(&props, "prop", nil, "extra go-ycsb property NAME=VALUE (repeatable), e.g. fieldcount=1, requestdistribution=zipfian")
+	f.DurationVar(&duration, "duration", 0, "stop each run after this long (0: when --ops are done)")
+	f.DurationVar(&progress, "progress", 5*time.Second, "interval of progress lines on stderr (negative: none)")
+	f.BoolVar(&quick, "quick", false, "small run: 1000 records, 5000 ops, 8 threads, at most 10s per run (explicit flags win)")
+	f.BoolVar(&fresh, "fresh", false, "replace OUT/ycsb/results.json instead of merging into it")
+	return cmd
+}
+
+func newBenchPeerEtcdCmd() *cobra.Command {
+	var (
+		workloads, variants, etcdBin, binding, out string
+		records, ops                               int64
+		threads                                    int
+		quick                                      bool
+		maxStale, duration, progress               time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "peer-etcd [--quick] [--records 20000 --ops 50000 --threads 32 --workloads a,c]",
+		Short: "Compare hedgekv with a local three-member etcd under the same YCSB workloads",
+		Long: `Start a three-member etcd on loopback ports (the etcd binary from PATH or --etcd;
+Debian: apt-get install etcd-server), load it and run each workload with
+linearizable and serializable reads; then do the same against hedgekv, three
+stores started in this process (or the running cluster given with --endpoints),
+with leader, follower and bounded-staleness follower reads. Prints a side-by-side
+table and writes OUT/peer-etcd/{results.json,report.md}.`,
+		Args: exactArgs(),
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			env, err := newBenchEnv(cmd)
+			if err != nil {
+				return err
+			}
+			defer env.cancel()
+			cfg := bench.PeerEtcdConfig{
+				Quick: quick, Records: records, Ops: ops, Threads: threads,
+				Workloads: splitList(workloads), Variants: splitList(variants),
+				EtcdBinary: etcdBin, EtcdBinding: binding, Zone: env.zone,
+				MaxStaleness: maxStale, MaxDuration: duration, OutDir: out,
+				ProgressInterval: progress, Logger: env.logger, Out: cmd.OutOrStdout(),
+			}
+			if env.endpointsSet {
+				cfg.HedgeKVEndpoints = env.endpoints
+			}
+			if records < 0 || ops < 0 || threads < 0 {
+				return usagef("--records, --ops and --threads must not be negative")
+			}
+			for _, w := range cfg.Workloads {
+				if _, err := bench.WorkloadProperties(w); err != nil {
+					return usageError{err}
+				}
+			}
+			_, err = bench.RunPeerEtcd(env.ctx, cfg)
+			return err
+		}),
+	}
+	f := cmd.Flags()
+	f.BoolVar(&quick, "quick", false, "under a minute: 2000 records, 4000 ops, 16 threads, at most 5s per run (explicit flags win)")
+	f.Int64Var(&records, "records", 0, "records to load into each system (default 20000)")
+	f.Int64Var(&ops, "ops", 0, "operations per run (default 50000)")
+	f.IntVar(&threads, "threads", 0, "client threads (default 32)")
+	f.StringVar(&workloads, "workloads", "a,c", "comma list of workloads (a-f, scan)")
+	f.StringVar(&workloads, "workload", "a,c", "alias of --workloads")
+	_ = f.MarkHidden("workload")
+	names := make([]string, 0, len(bench.PeerVariants))
+	for _, v := range bench.PeerVariants {
+		names = append(names, v.Name)
+	}
+	f.StringVar(&variants, "variants", "", "comma list of variants to run (default all: "+strings.Join(names, ",")+")")
+	f.StringVar(&etcdBin, "etcd", "", "etcd binary (default: etcd on PATH)")
+	f.StringVar(&binding, "etcd-binding", bench.EtcdBindingNative, "etcd YCSB binding: etcdkv (same encoding as hedgekv) or go-ycsb (go-ycsb's own; linearizable only, its scans fail)")
+	f.DurationVar(&maxStale, "max-staleness", time.Second, "staleness bound of hedgekv-follower-stale")
+	f.DurationVar(&duration, "duration", 0, "stop each run after this long (default: none; --quick: 5s)")
+	f.StringVar(&out, "out", "results", "results directory (writes OUT/peer-etcd/)")
+	f.DurationVar(&progress, "progress", 5*time.Second, "interval of progress lines on stderr (negative: none)")
+	return cmd
+}

@@ -1,0 +1,208 @@
+// Command hedgekv is the single hedgekv binary: the store server, the
+// key-value client commands, the operator's ctl commands and the
+// benchmarks. It only parses flags and wires packages together.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/status"
+
+	"github.com/hedgekv/hedgekv/client"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the command ran and failed (including "key not found")
+	exitUsage   = 2 // the command line is wrong
+)
+
+const defaultEndpoints = "127.0.0.1:20161,127.0.0.1:20162,127.0.0.1:20163"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// app holds the root's flags and the output streams, shared by every
+// command.
+type app struct {
+	stdout, stderr io.Writer
+	endpoints      string
+	zone           string
+	timeout        time.Duration
+}
+
+// usageError is a wrong command line: exit 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// runError is an error of a command that ran: exit 1. Everything cobra
+// returns that is not a runError (unknown command, bad flag, wrong number
+// of arguments) is a usage error.
+type runError struct{ err error }
+
+func (e runError) Error() string { return e.err.Error() }
+func (e runError) Unwrap() error { return e.err }
+
+// silentError has been reported already; it only sets the exit code.
+type silentError struct{ code int }
+
+func (e silentError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+// runE adapts a command body so that its errors count as run errors,
+// unless it says they are usage errors.
+func runE(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		err := fn(cmd, args)
+		var ue usageError
+		var se silentError
+		if err == nil || errors.As(err, &ue) || errors.As(err, &se) {
+			return err
+		}
+		return runError{err}
+	}
+}
+
+// run executes the command line and returns the exit code. Errors are
+// printed here, as one line on stderr, never by cobra.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr}
+	root := newRootCmd(a)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	var (
+		se silentError
+		re runError
+		ue usageError
+	)
+	switch {
+	case errors.As(err, &se):
+		return se.code
+	case errors.As(err, &ue) || !errors.As(err, &re):
+		msg := firstLine(err.Error())
+		if cmd != nil {
+			msg += " (usage: " + cmd.UseLine() + ")"
+		}
+		fmt.Fprintf(stderr, "hedgekv: %s\n", msg)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "hedgekv: %s\n", describe(re.err))
+		return exitFailure
+	}
+}
+
+func newRootCmd(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "hedgekv",
+		Short: "A Multi-Raft key-value store with follower read and hedged requests",
+		// Errors and usage are reported by run, once, on one line.
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// cobra's default for a command without Run is to print help and
+		// succeed; an unknown subcommand must fail instead.
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.endpoints, "endpoints", defaultEndpoints, "comma-separated gRPC addresses of stores")
+	pf.StringVar(&a.zone, "zone", "", "the zone this client sits in (for --read closest)")
+	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "deadline of the whole command")
+	root.AddCommand(
+		newPutCmd(a), newGetCmd(a), newDeleteCmd(a), newScanCmd(a),
+		newCtlCmd(a),
+		newServerCmd(a),
+		newBenchCmd(),
+	)
+	return root
+}
+
+// connect creates a client for a command and a context bounded by
+// --timeout that covers connecting and the request.
+func (a *app) connect(ctx context.Context) (*client.Client, context.Context, func(), error) {
+	if a.timeout <= 0 {
+		return nil, nil, nil, usagef("--timeout must be positive, got %v", a.timeout)
+	}
+	var eps []string
+	for _, e := range strings.Split(a.endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, nil, nil, usagef("--endpoints is empty")
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	cli, err := client.New(ctx, client.Config{Endpoints: eps, Zone: a.zone, RequestTimeout: a.timeout})
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return cli, ctx, func() {
+		_ = cli.Close()
+		cancel()
+	}, nil
+}
+
+// exactArgs is cobra.ExactArgs with names in the message.
+func exactArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != len(names) && len(names) == 0 {
+			return usagef("%s takes no arguments, got %d", cmd.Name(), len(args))
+		}
+		if len(args) != len(names) {
+			return usagef("%s takes %d argument(s) (%s), got %d", cmd.Name(), len(names), strings.Join(names, " "), len(args))
+		}
+		return nil
+	}
+}
+
+// describe renders an error for the one-line report. gRPC status errors
+// are shown as their code and message rather than grpc's "rpc error: code
+// = X desc = Y"; the client's own errors already read that way.
+func describe(err error) string {
+	msg := err.Error()
+	if st, ok := status.FromError(err); ok && strings.HasPrefix(msg, "rpc error: ") {
+		msg = fmt.Sprintf("%s: %s", st.Code(), st.Message())
+	}
+	return strings.ReplaceAll(strings.TrimSpace(msg), "\n", " ")
+}
+
+// firstLine keeps the first line of cobra's multi-line messages (which go
+// on with suggestions and a pointer to --help).
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(s)
+}
+
+func init() {
+	// The client logs retries at debug level; a CLI user sees only what
+	// goes wrong. The server command installs its own logger.
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+}

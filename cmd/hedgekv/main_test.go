@@ -1,0 +1,382 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"maps"
+	"math"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hedgekv/hedgekv/client/clienttest"
+	"github.com/hedgekv/hedgekv/server/pb"
+)
+
+// runCLI runs the command line and returns its exit code and output.
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// oneLine checks the contract for errors: one line on stderr.
+func oneLine(t *testing.T, stderr string) {
+	t.Helper()
+	if strings.Count(stderr, "\n") != 1 || !strings.HasPrefix(stderr, "hedgekv: ") {
+		t.Errorf("stderr %q, want one line starting with \"hedgekv: \"", stderr)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string // substring of the message
+	}{
+		{"get without key", []string{"get"}, "get takes 1 argument"},
+		{"put without value", []string{"put", "k"}, "put takes 2 argument"},
+		{"delete with two keys", []string{"delete", "a", "b"}, "delete takes 1 argument"},
+		{"scan without start", []string{"scan"}, "scan takes START"},
+		{"scan with three args", []string{"scan", "a", "b", "c"}, "scan takes START"},
+		{"negative limit", []string{"scan", "a", "--limit", "-1"}, "--limit"},
+		{"limit not a number", []string{"scan", "a", "--limit", "ten"}, "invalid argument"},
+		{"unknown policy", []string{"get", "k", "--read", "nearest"}, "unknown replica policy"},
+		{"bad hedge", []string{"get", "k", "--hedge", "soon"}, "--hedge"},
+		{"bad staleness", []string{"get", "k", "--max-staleness", "5"}, "max-staleness"},
+		{"unknown flag", []string{"get", "k", "--bogus"}, "unknown flag"},
+		{"unknown command", []string{"gte", "k"}, "unknown command"},
+		{"bad region id", []string{"ctl", "transfer-leader", "x", "1"}, "REGION_ID must be a positive integer"},
+		{"zero store id", []string{"ctl", "transfer-leader", "1", "0"}, "STORE_ID must be a positive integer"},
+		{"ctl stores with an argument", []string{"ctl", "stores", "x"}, "takes no arguments"},
+		{"unknown ctl command", []string{"ctl", "nope"}, "unknown command"},
+		{"zero timeout", []string{"get", "k", "--timeout", "0s"}, "--timeout"},
+		{"server without peers", []string{"server", "--id", "1", "--data-dir", "/tmp/x"}, "--peers is required"},
+		{"server id not a peer", []string{"server", "--id", "4", "--peers", "1=a:1,2=a:2", "--data-dir", "/tmp/x"}, "not among --peers"},
+		{"server bad peers", []string{"server", "--id", "1", "--peers", "1=a:1,two=a:2", "--data-dir", "/tmp/x"}, "store id"},
+		{"server without data dir", []string{"server", "--id", "1", "--peers", "1=a:1"}, "--data-dir"},
+		{"server bad log level", []string{"server", "--id", "1", "--peers", "1=a:1", "--data-dir", "d", "--log-level", "loud"}, "--log-level"},
+		{"split without key", []string{"ctl", "split"}, "split takes 1 argument(s) (KEY)"},
+		{"split with two keys", []string{"ctl", "split", "a", "b"}, "split takes 1 argument(s) (KEY)"},
+		{"split empty key", []string{"ctl", "split", ""}, "KEY must not be empty"},
+		{"add-peer one arg", []string{"ctl", "add-peer", "1"}, "add-peer takes 2 argument(s) (REGION_ID STORE_ID)"},
+		{"add-peer bad region", []string{"ctl", "add-peer", "one", "4"}, "REGION_ID must be a positive integer"},
+		{"add-peer zero store", []string{"ctl", "add-peer", "1", "0"}, "STORE_ID must be a positive integer"},
+		{"remove-peer three args", []string{"ctl", "remove-peer", "1", "2", "3"}, "remove-peer takes 2 argument(s)"},
+		{"remove-peer zero region", []string{"ctl", "remove-peer", "0", "2"}, "REGION_ID must be a positive integer"},
+		{"server join and peers", []string{"server", "--id", "4", "--join", "a:1", "--peers", "1=a:1", "--listen", "a:4", "--data-dir", "d"}, "exclude each other"},
+		{"server join without listen", []string{"server", "--id", "4", "--join", "a:1", "--data-dir", "d"}, "--listen is required with --join"},
+		{"server join wildcard listen", []string{"server", "--id", "4", "--join", "a:1", "--listen", "0.0.0.0:4", "--data-dir", "d"}, "not a wildcard"},
+		{"server join bad address", []string{"server", "--id", "4", "--join", "nohostport", "--listen", "a:4", "--data-dir", "d"}, "--join: \"nohostport\" is not HOST:PORT"},
+		{"server join no address", []string{"server", "--id", "4", "--join", ",", "--listen", "a:4", "--data-dir", "d"}, "--join names no address"},
+		{"server join without id", []string{"server", "--join", "a:1", "--listen", "a:4", "--data-dir", "d"}, "--id is required"},
+		{"server join id too big", []string{"server", "--id", "70000", "--join", "a:1", "--listen", "a:4", "--data-dir", "d"}, "65535"},
+		{"server join without data dir", []string{"server", "--id", "4", "--join", "a:1", "--listen", "a:4"}, "--data-dir"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, tt.args...)
+			if code != exitUsage {
+				t.Errorf("exit %d, want %d (stderr %q)", code, exitUsage, stderr)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q, want nothing", stdout)
+			}
+			oneLine(t, stderr)
+			if !strings.Contains(stderr, tt.want) {
+				t.Errorf("stderr %q does not mention %q", stderr, tt.want)
+			}
+		})
+	}
+}
+
+func TestKVCommands(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+	steps := []struct {
+		args       []string
+		wantCode   int
+		wantStdout string
+		wantStderr []string // substrings; nil: stderr must be empty
+	}{
+		{args: []string{"put", "b", "2"}, wantStdout: "OK\n"},
+		{args: []string{"put", "a", "hello world"}, wantStdout: "OK\n"},
+		{args: []string{"put", "c", "3"}, wantStdout: "OK\n"},
+		{args: []string{"get", "a"}, wantStdout: "hello world\n"},
+		{args: []string{"get", "a", "-v"}, wantStdout: "hello world\n", wantStderr: []string{"served by store 1 via lease\n", "hedge: no\n"}},
+		{args: []string{"get", "a", "-v", "--read", "closest", "--zone", "dc-c"}, wantStdout: "hello world\n", wantStderr: []string{"served by store 3 via read-index\n"}},
+		{args: []string{"get", "a", "-v", "--read", "follower", "--max-staleness", "5s"}, wantStdout: "hello world\n", wantStderr: []string{"via stale (at most 5s stale)"}},
+		{args: []string{"get", "missing"}, wantCode: exitFailure, wantStderr: []string{"key not found\n"}},
+		{args: []string{"scan", "a"}, wantStdout: "a\thello world\nb\t2\nc\t3\n"},
+		{args: []string{"scan", "a", "c"}, wantStdout: "a\thello world\nb\t2\n"},
+		{args: []string{"scan", "", "--limit", "1", "--read", "mixed"}, wantStdout: "a\thello world\n"},
+		{args: []string{"delete", "a"}, wantStdout: "OK\n"},
+		{args: []string{"get", "a"}, wantCode: exitFailure, wantStderr: []string{"key not found\n"}},
+		{args: []string{"ctl", "transfer-leader", "1", "2"}, wantStdout: "OK\n"},
+		{args: []string{"get", "b", "-v"}, wantStdout: "2\n", wantStderr: []string{"served by store 2 via lease\n"}},
+	}
+	for _, s := range steps {
+		code, stdout, stderr := runCLI(t, append(s.args, ep)...)
+		if code != s.wantCode {
+			t.Fatalf("%v: exit %d, want %d (stderr %q)", s.args, code, s.wantCode, stderr)
+		}
+		if stdout != s.wantStdout {
+			t.Errorf("%v: stdout %q, want %q", s.args, stdout, s.wantStdout)
+		}
+		if s.wantStderr == nil && stderr != "" {
+			t.Errorf("%v: stderr %q, want nothing", s.args, stderr)
+		}
+		for _, w := range s.wantStderr {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%v: stderr %q does not contain %q", s.args, stderr, w)
+			}
+		}
+	}
+}
+
+func TestCtlJSON(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	if err := cl.Split([]byte("m"), 2); err != nil {
+		t.Fatal(err)
+	}
+	cl.SetLeader(2, 3)
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+
+	code, stdout, stderr := runCLI(t, "ctl", "regions", "--json", ep)
+	if code != 0 {
+		t.Fatalf("ctl regions: exit %d: %s", code, stderr)
+	}
+	var regions []map[string]any
+	if err := json.Unmarshal([]byte(stdout), &regions); err != nil {
+		t.Fatalf("ctl regions --json is not a JSON array: %v\n%s", err, stdout)
+	}
+	if len(regions) != 2 || regions[1]["start_key"] != "m" || regions[0]["end_key"] != "m" || regions[1]["leader_store_id"] != 3.0 {
+		t.Errorf("regions: %s", stdout)
+	}
+
+	code, stdout, stderr = runCLI(t, "ctl", "stores", "--json", ep)
+	if code != 0 {
+		t.Fatalf("ctl stores: exit %d: %s", code, stderr)
+	}
+	var stores []map[string]any
+	if err := json.Unmarshal([]byte(stdout), &stores); err != nil {
+		t.Fatalf("ctl stores --json is not a JSON array: %v\n%s", err, stdout)
+	}
+	want := []string{"address", "id", "leader_count", "region_count", "up", "zone"}
+	if len(stores) != 3 || strings.Join(sortedKeys(stores[0]), ",") != strings.Join(want, ",") || stores[2]["zone"] != "dc-c" || stores[0]["up"] != true {
+		t.Errorf("stores: %s", stdout)
+	}
+
+	for _, args := range [][]string{{"ctl", "regions"}, {"ctl", "stores"}} {
+		code, stdout, stderr := runCLI(t, append(args, ep)...)
+		if code != 0 || !strings.HasPrefix(stdout, "ID ") || len(strings.Split(strings.TrimSpace(stdout), "\n")) < 3 {
+			t.Errorf("%v: exit %d, table %q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+}
+
+// TestCtlMembership: split, add-peer and remove-peer through the client's
+// routing (NotLeader hints included) against the fake cluster.
+func TestCtlMembership(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c", "dc-d")
+	cl.SetLeader(1, 2) // the CLI learns the leader from a NotLeader hint or the region listing
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+	steps := []struct {
+		args       []string
+		wantCode   int
+		wantStdout string
+		wantStderr string // substring; "": stderr must be empty
+	}{
+		{args: []string{"ctl", "split", "m"}, wantStdout: "left:  region 1 [-inf, \"m\") epoch 1/2 peers 1@1,2@2,3@3,4@4\n" +
+			"right: region 1001 [\"m\", +inf) epoch 1/2 peers 100101@1,100102@2,100103@3,100104@4\n"},
+		{args: []string{"ctl", "split", "m"}, wantCode: exitFailure, wantStderr: "already a region boundary"},
+		{args: []string{"ctl", "remove-peer", "1", "4"}, wantStdout: "OK\n"},
+		{args: []string{"ctl", "remove-peer", "1", "4"}, wantStdout: "OK\n"}, // already gone: fine
+		{args: []string{"ctl", "add-peer", "1", "4"}, wantStdout: "OK\n"},
+		{args: []string{"ctl", "remove-peer", "1", "2"}, wantStdout: "OK\n"}, // the leader's own: follows the hint
+		{args: []string{"ctl", "add-peer", "1", "9"}, wantCode: exitFailure, wantStderr: "InvalidArgument: store 9 is unknown"},
+		{args: []string{"ctl", "add-peer", "77", "1"}, wantCode: exitFailure, wantStderr: "region 77"},
+		{args: []string{"ctl", "remove-peer", "77", "1"}, wantCode: exitFailure, wantStderr: "region 77"},
+	}
+	for _, s := range steps {
+		code, stdout, stderr := runCLI(t, append(s.args, ep, "--timeout", "5s")...)
+		if code != s.wantCode {
+			t.Fatalf("%v: exit %d, want %d (stderr %q)", s.args, code, s.wantCode, stderr)
+		}
+		if stdout != s.wantStdout {
+			t.Errorf("%v: stdout %q, want %q", s.args, stdout, s.wantStdout)
+		}
+		if s.wantStderr == "" && stderr != "" {
+			t.Errorf("%v: stderr %q, want nothing", s.args, stderr)
+		}
+		if s.wantStderr != "" {
+			oneLine(t, stderr)
+			if !strings.Contains(stderr, s.wantStderr) {
+				t.Errorf("%v: stderr %q does not contain %q", s.args, stderr, s.wantStderr)
+			}
+		}
+	}
+	rs := cl.Regions()
+	if len(rs) != 2 {
+		t.Fatalf("regions after the split: %v", rs)
+	}
+	var stores []uint64
+	for _, p := range rs[0].Peers {
+		stores = append(stores, p.StoreID)
+	}
+	if !slices.Equal(stores, []uint64{1, 3, 4}) || rs[0].Epoch.ConfVer != 4 {
+		t.Errorf("region 1 after remove 4, add 4, remove 2: peers on stores %v, epoch %v", stores, rs[0].Epoch)
+	}
+	if l := cl.Leader(1); l == 2 || l == 0 {
+		t.Errorf("region 1 leader %d after its leader's replica was removed", l)
+	}
+
+	// A learner shows in ctl regions, marked, and only there.
+	cl.SetLearner(1, 4, true)
+	code, stdout, stderr := runCLI(t, "ctl", "regions", "--json", ep)
+	if code != 0 {
+		t.Fatalf("ctl regions: exit %d: %s", code, stderr)
+	}
+	if strings.Count(stdout, `"is_learner": true`) != 1 || strings.Contains(stdout, `"is_learner": false`) {
+		t.Errorf("regions --json with one learner:\n%s", stdout)
+	}
+	code, stdout, _ = runCLI(t, "ctl", "regions", ep)
+	if code != 0 || !strings.Contains(stdout, "@4(learner)") {
+		t.Errorf("regions table with one learner (exit %d):\n%s", code, stdout)
+	}
+}
+
+func sortedKeys(m map[string]any) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+// The JSON of ctl regions is a contract; compare it byte for byte.
+func TestRegionsJSONShape(t *testing.T) {
+	regions := []*pb.RegionInfo{
+		{
+			Region: &pb.Region{Id: 1, EndKey: []byte("m"), Epoch: &pb.Epoch{ConfVer: 1, Version: 2},
+				Peers: []*pb.Peer{{Id: 1, StoreId: 1}, {Id: 2, StoreId: 2}, {Id: 9, StoreId: 4, IsLearner: true}}},
+			LeaderStoreId: 2,
+		},
+		{Region: &pb.Region{Id: 5, StartKey: []byte("m"), Epoch: &pb.Epoch{ConfVer: 1, Version: 2}}},
+	}
+	var buf bytes.Buffer
+	if err := writeRegionsJSON(&buf, regions); err != nil {
+		t.Fatal(err)
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"id":1,"start_key":"","end_key":"m","epoch":{"conf_ver":1,"version":2},"peers":[{"id":1,"store_id":1},{"id":2,"store_id":2},{"id":9,"store_id":4,"is_learner":true}],"leader_store_id":2},` +
+		`{"id":5,"start_key":"m","end_key":"","epoch":{"conf_ver":1,"version":2},"peers":[],"leader_store_id":0}]`
+	if compact.String() != want {
+		t.Errorf("got  %s\nwant %s", compact.String(), want)
+	}
+
+	buf.Reset()
+	if err := writeStoresJSON(&buf, []*pb.Store{{Id: 1, Address: "127.0.0.1:20161", Zone: "dc-a", Up: true, LeaderCount: 2, RegionCount: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	compact.Reset()
+	if err := json.Compact(&compact, buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	want = `[{"id":1,"address":"127.0.0.1:20161","zone":"dc-a","up":true,"leader_count":2,"region_count":3}]`
+	if compact.String() != want {
+		t.Errorf("got  %s\nwant %s", compact.String(), want)
+	}
+
+	buf.Reset()
+	if err := writeRegionsJSON(&buf, nil); err != nil || strings.TrimSpace(buf.String()) != "[]" {
+		t.Errorf("no regions print %q (%v), want []", buf.String(), err)
+	}
+}
+
+func TestUnreachableCluster(t *testing.T) {
+	// A port nothing listens on.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	start := time.Now()
+	code, stdout, stderr := runCLI(t, "get", "k", "--endpoints", addr, "--timeout", "2s")
+	if code != exitFailure || stdout != "" {
+		t.Errorf("exit %d stdout %q, want exit %d and nothing", code, stdout, exitFailure)
+	}
+	oneLine(t, stderr)
+	if !strings.Contains(stderr, "Unavailable") {
+		t.Errorf("stderr %q does not name the gRPC code", stderr)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("took %v", d)
+	}
+}
+
+func TestParseHedge(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    hedgeSpec
+		wantErr bool
+	}{
+		{in: "off", want: hedgeSpec{off: true}},
+		{in: "10ms", want: hedgeSpec{delay: 10 * time.Millisecond}},
+		{in: "p99", want: hedgeSpec{percentile: 0.99}},
+		{in: "p999", want: hedgeSpec{percentile: 0.999}},
+		{in: "p99.9", want: hedgeSpec{percentile: 0.999}},
+		{in: "p50", want: hedgeSpec{percentile: 0.5}},
+		{in: "p100", wantErr: true},
+		{in: "p0", wantErr: true},
+		{in: "0s", wantErr: true},
+		{in: "-1ms", wantErr: true},
+		{in: "on", wantErr: true},
+		{in: "p", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := parseHedge(tt.in)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("parseHedge(%q) error %v, want error %v", tt.in, err, tt.wantErr)
+			continue
+		}
+		if err == nil && (got.off != tt.want.off || got.delay != tt.want.delay || math.Abs(got.percentile-tt.want.percentile) > 1e-9) {
+			t.Errorf("parseHedge(%q) = %+v, want %+v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestServerConfig(t *testing.T) {
+	f := serverFlags{id: 2, peers: "3=h:3, 1=h:1,2=h:2", zone: "dc-b", dataDir: "/d", tick: 20 * time.Millisecond, logLevel: "debug"}
+	cfg, _, err := f.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ListenAddr != "h:2" || cfg.Store.StoreID != 2 || cfg.Store.Zone != "dc-b" || cfg.Store.TickInterval != 20*time.Millisecond {
+		t.Errorf("config %+v", cfg)
+	}
+	if got := cfg.Store.InitialStores; len(got) != 3 || got[0] != 1 || got[1] != 2 || got[2] != 3 {
+		t.Errorf("initial stores %v, want [1 2 3]", got)
+	}
+	if len(cfg.Peers) != 3 || cfg.Peers[3] != "h:3" {
+		t.Errorf("peers %v", cfg.Peers)
+	}
+}
+
+func TestServerJoinConfig(t *testing.T) {
+	f := serverFlags{id: 4, join: "h:1, h:2", listen: "127.0.0.1:20164", zone: "dc-a", dataDir: "/d", tick: 50 * time.Millisecond, logLevel: "info"}
+	cfg, _, err := f.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.Join, []string{"h:1", "h:2"}) || cfg.ListenAddr != "127.0.0.1:20164" || cfg.Store.StoreID != 4 || cfg.Store.Zone != "dc-a" {
+		t.Errorf("config %+v", cfg)
+	}
+	if len(cfg.Store.InitialStores) != 0 || len(cfg.Peers) != 0 {
+		t.Errorf("a joining store bootstraps nothing: initial stores %v, peers %v", cfg.Store.InitialStores, cfg.Peers)
+	}
+}

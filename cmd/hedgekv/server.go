@@ -1,0 +1,217 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/server"
+)
+
+// serverFlags are the server command's flags.
+type serverFlags struct {
+	id       uint64
+	listen   string
+	status   string
+	peers    string
+	join     string
+	zone     string
+	dataDir  string
+	tick     time.Duration
+	logLevel string
+	// balanceInterval and maxStoreDownTime go to raftstore.Config as
+	// they are (0: the store's defaults).
+	balanceInterval  time.Duration
+	maxStoreDownTime time.Duration
+}
+
+func newServerCmd(a *app) *cobra.Command {
+	var f serverFlags
+	cmd := &cobra.Command{
+		Use:   "server --id N --listen ADDR --status ADDR (--peers 1=ADDR,2=ADDR,3=ADDR | --join ADDR[,ADDR]) --zone Z --data-dir DIR",
+		Short: "Run one store until SIGINT or SIGTERM",
+		Long: `Run one store until SIGINT or SIGTERM.
+
+With --peers the listed stores form the cluster and bootstrap its first
+region together. With --join the store joins a running cluster through any
+of the given stores: it announces itself, learns every store's address, and
+starts without regions (add-peer or the balancer give it replicas). The
+stores a store knows are kept in its data directory, so a restart (with
+either flag) keeps the stores that joined.`,
+		Args: exactArgs(),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			cfg, level, err := f.config()
+			if err != nil {
+				return err
+			}
+			log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+			slog.SetDefault(log)
+			cfg.Store.Logger = log // the server and the store add the store id themselves
+			srv, err := server.New(cfg)
+			if err != nil {
+				return fmt.Errorf("store %d: %w", cfg.Store.StoreID, err)
+			}
+			if err := srv.StartContext(cmd.Context()); err != nil {
+				srv.Stop()
+				return fmt.Errorf("store %d: start: %w", cfg.Store.StoreID, err)
+			}
+			log.Info("serving", "store", cfg.Store.StoreID, "listen", cfg.ListenAddr, "status", cfg.StatusAddr, "zone", cfg.Store.Zone)
+			<-cmd.Context().Done()
+			log.Info("stopping", "store", cfg.Store.StoreID)
+			srv.Stop()
+			return nil
+		}),
+	}
+	fl := cmd.Flags()
+	fl.Uint64Var(&f.id, "id", 0, "this store's id (one of the ids in --peers; with --join, one no store has)")
+	fl.StringVar(&f.listen, "listen", "", "gRPC listen address (default: this store's address in --peers; required with --join)")
+	fl.StringVar(&f.status, "status", "", "status HTTP address (/metrics, /status); empty disables it")
+	fl.StringVar(&f.peers, "peers", "", "every store of the cluster as ID=ADDR, comma-separated")
+	fl.StringVar(&f.join, "join", "", "join a running cluster through any of these stores' gRPC addresses, comma-separated")
+	fl.StringVar(&f.zone, "zone", "", "this store's zone label")
+	fl.StringVar(&f.dataDir, "data-dir", "", "directory for the store's data")
+	fl.DurationVar(&f.tick, "tick", 50*time.Millisecond, "raft tick interval")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fl.DurationVar(&f.balanceInterval, "balance-interval", 0, "how often the store balances replicas and leaders (0: default 5s, negative: never)")
+	fl.DurationVar(&f.maxStoreDownTime, "max-store-down-time", 0, "how long a store may be down before its replicas are replaced elsewhere (0: default 30s)")
+	return cmd
+}
+
+// config validates the flags and builds the server's config. Every problem
+// is a usage error.
+func (f *serverFlags) config() (server.Config, slog.Level, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return server.Config{}, 0, usagef("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	if strings.TrimSpace(f.join) != "" {
+		return f.joinConfig(level)
+	}
+	peers, err := parsePeers(f.peers)
+	if err != nil {
+		return server.Config{}, 0, err
+	}
+	if err := f.checkCommon(); err != nil {
+		return server.Config{}, 0, err
+	}
+	if _, ok := peers[f.id]; !ok {
+		return server.Config{}, 0, usagef("--id %d is not among --peers %s", f.id, f.peers)
+	}
+	listen := f.listen
+	if listen == "" {
+		listen = peers[f.id]
+	}
+	return server.Config{
+		Store: raftstore.Config{
+			StoreID:          f.id,
+			Zone:             f.zone,
+			DataDir:          f.dataDir,
+			InitialStores:    slices.Sorted(maps.Keys(peers)),
+			TickInterval:     f.tick,
+			BalanceInterval:  f.balanceInterval,
+			MaxStoreDownTime: f.maxStoreDownTime,
+		},
+		ListenAddr: listen,
+		StatusAddr: f.status,
+		Peers:      peers,
+	}, level, nil
+}
+
+// joinConfig is the config of a store joining a running cluster: no
+// initial stores (it bootstraps nothing), its own address from --listen.
+func (f *serverFlags) joinConfig(level slog.Level) (server.Config, slog.Level, error) {
+	if strings.TrimSpace(f.peers) != "" {
+		return server.Config{}, 0, usagef("--join and --peers exclude each other: --peers starts a new cluster, --join enters a running one")
+	}
+	var join []string
+	for _, a := range strings.Split(f.join, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" {
+			return server.Config{}, 0, usagef("--join: %q is not HOST:PORT", a)
+		}
+		join = append(join, a)
+	}
+	if len(join) == 0 {
+		return server.Config{}, 0, usagef("--join names no address")
+	}
+	if err := f.checkCommon(); err != nil {
+		return server.Config{}, 0, err
+	}
+	if f.listen == "" {
+		return server.Config{}, 0, usagef("--listen is required with --join")
+	}
+	host, _, err := net.SplitHostPort(f.listen)
+	if err != nil {
+		return server.Config{}, 0, usagef("--listen %q is not HOST:PORT", f.listen)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		// The listen address is what the store announces to the others.
+		return server.Config{}, 0, usagef("--listen %q: with --join, listen on an address the other stores can reach, not a wildcard", f.listen)
+	}
+	return server.Config{
+		Store: raftstore.Config{
+			StoreID:          f.id,
+			Zone:             f.zone,
+			DataDir:          f.dataDir,
+			TickInterval:     f.tick,
+			BalanceInterval:  f.balanceInterval,
+			MaxStoreDownTime: f.maxStoreDownTime,
+		},
+		ListenAddr: f.listen,
+		StatusAddr: f.status,
+		Join:       join,
+	}, level, nil
+}
+
+// checkCommon checks the flags both kinds of start need.
+func (f *serverFlags) checkCommon() error {
+	if f.id == 0 {
+		return usagef("--id is required and must be positive")
+	}
+	if f.id > 0xffff {
+		return usagef("--id %d: store ids go up to 65535", f.id)
+	}
+	if f.dataDir == "" {
+		return usagef("--data-dir is required")
+	}
+	if f.tick <= 0 {
+		return usagef("--tick must be positive, got %v", f.tick)
+	}
+	if f.maxStoreDownTime < 0 {
+		return usagef("--max-store-down-time must not be negative, got %v", f.maxStoreDownTime)
+	}
+	return nil
+}
+
+// parsePeers parses "1=ADDR,2=ADDR,...".
+func parsePeers(s string) (map[uint64]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, usagef("--peers is required (1=ADDR,2=ADDR,3=ADDR), or --join ADDR to join a running cluster")
+	}
+	peers := make(map[uint64]string)
+	for _, item := range strings.Split(s, ",") {
+		idStr, addr, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || strings.TrimSpace(addr) == "" {
+			return nil, usagef("--peers: %q is not ID=ADDR", item)
+		}
+		id, err := strconv.ParseUint(strings.TrimSpace(idStr), 10, 64)
+		if err != nil || id == 0 {
+			return nil, usagef("--peers: store id %q must be a positive integer", idStr)
+		}
+		if _, dup := peers[id]; dup {
+			return nil, usagef("--peers: store %d listed twice", id)
+		}
+		peers[id] = strings.TrimSpace(addr)
+	}
+	return peers, nil
+}

@@ -1,0 +1,189 @@
+package raftstore
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/hedgekv/hedgekv/region"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Config configures one Store.
+type Config struct {
+	StoreID uint64
+	Zone    string
+	// DataDir holds the store's single bbolt file (store.db).
+	DataDir string
+	// InitialStores lists the stores that bootstrap region 1 (covering the
+	// whole key space) when the engine is empty. Peer i of region 1 lives on
+	// InitialStores[i] and has Raft ID InitialStores[i].
+	InitialStores []uint64
+
+	TickInterval     time.Duration // default 50ms
+	ElectionTicks    int           // default 10
+	HeartbeatTicks   int           // default 2
+	LeaseDriftMargin float64       // fraction of the election timeout given up for clock drift; default 0.1
+	// LogGCThreshold: compact a region's raft log once more than this many
+	// applied entries sit in it. Default 5000; tests use tiny values.
+	LogGCThreshold uint64
+	// MaxClockOffset is the most the stores' wall clocks may disagree; it
+	// is added to every staleness bound. Default 50ms.
+	MaxClockOffset time.Duration
+	// Automatic split: every SplitCheckInterval (negative disables), a leader
+	// splits a region holding more than SplitMaxKeys keys or SplitMaxBytes
+	// bytes (0: no limit) at its middle. Defaults: 10s, 0 keys, 64 MiB.
+	SplitCheckInterval time.Duration
+	SplitMaxKeys       uint64
+	SplitMaxBytes      uint64
+	// Balancing: every BalanceInterval (negative disables; default 5s) a
+	// store moves leaders and replicas toward an even spread, using the
+	// ClusterView. A store down longer than MaxStoreDownTime (default
+	// 30s) has its replicas replaced on other stores.
+	BalanceInterval  time.Duration
+	MaxStoreDownTime time.Duration
+	// MaxReplicas is how many voters each region keeps. Default 3.
+	MaxReplicas int
+	// DedupWindow is how many log entries a region remembers applied
+	// request IDs for, so that retried writes apply once. Default 100000: at
+	// 5,000 writes a second that outlasts a client's 10s retry deadline twice.
+	DedupWindow uint64
+	// HibernateAfter: a region idle this long stops ticking until traffic
+	// arrives (hibernate.go). Default 10s; negative disables.
+	HibernateAfter time.Duration
+	// NoSync skips fsync on bbolt commits (tests only; loses durability).
+	NoSync bool
+	Logger *slog.Logger
+}
+
+// Message is a raft message addressed to one region's peer on another store.
+type Message struct {
+	RegionID  uint64
+	FromStore uint64
+	ToStore   uint64
+	Msg       raftpb.Message
+	// SafePoint rides on a leaseholder's heartbeats (see stale.go).
+	SafePoint *SafePoint
+}
+
+// SafePoint is a leader's promise, made while it holds a valid lease: every
+// write acknowledged before Time (the leader's wall clock) has an index no
+// greater than Commit. A follower that has applied Commit may serve reads
+// that are at most now-Time (plus clock offset) stale.
+type SafePoint struct {
+	Term   uint64
+	Commit uint64
+	Time   time.Time
+}
+
+// Transport carries raft messages between stores. Implementations batch per
+// target store. Send must not block the Ready loop on the network.
+type Transport interface {
+	// Send queues m for delivery to m.ToStore. Delivery is best effort:
+	// raft retries what is lost.
+	Send(m *Message)
+	// Flush pushes out everything queued since the last Flush.
+	Flush()
+}
+
+// Handler is what a transport delivers inbound traffic and delivery reports
+// to; *Store implements it.
+type Handler interface {
+	HandleRaftMessage(m *Message) error
+	ReportUnreachable(regionID, toPeerID uint64)
+	ReportSnapshot(regionID, toPeerID uint64, ok bool)
+}
+
+// ReadMode says how a read was served.
+type ReadMode int
+
+const (
+	ReadModeLease ReadMode = iota + 1
+	ReadModeReadIndex
+	ReadModeStale
+)
+
+func (m ReadMode) String() string {
+	switch m {
+	case ReadModeLease:
+		return "lease"
+	case ReadModeReadIndex:
+		return "read-index"
+	case ReadModeStale:
+		return "stale"
+	}
+	return "unknown"
+}
+
+// ReadOptions routes and qualifies one read.
+type ReadOptions struct {
+	// RegionID 0 means "the region holding the key on this store".
+	RegionID uint64
+	// Epoch, if non-zero, must not be stale.
+	Epoch region.Epoch
+	// ReplicaRead lets a follower serve through a ReadIndex round trip.
+	ReplicaRead bool
+	// MaxStaleness > 0 permits a bounded-staleness local read.
+	MaxStaleness time.Duration
+}
+
+// WriteOptions routes one write.
+type WriteOptions struct {
+	RegionID uint64
+	Epoch    region.Epoch
+	// RequestID identifies the write across the client's retries so that it
+	// is applied at most once. 0: the store picks a fresh one (no dedup).
+	RequestID uint64
+}
+
+// ReadInfo says who served a read and how.
+type ReadInfo struct {
+	StoreID        uint64
+	PeerID         uint64
+	Mode           ReadMode
+	StalenessBound time.Duration
+}
+
+// KV is one key-value pair.
+type KV struct {
+	Key   []byte
+	Value []byte
+}
+
+// RegionStatus is a peer's view of its region.
+type RegionStatus struct {
+	Region        region.Region
+	LeaderPeerID  uint64 // 0: unknown
+	LeaderStoreID uint64 // 0: unknown
+	IsLeader      bool
+	Transferring  bool // a leadership transfer this leader started is under way
+	Hibernating   bool // the peer has stopped ticking for lack of traffic
+	Term          uint64
+	CommitIndex   uint64
+	AppliedIndex  uint64
+}
+
+// Errors of the store itself (region errors live in package region).
+var (
+	ErrStopped = errors.New("raftstore: store stopped")
+	// ErrProposalDropped: raft refused the proposal (no leader known, or a
+	// leadership transfer under way). Retryable.
+	ErrProposalDropped = errors.New("raftstore: proposal dropped")
+)
+
+// StoreInfo is what the balancer knows about one store of the cluster.
+type StoreInfo struct {
+	ID          uint64
+	Zone        string
+	Up          bool
+	LeaderCount int
+	RegionCount int
+}
+
+// ClusterView tells a store about the others; the server implements it by
+// asking every known store for its status, tests by looking at all stores.
+// Stores must include this store itself.
+type ClusterView interface {
+	Stores(ctx context.Context) []StoreInfo
+}

@@ -1,0 +1,259 @@
+package raftstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/hedgekv/hedgekv/region"
+	"go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// applyEntryTx applies one committed entry inside the round's transaction.
+// What must happen outside the transaction (creating a split's new peer,
+// telling raft about a conf change) is queued on rp for publish.
+func (s *Store) applyEntryTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry) error {
+	switch e.Type {
+	case raftpb.EntryNormal:
+		if len(e.Data) == 0 {
+			return nil // a new leader's empty entry
+		}
+		cmd, err := decodeCommand(e.Data)
+		if err != nil {
+			return err
+		}
+		switch cmd.op {
+		case opPut, opDelete:
+			return s.applyWriteTx(tx, rp, e, cmd)
+		case opSplit:
+			return s.applySplitTx(tx, rp, e, cmd)
+		}
+		return nil
+	case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
+		return s.applyConfChangeTx(tx, rp, e)
+	}
+	return nil
+}
+
+// applyWriteTx applies a put or delete. A key outside the region (a split
+// was ordered before it in the log) is refused, and a request applied
+// before (a client's retry) is acknowledged again but not re-applied.
+func (s *Store) applyWriteTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry, cmd command) error {
+	p := rp.p
+	if !p.region.Contains(cmd.key) {
+		rp.ack(cmd.id, e.Term, &region.KeyNotInRegionError{Key: cmd.key, RegionID: p.regionID, StartKey: p.region.StartKey, EndKey: p.region.EndKey})
+		return nil
+	}
+	if !seenTx(tx, cmd.id) {
+		if err := rememberTx(tx, p.regionID, e.Index, cmd.id); err != nil {
+			return err
+		}
+		var err error
+		if cmd.op == opPut {
+			err = tx.Bucket(bucketData).Put(cmd.key, cmd.value)
+		} else {
+			err = tx.Bucket(bucketData).Delete(cmd.key)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	rp.ack(cmd.id, e.Term, nil)
+	return nil
+}
+
+// A split command's value: newRegionID(8) | confVer(8) | version(8), the
+// epoch the proposer saw. A split whose epoch no longer matches (a
+// duplicate, or one raced by another split) is refused, so every replica
+// applies the same splits.
+func encodeSplit(newID uint64, ep region.Epoch) []byte {
+	b := make([]byte, 24)
+	binary.BigEndian.PutUint64(b, newID)
+	binary.BigEndian.PutUint64(b[8:], ep.ConfVer)
+	binary.BigEndian.PutUint64(b[16:], ep.Version)
+	return b
+}
+
+func (s *Store) applySplitTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry, cmd command) error {
+	p := rp.p
+	if len(cmd.value) != 24 {
+		return fmt.Errorf("split command: %w", errCorrupt)
+	}
+	newID := binary.BigEndian.Uint64(cmd.value)
+	ep := region.Epoch{ConfVer: binary.BigEndian.Uint64(cmd.value[8:]), Version: binary.BigEndian.Uint64(cmd.value[16:])}
+	if ep != p.region.Epoch {
+		rp.ack(cmd.id, e.Term, &region.EpochNotMatchError{RegionID: p.regionID, Current: []region.Region{p.region.Clone()}})
+		return nil
+	}
+	ids := make([]uint64, len(p.region.Peers))
+	for i, pr := range p.region.Peers {
+		ids[i] = pr.ID // peer IDs are scoped to their group: the new one reuses them
+	}
+	left, right, err := region.Split(p.region, cmd.key, newID, ids)
+	if err != nil {
+		rp.ack(cmd.id, e.Term, fmt.Errorf("%w: %v", ErrInvalidRequest, err))
+		return nil
+	}
+	if err := putRegion(tx, left); err != nil {
+		return err
+	}
+	p.setRegion(left)
+	rp.regionChanged = true
+	// The new region may exist here already, initialized by a snapshot
+	// from its own leader when this replica lagged: then it is ahead of
+	// this split and must be left alone.
+	if np, ok := s.peer(newID); !ok || !np.isInitialized() {
+		hs := raftpb.HardState{Term: raftInitTerm, Commit: raftInitIndex}
+		// An uninitialized placeholder may have voted in a later term; that
+		// vote still binds the new peer.
+		if v := tx.Bucket(bucketRaftState).Get(stateKey(newID, suffixHardState)); v != nil {
+			var old raftpb.HardState
+			if err := old.Unmarshal(v); err == nil && old.Term > hs.Term {
+				hs.Term, hs.Vote = old.Term, old.Vote
+			}
+		}
+		if err := putRegion(tx, right); err != nil {
+			return err
+		}
+		if err := putHardState(tx, newID, hs); err != nil {
+			return err
+		}
+		if err := putApplyState(tx, newID, initApplyState); err != nil {
+			return err
+		}
+		rp.created = append(rp.created, createdRegion{region: right, hard: hs})
+	}
+	rp.ack(cmd.id, e.Term, nil)
+	return nil
+}
+
+var initApplyState = applyState{AppliedIndex: raftInitIndex, AppliedTerm: raftInitTerm, TruncatedIndex: raftInitIndex, TruncatedTerm: raftInitTerm}
+
+// A conf change entry's Context: requestID(8) | n | n × (peerID(8) | storeID(8)),
+// the placement of the peers it adds (raft knows only their IDs).
+func encodeConfContext(reqID uint64, peers []region.Peer) []byte {
+	b := binary.BigEndian.AppendUint64(nil, reqID)
+	b = binary.AppendUvarint(b, uint64(len(peers)))
+	for _, p := range peers {
+		b = binary.BigEndian.AppendUint64(b, p.ID)
+		b = binary.BigEndian.AppendUint64(b, p.StoreID)
+	}
+	return b
+}
+
+func decodeConfContext(b []byte) (reqID uint64, stores map[uint64]uint64, err error) {
+	if len(b) < 8 {
+		return 0, nil, fmt.Errorf("conf change context: %w", errCorrupt)
+	}
+	reqID = binary.BigEndian.Uint64(b)
+	n, w := binary.Uvarint(b[8:])
+	rest := b[8+max(w, 0):]
+	if w <= 0 || uint64(len(rest)) != n*16 {
+		return 0, nil, fmt.Errorf("conf change context: %w", errCorrupt)
+	}
+	stores = make(map[uint64]uint64, n)
+	for i := uint64(0); i < n; i++ {
+		stores[binary.BigEndian.Uint64(rest)] = binary.BigEndian.Uint64(rest[8:])
+		rest = rest[16:]
+	}
+	return reqID, stores, nil
+}
+
+// applyConfChangeTx records a membership change in the region's metadata;
+// publish hands it to raft. Leaving a joint configuration changes no peer.
+func (s *Store) applyConfChangeTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry) error {
+	p := rp.p
+	var cc raftpb.ConfChangeV2
+	if e.Type == raftpb.EntryConfChange {
+		var v1 raftpb.ConfChange
+		if err := v1.Unmarshal(e.Data); err != nil {
+			return fmt.Errorf("conf change: %w", err)
+		}
+		cc = v1.AsV2()
+	} else if err := cc.Unmarshal(e.Data); err != nil {
+		return fmt.Errorf("conf change: %w", err)
+	}
+	rp.confChanges = append(rp.confChanges, cc)
+	var reqID uint64
+	stores := map[uint64]uint64{}
+	if len(cc.Context) > 0 {
+		var err error
+		if reqID, stores, err = decodeConfContext(cc.Context); err != nil {
+			return err
+		}
+	}
+	r := p.region.Clone()
+	for _, ch := range cc.Changes {
+		switch ch.Type {
+		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+			learner := ch.Type == raftpb.ConfChangeAddLearnerNode
+			found := false
+			for i := range r.Peers {
+				if r.Peers[i].ID == ch.NodeID {
+					r.Peers[i].IsLearner, found = learner, true
+				}
+			}
+			if !found {
+				r.Peers = append(r.Peers, region.Peer{ID: ch.NodeID, StoreID: stores[ch.NodeID], IsLearner: learner})
+			}
+		case raftpb.ConfChangeRemoveNode:
+			kept := r.Peers[:0]
+			for _, pr := range r.Peers {
+				if pr.ID != ch.NodeID {
+					kept = append(kept, pr)
+				} else if pr.ID != p.id {
+					rp.removedPeers = append(rp.removedPeers, pr)
+				}
+			}
+			r.Peers = kept
+			if ch.NodeID == p.id {
+				rp.removed = true
+			}
+		}
+	}
+	if len(cc.Changes) > 0 {
+		r.Epoch.ConfVer++
+		if err := putRegion(tx, r); err != nil {
+			return err
+		}
+		p.setRegion(r)
+		rp.regionChanged = true
+	}
+	if reqID != 0 {
+		rp.ack(reqID, e.Term, nil)
+	}
+	return nil
+}
+
+// setRegion replaces the peer's metadata.
+func (p *Peer) setRegion(r region.Region) {
+	p.mu.Lock()
+	p.region = r
+	p.mu.Unlock()
+}
+
+func (p *Peer) isInitialized() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.initialized
+}
+
+// overlapsOther reports whether r's range overlaps an initialized region on
+// this store other than r itself. A snapshot for such a region must wait
+// until this store has caught up with the split that created it.
+func (s *Store) overlapsOther(r region.Region) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, o := range s.ranges.All() {
+		if o.ID == r.ID {
+			continue
+		}
+		startsBeforeEnd := len(o.EndKey) == 0 || bytes.Compare(r.StartKey, o.EndKey) < 0
+		endsAfterStart := len(r.EndKey) == 0 || bytes.Compare(o.StartKey, r.EndKey) < 0
+		if startsBeforeEnd && endsAfterStart {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,38 @@
+// Package raftstore is one process's Store: the region Peers it hosts, each
+// an etcd-io/raft RawNode, on one bbolt engine; the Ready loop; apply;
+// snapshots; ReadIndex, the leader lease and follower read; and the
+// Transport that carries raft messages between stores.
+//
+// # The Ready loop
+//
+// One goroutine per store drives every peer. Requests and inbound messages
+// are stepped into a peer's RawNode by the caller's goroutine under the
+// peer's mutex and mark the peer dirty; the loop wakes on that or on a tick
+// and runs one round over the dirty peers:
+//
+//  1. Issue each peer's queued reads as one ReadIndex batch (reads never join
+//     a batch already in flight: its index may predate them), then take the
+//     peer's Ready.
+//  2. Persist, for all peers at once, in ONE bbolt transaction: snapshot
+//     (replacing the region's data, log and state), new log entries
+//     (dropping any conflicting tail) and the hard state. Group commit: one
+//     fsync per round however many regions and requests it carries.
+//  3. In the same transaction, apply committed entries (they are durable on
+//     a quorum already; raft only hands out entries this peer persisted) and
+//     record the applied index with the data it covers, and compact the log
+//     once it grows past the GC threshold.
+//  4. After commit, publish: update the in-memory log mirror raft reads
+//     from, the peer's term/leader/applied index; revoke the lease on any
+//     leader or term change; wake proposers whose entries were applied,
+//     ReadIndex waiters whose ReadState arrived, and readers waiting for
+//     the applied index to reach their read index.
+//  5. Send the round's raft messages and Flush the transport. Sending only
+//     now means nothing a message promises (a vote, an ack) can be lost in a
+//     crash.
+//  6. Advance each RawNode; a peer with more to do stays dirty.
+//
+// Reads never wait for the loop when the leader holds a valid lease: they
+// read the committed bbolt state directly (see lease.go for the rules).
+// Writes are acknowledged in step 4, after the entry is applied, so an
+// acknowledged write is durable on a quorum and visible to every later read.
+package raftstore

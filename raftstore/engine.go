@@ -1,0 +1,299 @@
+package raftstore
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hedgekv/hedgekv/region"
+	"go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// The engine is one bbolt file per store. Buckets:
+//
+//	data        user key -> value (all regions share it: regions are key ranges)
+//	raftlog     regionID(8) | index(8) -> raftpb.Entry
+//	raftstate   regionID(8) | 'h' -> raftpb.HardState
+//	            regionID(8) | 'a' -> applyState
+//	            regionID(8) | 'r' -> region meta (JSON; small and rarely written)
+//	meta        "store_id" -> storeID(8)
+//
+// Raft state and user data live in one file so that applying a batch of
+// entries and recording the applied index is one atomic transaction.
+var (
+	bucketData      = []byte("data")
+	bucketRaftLog   = []byte("raftlog")
+	bucketRaftState = []byte("raftstate")
+	bucketMeta      = []byte("meta")
+
+	keyStoreID = []byte("store_id")
+)
+
+const (
+	suffixHardState  = 'h'
+	suffixApplyState = 'a'
+	suffixRegion     = 'r'
+)
+
+// applyState is what a region peer has applied and where its log starts.
+type applyState struct {
+	AppliedIndex   uint64
+	AppliedTerm    uint64
+	TruncatedIndex uint64 // the last index removed by log compaction (or the snapshot index)
+	TruncatedTerm  uint64
+}
+
+func (a applyState) encode() []byte {
+	b := make([]byte, 32)
+	binary.BigEndian.PutUint64(b[0:], a.AppliedIndex)
+	binary.BigEndian.PutUint64(b[8:], a.AppliedTerm)
+	binary.BigEndian.PutUint64(b[16:], a.TruncatedIndex)
+	binary.BigEndian.PutUint64(b[24:], a.TruncatedTerm)
+	return b
+}
+
+func decodeApplyState(b []byte) (applyState, error) {
+	if len(b) != 32 {
+		return applyState{}, fmt.Errorf("apply state: bad length %d", len(b))
+	}
+	return applyState{
+		AppliedIndex:   binary.BigEndian.Uint64(b[0:]),
+		AppliedTerm:    binary.BigEndian.Uint64(b[8:]),
+		TruncatedIndex: binary.BigEndian.Uint64(b[16:]),
+		TruncatedTerm:  binary.BigEndian.Uint64(b[24:]),
+	}, nil
+}
+
+func stateKey(regionID uint64, suffix byte) []byte {
+	k := make([]byte, 9)
+	binary.BigEndian.PutUint64(k, regionID)
+	k[8] = suffix
+	return k
+}
+
+func logKey(regionID, index uint64) []byte {
+	k := make([]byte, 16)
+	binary.BigEndian.PutUint64(k, regionID)
+	binary.BigEndian.PutUint64(k[8:], index)
+	return k
+}
+
+// engine wraps the store's bbolt file.
+type engine struct {
+	db *bbolt.DB
+}
+
+func openEngine(dir string, noSync bool) (*engine, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data dir %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, "store.db")
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
+		// Another process holding the file lock must fail us, not hang us.
+		Timeout:        2 * time.Second,
+		NoSync:         noSync,
+		NoFreelistSync: true,
+		FreelistType:   bbolt.FreelistMapType,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open bbolt %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bbolt.Tx) error {
+		for _, b := range [][]byte{bucketData, bucketRaftLog, bucketRaftState, bucketMeta, bucketDedup, bucketDedupIdx} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("create buckets: %w", err)
+	}
+	return &engine{db: db}, nil
+}
+
+func (e *engine) close() error { return e.db.Close() }
+
+// storeID returns the store ID recorded in the engine, 0 if none.
+func (e *engine) storeID() (id uint64, err error) {
+	err = e.db.View(func(tx *bbolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get(keyStoreID); len(v) == 8 {
+			id = binary.BigEndian.Uint64(v)
+		}
+		return nil
+	})
+	return id, err
+}
+
+// persistedPeer is everything a peer needs to restart.
+type persistedPeer struct {
+	region  region.Region
+	hard    raftpb.HardState
+	apply   applyState
+	entries []raftpb.Entry
+}
+
+// loadPeers reads every region this store hosts.
+func (e *engine) loadPeers() ([]persistedPeer, error) {
+	var out []persistedPeer
+	err := e.db.View(func(tx *bbolt.Tx) error {
+		st := tx.Bucket(bucketRaftState)
+		c := st.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(k) != 9 || k[8] != suffixRegion {
+				continue
+			}
+			var p persistedPeer
+			if err := json.Unmarshal(v, &p.region); err != nil {
+				return fmt.Errorf("decode region meta: %w", err)
+			}
+			id := p.region.ID
+			if hs := st.Get(stateKey(id, suffixHardState)); hs != nil {
+				if err := p.hard.Unmarshal(hs); err != nil {
+					return fmt.Errorf("region %d: decode hard state: %w", id, err)
+				}
+			}
+			as, err := decodeApplyState(st.Get(stateKey(id, suffixApplyState)))
+			if err != nil {
+				return fmt.Errorf("region %d: %w", id, err)
+			}
+			p.apply = as
+			lc := tx.Bucket(bucketRaftLog).Cursor()
+			prefix := logKey(id, 0)[:8]
+			for lk, lv := lc.Seek(logKey(id, as.TruncatedIndex+1)); lk != nil && string(lk[:8]) == string(prefix); lk, lv = lc.Next() {
+				var ent raftpb.Entry
+				if err := ent.Unmarshal(lv); err != nil {
+					return fmt.Errorf("region %d: decode entry: %w", id, err)
+				}
+				p.entries = append(p.entries, ent)
+			}
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// The write helpers below run inside the loop's single transaction.
+
+func putRegion(tx *bbolt.Tx, r region.Region) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode region %d: %w", r.ID, err)
+	}
+	return tx.Bucket(bucketRaftState).Put(stateKey(r.ID, suffixRegion), b)
+}
+
+func putHardState(tx *bbolt.Tx, regionID uint64, hs raftpb.HardState) error {
+	b, err := hs.Marshal()
+	if err != nil {
+		return fmt.Errorf("encode hard state: %w", err)
+	}
+	return tx.Bucket(bucketRaftState).Put(stateKey(regionID, suffixHardState), b)
+}
+
+func putApplyState(tx *bbolt.Tx, regionID uint64, as applyState) error {
+	return tx.Bucket(bucketRaftState).Put(stateKey(regionID, suffixApplyState), as.encode())
+}
+
+// appendEntries writes ents and drops any older suffix beyond them: raft
+// may overwrite a conflicting tail of the log.
+func appendEntries(tx *bbolt.Tx, regionID uint64, ents []raftpb.Entry, prevLast uint64) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	b := tx.Bucket(bucketRaftLog)
+	for i := range ents {
+		data, err := ents[i].Marshal()
+		if err != nil {
+			return fmt.Errorf("encode entry %d: %w", ents[i].Index, err)
+		}
+		if err := b.Put(logKey(regionID, ents[i].Index), data); err != nil {
+			return err
+		}
+	}
+	last := ents[len(ents)-1].Index
+	for i := last + 1; i <= prevLast; i++ {
+		if err := b.Delete(logKey(regionID, i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteLog removes the region's log entries with index in [lo, hi]. The
+// keys are collected in one cursor pass, then deleted: deleting under a
+// cursor makes its Next skip keys, and re-seeking each time is slow.
+func deleteLog(tx *bbolt.Tx, regionID, lo, hi uint64) error {
+	b := tx.Bucket(bucketRaftLog)
+	c := b.Cursor()
+	end := logKey(regionID, hi)
+	var keys [][]byte
+	for k, _ := c.Seek(logKey(regionID, lo)); k != nil && string(k) <= string(end); k, _ = c.Next() {
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteRange removes user data in [start, end) (end empty: +inf).
+func deleteRange(tx *bbolt.Tx, start, end []byte) error {
+	b := tx.Bucket(bucketData)
+	c := b.Cursor()
+	for k, _ := c.Seek(start); k != nil && (len(end) == 0 || string(k) < string(end)); k, _ = c.Seek(start) {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Reads of user data. Values are copied out: bbolt memory is only valid
+// inside its transaction.
+
+func (e *engine) get(key []byte) (val []byte, found bool, err error) {
+	err = e.db.View(func(tx *bbolt.Tx) error {
+		if v := tx.Bucket(bucketData).Get(key); v != nil {
+			val = append([]byte{}, v...)
+			found = true
+		}
+		return nil
+	})
+	return val, found, err
+}
+
+func (e *engine) batchGet(keys [][]byte) (out []KV, err error) {
+	err = e.db.View(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketData)
+		for _, k := range keys {
+			if v := b.Get(k); v != nil {
+				out = append(out, KV{Key: append([]byte{}, k...), Value: append([]byte{}, v...)})
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (e *engine) scan(start, end []byte, limit int) (out []KV, err error) {
+	err = e.db.View(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketData).Cursor()
+		for k, v := c.Seek(start); k != nil && (len(end) == 0 || string(k) < string(end)) && len(out) < limit; k, v = c.Next() {
+			out = append(out, KV{Key: append([]byte{}, k...), Value: append([]byte{}, v...)})
+		}
+		return nil
+	})
+	return out, err
+}
+
+var errCorrupt = errors.New("raftstore: corrupt data")

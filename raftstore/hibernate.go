@@ -1,0 +1,149 @@
+package raftstore
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Hibernation: a region with no traffic stops ticking, so a store can host
+// thousands of idle regions for almost nothing (no ticks, no heartbeats).
+//
+//  1. A leader that has seen no activity for HibernateAfter, whose log is
+//     fully committed, applied and matched by every peer, with nothing
+//     pending, tells its peers to hibernate and stops ticking.
+//  2. A follower that is caught up with that leader's commit stops ticking
+//     when told. A follower that is not keeps ticking and catches up.
+//  3. Anything for the region wakes the peer: a raft message (other than
+//     the notice itself) or a request. A woken follower nudges its leader
+//     awake; a woken leader's next heartbeat wakes the followers.
+//  4. A store that goes down cannot wake anyone, so the liveness loop
+//     wakes the peers whose leader sits on a store the ClusterView reports
+//     down; they tick, time out and elect a new leader.
+//
+// Not ticking only delays elections, never hastens them, so the lease
+// rules (lease.go) are unaffected: a hibernating follower never campaigns.
+var (
+	hibernateCtx = []byte("hedgekv:hibernate")
+	wakeCtx      = []byte("hedgekv:wake")
+)
+
+func isNotice(m raftpb.Message, ctx []byte) bool {
+	return (m.Type == raftpb.MsgHeartbeat || m.Type == raftpb.MsgHeartbeatResp) && bytes.Equal(m.Context, ctx)
+}
+
+// activityLocked records traffic on the peer and wakes it. It returns a
+// wake notice for the leader when a hibernating follower wakes.
+func (p *Peer) activityLocked() *raftpb.Message {
+	p.idleTicks = 0
+	if !p.hibernating {
+		return nil
+	}
+	p.hibernating = false
+	st := p.rn.BasicStatus()
+	if st.RaftState == raft.StateLeader || st.Lead == 0 {
+		return nil
+	}
+	return &raftpb.Message{Type: raftpb.MsgHeartbeatResp, From: p.id, To: st.Lead, Term: st.Term, Context: wakeCtx}
+}
+
+// touch records activity from a request and sends a wake notice if needed.
+func (s *Store) touch(p *Peer) {
+	p.mu.Lock()
+	wake := p.activityLocked()
+	p.mu.Unlock()
+	if wake != nil {
+		s.sendNow(p, *wake)
+	}
+}
+
+// maybeHibernateLocked is step 1, called on every tick of a leader. It
+// returns the notices to send.
+func (p *Peer) maybeHibernateLocked() []raftpb.Message {
+	limit := p.store.hibernateTicks()
+	if limit <= 0 || p.idleTicks < limit || !p.isLeaderLocked() {
+		return nil
+	}
+	st := p.rn.Status()
+	busy := st.Commit != p.lastIndex || p.applied != st.Commit || len(p.proposals) > 0 ||
+		len(p.reads.pending)+len(p.reads.inflight) > 0 || p.transferring || len(st.Config.Voters[1]) > 0
+	// Not RecentActive: CheckQuorum clears it every election timeout, and
+	// a follower that matches the log is all that hibernating needs.
+	for id, pr := range st.Progress {
+		busy = busy || (id != p.id && pr.Match != p.lastIndex)
+	}
+	if busy {
+		p.idleTicks = limit / 2 // look again in a while, not on every tick
+		return nil
+	}
+	p.hibernating = true
+	p.revokeLeaseLocked() // it would lapse unrenewed anyway
+	var notices []raftpb.Message
+	for _, pr := range p.region.Peers {
+		if pr.ID != p.id {
+			notices = append(notices, raftpb.Message{Type: raftpb.MsgHeartbeat, From: p.id, To: pr.ID, Term: st.Term, Commit: st.Commit, Context: hibernateCtx})
+		}
+	}
+	return notices
+}
+
+// onHibernateNoticeLocked is step 2. A follower not caught up asks its
+// leader to stay awake (returned): otherwise it would time out waiting for
+// heartbeats that no longer come and start an election.
+func (p *Peer) onHibernateNoticeLocked(m raftpb.Message) *raftpb.Message {
+	// Raft's own view of the leader: p.lead lags it by a Ready round.
+	st := p.rn.BasicStatus()
+	if m.From != st.Lead || m.Term != st.Term {
+		return nil // from a leader of the past
+	}
+	if st.Commit == m.Commit && p.lastIndex == m.Commit && p.applied == m.Commit {
+		p.hibernating = true
+		return nil
+	}
+	return &raftpb.Message{Type: raftpb.MsgHeartbeatResp, From: p.id, To: m.From, Term: st.Term, Context: wakeCtx}
+}
+
+func (s *Store) hibernateTicks() int {
+	if s.cfg.HibernateAfter <= 0 {
+		return 0
+	}
+	return int(s.cfg.HibernateAfter / s.cfg.TickInterval)
+}
+
+// livenessLoop is step 4.
+func (s *Store) livenessLoop() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopc:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		stores := s.view.Stores(ctx)
+		cancel()
+		down := map[uint64]bool{}
+		for _, st := range stores {
+			if !st.Up {
+				down[st.ID] = true
+			}
+		}
+		if len(down) == 0 {
+			continue
+		}
+		peers := s.allPeers()
+		for _, p := range peers {
+			p.mu.Lock()
+			lp := p.leaderPeerLocked()
+			if p.hibernating && lp != nil && down[lp.StoreID] {
+				p.hibernating = false
+				p.idleTicks = 0
+			}
+			p.mu.Unlock()
+		}
+	}
+}

@@ -1,0 +1,442 @@
+package raftstore
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hedgekv/hedgekv/region"
+	"go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// readyPeer is one peer's Ready taken in this round.
+type readyPeer struct {
+	p      *Peer
+	rd     raft.Ready
+	leader bool             // the peer led when the Ready was taken
+	held   []raftpb.Message // for a leader: the messages held until after persist
+	// filled while persisting and applying, published after commit:
+	snapApplied bool
+	applied     uint64
+	appliedTerm uint64
+	compactTo   uint64
+	acked       []ackedProposal
+	// membership and shape changes applied in this round:
+	confChanges   []raftpb.ConfChangeV2
+	created       []createdRegion // new regions from splits, to start peers for
+	regionChanged bool
+	removed       bool          // this peer was removed from its region
+	removedPeers  []region.Peer // other peers this round removed
+}
+
+type readyDirect struct {
+	p *Peer
+	m raftpb.Message
+}
+
+type createdRegion struct {
+	region region.Region
+	hard   raftpb.HardState
+}
+
+type ackedProposal struct {
+	id   uint64
+	term uint64
+	err  error
+}
+
+func (rp *readyPeer) ack(id, term uint64, err error) {
+	rp.acked = append(rp.acked, ackedProposal{id: id, term: term, err: err})
+}
+
+// run is the Ready loop; see doc.go for the contract it keeps.
+func (s *Store) run() {
+	defer close(s.done)
+	ticker := time.NewTicker(s.cfg.TickInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-s.stopc:
+			return
+		case <-ticker.C:
+			s.tick()
+		case <-s.wakec:
+		}
+		if err := s.round(); err != nil {
+			// The engine failed under us: nothing that was not made durable
+			// may be acknowledged or sent, so the store stops serving.
+			s.log.Error("raft loop stopped: engine write failed", "err", err)
+			go s.Stop()
+			return
+		}
+	}
+}
+
+// tick advances every peer's logical clock and expires stuck reads.
+func (s *Store) tick() {
+	now := time.Now()
+	readTimeout := 2 * time.Duration(s.cfg.ElectionTicks) * s.cfg.TickInterval
+	peers := s.allPeers()
+	ticked, flush := peers[:0], false
+	for _, p := range peers {
+		p.mu.Lock()
+		if p.hibernating {
+			p.mu.Unlock()
+			continue
+		}
+		// Decide before ticking: a tick may emit heartbeats, and a heartbeat
+		// arriving after the notice would wake the follower again.
+		if notices := p.maybeHibernateLocked(); notices != nil {
+			p.mu.Unlock()
+			s.send(p, notices)
+			flush = true
+			continue
+		}
+		p.rn.Tick()
+		p.idleTicks++
+		p.expireReadsLocked(now, readTimeout)
+		p.mu.Unlock()
+		ticked = append(ticked, p)
+	}
+	if flush {
+		s.trans.Flush()
+	}
+	s.dirtyMu.Lock()
+	for _, p := range ticked {
+		s.dirty[p.regionID] = p
+	}
+	s.dirtyMu.Unlock()
+}
+
+// round runs steps 1–6 of doc.go once for every dirty peer.
+func (s *Store) round() error {
+	s.dirtyMu.Lock()
+	dirty := s.dirty
+	s.dirty = make(map[uint64]*Peer, len(dirty))
+	s.dirtyMu.Unlock()
+
+	// Step 1: issue batched reads, collect Ready.
+	now := time.Now()
+	var batch []*readyPeer
+	var directs []readyDirect
+	for _, p := range dirty {
+		p.mu.Lock()
+		renew := p.isLeaderLocked() && p.leaseNeedsRenewLocked(now) && len(p.reads.inflight) == 0 && p.readsSinceRenew
+		p.readsSinceRenew = false
+		if direct := p.issueReadsLocked(now, renew); direct != nil {
+			directs = append(directs, readyDirect{p, *direct})
+		}
+		if p.rn.HasReady() {
+			batch = append(batch, &readyPeer{p: p, rd: p.rn.Ready(), leader: p.isLeaderLocked()})
+		}
+		p.mu.Unlock()
+	}
+	for _, d := range directs {
+		s.send(d.p, []raftpb.Message{d.m})
+	}
+	if len(batch) == 0 {
+		if len(directs) > 0 {
+			s.trans.Flush()
+		}
+		return nil
+	}
+
+	// A leader's appends and heartbeats go out before its own write: it may
+	// persist in parallel with its followers (raft's doc.go), which takes
+	// one disk write off every commit's critical path.
+	for _, rp := range batch {
+		if rp.leader {
+			var early []raftpb.Message
+			rp.held, early = splitEarly(rp.rd.Messages)
+			s.send(rp.p, early)
+		}
+	}
+	s.trans.Flush()
+
+	// Steps 2–3: persist every peer's snapshot, entries and hard state, and
+	// apply committed entries, all in ONE bbolt transaction (group commit).
+	// A round with nothing to write (only messages or read states, as in a
+	// follower read) skips the transaction: a bbolt commit always fsyncs.
+	if !needsWrite(batch) {
+		for _, rp := range batch {
+			rp.p.mu.Lock()
+			rp.applied, rp.appliedTerm = rp.p.applied, rp.p.appliedTerm
+			rp.p.mu.Unlock()
+		}
+	} else if err := s.eng.db.Update(func(tx *bbolt.Tx) error {
+		for _, rp := range batch {
+			if err := s.persistTx(tx, rp); err != nil {
+				return fmt.Errorf("region %d: persist: %w", rp.p.regionID, err)
+			}
+			if err := s.applyTx(tx, rp); err != nil {
+				return fmt.Errorf("region %d: apply: %w", rp.p.regionID, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	} else {
+		s.stats.readyRounds.Add(1)
+	}
+
+	// Step 4: publish what is now durable to memory and to waiters.
+	for _, rp := range batch {
+		if err := s.publish(rp); err != nil {
+			return err
+		}
+	}
+
+	// Step 5: send messages only after the state they depend on is durable.
+	for _, rp := range batch {
+		if rp.leader {
+			s.send(rp.p, rp.held)
+		} else {
+			s.send(rp.p, rp.rd.Messages)
+		}
+	}
+	s.trans.Flush()
+
+	// Step 6: advance; forget peers removed from their region.
+	for _, rp := range batch {
+		rp.p.mu.Lock()
+		rp.p.rn.Advance(rp.rd)
+		more := rp.p.rn.HasReady()
+		rp.p.mu.Unlock()
+		if rp.removed {
+			if err := s.destroyPeer(rp.p); err != nil {
+				return err
+			}
+		} else if more {
+			s.markDirty(rp.p)
+		}
+	}
+	return nil
+}
+
+// splitEarly separates a leader's messages that may be sent before its
+// own persist (appends and heartbeats) from the rest (held: returned first).
+func splitEarly(msgs []raftpb.Message) (held, early []raftpb.Message) {
+	for _, m := range msgs {
+		if m.Type == raftpb.MsgApp || m.Type == raftpb.MsgHeartbeat {
+			early = append(early, m)
+		} else {
+			held = append(held, m)
+		}
+	}
+	return held, early
+}
+
+func needsWrite(batch []*readyPeer) bool {
+	for _, rp := range batch {
+		rd := &rp.rd
+		if !raft.IsEmptySnap(rd.Snapshot) || len(rd.Entries) > 0 || !raft.IsEmptyHardState(rd.HardState) || len(rd.CommittedEntries) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// persistTx writes the Ready's snapshot, entries and hard state.
+func (s *Store) persistTx(tx *bbolt.Tx, rp *readyPeer) error {
+	p, rd := rp.p, &rp.rd
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		r, err := applySnapshotTx(tx, rd.Snapshot)
+		if err != nil {
+			return err
+		}
+		p.mu.Lock()
+		p.region = r
+		p.mu.Unlock()
+		rp.snapApplied = true
+		s.stats.snapshotsApplied.Add(1)
+		rp.applied = rd.Snapshot.Metadata.Index
+		rp.appliedTerm = rd.Snapshot.Metadata.Term
+	}
+	prevLast := p.lastIndex
+	if rp.snapApplied {
+		prevLast = 0 // applySnapshotTx cleared the log
+	}
+	if err := appendEntries(tx, p.regionID, rd.Entries, prevLast); err != nil {
+		return err
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		if err := putHardState(tx, p.regionID, rd.HardState); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyTx applies committed entries and records the applied index.
+func (s *Store) applyTx(tx *bbolt.Tx, rp *readyPeer) error {
+	p := rp.p
+	if !rp.snapApplied {
+		p.mu.Lock()
+		rp.applied, rp.appliedTerm = p.applied, p.appliedTerm
+		p.mu.Unlock()
+	}
+	if len(rp.rd.CommittedEntries) == 0 && !rp.snapApplied {
+		return nil
+	}
+	for i := range rp.rd.CommittedEntries {
+		e := &rp.rd.CommittedEntries[i]
+		if e.Index <= rp.applied {
+			continue
+		}
+		if err := s.applyEntryTx(tx, rp, e); err != nil {
+			return fmt.Errorf("entry %d: %w", e.Index, err)
+		}
+		rp.applied, rp.appliedTerm = e.Index, e.Term
+	}
+	if w := s.cfg.DedupWindow; rp.applied > w {
+		if err := trimDedupTx(tx, p.regionID, rp.applied-w); err != nil {
+			return err
+		}
+	}
+	as := applyState{AppliedIndex: rp.applied, AppliedTerm: rp.appliedTerm}
+	first, _ := p.storage.FirstIndex()
+	as.TruncatedIndex = first - 1
+	as.TruncatedTerm, _ = p.storage.Term(first - 1)
+	if rp.snapApplied {
+		as.TruncatedIndex, as.TruncatedTerm = rp.rd.Snapshot.Metadata.Index, rp.rd.Snapshot.Metadata.Term
+	}
+	// Log GC: once enough applied entries pile up, drop all but a tail kept
+	// for slightly lagging followers; those further behind get a snapshot.
+	if gc := s.cfg.LogGCThreshold; rp.applied > as.TruncatedIndex+gc {
+		keep := gc / 4
+		rp.compactTo = rp.applied - keep
+		term, err := p.storage.Term(rp.compactTo)
+		if err == nil {
+			if err := deleteLog(tx, p.regionID, as.TruncatedIndex+1, rp.compactTo); err != nil {
+				return err
+			}
+			as.TruncatedIndex, as.TruncatedTerm = rp.compactTo, term
+		} else {
+			rp.compactTo = 0
+		}
+	}
+	return putApplyState(tx, p.regionID, as)
+}
+
+// publish updates the in-memory mirror and peer state after commit, and
+// wakes whoever waited for it.
+func (s *Store) publish(rp *readyPeer) error {
+	p, rd := rp.p, &rp.rd
+	ms := p.storage.MemoryStorage
+	if rp.snapApplied {
+		if err := ms.ApplySnapshot(rd.Snapshot); err != nil && err != raft.ErrSnapOutOfDate {
+			return fmt.Errorf("region %d: mirror snapshot: %w", p.regionID, err)
+		}
+	}
+	if err := ms.Append(rd.Entries); err != nil {
+		return fmt.Errorf("region %d: mirror append: %w", p.regionID, err)
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		if err := ms.SetHardState(rd.HardState); err != nil {
+			return err
+		}
+	}
+	if rp.compactTo > 0 {
+		if err := ms.Compact(rp.compactTo); err != nil && err != raft.ErrCompacted {
+			return fmt.Errorf("region %d: mirror compact: %w", p.regionID, err)
+		}
+	}
+
+	if err := s.publishShape(rp); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(rd.Entries); n > 0 {
+		p.lastIndex = rd.Entries[n-1].Index
+	} else if rp.snapApplied {
+		p.lastIndex = rd.Snapshot.Metadata.Index
+	}
+	if rd.SoftState != nil {
+		newLead := rd.SoftState.Lead
+		if newLead != p.lead || rd.SoftState.RaftState != raft.StateLeader {
+			p.revokeLeaseLocked()
+		}
+		if rd.SoftState.RaftState != raft.StateLeader {
+			p.transferring = false
+			p.failProposalsLocked(p.notLeaderWithLocked(newLead))
+		}
+		if newLead != p.lead && p.lead != 0 {
+			// Reads in flight went to the old leader and may never be
+			// answered. (From "unknown" to a leader is no change: they were
+			// addressed to raft's view of the leader, which this is.)
+			p.failReadsLocked(p.notLeaderWithLocked(newLead))
+		}
+		if newLead != p.lead {
+			s.log.Info("leader changed", "region", p.regionID, "leader", newLead, "term", p.rn.BasicStatus().Term)
+		}
+		p.lead = newLead
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		if rd.HardState.Term != p.term {
+			p.revokeLeaseLocked()
+			p.term = rd.HardState.Term
+		}
+		p.commit = rd.HardState.Commit
+	}
+	p.applied, p.appliedTerm = rp.applied, rp.appliedTerm
+	// Only an entry committed in the term it was proposed in proves quorum
+	// contact at its proposal time, so only that renews the lease.
+	for _, a := range rp.acked {
+		pr, ok := p.proposals[a.id]
+		if !ok {
+			continue
+		}
+		delete(p.proposals, a.id)
+		if a.term == pr.term {
+			p.extendLeaseLocked(pr.term, pr.proposed)
+		}
+		pr.finish(a.err)
+	}
+	p.onReadStatesLocked(rd.ReadStates)
+	p.notifyAppliedLocked()
+	return nil
+}
+
+// publishShape tells raft about applied conf changes, and the store about
+// changed ranges and regions born from splits.
+func (s *Store) publishShape(rp *readyPeer) error {
+	p := rp.p
+	p.mu.Lock()
+	for _, cc := range rp.confChanges {
+		p.rn.ApplyConfChange(cc)
+	}
+	if rp.snapApplied {
+		p.initialized = true
+	}
+	r := p.region.Clone()
+	leader := p.isLeaderLocked()
+	var tombstones []raftpb.Message
+	if leader {
+		// A removed peer never learns that the entry removing it committed:
+		// the leader stops replicating to it at once. Tell it directly.
+		for _, gone := range rp.removedPeers {
+			tombstones = append(tombstones, tombstoneMsg(p.id, gone.ID, p.rn.BasicStatus().Term))
+		}
+	}
+	p.mu.Unlock()
+	for i, gone := range rp.removedPeers {
+		if i < len(tombstones) {
+			s.trans.Send(&Message{RegionID: r.ID, FromStore: s.cfg.StoreID, ToStore: gone.StoreID, Msg: tombstones[i]})
+		}
+	}
+	if rp.snapApplied || rp.regionChanged {
+		s.mu.Lock()
+		if s.peers[r.ID] == p && !rp.removed {
+			s.ranges.Insert(r)
+		}
+		s.mu.Unlock()
+	}
+	for _, c := range rp.created {
+		if err := s.startSplitPeer(c.region, c.hard, leader); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,387 @@
+package raftstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/hedgekv/hedgekv/region"
+	"go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+)
+
+// Peers come and go three ways: a split creates one (apply.go), a message
+// from a region this store does not know creates an uninitialized one that
+// waits for a snapshot (an added replica, or a split this store has not
+// applied yet), and a conf change removes one.
+
+// tombstones: regionID(8) | 't' | peerID(8) -> nil for every peer removed
+// here. Messages to such a peer are stale and must not resurrect it; a new
+// replica of the region gets a new peer ID (IDs are cluster-unique, not
+// ordered: allocID puts the allocating store in the low bits).
+const suffixTombstone = 't'
+
+func tombstoneKey(regionID, peerID uint64) []byte {
+	return binary.BigEndian.AppendUint64(stateKey(regionID, suffixTombstone), peerID)
+}
+
+// A tombstone is how a leader tells a peer it removed to destroy itself.
+// It travels as a raft heartbeat with a marker context so that every
+// transport carries it unchanged; the receiving store intercepts it before
+// raft sees it.
+var tombstoneCtx = []byte("hedgekv:tombstone")
+
+func tombstoneMsg(from, to, term uint64) raftpb.Message {
+	return raftpb.Message{Type: raftpb.MsgHeartbeat, From: from, To: to, Term: term, Context: tombstoneCtx}
+}
+
+func isTombstone(m raftpb.Message) bool {
+	return m.Type == raftpb.MsgHeartbeat && bytes.Equal(m.Context, tombstoneCtx)
+}
+
+// handleTombstone destroys the addressed peer if it is the one removed and
+// the sender's term is not older than what the peer has seen.
+func (s *Store) handleTombstone(p *Peer, m raftpb.Message) error {
+	p.mu.Lock()
+	stale := m.To != p.id || m.Term < p.rn.BasicStatus().Term
+	p.mu.Unlock()
+	if stale {
+		return nil
+	}
+	return s.destroyPeer(p)
+}
+
+// maybeCreatePeer creates an uninitialized peer for a message from a
+// region's leader (appends, heartbeats, snapshots). Other messages (votes
+// from a region we don't know) are refused: they don't need us.
+func (s *Store) maybeCreatePeer(m *Message) (*Peer, error) {
+	switch m.Msg.Type {
+	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
+	default:
+		return nil, &region.RegionNotFoundError{RegionID: m.RegionID}
+	}
+	var hs raftpb.HardState
+	err := s.eng.db.View(func(tx *bbolt.Tx) error {
+		st := tx.Bucket(bucketRaftState)
+		if st.Get(tombstoneKey(m.RegionID, m.Msg.To)) != nil {
+			return &region.RegionNotFoundError{RegionID: m.RegionID}
+		}
+		// A vote this peer cast before a restart still binds it.
+		if v := st.Get(stateKey(m.RegionID, suffixHardState)); v != nil {
+			return hs.Unmarshal(v)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	hs.Commit = 0 // nothing is in its log yet
+	s.mu.Lock()
+	if p, ok := s.peers[m.RegionID]; ok { // created concurrently
+		s.mu.Unlock()
+		return p, nil
+	}
+	s.mu.Unlock()
+	r := region.Region{ID: m.RegionID, Peers: []region.Peer{
+		{ID: m.Msg.To, StoreID: s.cfg.StoreID},
+		{ID: m.Msg.From, StoreID: m.FromStore},
+	}}
+	p, err := s.createPeer(persistedPeer{region: r, hard: hs})
+	if err != nil {
+		return nil, fmt.Errorf("create peer for region %d: %w", m.RegionID, err)
+	}
+	s.log.Info("created uninitialized peer", "region", m.RegionID, "peer", m.Msg.To, "from_store", m.FromStore)
+	return p, nil
+}
+
+// destroyPeer removes a peer that was removed from its region: its raft
+// state, log and the data of its range go, and a tombstone stays.
+func (s *Store) destroyPeer(p *Peer) error {
+	p.mu.Lock()
+	if p.removed {
+		p.mu.Unlock()
+		return nil // a tombstone and the applied conf change both got here
+	}
+	r := p.region.Clone()
+	p.removed = true
+	p.failProposalsLocked(&region.RegionNotFoundError{RegionID: r.ID})
+	p.failReadsLocked(&region.RegionNotFoundError{RegionID: r.ID})
+	p.mu.Unlock()
+	s.mu.Lock()
+	if s.peers[r.ID] == p {
+		delete(s.peers, r.ID)
+	}
+	s.ranges.Remove(r.ID)
+	s.mu.Unlock()
+	err := s.eng.db.Update(func(tx *bbolt.Tx) error {
+		st := tx.Bucket(bucketRaftState)
+		for _, suf := range []byte{suffixRegion, suffixHardState, suffixApplyState} {
+			if err := st.Delete(stateKey(r.ID, suf)); err != nil {
+				return err
+			}
+		}
+		if err := st.Put(tombstoneKey(r.ID, p.id), []byte{}); err != nil {
+			return err
+		}
+		if err := deleteLog(tx, r.ID, 0, ^uint64(0)); err != nil {
+			return err
+		}
+		if err := trimDedupAllTx(tx, r.ID); err != nil {
+			return err
+		}
+		if !p.initialized {
+			return nil
+		}
+		return deleteRange(tx, r.StartKey, r.EndKey)
+	})
+	if err != nil {
+		return fmt.Errorf("destroy region %d peer %d: %w", r.ID, p.id, err)
+	}
+	s.log.Info("destroyed removed peer", "region", r.ID, "peer", p.id)
+	return nil
+}
+
+// startSplitPeer starts the peer of a region a split created. If this
+// store's parent peer leads, the new peer campaigns at once so the region
+// has a leader without waiting out an election timeout.
+func (s *Store) startSplitPeer(r region.Region, hs raftpb.HardState, campaign bool) error {
+	s.mu.Lock()
+	if old, ok := s.peers[r.ID]; ok {
+		delete(s.peers, r.ID) // an uninitialized placeholder, superseded
+		old.mu.Lock()
+		old.removed = true
+		old.mu.Unlock()
+	}
+	s.mu.Unlock()
+	p, err := s.createPeer(persistedPeer{region: r, hard: hs, apply: initApplyState})
+	if err != nil {
+		return fmt.Errorf("start split region %d: %w", r.ID, err)
+	}
+	if campaign {
+		p.mu.Lock()
+		_ = p.rn.Campaign()
+		p.mu.Unlock()
+	}
+	s.markDirty(p)
+	return nil
+}
+
+// AddPeer adds a replica of regionID on storeID: first as a learner, which
+// the leader catches up by snapshot, then promoted to voter. It runs on the
+// region's leader and returns when the new voter is in the configuration.
+func (s *Store) AddPeer(ctx context.Context, regionID, storeID uint64) error {
+	p, err := s.leaderPeer(regionID)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	existing, has := p.region.PeerOnStore(storeID)
+	p.mu.Unlock()
+	peerID := existing.ID
+	if !has {
+		if peerID, err = s.addLearner(ctx, p, storeID); err != nil {
+			return err
+		}
+	} else if !existing.IsLearner {
+		return nil
+	}
+	if err := s.waitCaughtUp(ctx, p, peerID); err != nil {
+		return err
+	}
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddNode, NodeID: peerID}}}
+	if err := s.proposeConfChange(ctx, p, cc, []region.Peer{{ID: peerID, StoreID: storeID}}); err != nil {
+		return fmt.Errorf("promote learner: %w", err)
+	}
+	return nil
+}
+
+// addLearner adds a learner on storeID under a fresh peer ID.
+func (s *Store) addLearner(ctx context.Context, p *Peer, storeID uint64) (uint64, error) {
+	id, err := s.allocID()
+	if err != nil {
+		return 0, err
+	}
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeAddLearnerNode, NodeID: id}}}
+	if err := s.proposeConfChange(ctx, p, cc, []region.Peer{{ID: id, StoreID: storeID, IsLearner: true}}); err != nil {
+		return 0, fmt.Errorf("add learner: %w", err)
+	}
+	return id, nil
+}
+
+// RemovePeer removes the replica of regionID on storeID. Removing the
+// leader's own replica first hands leadership to another voter and returns
+// NotLeader, so the caller retries there.
+func (s *Store) RemovePeer(ctx context.Context, regionID, storeID uint64) error {
+	p, err := s.leaderPeer(regionID)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	target, has := p.region.PeerOnStore(storeID)
+	var other *region.Peer
+	for _, pr := range p.region.Peers {
+		if pr.StoreID != storeID && !pr.IsLearner {
+			pr := pr
+			other = &pr
+		}
+	}
+	p.mu.Unlock()
+	if !has {
+		return nil
+	}
+	if target.ID == p.id {
+		if other == nil {
+			return fmt.Errorf("region %d: cannot remove its last voter: %w", regionID, ErrInvalidRequest)
+		}
+		if err := s.TransferLeader(ctx, regionID, other.StoreID); err != nil {
+			return err
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.notLeaderLocked()
+	}
+	cc := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: raftpb.ConfChangeRemoveNode, NodeID: target.ID}}}
+	return s.proposeConfChange(ctx, p, cc, nil)
+}
+
+// MovePeer replaces the replica on fromStore by one on toStore: add a
+// learner, catch it up, promote it, then remove the old voter. Each step is
+// a simple ConfChangeV2, so the region goes 3 -> 4 -> 3 voters and keeps a
+// quorum even with another voter down (one joint step that promotes and
+// removes at once would need quorums of both configurations).
+func (s *Store) MovePeer(ctx context.Context, regionID, fromStore, toStore uint64) error {
+	p, err := s.leaderPeer(regionID)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	old, hasOld := p.region.PeerOnStore(fromStore)
+	p.mu.Unlock()
+	if hasOld && old.ID == p.id {
+		return fmt.Errorf("region %d: move the leader's replica after transferring leadership: %w", regionID, ErrInvalidRequest)
+	}
+	if err := s.AddPeer(ctx, regionID, toStore); err != nil {
+		return err
+	}
+	if !hasOld {
+		return nil
+	}
+	return s.RemovePeer(ctx, regionID, fromStore)
+}
+
+// leaderPeer returns the peer of regionID if it leads, else NotLeader.
+func (s *Store) leaderPeer(regionID uint64) (*Peer, error) {
+	p, ok := s.peer(regionID)
+	if !ok || !p.isInitialized() {
+		return nil, &region.RegionNotFoundError{RegionID: regionID}
+	}
+	s.touch(p)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.isLeaderLocked() {
+		return nil, p.notLeaderLocked()
+	}
+	return p, nil
+}
+
+// proposeConfChange proposes cc and waits until it is applied. Raft turns
+// a conf change proposed while another is pending into a no-op, so that
+// case is refused here, retryably, instead of waiting forever.
+func (s *Store) proposeConfChange(ctx context.Context, p *Peer, cc raftpb.ConfChangeV2, added []region.Peer) error {
+	reqID := s.nextRequestID()
+	cc.Context = encodeConfContext(reqID, added)
+	done := make(chan error, 1)
+	p.mu.Lock()
+	if !p.isLeaderLocked() {
+		err := p.notLeaderLocked()
+		p.mu.Unlock()
+		return err
+	}
+	st := p.rn.Status()
+	if st.Commit > p.applied {
+		// Raft refuses (drops) a conf change while an earlier one may be
+		// unapplied; under write load the leader is usually a little behind
+		// its commit index, so wait for it rather than refuse.
+		applied := p.waitAppliedLocked(st.Commit)
+		p.mu.Unlock()
+		if err := s.waitApplied(ctx, p, applied); err != nil {
+			return err
+		}
+		p.mu.Lock()
+		st = p.rn.Status()
+	}
+	if !p.isLeaderLocked() {
+		err := p.notLeaderLocked()
+		p.mu.Unlock()
+		return err
+	}
+	if st.Commit > p.applied || p.confChangePending() {
+		p.mu.Unlock()
+		return fmt.Errorf("region %d: a membership change is still being applied: %w", p.regionID, ErrProposalDropped)
+	}
+	if err := p.rn.ProposeConfChange(cc); err != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("region %d: %w (%v)", p.regionID, ErrProposalDropped, err)
+	}
+	p.proposals[reqID] = &proposal{term: st.Term, proposed: time.Now(), waiters: []chan error{done}}
+	p.mu.Unlock()
+	s.markDirty(p)
+	return s.waitProposal(ctx, p, done)
+}
+
+// confChangePending reports whether the current configuration is joint.
+func (p *Peer) confChangePending() bool {
+	return len(p.rn.Status().Config.Voters[1]) > 0
+}
+
+// waitCaughtUp waits until peerID's log matches the leader's closely
+// enough to promote it without stalling commits.
+func (s *Store) waitCaughtUp(ctx context.Context, p *Peer, peerID uint64) error {
+	for {
+		p.mu.Lock()
+		if !p.isLeaderLocked() {
+			err := p.notLeaderLocked()
+			p.mu.Unlock()
+			return err
+		}
+		st := p.rn.Status()
+		pr, ok := st.Progress[peerID]
+		p.mu.Unlock()
+		if ok && pr.Match+16 >= st.Commit && pr.State == tracker.StateReplicate {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("region %d: wait for peer %d to catch up: %w", p.regionID, peerID, ctx.Err())
+		case <-s.stopc:
+			return ErrStopped
+		case <-time.After(s.cfg.TickInterval):
+		}
+	}
+}
+
+// allocID returns a cluster-unique ID for a region or peer: a per-store
+// counter in the high bits and the store ID in the low 16, so stores never
+// need to agree on anything to allocate.
+func (s *Store) allocID() (uint64, error) {
+	var id uint64
+	err := s.eng.db.Update(func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		var n uint64
+		if v := b.Get(keyNextID); len(v) == 8 {
+			n = binary.BigEndian.Uint64(v)
+		}
+		n++
+		id = n<<16 | s.cfg.StoreID
+		return b.Put(keyNextID, uint64Bytes(n))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("allocate id: %w", err)
+	}
+	return id, nil
+}
+
+var keyNextID = []byte("next_id")

@@ -1,0 +1,149 @@
+package raftstore
+
+import (
+	"encoding/binary"
+	"sync"
+	"time"
+
+	"github.com/hedgekv/hedgekv/region"
+	"go.etcd.io/raft/v3"
+)
+
+// Peer is one replica of one region on this store: a raft RawNode, its
+// storage, and the requests waiting on it. Everything below mu is guarded by
+// it; the Ready loop holds mu only to talk to the RawNode, never across I/O.
+type Peer struct {
+	store    *Store
+	storage  *peerStorage
+	id       uint64
+	regionID uint64 // never changes; safe to read without mu
+
+	mu      sync.Mutex
+	rn      *raft.RawNode
+	region  region.Region
+	lead    uint64 // leader peer ID as of the last Ready, 0 if unknown
+	term    uint64
+	commit  uint64
+	applied uint64
+	// appliedTerm is the term of the last applied entry. A leader serves
+	// lease reads only once it has applied an entry of its own term, so that
+	// everything the previous leaders acknowledged is in its state machine.
+	appliedTerm uint64
+	lastIndex   uint64 // last index persisted in bbolt (for conflict truncation)
+	// initialized: the peer has region metadata and data (bootstrapped, split
+	// from a parent, or restored from a snapshot). A peer created for a
+	// message from an unknown region is not, until its snapshot arrives; it
+	// serves nothing and owns no key range.
+	initialized bool
+	removed     bool // destroyed or superseded; the loop forgets it
+
+	lease     lease
+	proposals map[uint64]*proposal
+	reads     readQueue
+	applyWait []applyWaiter
+	// transferring is set while a leadership transfer this peer started is in
+	// flight; the lease stays revoked until it ends (etcd-io/raft#99).
+	transferring bool
+	// readsSinceRenew: a lease read happened since the last renewal check,
+	// so renewing ahead of expiry is worth a heartbeat round.
+	readsSinceRenew bool
+	// hibernating: the peer does not tick (hibernate.go); idleTicks counts
+	// ticks without traffic.
+	hibernating bool
+	idleTicks   int
+	// safe holds the latest safe points heard from the leader (stale.go).
+	safe safePoints
+}
+
+type proposal struct {
+	term     uint64
+	proposed time.Time
+	waiters  []chan error // each buffered(1): a retry of a pending request joins it
+}
+
+func (pr *proposal) finish(err error) {
+	for _, w := range pr.waiters {
+		w <- err
+	}
+}
+
+type applyWaiter struct {
+	index uint64
+	done  chan struct{}
+}
+
+// leaderPeerLocked returns the leader as a region.Peer, nil if unknown.
+func (p *Peer) leaderPeerLocked() *region.Peer {
+	lp, ok := p.region.PeerByID(p.lead)
+	if !ok || p.lead == 0 {
+		return nil
+	}
+	return &lp
+}
+
+func (p *Peer) notLeaderLocked() error {
+	return p.notLeaderWithLocked(p.lead)
+}
+
+// notLeaderWithLocked builds NotLeader with lead as the hint.
+func (p *Peer) notLeaderWithLocked(lead uint64) error {
+	e := &region.NotLeaderError{RegionID: p.regionID}
+	if lp, ok := p.region.PeerByID(lead); ok && lead != 0 {
+		e.Leader = &lp
+	}
+	return e
+}
+
+func (p *Peer) isLeader() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.isLeaderLocked()
+}
+
+func (p *Peer) isLeaderLocked() bool {
+	return p.rn.BasicStatus().RaftState == raft.StateLeader
+}
+
+// waitAppliedLocked returns a channel closed once applied >= index.
+func (p *Peer) waitAppliedLocked(index uint64) <-chan struct{} {
+	ch := make(chan struct{})
+	if p.applied >= index {
+		close(ch)
+		return ch
+	}
+	p.applyWait = append(p.applyWait, applyWaiter{index: index, done: ch})
+	return ch
+}
+
+// notifyAppliedLocked wakes waiters whose index has been applied.
+func (p *Peer) notifyAppliedLocked() {
+	kept := p.applyWait[:0]
+	for _, w := range p.applyWait {
+		if p.applied >= w.index {
+			close(w.done)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	for i := len(kept); i < len(p.applyWait); i++ {
+		p.applyWait[i] = applyWaiter{}
+	}
+	p.applyWait = kept
+}
+
+// failProposalsLocked fails every pending proposal with err. Used when the
+// peer stops being leader: the entries may still commit under the next
+// leader, so err must be one the client retries (all our writes are
+// idempotent puts and deletes, and a retry is ordered after the original).
+func (p *Peer) failProposalsLocked(err error) {
+	for id, pr := range p.proposals {
+		pr.finish(err)
+		delete(p.proposals, id)
+	}
+}
+
+func uint64Bytes(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}

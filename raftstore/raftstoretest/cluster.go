@@ -1,0 +1,386 @@
+// Package raftstoretest is the in-process cluster harness: N stores over
+// the in-memory network with fault filters, in the spirit of
+// hashicorp/raft's testing.go. Tests drive stores directly; logs go to the
+// test's writer so only failing tests show them.
+package raftstoretest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/region"
+)
+
+// Options shape a cluster.
+type Options struct {
+	Stores         int           // default 3
+	TickInterval   time.Duration // default 10ms
+	ElectionTicks  int           // default 10
+	LogGCThreshold uint64        // default raftstore's
+	// SplitMaxKeys > 0 turns on automatic splits, checked every 100ms.
+	SplitMaxKeys uint64
+	// Balance turns on the leader and replica balancer, every 100ms.
+	Balance bool
+	// MaxStoreDownTime before a down store's replicas are replaced.
+	MaxStoreDownTime time.Duration
+	// HibernateAfter, 0 for never (the store's default is 10s).
+	HibernateAfter time.Duration
+	Dir            string    // required: a temp dir the cluster owns
+	LogOutput      io.Writer // default: discard
+}
+
+// Cluster is N in-process stores.
+type Cluster struct {
+	Net     *raftstore.InmemNetwork
+	opts    Options
+	ids     []uint64
+	initial []uint64 // the stores that bootstrapped region 1
+
+	mu     sync.Mutex
+	stores map[uint64]*raftstore.Store
+}
+
+// New starts a cluster and waits for region 1 to elect a leader.
+func New(opts Options) (*Cluster, error) {
+	if opts.Stores == 0 {
+		opts.Stores = 3
+	}
+	if opts.TickInterval == 0 {
+		opts.TickInterval = 10 * time.Millisecond
+	}
+	if opts.ElectionTicks == 0 {
+		opts.ElectionTicks = 10
+	}
+	if opts.LogOutput == nil {
+		opts.LogOutput = io.Discard
+	}
+	if opts.Dir == "" {
+		return nil, errors.New("raftstoretest: Options.Dir is required")
+	}
+	c := &Cluster{Net: raftstore.NewInmemNetwork(), opts: opts, stores: make(map[uint64]*raftstore.Store)}
+	for i := 1; i <= opts.Stores; i++ {
+		c.ids = append(c.ids, uint64(i))
+	}
+	c.initial = append([]uint64(nil), c.ids...)
+	for _, id := range c.ids {
+		if err := c.StartStore(id); err != nil {
+			c.Shutdown()
+			return nil, err
+		}
+	}
+	if _, err := c.WaitLeader(1, 10*time.Second); err != nil {
+		c.Shutdown()
+		return nil, err
+	}
+	return c, nil
+}
+
+// IDs are the store IDs.
+func (c *Cluster) IDs() []uint64 { return append([]uint64(nil), c.ids...) }
+
+// StartStore (re)starts store id from its data dir.
+func (c *Cluster) StartStore(id uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.stores[id]; ok {
+		return fmt.Errorf("store %d already running", id)
+	}
+	log := slog.New(slog.NewTextHandler(c.opts.LogOutput, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg := raftstore.Config{
+		StoreID:            id,
+		Zone:               fmt.Sprintf("dc-%c", 'a'+rune(id-1)%26),
+		DataDir:            filepath.Join(c.opts.Dir, fmt.Sprintf("store%d", id)),
+		InitialStores:      c.initial,
+		TickInterval:       c.opts.TickInterval,
+		ElectionTicks:      c.opts.ElectionTicks,
+		LogGCThreshold:     c.opts.LogGCThreshold,
+		SplitCheckInterval: -1,
+		SplitMaxKeys:       c.opts.SplitMaxKeys,
+		BalanceInterval:    -1,
+		MaxStoreDownTime:   c.opts.MaxStoreDownTime,
+		HibernateAfter:     c.opts.HibernateAfter,
+		NoSync:             true,
+		Logger:             log,
+	}
+	if c.opts.SplitMaxKeys > 0 {
+		cfg.SplitCheckInterval = 100 * time.Millisecond
+	}
+	if c.opts.HibernateAfter == 0 {
+		cfg.HibernateAfter = -1
+	}
+	if c.opts.Balance {
+		cfg.BalanceInterval = 100 * time.Millisecond
+	}
+	s, err := raftstore.NewStore(cfg, c.Net.Transport(id))
+	if err != nil {
+		return fmt.Errorf("start store %d: %w", id, err)
+	}
+	s.SetClusterView(c)
+	c.Net.Register(id, s)
+	s.Start()
+	c.stores[id] = s
+	return nil
+}
+
+// AddStore starts a new, empty store that joins the running cluster.
+func (c *Cluster) AddStore() (uint64, error) {
+	c.mu.Lock()
+	id := uint64(len(c.ids) + 1)
+	c.ids = append(c.ids, id)
+	c.mu.Unlock()
+	return id, c.StartStore(id)
+}
+
+// StopStore stops store id as a crash would: it vanishes from the network
+// and its process state is lost; its bbolt file stays.
+func (c *Cluster) StopStore(id uint64) error {
+	c.mu.Lock()
+	s, ok := c.stores[id]
+	delete(c.stores, id)
+	c.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("store %d not running", id)
+	}
+	c.Net.Unregister(id)
+	return s.Stop()
+}
+
+// Store returns a running store.
+func (c *Cluster) Store(id uint64) (*raftstore.Store, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.stores[id]
+	return s, ok
+}
+
+// Shutdown stops every store.
+func (c *Cluster) Shutdown() {
+	c.mu.Lock()
+	ids := make([]uint64, 0, len(c.stores))
+	for id := range c.stores {
+		ids = append(ids, id)
+	}
+	c.mu.Unlock()
+	for _, id := range ids {
+		_ = c.StopStore(id)
+	}
+	c.Net.ClearFilters()
+	c.Net.Wait()
+}
+
+// Leader returns the store whose peer of regionID believes it leads, if
+// exactly one running store does in the highest term seen.
+func (c *Cluster) Leader(regionID uint64) (uint64, bool) {
+	var best uint64
+	var bestTerm uint64
+	for _, id := range c.ids {
+		s, ok := c.Store(id)
+		if !ok {
+			continue
+		}
+		for _, st := range s.Regions() {
+			if st.Region.ID == regionID && st.IsLeader && st.Term >= bestTerm {
+				best, bestTerm = id, st.Term
+			}
+		}
+	}
+	return best, best != 0
+}
+
+// Status returns store id's view of regionID.
+func (c *Cluster) Status(id, regionID uint64) (raftstore.RegionStatus, bool) {
+	s, ok := c.Store(id)
+	if !ok {
+		return raftstore.RegionStatus{}, false
+	}
+	for _, st := range s.Regions() {
+		if st.Region.ID == regionID {
+			return st, true
+		}
+	}
+	return raftstore.RegionStatus{}, false
+}
+
+// WaitLeader waits until regionID has a leader.
+func (c *Cluster) WaitLeader(regionID uint64, timeout time.Duration) (uint64, error) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if id, ok := c.Leader(regionID); ok {
+			return id, nil
+		}
+		time.Sleep(c.opts.TickInterval)
+	}
+	return 0, fmt.Errorf("region %d: no leader after %v", regionID, timeout)
+}
+
+// Put writes through whichever store leads, retrying region errors and
+// dropped proposals until ctx ends, like a client would.
+func (c *Cluster) Put(ctx context.Context, key, value []byte) error {
+	// One request ID across all attempts: a retry of a write that did land
+	// must not apply it again.
+	opts := raftstore.WriteOptions{RequestID: rand.Uint64() | 1}
+	return c.retry(ctx, key, func(ctx context.Context, s *raftstore.Store) error {
+		return s.Put(ctx, opts, key, value)
+	})
+}
+
+// Delete removes key like Put writes it.
+func (c *Cluster) Delete(ctx context.Context, key []byte) error {
+	opts := raftstore.WriteOptions{RequestID: rand.Uint64() | 1}
+	return c.retry(ctx, key, func(ctx context.Context, s *raftstore.Store) error {
+		return s.Delete(ctx, opts, key)
+	})
+}
+
+// Get reads key from the leader, retrying like Put.
+func (c *Cluster) Get(ctx context.Context, key []byte) (val []byte, found bool, err error) {
+	err = c.retry(ctx, key, func(ctx context.Context, s *raftstore.Store) error {
+		var e error
+		val, found, _, e = s.Get(ctx, raftstore.ReadOptions{}, key)
+		return e
+	})
+	return val, found, err
+}
+
+// retry runs op on the store leading the region that holds key until it
+// succeeds, fails for good, or ctx ends.
+func (c *Cluster) retry(ctx context.Context, key []byte, op func(context.Context, *raftstore.Store) error) error {
+	// One attempt may wait out an election, not more: then look again.
+	attempt := 2 * c.opts.TickInterval * time.Duration(c.opts.ElectionTicks)
+	var last error
+	for {
+		if id, ok := c.LeaderOf(key); ok {
+			if s, running := c.Store(id); running {
+				opCtx, cancel := context.WithTimeout(ctx, attempt)
+				last = op(opCtx, s)
+				cancel()
+				if last == nil || !Retryable(last) {
+					return last
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if last == nil {
+				last = ctx.Err()
+			}
+			return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
+		case <-time.After(c.opts.TickInterval):
+		}
+	}
+}
+
+// RegionOf returns the newest metadata any running store has for the
+// region holding key.
+func (c *Cluster) RegionOf(key []byte) (region.Region, bool) {
+	var best region.Region
+	found := false
+	for _, id := range c.ids {
+		s, ok := c.Store(id)
+		if !ok {
+			continue
+		}
+		for _, st := range s.Regions() {
+			r := st.Region
+			if r.Contains(key) && (!found || r.Epoch.Version > best.Epoch.Version || (r.Epoch.Version == best.Epoch.Version && r.Epoch.ConfVer > best.Epoch.ConfVer)) {
+				best, found = r, true
+			}
+		}
+	}
+	return best, found
+}
+
+// LeaderOf returns the store leading the region that holds key.
+func (c *Cluster) LeaderOf(key []byte) (uint64, bool) {
+	r, ok := c.RegionOf(key)
+	if !ok {
+		return 0, false
+	}
+	return c.Leader(r.ID)
+}
+
+// Regions returns the newest view of every region, in key order.
+func (c *Cluster) Regions() []region.Region {
+	var t region.Tree
+	newest := map[uint64]region.Region{}
+	for _, id := range c.ids {
+		s, ok := c.Store(id)
+		if !ok {
+			continue
+		}
+		for _, st := range s.Regions() {
+			old, seen := newest[st.Region.ID]
+			if !seen || old.Epoch.Version < st.Region.Epoch.Version || (old.Epoch.Version == st.Region.Epoch.Version && old.Epoch.ConfVer < st.Region.Epoch.ConfVer) {
+				newest[st.Region.ID] = st.Region
+			}
+		}
+	}
+	for _, r := range newest {
+		t.Insert(r)
+	}
+	return t.All()
+}
+
+// Split splits the region holding key at key, retrying like Put.
+func (c *Cluster) Split(ctx context.Context, key []byte) error {
+	return c.retry(ctx, key, func(ctx context.Context, s *raftstore.Store) error {
+		_, _, err := s.Split(ctx, key)
+		return err
+	})
+}
+
+// Scan reads [start, end) across regions from their leaders, in key order.
+func (c *Cluster) Scan(ctx context.Context, start, end []byte, limit int) ([]raftstore.KV, error) {
+	var out []raftstore.KV
+	for len(out) < limit {
+		var kvs []raftstore.KV
+		var r region.Region
+		err := c.retry(ctx, start, func(ctx context.Context, s *raftstore.Store) error {
+			var e error
+			kvs, r, _, e = s.Scan(ctx, raftstore.ReadOptions{}, start, end, limit-len(out))
+			return e
+		})
+		if err != nil {
+			return out, err
+		}
+		out = append(out, kvs...)
+		if len(r.EndKey) == 0 || (len(end) > 0 && string(r.EndKey) >= string(end)) {
+			break
+		}
+		start = r.EndKey
+	}
+	return out, nil
+}
+
+// Stores implements raftstore.ClusterView over the running stores.
+func (c *Cluster) Stores(context.Context) []raftstore.StoreInfo {
+	var out []raftstore.StoreInfo
+	for _, id := range c.ids {
+		info := raftstore.StoreInfo{ID: id}
+		if s, ok := c.Store(id); ok {
+			info.Up, info.Zone = true, s.Zone()
+			for _, st := range s.Regions() {
+				info.RegionCount++
+				if st.IsLeader {
+					info.LeaderCount++
+				}
+			}
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// Retryable reports whether err means "try again, maybe elsewhere".
+func Retryable(err error) bool {
+	return region.IsRegionError(err) || errors.Is(err, raftstore.ErrProposalDropped) ||
+		errors.Is(err, raftstore.ErrStopped) || errors.Is(err, context.DeadlineExceeded)
+}

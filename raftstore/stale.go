@@ -1,0 +1,84 @@
+package raftstore
+
+import (
+	"time"
+
+	"github.com/hedgekv/hedgekv/region"
+)
+
+// Bounded-staleness reads.
+//
+// A leader that holds a valid lease knows no other leader exists, so every
+// write acknowledged so far (by it, or by earlier leaders, whose entries it
+// has committed) has an index no greater than its commit index. It stamps
+// each heartbeat round with that promise, a SafePoint{Term, Commit, Time}.
+// A follower keeps the last few it heard in its current term; to serve a
+// read at most MaxStaleness stale, it needs one whose Commit it has applied
+// and whose Time is recent enough:
+//
+//	now - sp.Time + MaxClockOffset <= MaxStaleness
+//
+// The wall clocks of leader and follower are compared, so their disagreement
+// (MaxClockOffset) is added to the bound, as CockroachDB's closed timestamps
+// do. Without a leader no new safe points arrive, and reads keep succeeding
+// until the last one is too old — that is what keeps a leaderless region
+// readable.
+
+const safePointRing = 8
+
+type safePoints struct {
+	ring [safePointRing]SafePoint
+	n    int // total recorded; ring[(n-1)%len] is the newest
+}
+
+// makeSafePointLocked returns the safe point to stamp on heartbeats now,
+// nil if this peer may not promise anything (no valid lease).
+func (p *Peer) makeSafePointLocked(now time.Time) *SafePoint {
+	if !p.leaseValidLocked(now) {
+		return nil
+	}
+	sp := SafePoint{Term: p.term, Commit: p.rn.BasicStatus().Commit, Time: now.Round(0)}
+	// The leader may serve stale reads from its own promise, too.
+	p.recordSafePointLocked(sp)
+	return &sp
+}
+
+// recordSafePointLocked keeps sp if it is from the current term and newer
+// than what we have.
+func (p *Peer) recordSafePointLocked(sp SafePoint) {
+	if sp.Term != p.rn.BasicStatus().Term {
+		return
+	}
+	if p.safe.n > 0 {
+		last := p.safe.ring[(p.safe.n-1)%safePointRing]
+		if last.Term == sp.Term && !sp.Time.After(last.Time) {
+			return
+		}
+	}
+	p.safe.ring[p.safe.n%safePointRing] = sp
+	p.safe.n++
+}
+
+// staleReadLocked returns the staleness bound of a local read now, or
+// DataIsNotReady if no safe point this peer has applied is fresh enough.
+func (p *Peer) staleReadLocked(now time.Time, maxStaleness time.Duration) (time.Duration, error) {
+	var best *SafePoint
+	for i := 0; i < min(p.safe.n, safePointRing); i++ {
+		sp := &p.safe.ring[(p.safe.n-1-i)%safePointRing]
+		if sp.Commit <= p.applied {
+			best = sp
+			break // newest first
+		}
+	}
+	if best != nil {
+		bound := now.Round(0).Sub(best.Time) + p.store.cfg.MaxClockOffset
+		if bound <= maxStaleness {
+			return max(bound, 0), nil
+		}
+	}
+	age := uint64(0)
+	if best != nil {
+		age = uint64(now.Round(0).Sub(best.Time).Milliseconds())
+	}
+	return 0, &region.DataIsNotReadyError{RegionID: p.regionID, PeerID: p.id, SafeAge: age}
+}

@@ -1,0 +1,612 @@
+package raftstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hedgekv/hedgekv/region"
+	"go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Raft's own bootstrap values: region 1 starts from a virtual snapshot at
+// this index and term on every initial store, so all of them agree on the
+// log's origin without exchanging anything (as TiKV does).
+const (
+	raftInitIndex = 5
+	raftInitTerm  = 5
+)
+
+// Store hosts the region peers of one process and runs their Ready loop.
+type Store struct {
+	cfg   Config
+	log   *slog.Logger
+	eng   *engine
+	trans Transport
+
+	mu     sync.RWMutex
+	peers  map[uint64]*Peer // by region ID
+	ranges region.Tree      // regions by key, for requests without a region ID
+
+	dirtyMu sync.Mutex
+	dirty   map[uint64]*Peer
+	wakec   chan struct{}
+
+	stats stats
+	view  ClusterView
+	// lastMove is when the balancer last moved a replica or leader; only
+	// its goroutine touches it.
+	lastMove time.Time
+
+	proposalBase uint64
+	proposalSeq  atomic.Uint64
+
+	bg       sync.WaitGroup // background workers (split check, balancer)
+	stopc    chan struct{}
+	done     chan struct{}
+	started  atomic.Bool
+	stopOnce sync.Once
+}
+
+func (c *Config) setDefaults() {
+	if c.TickInterval <= 0 {
+		c.TickInterval = 50 * time.Millisecond
+	}
+	if c.ElectionTicks <= 0 {
+		c.ElectionTicks = 10
+	}
+	if c.HeartbeatTicks <= 0 {
+		c.HeartbeatTicks = 2
+	}
+	if c.LeaseDriftMargin <= 0 || c.LeaseDriftMargin >= 1 {
+		c.LeaseDriftMargin = 0.1
+	}
+	if c.LogGCThreshold == 0 {
+		c.LogGCThreshold = 5000
+	}
+	if c.SplitCheckInterval == 0 {
+		c.SplitCheckInterval = 10 * time.Second
+	}
+	if c.SplitMaxBytes == 0 && c.SplitMaxKeys == 0 {
+		c.SplitMaxBytes = 64 << 20
+	}
+	if c.DedupWindow == 0 {
+		c.DedupWindow = 100000
+	}
+	if c.MaxClockOffset <= 0 {
+		c.MaxClockOffset = 50 * time.Millisecond
+	}
+	c.balanceDefaults()
+	if c.HibernateAfter == 0 {
+		c.HibernateAfter = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// NewStore opens (or creates) the engine under cfg.DataDir, loads every
+// region peer found there, bootstraps region 1 if the engine is empty, and
+// returns a store that is not yet running. trans may be set later with
+// SetTransport, before Start.
+func NewStore(cfg Config, trans Transport) (*Store, error) {
+	cfg.setDefaults()
+	if cfg.StoreID == 0 || cfg.StoreID > 0xffff {
+		return nil, errors.New("raftstore: store ID must be in 1..65535")
+	}
+	eng, err := openEngine(cfg.DataDir, cfg.NoSync)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		cfg:   cfg,
+		log:   cfg.Logger.With("store", cfg.StoreID),
+		eng:   eng,
+		trans: trans,
+		peers: make(map[uint64]*Peer),
+		dirty: make(map[uint64]*Peer),
+		wakec: make(chan struct{}, 1),
+		stopc: make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	// A random base keeps proposal IDs unique across restarts, so an entry
+	// proposed before a crash can never wake a waiter of a new proposal.
+	var rb [8]byte
+	if _, err := rand.Read(rb[:]); err != nil {
+		eng.close()
+		return nil, fmt.Errorf("proposal id seed: %w", err)
+	}
+	s.proposalBase = binary.BigEndian.Uint64(rb[:])
+	if err := s.load(); err != nil {
+		eng.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// load checks the store identity, bootstraps if the engine is empty, and
+// creates a peer for every persisted region.
+func (s *Store) load() error {
+	id, err := s.eng.storeID()
+	if err != nil {
+		return fmt.Errorf("read store id: %w", err)
+	}
+	if id != 0 && id != s.cfg.StoreID {
+		return fmt.Errorf("data dir %s belongs to store %d, not %d", s.cfg.DataDir, id, s.cfg.StoreID)
+	}
+	if id == 0 {
+		if err := s.bootstrap(); err != nil {
+			return err
+		}
+	}
+	persisted, err := s.eng.loadPeers()
+	if err != nil {
+		return fmt.Errorf("load peers: %w", err)
+	}
+	for _, pp := range persisted {
+		if _, err := s.createPeer(pp); err != nil {
+			return fmt.Errorf("region %d: %w", pp.region.ID, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) bootstrap() error {
+	return s.eng.db.Update(func(tx *bbolt.Tx) error {
+		if err := tx.Bucket(bucketMeta).Put(keyStoreID, uint64Bytes(s.cfg.StoreID)); err != nil {
+			return err
+		}
+		if len(s.cfg.InitialStores) == 0 {
+			return nil // joins later; gets its peers by snapshot
+		}
+		stores := append([]uint64(nil), s.cfg.InitialStores...)
+		sort.Slice(stores, func(i, j int) bool { return stores[i] < stores[j] })
+		r := region.Region{ID: 1, Epoch: region.Epoch{ConfVer: 1, Version: 1}}
+		member := false
+		for _, sid := range stores {
+			r.Peers = append(r.Peers, region.Peer{ID: sid, StoreID: sid})
+			member = member || sid == s.cfg.StoreID
+		}
+		if !member {
+			return nil
+		}
+		if err := putRegion(tx, r); err != nil {
+			return err
+		}
+		if err := putHardState(tx, r.ID, raftpb.HardState{Term: raftInitTerm, Commit: raftInitIndex}); err != nil {
+			return err
+		}
+		return putApplyState(tx, r.ID, applyState{
+			AppliedIndex: raftInitIndex, AppliedTerm: raftInitTerm,
+			TruncatedIndex: raftInitIndex, TruncatedTerm: raftInitTerm,
+		})
+	})
+}
+
+func (s *Store) raftConfig(peerID uint64, storage raft.Storage, applied uint64) *raft.Config {
+	return &raft.Config{
+		ID:              peerID,
+		ElectionTick:    s.cfg.ElectionTicks,
+		HeartbeatTick:   s.cfg.HeartbeatTicks,
+		Storage:         storage,
+		Applied:         applied,
+		MaxSizePerMsg:   1 << 20,
+		MaxInflightMsgs: 256,
+		// Bound memory held by a leader that cannot commit.
+		MaxUncommittedEntriesSize: 64 << 20,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		Logger:                    raftLogger{s.log},
+	}
+}
+
+func (s *Store) createPeer(pp persistedPeer) (*Peer, error) {
+	self, ok := pp.region.PeerOnStore(s.cfg.StoreID)
+	if !ok {
+		return nil, fmt.Errorf("store %d holds no peer of %s", s.cfg.StoreID, pp.region.String())
+	}
+	storage, err := newPeerStorage(s.eng, pp, &s.stats.snapshotsBuilt)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild log: %w", err)
+	}
+	rn, err := raft.NewRawNode(s.raftConfig(self.ID, storage, pp.apply.AppliedIndex))
+	if err != nil {
+		return nil, fmt.Errorf("new raw node: %w", err)
+	}
+	last, _ := storage.LastIndex()
+	p := &Peer{
+		store:       s,
+		storage:     storage,
+		id:          self.ID,
+		regionID:    pp.region.ID,
+		rn:          rn,
+		region:      pp.region,
+		term:        pp.hard.Term,
+		commit:      pp.hard.Commit,
+		applied:     pp.apply.AppliedIndex,
+		appliedTerm: pp.apply.AppliedTerm,
+		lastIndex:   last,
+		initialized: pp.apply.AppliedIndex > 0,
+		proposals:   make(map[uint64]*proposal),
+	}
+	s.mu.Lock()
+	s.peers[pp.region.ID] = p
+	s.ranges.Insert(pp.region.Clone())
+	s.mu.Unlock()
+	return p, nil
+}
+
+// SetTransport sets the transport; call before Start.
+func (s *Store) SetTransport(t Transport) { s.trans = t }
+
+// SetClusterView gives the balancer its view of the other stores; call
+// before Start. Without one the store does not balance.
+func (s *Store) SetClusterView(v ClusterView) { s.view = v }
+
+// Start launches the Ready loop.
+func (s *Store) Start() {
+	if s.started.Swap(true) {
+		return
+	}
+	go s.run()
+	if s.cfg.SplitCheckInterval > 0 {
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.splitCheck() }()
+	}
+	if s.cfg.BalanceInterval > 0 {
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.balanceLoop() }()
+	}
+	if s.view != nil && s.hibernateTicks() > 0 {
+		s.bg.Add(1)
+		go func() { defer s.bg.Done(); s.livenessLoop() }()
+	}
+}
+
+// Stop stops the loop, fails waiting requests with ErrStopped and closes
+// the engine. It is safe to call more than once.
+func (s *Store) Stop() error {
+	var err error
+	s.stopOnce.Do(func() {
+		close(s.stopc)
+		if s.started.Load() {
+			<-s.done
+		}
+		s.bg.Wait()
+		s.mu.RLock()
+		for _, p := range s.peers {
+			p.mu.Lock()
+			p.failProposalsLocked(ErrStopped)
+			p.failReadsLocked(ErrStopped)
+			p.mu.Unlock()
+		}
+		s.mu.RUnlock()
+		err = s.eng.close()
+	})
+	return err
+}
+
+// ID is the store ID.
+func (s *Store) ID() uint64 { return s.cfg.StoreID }
+
+// Zone is the store's zone label.
+func (s *Store) Zone() string { return s.cfg.Zone }
+
+func (s *Store) stopped() bool {
+	select {
+	case <-s.stopc:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Store) markDirty(p *Peer) {
+	s.dirtyMu.Lock()
+	s.dirty[p.regionID] = p
+	s.dirtyMu.Unlock()
+	select {
+	case s.wakec <- struct{}{}:
+	default:
+	}
+}
+
+// nextRequestID names a proposal the caller gave no request ID.
+func (s *Store) nextRequestID() uint64 { return s.proposalBase + s.proposalSeq.Add(1) }
+
+// allPeers returns the peers hosted now, for a pass over all of them.
+func (s *Store) allPeers() []*Peer {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	peers := make([]*Peer, 0, len(s.peers))
+	for _, p := range s.peers {
+		peers = append(peers, p)
+	}
+	return peers
+}
+
+func (s *Store) peer(regionID uint64) (*Peer, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p, ok := s.peers[regionID]
+	return p, ok
+}
+
+// HandleRaftMessage steps an inbound message into its region's peer.
+func (s *Store) HandleRaftMessage(m *Message) error {
+	if s.stopped() {
+		return ErrStopped
+	}
+	p, ok := s.peer(m.RegionID)
+	if isTombstone(m.Msg) {
+		if !ok {
+			return nil
+		}
+		return s.handleTombstone(p, m.Msg)
+	}
+	if ok && m.Msg.To != p.id && !p.isInitialized() {
+		// A placeholder for a peer ID this region no longer uses.
+		s.mu.Lock()
+		if s.peers[m.RegionID] == p {
+			delete(s.peers, m.RegionID)
+		}
+		s.mu.Unlock()
+		ok = false
+	}
+	if !ok {
+		var err error
+		if p, err = s.maybeCreatePeer(m); err != nil {
+			return err
+		}
+	}
+	if m.Msg.Type == raftpb.MsgSnap && !p.isInitialized() {
+		// A region created by a split this store has not applied yet must
+		// not take over part of its parent's range: refuse the snapshot
+		// until the parent catches up (its leader will retry).
+		if r, _, err := decodeSnapshotRegion(m.Msg.Snapshot.Data); err != nil || s.overlapsOther(r) {
+			return fmt.Errorf("region %d: snapshot overlaps a region here: %w", m.RegionID, ErrProposalDropped)
+		}
+	}
+	p.mu.Lock()
+	if m.Msg.To != p.id {
+		p.mu.Unlock()
+		return &region.RegionNotFoundError{RegionID: m.RegionID} // for a replaced peer of this region
+	}
+	switch {
+	case isNotice(m.Msg, hibernateCtx):
+		wake := p.onHibernateNoticeLocked(m.Msg)
+		p.mu.Unlock()
+		if wake != nil {
+			s.sendNow(p, *wake)
+		}
+		return nil
+	case isNotice(m.Msg, wakeCtx):
+		p.activityLocked()
+		p.mu.Unlock()
+		return nil
+	case m.Msg.Type == raftpb.MsgHeartbeat || m.Msg.Type == raftpb.MsgHeartbeatResp:
+		// Heartbeats keep a peer awake but are not traffic.
+		p.hibernating = false
+	default:
+		if wake := p.activityLocked(); wake != nil {
+			defer s.sendNow(p, *wake)
+		}
+	}
+	now := time.Now()
+	if m.Msg.Type == raftpb.MsgReadIndex {
+		// Followers' reads keep the lease warm just as the leader's own do.
+		p.readsSinceRenew = true
+	}
+	if resp, ok := p.answerReadIndexFromLeaseLocked(m.Msg, now); ok {
+		p.mu.Unlock()
+		s.sendNow(p, resp)
+		return nil
+	}
+	if next, ok := p.takeReadIndexRespLocked(m.Msg, now); ok {
+		p.mu.Unlock()
+		if next != nil {
+			s.sendNow(p, *next)
+		}
+		return nil
+	}
+	err := p.rn.Step(m.Msg)
+	if err == nil && m.SafePoint != nil && m.Msg.Type == raftpb.MsgHeartbeat {
+		p.recordSafePointLocked(*m.SafePoint)
+	}
+	p.mu.Unlock()
+	if err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+		return fmt.Errorf("region %d step %s: %w", m.RegionID, m.Msg.Type, err)
+	}
+	s.markDirty(p)
+	return nil
+}
+
+// ReportUnreachable tells the peer's raft that a send to toPeerID failed.
+func (s *Store) ReportUnreachable(regionID, toPeerID uint64) {
+	if p, ok := s.peer(regionID); ok {
+		p.mu.Lock()
+		p.rn.ReportUnreachable(toPeerID)
+		p.mu.Unlock()
+		s.markDirty(p)
+	}
+}
+
+// ReportSnapshot tells the peer's raft how sending a snapshot ended.
+func (s *Store) ReportSnapshot(regionID, toPeerID uint64, ok bool) {
+	if p, found := s.peer(regionID); found {
+		st := raft.SnapshotFinish
+		if !ok {
+			st = raft.SnapshotFailure
+		}
+		p.mu.Lock()
+		p.rn.ReportSnapshot(toPeerID, st)
+		p.mu.Unlock()
+		s.markDirty(p)
+	}
+}
+
+// sendNow sends one message outside the Ready loop and flushes it, on the
+// caller's goroutine if the transport can (directSender).
+func (s *Store) sendNow(p *Peer, m raftpb.Message) {
+	if ds, ok := s.trans.(directSender); ok {
+		p.mu.Lock()
+		to, found := p.region.PeerByID(m.To)
+		r := p.regionID
+		p.mu.Unlock()
+		if found {
+			ds.SendNow(&Message{RegionID: r, FromStore: s.cfg.StoreID, ToStore: to.StoreID, Msg: m})
+		}
+		return
+	}
+	s.send(p, []raftpb.Message{m})
+	s.trans.Flush()
+}
+
+// directSender is a Transport that can write one message on the caller's
+// goroutine, for round trips where a hand-off to a sender costs latency.
+type directSender interface {
+	SendNow(m *Message)
+}
+
+// send hands messages to the transport, addressed by store.
+// A leader holding a valid lease stamps its heartbeats with a safe point.
+func (s *Store) send(p *Peer, msgs []raftpb.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	var sp *SafePoint
+	p.mu.Lock()
+	r := p.region
+	for i := range msgs {
+		if msgs[i].Type == raftpb.MsgHeartbeat {
+			sp = p.makeSafePointLocked(time.Now())
+			break
+		}
+	}
+	p.mu.Unlock()
+	for i := range msgs {
+		to, ok := r.PeerByID(msgs[i].To)
+		if !ok {
+			continue
+		}
+		m := &Message{RegionID: r.ID, FromStore: s.cfg.StoreID, ToStore: to.StoreID, Msg: msgs[i]}
+		if msgs[i].Type == raftpb.MsgHeartbeat {
+			m.SafePoint = sp
+		}
+		s.trans.Send(m)
+	}
+}
+
+// Regions returns this store's view of every region it hosts, in key order.
+func (s *Store) Regions() []RegionStatus {
+	peers := s.allPeers()
+	out := make([]RegionStatus, 0, len(peers))
+	for _, p := range peers {
+		p.mu.Lock()
+		if !p.initialized {
+			p.mu.Unlock()
+			continue
+		}
+		st := RegionStatus{
+			Region:       p.region.Clone(),
+			LeaderPeerID: p.lead,
+			IsLeader:     p.isLeaderLocked(),
+			Transferring: p.transferring,
+			Hibernating:  p.hibernating,
+			Term:         p.term,
+			CommitIndex:  p.commit,
+			AppliedIndex: p.applied,
+		}
+		if lp := p.leaderPeerLocked(); lp != nil {
+			st.LeaderStoreID = lp.StoreID
+		}
+		p.mu.Unlock()
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return string(out[i].Region.StartKey) < string(out[j].Region.StartKey) })
+	return out
+}
+
+// TransferLeader asks the leader of regionID (on this store) to hand
+// leadership to its peer on toStoreID, and waits until it has moved or ctx
+// ends. The lease is revoked before the transfer starts.
+func (s *Store) TransferLeader(ctx context.Context, regionID, toStoreID uint64) error {
+	p, ok := s.peer(regionID)
+	if !ok {
+		return &region.RegionNotFoundError{RegionID: regionID}
+	}
+	s.touch(p)
+	p.mu.Lock()
+	target, ok := p.region.PeerOnStore(toStoreID)
+	if !ok {
+		p.mu.Unlock()
+		return fmt.Errorf("region %d has no peer on store %d: %w", regionID, toStoreID, ErrInvalidRequest)
+	}
+	if target.ID == p.id {
+		p.mu.Unlock()
+		if p.isLeader() {
+			return nil
+		}
+		return fmt.Errorf("store %d: cannot transfer region %d to itself without leading it: %w", toStoreID, regionID, ErrInvalidRequest)
+	}
+	if !p.isLeaderLocked() {
+		err := p.notLeaderLocked()
+		p.mu.Unlock()
+		return err
+	}
+	p.mu.Unlock()
+	retry := time.NewTicker(time.Duration(s.cfg.ElectionTicks) * s.cfg.TickInterval)
+	defer retry.Stop()
+	poll := time.NewTicker(s.cfg.TickInterval / 2)
+	defer poll.Stop()
+	defer func() {
+		p.mu.Lock()
+		p.transferring = false
+		p.mu.Unlock()
+	}()
+	start := true
+	for {
+		p.mu.Lock()
+		if p.lead == target.ID {
+			p.mu.Unlock()
+			return nil
+		}
+		if start && p.isLeaderLocked() {
+			p.transferring = true
+			p.revokeLeaseLocked()
+			// No read may join a ReadIndex batch while the transfer runs
+			// (tikv#4680): fail what is queued; clients retry.
+			p.failPendingReadsLocked(p.notLeaderLocked())
+			p.rn.TransferLeader(target.ID)
+			p.mu.Unlock()
+			s.markDirty(p)
+		} else {
+			// Stepped down: wait until we hear who leads now.
+			p.mu.Unlock()
+		}
+		start = false
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("transfer leader of region %d to store %d: %w", regionID, toStoreID, ctx.Err())
+		case <-s.stopc:
+			return ErrStopped
+		case <-retry.C:
+			// Raft abandons a transfer after an election timeout; try again.
+			start = true
+		case <-poll.C:
+		}
+	}
+}
+
+// ErrInvalidRequest marks a request that can never succeed as asked.
+var ErrInvalidRequest = errors.New("raftstore: invalid request")

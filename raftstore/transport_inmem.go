@@ -1,0 +1,206 @@
+package raftstore
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Filter decides the fate of one message on the in-memory network. Faults
+// are values composed on the network, not branches in the code under test
+// (like TiKV's simulated transport filters).
+type Filter interface {
+	// Apply returns drop=true to lose m, or a delay before delivering it.
+	Apply(m *Message) (drop bool, delay time.Duration)
+}
+
+// FilterFunc adapts a function to Filter.
+type FilterFunc func(m *Message) (bool, time.Duration)
+
+func (f FilterFunc) Apply(m *Message) (bool, time.Duration) { return f(m) }
+
+// DropFilter loses each message with probability Prob.
+func DropFilter(prob float64) Filter {
+	return FilterFunc(func(*Message) (bool, time.Duration) { return rand.Float64() < prob, 0 })
+}
+
+// DelayFilter delays every message by d plus up to jitter.
+func DelayFilter(d, jitter time.Duration) Filter {
+	return FilterFunc(func(*Message) (bool, time.Duration) {
+		if jitter <= 0 {
+			return false, d
+		}
+		return false, d + rand.N(jitter)
+	})
+}
+
+// PartitionFilter cuts every link between the stores of side a and the rest.
+func PartitionFilter(a ...uint64) Filter {
+	in := make(map[uint64]bool, len(a))
+	for _, id := range a {
+		in[id] = true
+	}
+	return FilterFunc(func(m *Message) (bool, time.Duration) { return in[m.FromStore] != in[m.ToStore], 0 })
+}
+
+// IsolateFilter cuts one store off from all others, both directions.
+func IsolateFilter(store uint64) Filter { return PartitionFilter(store) }
+
+// OneWayFilter drops messages from one store to another only.
+func OneWayFilter(from, to uint64) Filter {
+	return FilterFunc(func(m *Message) (bool, time.Duration) { return m.FromStore == from && m.ToStore == to, 0 })
+}
+
+// MsgTypeFilter restricts inner to messages of the given raft types.
+func MsgTypeFilter(inner Filter, types ...raftpb.MessageType) Filter {
+	return FilterFunc(func(m *Message) (bool, time.Duration) {
+		for _, t := range types {
+			if m.Msg.Type == t {
+				return inner.Apply(m)
+			}
+		}
+		return false, 0
+	})
+}
+
+// InmemNetwork connects stores in one process. Messages are marshalled and
+// unmarshalled on the way, as on a wire, so no memory is shared.
+type InmemNetwork struct {
+	mu       sync.RWMutex
+	handlers map[uint64]Handler
+	filters  map[int]Filter
+	nextID   int
+	wg       sync.WaitGroup
+}
+
+// NewInmemNetwork returns an empty network.
+func NewInmemNetwork() *InmemNetwork {
+	return &InmemNetwork{handlers: make(map[uint64]Handler), filters: make(map[int]Filter)}
+}
+
+// Register attaches a store's handler; messages to it are delivered.
+func (n *InmemNetwork) Register(storeID uint64, h Handler) {
+	n.mu.Lock()
+	n.handlers[storeID] = h
+	n.mu.Unlock()
+}
+
+// Unregister detaches a store (stopped or crashed): messages to it are lost.
+func (n *InmemNetwork) Unregister(storeID uint64) {
+	n.mu.Lock()
+	delete(n.handlers, storeID)
+	n.mu.Unlock()
+}
+
+// AddFilter installs f and returns a function that removes it.
+func (n *InmemNetwork) AddFilter(f Filter) (remove func()) {
+	n.mu.Lock()
+	id := n.nextID
+	n.nextID++
+	n.filters[id] = f
+	n.mu.Unlock()
+	return func() {
+		n.mu.Lock()
+		delete(n.filters, id)
+		n.mu.Unlock()
+	}
+}
+
+// ClearFilters removes every filter (heals the network).
+func (n *InmemNetwork) ClearFilters() {
+	n.mu.Lock()
+	n.filters = make(map[int]Filter)
+	n.mu.Unlock()
+}
+
+// Wait blocks until delayed deliveries in flight have landed or been lost.
+func (n *InmemNetwork) Wait() { n.wg.Wait() }
+
+// Transport returns the endpoint a store sends through.
+func (n *InmemNetwork) Transport(storeID uint64) Transport {
+	return &inmemTransport{net: n, from: storeID}
+}
+
+type inmemTransport struct {
+	net  *InmemNetwork
+	from uint64
+
+	mu    sync.Mutex
+	queue []*Message
+}
+
+func (t *inmemTransport) Send(m *Message) {
+	// Copy through the wire format now: the caller may reuse m.
+	data, err := m.Msg.Marshal()
+	if err != nil {
+		return
+	}
+	c := &Message{RegionID: m.RegionID, FromStore: m.FromStore, ToStore: m.ToStore}
+	if m.SafePoint != nil {
+		sp := *m.SafePoint
+		sp.Time = time.Unix(0, sp.Time.UnixNano()) // wall clock only, as on a wire
+		c.SafePoint = &sp
+	}
+	if err := c.Msg.Unmarshal(data); err != nil {
+		return
+	}
+	t.mu.Lock()
+	t.queue = append(t.queue, c)
+	t.mu.Unlock()
+}
+
+func (t *inmemTransport) Flush() {
+	t.mu.Lock()
+	q := t.queue
+	t.queue = nil
+	t.mu.Unlock()
+	for _, m := range q {
+		t.net.deliver(t.from, m)
+	}
+}
+
+func (n *InmemNetwork) deliver(from uint64, m *Message) {
+	n.mu.RLock()
+	var delay time.Duration
+	drop := false
+	for _, f := range n.filters {
+		d, dl := f.Apply(m)
+		drop = drop || d
+		delay = max(delay, dl)
+	}
+	to, ok := n.handlers[m.ToStore]
+	src := n.handlers[from]
+	n.mu.RUnlock()
+	if !ok || drop {
+		if src != nil {
+			if m.Msg.Type == raftpb.MsgSnap {
+				src.ReportSnapshot(m.RegionID, m.Msg.To, false)
+			}
+			src.ReportUnreachable(m.RegionID, m.Msg.To)
+		}
+		return
+	}
+	if delay == 0 {
+		n.handle(src, to, m)
+		return
+	}
+	n.wg.Add(1)
+	time.AfterFunc(delay, func() {
+		defer n.wg.Done()
+		n.mu.RLock()
+		to, ok := n.handlers[m.ToStore]
+		n.mu.RUnlock()
+		if ok {
+			n.handle(src, to, m)
+		}
+	})
+}
+
+func (n *InmemNetwork) handle(src, to Handler, m *Message) {
+	err := to.HandleRaftMessage(m)
+	if m.Msg.Type == raftpb.MsgSnap && src != nil {
+		src.ReportSnapshot(m.RegionID, m.Msg.To, err == nil)
+	}
+}

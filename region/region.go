@@ -1,0 +1,122 @@
+// Package region is the pure model of a key range replicated by one Raft
+// group: its bounds, its epoch, its peers, and the typed errors a request
+// about a region can meet. It does no I/O and starts no goroutines, so every
+// layer above (raftstore, server, client) can share it.
+package region
+
+import (
+	"bytes"
+	"fmt"
+)
+
+// Epoch versions a region's shape. ConfVer moves on every membership change,
+// Version on every split or merge; a request carrying an older epoch was
+// routed with stale metadata and must be refused with EpochNotMatch.
+type Epoch struct {
+	ConfVer uint64
+	Version uint64
+}
+
+// Peer is one replica of a region: a Raft member ID placed on a store.
+type Peer struct {
+	ID      uint64
+	StoreID uint64
+	// IsLearner: the peer receives the log but does not vote (a replica
+	// being added, until it has caught up and is promoted).
+	IsLearner bool `json:",omitempty"`
+}
+
+// Region is a key range [StartKey, EndKey) and its replicas. An empty EndKey
+// means +infinity, an empty StartKey -infinity.
+type Region struct {
+	ID       uint64
+	StartKey []byte
+	EndKey   []byte
+	Epoch    Epoch
+	Peers    []Peer
+}
+
+// Contains reports whether key falls inside the region's range.
+func (r *Region) Contains(key []byte) bool {
+	return bytes.Compare(key, r.StartKey) >= 0 && (len(r.EndKey) == 0 || bytes.Compare(key, r.EndKey) < 0)
+}
+
+// PeerOnStore returns the region's peer hosted by storeID.
+func (r *Region) PeerOnStore(storeID uint64) (Peer, bool) {
+	for _, p := range r.Peers {
+		if p.StoreID == storeID {
+			return p, true
+		}
+	}
+	return Peer{}, false
+}
+
+// PeerByID returns the peer with Raft ID id.
+func (r *Region) PeerByID(id uint64) (Peer, bool) {
+	for _, p := range r.Peers {
+		if p.ID == id {
+			return p, true
+		}
+	}
+	return Peer{}, false
+}
+
+// Clone returns a deep copy, so a caller may keep it without sharing slices
+// with the store's live metadata.
+func (r *Region) Clone() Region {
+	c := Region{ID: r.ID, Epoch: r.Epoch}
+	c.StartKey = append([]byte(nil), r.StartKey...)
+	c.EndKey = append([]byte(nil), r.EndKey...)
+	c.Peers = append([]Peer(nil), r.Peers...)
+	return c
+}
+
+// ClampRange intersects [start, end) with the region's range. An empty end
+// means +infinity. ok is false when the intersection is empty.
+func (r *Region) ClampRange(start, end []byte) (s, e []byte, ok bool) {
+	s, e = start, end
+	if bytes.Compare(s, r.StartKey) < 0 {
+		s = r.StartKey
+	}
+	if len(r.EndKey) > 0 && (len(e) == 0 || bytes.Compare(e, r.EndKey) > 0) {
+		e = r.EndKey
+	}
+	if len(e) > 0 && bytes.Compare(s, e) >= 0 {
+		return nil, nil, false
+	}
+	return s, e, true
+}
+
+// String is for logs.
+func (r *Region) String() string {
+	return fmt.Sprintf("region %d [%q, %q) epoch %d/%d peers %v", r.ID, r.StartKey, r.EndKey, r.Epoch.ConfVer, r.Epoch.Version, r.Peers)
+}
+
+// IsStale reports whether epoch e is older than cur in either dimension, so
+// a request routed with e must be refused.
+func (e Epoch) IsStale(cur Epoch) bool {
+	return e.ConfVer < cur.ConfVer || e.Version < cur.Version
+}
+
+// Split divides r at key into a left part that keeps r's ID and a right part
+// with newID and newPeerIDs (one per existing peer, in order). Both sides get
+// the bumped version. It fails if key is not strictly inside r.
+func Split(r Region, key []byte, newID uint64, newPeerIDs []uint64) (left, right Region, err error) {
+	if len(key) == 0 || !r.Contains(key) || bytes.Equal(key, r.StartKey) {
+		return Region{}, Region{}, fmt.Errorf("split key %q not strictly inside %s", key, r.String())
+	}
+	if len(newPeerIDs) != len(r.Peers) {
+		return Region{}, Region{}, fmt.Errorf("split of %s needs %d peer ids, got %d", r.String(), len(r.Peers), len(newPeerIDs))
+	}
+	left = r.Clone()
+	right = r.Clone()
+	left.EndKey = append([]byte(nil), key...)
+	right.ID = newID
+	right.StartKey = append([]byte(nil), key...)
+	for i := range right.Peers {
+		right.Peers[i].ID = newPeerIDs[i]
+	}
+	left.Epoch.Version++
+	right.Epoch.Version = left.Epoch.Version
+	return left, right, nil
+}

@@ -1,0 +1,70 @@
+package region
+
+import (
+	"bytes"
+	"sort"
+)
+
+// Tree is an ordered set of non-overlapping regions, searchable by key in
+// O(log n). It is not safe for concurrent use; callers hold their own lock.
+type Tree struct {
+	byStart []Region // sorted by StartKey
+}
+
+// Insert adds r, first removing every region whose range overlaps it (the
+// newer metadata wins, as after a split). It returns the removed regions.
+func (t *Tree) Insert(r Region) (removed []Region) {
+	kept := t.byStart[:0:0]
+	for _, old := range t.byStart {
+		if overlaps(old, r) {
+			removed = append(removed, old)
+			continue
+		}
+		kept = append(kept, old)
+	}
+	i := sort.Search(len(kept), func(i int) bool { return bytes.Compare(kept[i].StartKey, r.StartKey) > 0 })
+	kept = append(kept, Region{})
+	copy(kept[i+1:], kept[i:])
+	kept[i] = r
+	t.byStart = kept
+	return removed
+}
+
+// Lookup returns the region containing key.
+func (t *Tree) Lookup(key []byte) (Region, bool) {
+	i := sort.Search(len(t.byStart), func(i int) bool { return bytes.Compare(t.byStart[i].StartKey, key) > 0 })
+	if i == 0 {
+		return Region{}, false
+	}
+	r := t.byStart[i-1]
+	if !r.Contains(key) {
+		return Region{}, false
+	}
+	return r, true
+}
+
+// Remove deletes the region with id, reporting whether it was present.
+func (t *Tree) Remove(id uint64) bool {
+	for i, r := range t.byStart {
+		if r.ID == id {
+			t.byStart = append(t.byStart[:i:i], t.byStart[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// Len is the number of regions.
+func (t *Tree) Len() int { return len(t.byStart) }
+
+// All returns the regions in key order. The slice is a copy.
+func (t *Tree) All() []Region {
+	return append([]Region(nil), t.byStart...)
+}
+
+// overlaps reports whether two half-open ranges intersect.
+func overlaps(a, b Region) bool {
+	aBeforeB := len(a.EndKey) > 0 && bytes.Compare(a.EndKey, b.StartKey) <= 0
+	bBeforeA := len(b.EndKey) > 0 && bytes.Compare(b.EndKey, a.StartKey) <= 0
+	return !aBeforeB && !bBeforeA
+}

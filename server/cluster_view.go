@@ -1,0 +1,241 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/server/pb"
+	"google.golang.org/protobuf/proto"
+)
+
+// storeStatusTimeout bounds how long a listing waits for one store's
+// Status: a store that cannot answer that quickly is reported down rather
+// than holding up the whole listing.
+const storeStatusTimeout = 500 * time.Millisecond
+
+// clusterViewTTL is how long one listing of the stores is reused, so the
+// balancer and Admin.Stores together ask each store at most about once a
+// second.
+const clusterViewTTL = time.Second
+
+// clusterView is this store's picture of every store in its address book:
+// up (answered Status in time) or down, zone, leader and region counts. It
+// backs Admin.Stores and is the raftstore.ClusterView the balancer uses.
+// Listings are cached for ttl and shared: callers arriving while one is
+// being gathered wait for it instead of asking every store again.
+type clusterView struct {
+	selfID  uint64
+	book    *addressBook
+	trans   *transport
+	local   func() *pb.StatusResponse     // this store's own Status, answered locally
+	learn   func(peers map[uint64]string) // stores named in an answer, for the address book
+	base    context.Context               // ends when the server stops
+	ttl     time.Duration
+	timeout time.Duration
+	logger  *slog.Logger
+
+	mu     sync.Mutex
+	cached []*pb.Store
+	at     time.Time
+	flight *viewFlight
+	zones  map[uint64]string // last zone each store reported (or joined with)
+}
+
+type viewFlight struct {
+	done   chan struct{}
+	stores []*pb.Store
+}
+
+var _ raftstore.ClusterView = (*clusterView)(nil)
+
+// Stores implements raftstore.ClusterView. It always includes this store.
+// If ctx ends before a listing is ready it returns the last one (or this
+// store alone): better a stale view than claiming everyone is down.
+func (v *clusterView) Stores(ctx context.Context) []raftstore.StoreInfo {
+	stores, err := v.stores(ctx)
+	if err != nil {
+		stores = v.fallback()
+	}
+	out := make([]raftstore.StoreInfo, 0, len(stores))
+	for _, s := range stores {
+		out = append(out, raftstore.StoreInfo{
+			ID:          s.GetId(),
+			Zone:        s.GetZone(),
+			Up:          s.GetUp(),
+			LeaderCount: int(s.GetLeaderCount()),
+			RegionCount: int(s.GetRegionCount()),
+		})
+	}
+	return out
+}
+
+// stores returns the current listing, sorted by id, gathering a new one if
+// the cached one is older than ttl. The result is shared: do not modify it.
+func (v *clusterView) stores(ctx context.Context) ([]*pb.Store, error) {
+	v.mu.Lock()
+	if v.cached != nil && time.Since(v.at) < v.ttl {
+		out := v.cached
+		v.mu.Unlock()
+		return out, nil
+	}
+	f := v.flight
+	if f == nil {
+		f = &viewFlight{done: make(chan struct{})}
+		v.flight = f
+		go v.refresh(f)
+	}
+	v.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.stores, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// refresh gathers a listing for f on a context of its own, so that one
+// impatient caller cannot spoil it for the others waiting.
+func (v *clusterView) refresh(f *viewFlight) {
+	ctx, cancel := context.WithTimeout(v.base, 2*v.timeout)
+	defer cancel()
+	stores := v.collect(ctx)
+	v.mu.Lock()
+	if v.flight == f {
+		// Not invalidated meanwhile: this listing is current.
+		v.cached, v.at = stores, time.Now()
+		v.flight = nil
+	}
+	v.mu.Unlock()
+	f.stores = stores
+	close(f.done)
+}
+
+// invalidate drops the cached listing, so the next one asks again; called
+// when the address book changes.
+func (v *clusterView) invalidate() {
+	v.mu.Lock()
+	v.cached, v.flight = nil, nil
+	v.mu.Unlock()
+}
+
+// noteZone records a store's zone before it has answered (from its Join).
+func (v *clusterView) noteZone(id uint64, zone string) {
+	if zone == "" {
+		return
+	}
+	v.mu.Lock()
+	if v.zones == nil {
+		v.zones = make(map[uint64]string)
+	}
+	v.zones[id] = zone
+	v.mu.Unlock()
+}
+
+// fallback is the last listing, or this store alone if there is none.
+func (v *clusterView) fallback() []*pb.Store {
+	v.mu.Lock()
+	last := v.cached
+	v.mu.Unlock()
+	if last != nil {
+		return last
+	}
+	return []*pb.Store{v.fromStatus(&pb.Store{Id: v.selfID}, v.local())}
+}
+
+// collect asks every store in the address book (and this one) for its
+// Status, in parallel, each within the view's timeout.
+func (v *clusterView) collect(ctx context.Context) []*pb.Store {
+	ids := v.book.ids()
+	if !slices.Contains(ids, v.selfID) {
+		ids = append(ids, v.selfID)
+		slices.Sort(ids)
+	}
+	out := make([]*pb.Store, len(ids))
+	answers := make([]*pb.StatusResponse, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			out[i], answers[i] = v.storeInfo(ctx, id)
+		})
+	}
+	wg.Wait()
+	learned := make(map[uint64]string)
+	v.mu.Lock()
+	if v.zones == nil {
+		v.zones = make(map[uint64]string)
+	}
+	for i, st := range answers {
+		if st != nil {
+			if z := st.GetZone(); z != "" {
+				v.zones[out[i].GetId()] = z
+			}
+			for id, addr := range st.GetPeers() {
+				if _, ok := learned[id]; !ok {
+					learned[id] = addr
+				}
+			}
+		} else if out[i].GetZone() == "" {
+			out[i].Zone = v.zones[out[i].GetId()]
+		}
+	}
+	v.mu.Unlock()
+	if len(learned) > 0 && v.learn != nil {
+		v.learn(learned)
+	}
+	return out
+}
+
+// storeInfo asks one store for its Status (this store answers locally).
+// A store that does not answer is listed down, with its Status nil.
+func (v *clusterView) storeInfo(ctx context.Context, id uint64) (*pb.Store, *pb.StatusResponse) {
+	addr, _ := v.book.get(id)
+	info := &pb.Store{Id: id, Address: addr}
+	if id == v.selfID {
+		st := v.local()
+		return v.fromStatus(info, st), st
+	}
+	conn, err := v.trans.conn(id)
+	if err != nil {
+		return info, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, v.timeout)
+	defer cancel()
+	st, err := pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{})
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			v.logger.Debug("store status", "to_store", id, "err", err)
+		}
+		return info, nil
+	}
+	if st.GetStoreId() != 0 && st.GetStoreId() != id {
+		// Something else answers at that address now: store id is not up.
+		v.logger.Warn("address answers as another store", "to_store", id, "addr", addr, "answered_as", st.GetStoreId())
+		return info, nil
+	}
+	return v.fromStatus(info, st), st
+}
+
+func (v *clusterView) fromStatus(info *pb.Store, st *pb.StatusResponse) *pb.Store {
+	if info.Address == "" {
+		info.Address = st.GetAddress()
+	}
+	info.Up = true
+	info.Zone = st.GetZone()
+	info.LeaderCount = st.GetLeaderCount()
+	info.RegionCount = uint64(len(st.GetRegions()))
+	return info
+}
+
+// cloneStores deep-copies a shared listing for an RPC answer.
+func cloneStores(in []*pb.Store) []*pb.Store {
+	out := make([]*pb.Store, len(in))
+	for i, s := range in {
+		out[i] = proto.Clone(s).(*pb.Store)
+	}
+	return out
+}

@@ -1,0 +1,129 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/server/pb"
+)
+
+// kvService is the KV gRPC service: it validates a request, maps it onto
+// the store and maps the answer (or the region error) back.
+type kvService struct {
+	pb.UnimplementedKVServer
+	store   *raftstore.Store
+	load    *loadTracker
+	metrics *metrics
+}
+
+func (s *kvService) Get(ctx context.Context, req *pb.GetRequest) (*pb.GetResponse, error) {
+	if err := validateKey("key", req.GetKey()); err != nil {
+		return nil, err
+	}
+	start := s.load.begin()
+	value, found, info, err := s.store.Get(ctx, readOptions(req.GetContext()), req.GetKey())
+	s.load.end(start)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	s.metrics.observeRead(info.Mode)
+	return &pb.GetResponse{Value: value, NotFound: !found, ReadInfo: fromReadInfo(info), Load: s.load.load()}, nil
+}
+
+func (s *kvService) BatchGet(ctx context.Context, req *pb.BatchGetRequest) (*pb.BatchGetResponse, error) {
+	if err := validateBatchGet(req); err != nil {
+		return nil, err
+	}
+	if len(req.GetKeys()) == 0 {
+		// Nothing to read and no region to route to.
+		return &pb.BatchGetResponse{Load: s.load.load()}, nil
+	}
+	start := s.load.begin()
+	kvs, info, err := s.store.BatchGet(ctx, readOptions(req.GetContext()), req.GetKeys())
+	s.load.end(start)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	s.metrics.observeRead(info.Mode)
+	return &pb.BatchGetResponse{Pairs: fromKVs(kvs), ReadInfo: fromReadInfo(info), Load: s.load.load()}, nil
+}
+
+func (s *kvService) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanResponse, error) {
+	limit, err := validateScan(req)
+	if err != nil {
+		return nil, err
+	}
+	start := s.load.begin()
+	kvs, r, info, err := s.store.Scan(ctx, readOptions(req.GetContext()), req.GetStartKey(), req.GetEndKey(), limit)
+	s.load.end(start)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	s.metrics.observeRead(info.Mode)
+	return &pb.ScanResponse{
+		Pairs:        fromKVs(kvs),
+		ReadInfo:     fromReadInfo(info),
+		Load:         s.load.load(),
+		RegionEndKey: r.EndKey,
+	}, nil
+}
+
+func (s *kvService) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
+	if err := validateKey("key", req.GetKey()); err != nil {
+		return nil, err
+	}
+	if err := validateValue(req.GetValue()); err != nil {
+		return nil, err
+	}
+	if err := s.store.Put(ctx, writeOptions(req.GetContext()), req.GetKey(), req.GetValue()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.PutResponse{}, nil
+}
+
+func (s *kvService) Delete(ctx context.Context, req *pb.DeleteRequest) (*pb.DeleteResponse, error) {
+	if err := validateKey("key", req.GetKey()); err != nil {
+		return nil, err
+	}
+	if err := s.store.Delete(ctx, writeOptions(req.GetContext()), req.GetKey()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.DeleteResponse{}, nil
+}
+
+func fromReadInfo(info raftstore.ReadInfo) *pb.ReadInfo {
+	out := &pb.ReadInfo{StoreId: info.StoreID, PeerId: info.PeerID, Mode: fromReadMode(info.Mode)}
+	if info.Mode == raftstore.ReadModeStale {
+		// Round up: a bound under 1ms must not read as "not stale at all".
+		d := max(info.StalenessBound, 0)
+		out.StalenessBoundMs = uint64(d / time.Millisecond)
+		if d%time.Millisecond != 0 {
+			out.StalenessBoundMs++
+		}
+	}
+	return out
+}
+
+func fromReadMode(m raftstore.ReadMode) pb.ReadMode {
+	switch m {
+	case raftstore.ReadModeLease:
+		return pb.ReadMode_READ_MODE_LEASE
+	case raftstore.ReadModeReadIndex:
+		return pb.ReadMode_READ_MODE_READ_INDEX
+	case raftstore.ReadModeStale:
+		return pb.ReadMode_READ_MODE_STALE
+	}
+	return pb.ReadMode_READ_MODE_UNSPECIFIED
+}
+
+func fromKVs(kvs []raftstore.KV) []*pb.KvPair {
+	if len(kvs) == 0 {
+		return nil
+	}
+	out := make([]*pb.KvPair, len(kvs))
+	for i, kv := range kvs {
+		out[i] = &pb.KvPair{Key: kv.Key, Value: kv.Value}
+	}
+	return out
+}

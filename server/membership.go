@@ -1,0 +1,283 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hedgekv/hedgekv/server/pb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// Admin calls that change the cluster's shape: splits, replicas, and
+// stores joining. The region work is the store's (raftstore); this file
+// validates requests and keeps the address book every store shares.
+
+const (
+	// maxStoreID is the largest store id raftstore accepts.
+	maxStoreID = 0xffff
+	// maxAddrLen and maxZoneLen bound what a Join may make every store
+	// remember.
+	maxAddrLen = 1024
+	maxZoneLen = 256
+	// joinForwardTimeout bounds forwarding one Join to one other store.
+	joinForwardTimeout = 2 * time.Second
+	// joinAttemptTimeout bounds one Join call of a starting store: the
+	// store contacted forwards it to the others before it answers.
+	joinAttemptTimeout = joinForwardTimeout + 3*time.Second
+	// DefaultJoinTimeout bounds the whole join of a starting store when
+	// Config.JoinTimeout is 0.
+	DefaultJoinTimeout = 30 * time.Second
+)
+
+// Split splits the region holding req.key at that key. It must reach the
+// region's leader; elsewhere it fails with NotLeader (or RegionNotFound).
+func (s *adminService) Split(ctx context.Context, req *pb.SplitRequest) (*pb.SplitResponse, error) {
+	if err := validateKey("split key", req.GetKey()); err != nil {
+		return nil, err
+	}
+	left, right, err := s.srv.store.Split(ctx, req.GetKey())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.SplitResponse{Left: pb.FromRegion(left), Right: pb.FromRegion(right)}, nil
+}
+
+// AddPeer adds a replica of a region on a store this store knows.
+func (s *adminService) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.AddPeerResponse, error) {
+	if err := validateMembership(req.GetRegionId(), req.GetStoreId()); err != nil {
+		return nil, err
+	}
+	if _, ok := s.srv.book.get(req.GetStoreId()); !ok && req.GetStoreId() != s.srv.store.ID() {
+		return nil, status.Errorf(codes.InvalidArgument, "store %d is unknown to store %d (start it with --join first)", req.GetStoreId(), s.srv.store.ID())
+	}
+	if err := s.srv.store.AddPeer(ctx, req.GetRegionId(), req.GetStoreId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.AddPeerResponse{}, nil
+}
+
+// RemovePeer removes a region's replica from a store. Removing a replica
+// the region does not have succeeds.
+func (s *adminService) RemovePeer(ctx context.Context, req *pb.RemovePeerRequest) (*pb.RemovePeerResponse, error) {
+	if err := validateMembership(req.GetRegionId(), req.GetStoreId()); err != nil {
+		return nil, err
+	}
+	if err := s.srv.store.RemovePeer(ctx, req.GetRegionId(), req.GetStoreId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.RemovePeerResponse{}, nil
+}
+
+func validateMembership(regionID, storeID uint64) error {
+	if regionID == 0 {
+		return status.Error(codes.InvalidArgument, "region id is 0")
+	}
+	if storeID == 0 {
+		return status.Error(codes.InvalidArgument, "store id is 0")
+	}
+	return nil
+}
+
+// Join records a store in the address book. The store first contacted
+// (forwarded unset) forwards the request to every other store it knows
+// and answers with the whole book, which the newcomer adopts.
+func (s *adminService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinResponse, error) {
+	if err := validateJoin(req); err != nil {
+		return nil, err
+	}
+	self := s.srv.store.ID()
+	id, addr := req.GetStoreId(), req.GetAddress()
+	if id == self {
+		return nil, status.Errorf(codes.AlreadyExists, "store id %d is the id of the store at %s", id, s.srv.advertiseAddr())
+	}
+	if old, known := s.srv.book.get(id); known && old != addr && !req.GetForwarded() && s.srv.answersAs(ctx, id) {
+		return nil, status.Errorf(codes.AlreadyExists, "store %d is up at %s; a store cannot join with its id", id, old)
+	}
+	if err := s.srv.setPeers(map[uint64]string{id: addr}, true); err != nil {
+		return nil, toStatus(err)
+	}
+	s.srv.view.noteZone(id, req.GetZone())
+	s.srv.logger.Info("store joined", "joined_store", id, "addr", addr, "zone", req.GetZone(), "forwarded", req.GetForwarded())
+	if !req.GetForwarded() {
+		s.srv.forwardJoin(ctx, req)
+	}
+	peers := s.srv.book.all()
+	if _, ok := peers[self]; !ok {
+		peers[self] = s.srv.advertiseAddr()
+	}
+	return &pb.JoinResponse{Peers: peers}, nil
+}
+
+func validateJoin(req *pb.JoinRequest) error {
+	switch id := req.GetStoreId(); {
+	case id == 0:
+		return status.Error(codes.InvalidArgument, "store id is 0")
+	case id > maxStoreID:
+		return status.Errorf(codes.InvalidArgument, "store id %d over the maximum %d", id, maxStoreID)
+	}
+	addr := req.GetAddress()
+	if addr == "" {
+		return status.Error(codes.InvalidArgument, "address is empty")
+	}
+	if len(addr) > maxAddrLen {
+		return status.Errorf(codes.InvalidArgument, "address is %d bytes, over the %d byte limit", len(addr), maxAddrLen)
+	}
+	if host, port, err := net.SplitHostPort(addr); err != nil || host == "" || port == "" {
+		return status.Errorf(codes.InvalidArgument, "address %q is not HOST:PORT", addr)
+	}
+	if len(req.GetZone()) > maxZoneLen {
+		return status.Errorf(codes.InvalidArgument, "zone is %d bytes, over the %d byte limit", len(req.GetZone()), maxZoneLen)
+	}
+	return nil
+}
+
+// setPeers records addresses in the address book (persisted) and the
+// transport. With overwrite false, stores already known keep theirs.
+func (s *Server) setPeers(entries map[uint64]string, overwrite bool) error {
+	changed, err := s.book.update(entries, overwrite)
+	if err != nil {
+		return fmt.Errorf("store %d: record stores %v: %w", s.store.ID(), slices.Sorted(maps.Keys(entries)), err)
+	}
+	for id, addr := range changed {
+		s.trans.SetAddr(id, addr)
+	}
+	if len(changed) > 0 {
+		s.view.invalidate()
+	}
+	return nil
+}
+
+// learnPeers adds the stores another store's Status names and this one
+// does not know: a store that missed a Join (down, or joined elsewhere at
+// the same time) catches up this way.
+func (s *Server) learnPeers(peers map[uint64]string) {
+	delete(peers, s.store.ID())
+	if err := s.setPeers(peers, false); err != nil {
+		s.logger.Warn("could not record stores learned from another store", "err", err)
+	}
+}
+
+// answersAs reports whether store id's recorded address answers Status as
+// that store: the store is up there, so nobody else may take its id.
+func (s *Server) answersAs(ctx context.Context, id uint64) bool {
+	conn, err := s.trans.conn(id)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeStatusTimeout)
+	defer cancel()
+	st, err := pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{})
+	return err == nil && st.GetStoreId() == id
+}
+
+// forwardJoin tells every other known store about the newcomer, in
+// parallel, and waits (bounded) so that when the newcomer hears back the
+// whole cluster can reach it. A store that cannot be told learns of the
+// newcomer later from another store's Status.
+func (s *Server) forwardJoin(ctx context.Context, req *pb.JoinRequest) {
+	fwd := &pb.JoinRequest{StoreId: req.GetStoreId(), Address: req.GetAddress(), Zone: req.GetZone(), Forwarded: true}
+	var wg sync.WaitGroup
+	for _, id := range s.book.ids() {
+		if id == s.store.ID() || id == req.GetStoreId() {
+			continue
+		}
+		wg.Go(func() {
+			conn, err := s.trans.conn(id)
+			if err == nil {
+				fctx, cancel := context.WithTimeout(ctx, joinForwardTimeout)
+				_, err = pb.NewAdminClient(conn).Join(fctx, fwd)
+				cancel()
+			}
+			if err != nil {
+				s.logger.Warn("could not forward a join", "joined_store", req.GetStoreId(), "to_store", id, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// needsJoin reports whether this server should join through
+// Config.Join when it starts: it was given join addresses and knows no
+// store but itself (a restarted store that joined before just starts).
+func (s *Server) needsJoin() bool {
+	if len(s.cfg.Join) == 0 {
+		return false
+	}
+	for _, id := range s.book.ids() {
+		if id != s.store.ID() {
+			return false
+		}
+	}
+	return true
+}
+
+// join announces this store to the cluster through one of Config.Join and
+// adopts the address book it answers with. It tries the addresses in turn,
+// round after round, until one answers, ctx ends or JoinTimeout passes; a
+// refusal (id taken, bad request) ends it at once.
+func (s *Server) join(ctx context.Context) error {
+	timeout := s.cfg.JoinTimeout
+	if timeout <= 0 {
+		timeout = DefaultJoinTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	self := s.store.ID()
+	req := &pb.JoinRequest{StoreId: self, Address: s.advertiseAddr(), Zone: s.store.Zone()}
+	backoff := 100 * time.Millisecond
+	var errs []error
+	for {
+		errs = errs[:0]
+		for _, addr := range s.cfg.Join {
+			resp, err := joinVia(ctx, addr, req)
+			if err == nil {
+				peers := resp.GetPeers()
+				delete(peers, self)
+				peers[self] = req.GetAddress()
+				if err := s.setPeers(peers, true); err != nil {
+					return err
+				}
+				s.logger.Info("joined the cluster", "via", addr, "stores", len(peers))
+				return nil
+			}
+			switch status.Code(err) {
+			case codes.InvalidArgument, codes.AlreadyExists, codes.FailedPrecondition, codes.PermissionDenied, codes.Unimplemented:
+				return fmt.Errorf("join via %s refused: %w", addr, err)
+			}
+			errs = append(errs, fmt.Errorf("join via %s: %w", addr, err))
+			s.logger.Warn("join attempt failed", "via", addr, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("could not join the cluster: %w (%w)", ctx.Err(), errors.Join(errs...))
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// joinVia calls Admin.Join on addr over a connection of its own: the
+// store behind addr has no id in this store's book yet.
+func joinVia(ctx context.Context, addr string, req *pb.JoinRequest) (*pb.JoinResponse, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, joinAttemptTimeout)
+	defer cancel()
+	resp, err := pb.NewAdminClient(conn).Join(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}

@@ -1,0 +1,728 @@
+package server
+
+// Splits, replicas and joins over real stores (TestWithStore*: in-process
+// servers on 127.0.0.1:0 over the real raftstore), plus the address book,
+// the transport's address changes and the cluster view on their own.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/server/pb"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// noBalancing keeps the stores from moving replicas and leaders by
+// themselves, so the tests below see only the changes they make.
+func noBalancing(cfg *Config) { cfg.DisableBalancing = true }
+
+// startQuietCluster starts n stores that do not balance.
+func startQuietCluster(t *testing.T, n int) *testCluster {
+	t.Helper()
+	c := newClusterWith(t, n, nil, nil, noBalancing)
+	for _, s := range c.servers {
+		if err := s.Start(); err != nil {
+			t.Fatalf("start: %v", err)
+		}
+	}
+	c.waitLeader(t)
+	return c
+}
+
+// regionOn returns server s's view of region id.
+func regionOn(s *Server, id uint64) (raftstore.RegionStatus, bool) {
+	for _, rs := range s.Store().Regions() {
+		if rs.Region.ID == id {
+			return rs, true
+		}
+	}
+	return raftstore.RegionStatus{}, false
+}
+
+// leaderOf waits until some running server leads region id.
+func (c *testCluster) leaderOf(t *testing.T, id uint64) uint64 {
+	t.Helper()
+	var leader uint64
+	waitFor(t, 15*time.Second, fmt.Sprintf("a leader of region %d", id), func() bool {
+		for i, s := range c.servers {
+			if rs, ok := regionOn(s, id); ok && rs.IsLeader {
+				leader = uint64(i + 1)
+				return true
+			}
+		}
+		return false
+	})
+	return leader
+}
+
+// onLeader runs call against region id's leader, following NotLeader
+// answers and waiting out elections, until it succeeds with something
+// else or the test's patience ends.
+func (c *testCluster) onLeader(t *testing.T, id uint64, call func(pb.AdminClient) error) error {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := call(c.admin(t, c.leaderOf(t, id)))
+		var nl *region.NotLeaderError
+		retry := errors.As(pb.RegionErrorFromStatus(err).ToError(), &nl) || status.Code(err) == codes.Unavailable
+		if !retry || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func peerStores(r region.Region) (voters, learners []uint64) {
+	for _, p := range r.Peers {
+		if p.IsLearner {
+			learners = append(learners, p.StoreID)
+		} else {
+			voters = append(voters, p.StoreID)
+		}
+	}
+	slices.Sort(voters)
+	slices.Sort(learners)
+	return voters, learners
+}
+
+func put(ctx context.Context, t *testing.T, c *testCluster, regionID uint64, key, value string) {
+	t.Helper()
+	waitFor(t, 15*time.Second, "put "+key, func() bool {
+		_, err := c.kv(t, c.leaderOf(t, regionID)).Put(ctx, &pb.PutRequest{Key: []byte(key), Value: []byte(value)})
+		return err == nil
+	})
+}
+
+// replicaRead reads key from store id through ReadIndex (follower read).
+func replicaRead(ctx context.Context, t *testing.T, c *testCluster, id uint64, key string) (string, error) {
+	t.Helper()
+	g, err := c.kv(t, id).Get(ctx, &pb.GetRequest{Context: &pb.ReadContext{ReplicaRead: true}, Key: []byte(key)})
+	if err != nil {
+		return "", err
+	}
+	if g.GetReadInfo().GetStoreId() != id {
+		return "", fmt.Errorf("served by store %d, not %d", g.GetReadInfo().GetStoreId(), id)
+	}
+	if g.GetNotFound() {
+		return "", errors.New("not found")
+	}
+	return string(g.GetValue()), nil
+}
+
+// TestWithStoreSplit: Admin.Split on a three-store cluster; both regions
+// are then listed as `ctl regions` lists them (client.Regions), every
+// store hosts both, and each serves its half.
+func TestWithStoreSplit(t *testing.T) {
+	c := startQuietCluster(t, 3)
+	ctx := testCtx(t)
+	for _, k := range []string{"a", "c", "m", "q", "z"} {
+		put(ctx, t, c, 1, k, "v-"+k)
+	}
+	leader := c.leaderOf(t, 1)
+	follower := leader%3 + 1
+
+	// Not on a follower: NotLeader, pointing at the leader.
+	_, err := c.admin(t, follower).Split(ctx, &pb.SplitRequest{Key: []byte("m")})
+	var nl *region.NotLeaderError
+	if status.Code(err) != codes.FailedPrecondition || !errors.As(pb.RegionErrorFromStatus(err).ToError(), &nl) || nl.Leader == nil || nl.Leader.StoreID != leader {
+		t.Fatalf("split on a follower: %v, want NotLeader naming store %d", err, leader)
+	}
+
+	var resp *pb.SplitResponse
+	if err := c.onLeader(t, 1, func(a pb.AdminClient) (err error) {
+		resp, err = a.Split(ctx, &pb.SplitRequest{Key: []byte("m")})
+		return err
+	}); err != nil {
+		t.Fatalf("split: %v", err)
+	}
+	left, right := resp.GetLeft().ToRegion(), resp.GetRight().ToRegion()
+	if left.ID != 1 || len(left.StartKey) != 0 || string(left.EndKey) != "m" || left.Epoch.Version != 2 {
+		t.Errorf("left %s", left.String())
+	}
+	if right.ID == 0 || right.ID == 1 || string(right.StartKey) != "m" || len(right.EndKey) != 0 || right.Epoch.Version != 2 {
+		t.Errorf("right %s", right.String())
+	}
+	if v, _ := peerStores(right); !slices.Equal(v, []uint64{1, 2, 3}) {
+		t.Errorf("right half's replicas on stores %v, want 1, 2, 3", v)
+	}
+	if err := c.onLeader(t, 1, func(a pb.AdminClient) error {
+		_, err := a.Split(ctx, &pb.SplitRequest{Key: []byte("m")})
+		return err
+	}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("split at a region boundary: %v, want InvalidArgument", err)
+	}
+
+	// Every store hosts both halves.
+	waitFor(t, 15*time.Second, "both regions on every store", func() bool {
+		for _, s := range c.servers {
+			l, ok1 := regionOn(s, left.ID)
+			r, ok2 := regionOn(s, right.ID)
+			if !ok1 || !ok2 || l.Region.Epoch != left.Epoch || r.Region.Epoch != right.Epoch {
+				return false
+			}
+		}
+		return true
+	})
+
+	// ctl regions' view: the client merges every store's answer.
+	cli, err := client.New(ctx, client.Config{Endpoints: []string{c.server(1).Addr(), c.server(2).Addr(), c.server(3).Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	waitFor(t, 15*time.Second, "ctl regions listing both halves with leaders", func() bool {
+		infos, err := cli.Regions(ctx)
+		if err != nil || len(infos) != 2 {
+			return false
+		}
+		l, r := infos[0].GetRegion(), infos[1].GetRegion()
+		return l.GetId() == left.ID && string(l.GetEndKey()) == "m" && r.GetId() == right.ID && string(r.GetStartKey()) == "m" &&
+			infos[0].GetLeaderStoreId() != 0 && infos[1].GetLeaderStoreId() != 0
+	})
+
+	// Each half serves its keys, old and new.
+	put(ctx, t, c, right.ID, "x", "new-x")
+	put(ctx, t, c, left.ID, "b", "new-b")
+	for key, want := range map[string]string{"a": "v-a", "b": "new-b", "m": "v-m", "x": "new-x", "z": "v-z"} {
+		if got, err := cli.Get(ctx, []byte(key)); err != nil || string(got) != want {
+			t.Errorf("get %s = %q, %v; want %q", key, got, err, want)
+		}
+	}
+	// A key of the right half is not the left half's.
+	_, err = c.kv(t, c.leaderOf(t, left.ID)).Put(ctx, &pb.PutRequest{Context: &pb.WriteContext{RegionId: left.ID}, Key: []byte("x"), Value: []byte("no")})
+	if pb.RegionErrorFromStatus(err) == nil {
+		t.Errorf("put of a right-half key into the left region: %v, want a region error", err)
+	}
+
+	// The client splits too, at the leader of the key's region.
+	l2, r2, err := cli.Split(ctx, []byte("t"))
+	if err != nil {
+		t.Fatalf("client split: %v", err)
+	}
+	if l2.ID != right.ID || string(l2.EndKey) != "t" || string(r2.StartKey) != "t" || len(r2.EndKey) != 0 {
+		t.Errorf("client split: left %s right %s", l2.String(), r2.String())
+	}
+	if got, err := cli.Get(ctx, []byte("z")); err != nil || string(got) != "v-z" {
+		t.Errorf("get z after the second split = %q, %v", got, err)
+	}
+}
+
+// TestWithStoreJoinAndMembership: a fourth store joins with only a join
+// address, gets a replica of region 1 by AddPeer and serves follower
+// reads; replicas of the original stores are removed (a follower's, then
+// the leader's own) and the region keeps serving; the joined store
+// restarts from its remembered address book without joining again.
+func TestWithStoreJoinAndMembership(t *testing.T) {
+	c := startQuietCluster(t, 3)
+	ctx := testCtx(t)
+	for i := range 20 {
+		put(ctx, t, c, 1, fmt.Sprintf("k%02d", i), fmt.Sprintf("v%02d", i))
+	}
+
+	// Store 4 knows only store 2's address.
+	dir4 := t.TempDir()
+	lis4 := listen(t)
+	addr4 := lis4.Addr().String()
+	cfg4 := Config{
+		Store:            raftstore.Config{StoreID: 4, Zone: "dc-d", DataDir: dir4, NoSync: true, TickInterval: 10 * time.Millisecond, ElectionTicks: 40, Logger: testLogger(t)},
+		Listener:         lis4,
+		Join:             []string{c.server(2).Addr()},
+		DisableBalancing: true,
+	}
+	s4, err := New(cfg4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.servers = append(c.servers, s4) // stopped by the cluster's cleanup
+	if err := s4.Start(); err != nil {
+		t.Fatalf("start joining store: %v", err)
+	}
+	want := maps.Clone(c.peers)
+	want[4] = addr4
+	for i, s := range c.servers {
+		if got := s.Peers(); !maps.Equal(got, want) {
+			t.Errorf("store %d's address book %v, want %v", i+1, got, want)
+		}
+	}
+	if len(s4.Store().Regions()) != 0 {
+		t.Errorf("the joined store bootstrapped regions: %v", s4.Store().Regions())
+	}
+	stores, err := c.admin(t, 1).Stores(ctx, &pb.StoresRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(stores.GetStores()); n != 4 {
+		t.Fatalf("stores %v", stores)
+	}
+	if s := stores.GetStores()[3]; s.GetId() != 4 || !s.GetUp() || s.GetZone() != "dc-d" || s.GetAddress() != addr4 || s.GetRegionCount() != 0 {
+		t.Errorf("store 4 as listed: %v", s)
+	}
+
+	// Joining with a live store's id is refused, and changes nothing.
+	if _, err := c.admin(t, 1).Join(ctx, &pb.JoinRequest{StoreId: 2, Address: deadAddr(t)}); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("join as live store 2: %v, want AlreadyExists", err)
+	}
+	if got := c.server(1).Peers(); !maps.Equal(got, want) {
+		t.Errorf("address book after a refused join %v", got)
+	}
+
+	// Region 1 gains a replica on store 4.
+	if err := c.onLeader(t, 1, func(a pb.AdminClient) error {
+		_, err := a.AddPeer(ctx, &pb.AddPeerRequest{RegionId: 1, StoreId: 4})
+		return err
+	}); err != nil {
+		t.Fatalf("add peer on store 4: %v", err)
+	}
+	leader := c.leaderOf(t, 1)
+	r, _ := regionOn(c.server(leader), 1)
+	if v, l := peerStores(r.Region); !slices.Equal(v, []uint64{1, 2, 3, 4}) || len(l) != 0 {
+		t.Fatalf("region 1 after add peer: voters %v learners %v", v, l)
+	}
+	waitFor(t, 15*time.Second, "a follower read on store 4", func() bool {
+		v, err := replicaRead(ctx, t, c, 4, "k07")
+		return err == nil && v == "v07"
+	})
+	put(ctx, t, c, 1, "after-add", "yes")
+	if v, err := replicaRead(ctx, t, c, 4, "after-add"); err != nil || v != "yes" {
+		t.Errorf("follower read on store 4 of a later write = %q, %v", v, err)
+	}
+
+	// Remove a follower's replica (not store 4's).
+	var victim uint64
+	for _, id := range []uint64{1, 2, 3} {
+		if id != leader {
+			victim = id
+			break
+		}
+	}
+	if err := c.onLeader(t, 1, func(a pb.AdminClient) error {
+		_, err := a.RemovePeer(ctx, &pb.RemovePeerRequest{RegionId: 1, StoreId: victim})
+		return err
+	}); err != nil {
+		t.Fatalf("remove peer on store %d: %v", victim, err)
+	}
+	r, _ = regionOn(c.server(c.leaderOf(t, 1)), 1)
+	if _, ok := r.Region.PeerOnStore(victim); ok || len(r.Region.Peers) != 3 {
+		t.Fatalf("region 1 after removing store %d: %s", victim, r.Region.String())
+	}
+	waitFor(t, 15*time.Second, fmt.Sprintf("store %d to drop its replica", victim), func() bool {
+		_, ok := regionOn(c.server(victim), 1)
+		return !ok
+	})
+	put(ctx, t, c, 1, "after-remove", "still")
+	if v, err := replicaRead(ctx, t, c, 4, "after-remove"); err != nil || v != "still" {
+		t.Errorf("follower read on store 4 after the removal = %q, %v", v, err)
+	}
+
+	// Remove the leader's own replica: it hands leadership away first and
+	// answers NotLeader naming the new leader, where the removal succeeds.
+	leader = c.leaderOf(t, 1)
+	_, err = c.admin(t, leader).RemovePeer(ctx, &pb.RemovePeerRequest{RegionId: 1, StoreId: leader})
+	var nl *region.NotLeaderError
+	if !errors.As(pb.RegionErrorFromStatus(err).ToError(), &nl) {
+		t.Fatalf("removing the leader's own replica: %v, want NotLeader", err)
+	}
+	if nl.Leader != nil && nl.Leader.StoreID == leader {
+		t.Fatalf("NotLeader names the old leader %d", leader)
+	}
+	if err := c.onLeader(t, 1, func(a pb.AdminClient) error {
+		_, err := a.RemovePeer(ctx, &pb.RemovePeerRequest{RegionId: 1, StoreId: leader})
+		return err
+	}); err != nil {
+		t.Fatalf("remove the old leader's replica at the new leader: %v", err)
+	}
+	r, _ = regionOn(c.server(c.leaderOf(t, 1)), 1)
+	if v, _ := peerStores(r.Region); len(v) != 2 || !slices.Contains(v, 4) || slices.Contains(v, leader) {
+		t.Fatalf("region 1 after removing the old leader %d: %s", leader, r.Region.String())
+	}
+	put(ctx, t, c, 1, "two-left", "ok")
+	if v, err := replicaRead(ctx, t, c, 4, "two-left"); err != nil || v != "ok" {
+		t.Errorf("read on store 4 with two replicas left = %q, %v", v, err)
+	}
+
+	// Store 4 restarts: its address book is on disk, so it starts at once
+	// even though its only join address is dead now.
+	if data, err := os.ReadFile(filepath.Join(dir4, peersFile)); err != nil || !strings.Contains(string(data), addr4) {
+		t.Fatalf("peers.json: %q, %v", data, err)
+	}
+	s4.Stop()
+	var lis net.Listener
+	waitFor(t, 5*time.Second, "store 4's port free again", func() bool {
+		lis, err = net.Listen("tcp", addr4)
+		return err == nil
+	})
+	cfg4.Listener = lis
+	cfg4.Join = []string{deadAddr(t)}
+	cfg4.JoinTimeout = time.Second
+	s4, err = New(cfg4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.servers[3] = s4
+	start := time.Now()
+	if err := s4.Start(); err != nil {
+		t.Fatalf("restart store 4: %v", err)
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("restart took %v: it tried to join again", d)
+	}
+	if got := s4.Peers(); !maps.Equal(got, want) {
+		t.Errorf("restarted store 4's address book %v, want %v", got, want)
+	}
+	waitFor(t, 15*time.Second, "store 4 serving again after its restart", func() bool {
+		v, err := replicaRead(ctx, t, c, 4, "two-left")
+		return err == nil && v == "ok"
+	})
+}
+
+// TestWithStoreJoinFails: a store that cannot reach any join address, or
+// is refused, fails to start with a clear error, in bounded time.
+func TestWithStoreJoinFails(t *testing.T) {
+	c := startQuietCluster(t, 1)
+	for _, tc := range []struct {
+		name string
+		id   uint64
+		join string
+		want string
+	}{
+		{"nobody answers", 5, deadAddr(t), "could not join"},
+		{"id taken", 1, c.server(1).Addr(), "AlreadyExists"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(Config{
+				Store:       raftstore.Config{StoreID: tc.id, DataDir: t.TempDir(), NoSync: true, TickInterval: 10 * time.Millisecond, Logger: testLogger(t)},
+				Listener:    listen(t),
+				Join:        []string{tc.join},
+				JoinTimeout: time.Second,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Stop()
+			start := time.Now()
+			err = s.Start()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("start: %v, want an error mentioning %q", err, tc.want)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("failing to join took %v", d)
+			}
+		})
+	}
+	if got := c.server(1).Peers(); len(got) != 1 {
+		t.Errorf("store 1's address book after refused joins: %v", got)
+	}
+}
+
+// TestWithStoreMembershipValidation: bad Split, AddPeer, RemovePeer and
+// Join requests get their codes and change nothing.
+func TestWithStoreMembershipValidation(t *testing.T) {
+	c := startQuietCluster(t, 1)
+	kv := c.kv(t, 1)
+	admin := c.admin(t, 1)
+	ctx := testCtx(t)
+	if _, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("k0"), Value: []byte("v0")}); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	bigKey := bytes.Repeat([]byte("k"), MaxKeySize+1)
+	cases := []struct {
+		name         string
+		call         func() error
+		code         codes.Code
+		regionDetail bool
+	}{
+		{"split empty key", func() error { _, err := admin.Split(ctx, &pb.SplitRequest{}); return err }, codes.InvalidArgument, false},
+		{"split big key", func() error { _, err := admin.Split(ctx, &pb.SplitRequest{Key: bigKey}); return err }, codes.InvalidArgument, false},
+		{"add peer region 0", func() error {
+			_, err := admin.AddPeer(ctx, &pb.AddPeerRequest{StoreId: 1})
+			return err
+		}, codes.InvalidArgument, false},
+		{"add peer store 0", func() error {
+			_, err := admin.AddPeer(ctx, &pb.AddPeerRequest{RegionId: 1})
+			return err
+		}, codes.InvalidArgument, false},
+		{"add peer unknown store", func() error {
+			_, err := admin.AddPeer(ctx, &pb.AddPeerRequest{RegionId: 1, StoreId: 9})
+			return err
+		}, codes.InvalidArgument, false},
+		{"add peer unknown region", func() error {
+			_, err := admin.AddPeer(ctx, &pb.AddPeerRequest{RegionId: 999, StoreId: 1})
+			return err
+		}, codes.NotFound, true},
+		{"remove peer region 0", func() error {
+			_, err := admin.RemovePeer(ctx, &pb.RemovePeerRequest{StoreId: 1})
+			return err
+		}, codes.InvalidArgument, false},
+		{"remove peer store 0", func() error {
+			_, err := admin.RemovePeer(ctx, &pb.RemovePeerRequest{RegionId: 1})
+			return err
+		}, codes.InvalidArgument, false},
+		{"remove peer unknown region", func() error {
+			_, err := admin.RemovePeer(ctx, &pb.RemovePeerRequest{RegionId: 999, StoreId: 1})
+			return err
+		}, codes.NotFound, true},
+		{"remove the last voter", func() error {
+			_, err := admin.RemovePeer(ctx, &pb.RemovePeerRequest{RegionId: 1, StoreId: 1})
+			return err
+		}, codes.InvalidArgument, false},
+		{"join store 0", func() error {
+			_, err := admin.Join(ctx, &pb.JoinRequest{Address: "127.0.0.1:1"})
+			return err
+		}, codes.InvalidArgument, false},
+		{"join store id too big", func() error {
+			_, err := admin.Join(ctx, &pb.JoinRequest{StoreId: 1 << 16, Address: "127.0.0.1:1"})
+			return err
+		}, codes.InvalidArgument, false},
+		{"join without address", func() error {
+			_, err := admin.Join(ctx, &pb.JoinRequest{StoreId: 7})
+			return err
+		}, codes.InvalidArgument, false},
+		{"join with a bad address", func() error {
+			_, err := admin.Join(ctx, &pb.JoinRequest{StoreId: 7, Address: "no-port"})
+			return err
+		}, codes.InvalidArgument, false},
+		{"join with a huge zone", func() error {
+			_, err := admin.Join(ctx, &pb.JoinRequest{StoreId: 7, Address: "127.0.0.1:1", Zone: strings.Repeat("z", 1000)})
+			return err
+		}, codes.InvalidArgument, false},
+		{"join as this store", func() error {
+			_, err := admin.Join(ctx, &pb.JoinRequest{StoreId: 1, Address: "127.0.0.1:1"})
+			return err
+		}, codes.AlreadyExists, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			if got := status.Code(err); got != tc.code {
+				t.Fatalf("got %v (%v), want %v", got, err, tc.code)
+			}
+			if re := pb.RegionErrorFromStatus(err); (re != nil) != tc.regionDetail {
+				t.Fatalf("region error detail %v, want present=%v", re, tc.regionDetail)
+			}
+			if got := scanAll(ctx, t, kv); !maps.Equal(got, map[string]string{"k0": "v0"}) {
+				t.Fatalf("data changed to %v", got)
+			}
+			rs := c.server(1).Store().Regions()
+			if len(rs) != 1 || len(rs[0].Region.Peers) != 1 || rs[0].Region.Epoch != (region.Epoch{ConfVer: 1, Version: 1}) {
+				t.Fatalf("regions changed to %v", rs)
+			}
+			if got := c.server(1).Peers(); len(got) != 1 {
+				t.Fatalf("address book changed to %v", got)
+			}
+		})
+	}
+
+	conn := dial(t, c.server(1).Addr())
+	for _, method := range []string{"/hedgekv.Admin/Split", "/hedgekv.Admin/AddPeer", "/hedgekv.Admin/RemovePeer", "/hedgekv.Admin/Join"} {
+		var out []byte
+		err := conn.Invoke(ctx, method, []byte{0x0f}, &out, grpc.ForceCodec(rawCodec{}))
+		if code := status.Code(err); code == codes.OK || code == codes.Unknown {
+			t.Errorf("%s with garbage: code %v (%v), want a clear refusal", method, code, err)
+		}
+	}
+}
+
+// TestWithStoreLearnsPeers: a store that missed a join learns the
+// newcomer from another store's Status when it lists the stores.
+func TestWithStoreLearnsPeers(t *testing.T) {
+	c := startQuietCluster(t, 2)
+	ctx := testCtx(t)
+	ghost := deadAddr(t)
+	if err := c.server(1).setPeers(map[uint64]string{9: ghost}, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.server(2).Peers()[9]; ok {
+		t.Fatal("store 2 knew store 9 already")
+	}
+	stores, err := c.admin(t, 2).Stores(ctx, &pb.StoresRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.server(2).Peers()[9]; got != ghost {
+		t.Fatalf("store 2's address for store 9: %q, want %q (listing %v)", got, ghost, stores)
+	}
+	// The next listing (after the cache) includes it, down.
+	waitFor(t, 5*time.Second, "store 9 listed by store 2", func() bool {
+		stores, err := c.admin(t, 2).Stores(ctx, &pb.StoresRequest{})
+		if err != nil || len(stores.GetStores()) != 3 {
+			return false
+		}
+		s := stores.GetStores()[2]
+		return s.GetId() == 9 && !s.GetUp() && s.GetAddress() == ghost
+	})
+	// Known stores keep their address: learning never overwrites.
+	c.server(2).learnPeers(map[uint64]string{1: "127.0.0.1:1"})
+	if got := c.server(2).Peers()[1]; got != c.peers[1] {
+		t.Errorf("learning changed store 1's address to %q", got)
+	}
+}
+
+// TestWithStoreClusterView: the view lists every store with its counts
+// (this one included, down ones with the zone they joined with), shares
+// one listing among callers for its TTL, and lists again after a change.
+func TestWithStoreClusterView(t *testing.T) {
+	dead := deadAddr(t)
+	c := newClusterWith(t, 2, map[uint64]string{3: dead}, nil, noBalancing)
+	for _, s := range c.servers {
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.waitLeader(t)
+	ctx := testCtx(t)
+	v := c.server(1).view
+	v.noteZone(3, "dc-z")
+	v.invalidate()
+	statusCalls := func() float64 {
+		return testutilCounter(c.server(2).metrics.requests.WithLabelValues("Admin.Status", "OK"))
+	}
+	before := statusCalls()
+	infos := v.Stores(ctx)
+	if len(infos) != 3 {
+		t.Fatalf("view %+v", infos)
+	}
+	leaders := 0
+	for i, in := range infos {
+		if in.ID != uint64(i+1) {
+			t.Fatalf("view not sorted by id: %+v", infos)
+		}
+		leaders += in.LeaderCount
+	}
+	if !infos[0].Up || !infos[1].Up || infos[0].Zone != "dc-a" || infos[1].Zone != "dc-b" || infos[0].RegionCount != 1 || infos[1].RegionCount != 1 || leaders != 1 {
+		t.Errorf("live stores in the view: %+v", infos)
+	}
+	if infos[2].Up || infos[2].Zone != "dc-z" {
+		t.Errorf("down store in the view: %+v", infos[2])
+	}
+	for range 5 {
+		v.Stores(ctx)
+		if _, err := c.admin(t, 1).Stores(ctx, &pb.StoresRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := statusCalls() - before; n != 1 {
+		t.Errorf("store 2 was asked for its status %v times within the TTL, want 1", n)
+	}
+	v.invalidate()
+	v.Stores(ctx)
+	if n := statusCalls() - before; n != 2 {
+		t.Errorf("after invalidate: %v status calls, want 2", n)
+	}
+	// A caller that cannot wait gets the last listing, not an empty one.
+	v.invalidate()
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if got := v.Stores(done); len(got) == 0 || !slices.ContainsFunc(got, func(s raftstore.StoreInfo) bool { return s.ID == 1 }) {
+		t.Errorf("view with a cancelled context: %+v", got)
+	}
+}
+
+func TestAddressBook(t *testing.T) {
+	dir := t.TempDir()
+	b, err := openAddressBook(dir, map[uint64]string{1: "h:1", 2: "h:2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed, err := b.update(map[uint64]string{2: "other:2", 4: "h:4"}, false)
+	if err != nil || !maps.Equal(changed, map[uint64]string{4: "h:4"}) {
+		t.Fatalf("update without overwrite: %v, %v", changed, err)
+	}
+	if changed, err = b.update(map[uint64]string{2: "new:2", 0: "x", 5: ""}, true); err != nil || !maps.Equal(changed, map[uint64]string{2: "new:2"}) {
+		t.Fatalf("update with overwrite: %v, %v", changed, err)
+	}
+	want := map[uint64]string{1: "h:1", 2: "new:2", 4: "h:4"}
+	if !maps.Equal(b.all(), want) || !slices.Equal(b.ids(), []uint64{1, 2, 4}) {
+		t.Fatalf("book %v", b.all())
+	}
+	// Reopened: what joined is remembered; the configured stores win.
+	b2, err := openAddressBook(dir, map[uint64]string{1: "moved:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want[1] = "moved:1"
+	if !maps.Equal(b2.all(), want) {
+		t.Fatalf("reopened book %v, want %v", b2.all(), want)
+	}
+	b3, err := openAddressBook(dir, nil)
+	if err != nil || !maps.Equal(b3.all(), want) {
+		t.Fatalf("reopened without configuration: %v, %v", b3.all(), err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 || entries[0].Name() != peersFile {
+		t.Errorf("data dir holds %v, want only %s", entries, peersFile)
+	}
+
+	// In memory only.
+	m, err := openAddressBook("", map[uint64]string{1: "h:1"})
+	if err != nil || !maps.Equal(m.all(), map[uint64]string{1: "h:1"}) {
+		t.Fatalf("in-memory book %v, %v", m.all(), err)
+	}
+
+	// A damaged file stops the server from starting rather than being
+	// silently replaced.
+	for _, bad := range []string{"{", `{"peers":{"x":"h:1"}}`, `{"peers":{"0":"h:1"}}`, `{"peers":{"1":""}}`} {
+		d := t.TempDir()
+		if err := os.WriteFile(filepath.Join(d, peersFile), []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := openAddressBook(d, nil); err == nil {
+			t.Errorf("address book %q opened", bad)
+		}
+		if _, err := New(Config{Store: raftstore.Config{StoreID: 1, DataDir: d}, ListenAddr: "127.0.0.1:0"}); err == nil {
+			t.Errorf("server started over address book %q", bad)
+		}
+	}
+}
+
+// TestTransportSetAddr: a store whose address was unknown (or wrong) is
+// reached once SetAddr gives the right one.
+func TestTransportSetAddr(t *testing.T) {
+	h := &fakeHandler{}
+	lis := listen(t)
+	startRaftServer(t, lis, 2, h)
+	self := &fakeHandler{}
+	tr := newTestTransport(t, 1, map[uint64]string{2: deadAddr(t)}, fastTransportOptions(), self)
+	tr.Send(appMsg(1, 1, 2, "lost"))
+	tr.Flush()
+	waitFor(t, 5*time.Second, "an unreachable report", func() bool { return len(self.unreachableReports()) > 0 })
+
+	tr.SetAddr(2, lis.Addr().String())
+	waitFor(t, 10*time.Second, "delivery at the new address", func() bool {
+		tr.Send(appMsg(1, 1, 2, "found"))
+		tr.Flush()
+		for _, m := range h.received() {
+			if m.Msg.Type == raftpb.MsgApp && len(m.Msg.Entries) > 0 && string(m.Msg.Entries[0].Data) == "found" {
+				return true
+			}
+		}
+		return false
+	})
+	// A store unknown until now.
+	lis3 := listen(t)
+	h3 := &fakeHandler{}
+	startRaftServer(t, lis3, 3, h3)
+	tr.SetAddr(3, lis3.Addr().String())
+	waitFor(t, 10*time.Second, "delivery to a store added at runtime", func() bool {
+		m := appMsg(1, 1, 3, "hello")
+		m.ToStore = 3
+		tr.Send(m)
+		tr.Flush()
+		return len(h3.received()) > 0
+	})
+}

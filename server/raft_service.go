@@ -1,0 +1,174 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/server/pb"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// maxSnapshotSize bounds how much snapshot data one Snapshot stream may
+// carry, so a broken or hostile peer cannot make this store buffer without
+// limit.
+const maxSnapshotSize = 2 << 30
+
+// raftService is the receiving end of the transport: it hands every raft
+// message that another store sends to the local handler (the Store).
+type raftService struct {
+	pb.UnimplementedRaftServer
+	storeID uint64
+	handler raftstore.Handler
+	logger  *slog.Logger
+
+	// done ends the long-lived inbound streams at shutdown; without it
+	// GracefulStop would wait for peers that never close their streams.
+	done     chan struct{}
+	stopOnce sync.Once
+	// receivers tracks the goroutines reading inbound streams, so shutdown
+	// can wait until none of them touches the handler any more.
+	receivers sync.WaitGroup
+
+	batches atomic.Uint64 // batches received; read by tests
+}
+
+func newRaftService(storeID uint64, h raftstore.Handler, logger *slog.Logger) *raftService {
+	return &raftService{storeID: storeID, handler: h, logger: logger, done: make(chan struct{})}
+}
+
+// stop ends every inbound stream and waits for their receivers.
+func (s *raftService) stop() {
+	s.stopOnce.Do(func() { close(s.done) })
+}
+
+// wait blocks until every receiver goroutine has returned. Call after the
+// gRPC server has stopped, which unblocks their Recv calls.
+func (s *raftService) wait() { s.receivers.Wait() }
+
+// Stream receives batches of raft messages from one store until it closes
+// the stream or this server stops.
+func (s *raftService) Stream(stream grpc.ClientStreamingServer[pb.RaftMessageBatch, pb.Done]) error {
+	return s.serve(func() error {
+		for {
+			batch, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return stream.SendAndClose(&pb.Done{})
+			}
+			if err != nil {
+				return err
+			}
+			s.batches.Add(1)
+			for _, rm := range batch.GetMsgs() {
+				if err := s.deliver(rm, false, nil); err != nil {
+					return err
+				}
+			}
+		}
+	})
+}
+
+// Snapshot reassembles one MsgSnap from its chunks and delivers it. It
+// answers with an error if the store refuses the snapshot, so the sender
+// reports the failure to raft.
+func (s *raftService) Snapshot(stream grpc.ClientStreamingServer[pb.SnapshotChunk, pb.Done]) error {
+	return s.serve(func() error {
+		var (
+			header *pb.RaftMessage
+			data   []byte
+		)
+		for {
+			chunk, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			if header == nil {
+				if chunk.GetHeader() == nil {
+					return status.Error(codes.InvalidArgument, "snapshot stream does not start with a header")
+				}
+				header = chunk.GetHeader()
+			}
+			if len(data)+len(chunk.GetData()) > maxSnapshotSize {
+				return status.Errorf(codes.ResourceExhausted, "snapshot over %d bytes", maxSnapshotSize)
+			}
+			data = append(data, chunk.GetData()...)
+		}
+		if header == nil {
+			return status.Error(codes.InvalidArgument, "empty snapshot stream")
+		}
+		if err := s.deliver(header, true, data); err != nil {
+			return err
+		}
+		return stream.SendAndClose(&pb.Done{})
+	})
+}
+
+// serve runs recv on its own goroutine so the handler can return as soon as
+// the server stops, which ends the stream and unblocks recv.
+func (s *raftService) serve(recv func() error) error {
+	select {
+	case <-s.done:
+		return status.Error(codes.Unavailable, "server stopping")
+	default:
+	}
+	s.receivers.Add(1)
+	errc := make(chan error, 1)
+	go func() {
+		defer s.receivers.Done()
+		errc <- recv()
+	}()
+	select {
+	case err := <-errc:
+		return err
+	case <-s.done:
+		return status.Error(codes.Unavailable, "server stopping")
+	}
+}
+
+// deliver decodes one message and steps it into the store. For a snapshot,
+// rm is the MsgSnap header and snapData the reassembled payload.
+//
+// A message the handler refuses (unknown region, store stopping) is only
+// logged: raft resends what matters. A message that does not decode, or is
+// addressed to another store, means the peer is broken or misconfigured, so
+// the stream is refused and the sender sees it.
+func (s *raftService) deliver(rm *pb.RaftMessage, snap bool, snapData []byte) error {
+	if rm.GetToStore() != s.storeID {
+		return status.Errorf(codes.InvalidArgument, "raft message for store %d arrived at store %d", rm.GetToStore(), s.storeID)
+	}
+	m := &raftstore.Message{RegionID: rm.GetRegionId(), FromStore: rm.GetFromStore(), ToStore: rm.GetToStore()}
+	if sp := rm.GetSafePoint(); sp != nil {
+		m.SafePoint = &raftstore.SafePoint{Term: sp.GetTerm(), Commit: sp.GetCommit(), Time: time.Unix(0, sp.GetTimeUnixNano())}
+	}
+	if err := m.Msg.Unmarshal(rm.GetMessage()); err != nil {
+		return status.Errorf(codes.InvalidArgument, "decode raft message of region %d: %v", rm.GetRegionId(), err)
+	}
+	if snap {
+		if m.Msg.Type != raftpb.MsgSnap || m.Msg.Snapshot == nil {
+			return status.Errorf(codes.InvalidArgument, "snapshot header is a %s, not a MsgSnap", m.Msg.Type)
+		}
+		m.Msg.Snapshot.Data = snapData
+	}
+	if s.handler == nil {
+		return status.Error(codes.Unavailable, "raft handler not ready")
+	}
+	if err := s.handler.HandleRaftMessage(m); err != nil {
+		if snap {
+			return toStatus(fmt.Errorf("apply snapshot of region %d: %w", m.RegionID, err))
+		}
+		s.logger.Debug("raft message refused", "region", m.RegionID, "from_store", m.FromStore,
+			"type", m.Msg.Type.String(), "err", err)
+	}
+	return nil
+}

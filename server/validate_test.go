@@ -1,0 +1,107 @@
+package server
+
+import (
+	"bytes"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/hedgekv/hedgekv/server/pb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestValidateRequests(t *testing.T) {
+	bigKey := bytes.Repeat([]byte("k"), MaxKeySize+1)
+	okKey := bytes.Repeat([]byte("k"), MaxKeySize)
+	manyKeys := make([][]byte, MaxBatchGetKeys+1)
+	for i := range manyKeys {
+		manyKeys[i] = []byte("k")
+	}
+	cases := []struct {
+		name string
+		err  error
+		ok   bool
+	}{
+		{"key ok", validateKey("key", []byte("a")), true},
+		{"key at limit", validateKey("key", okKey), true},
+		{"key empty", validateKey("key", nil), false},
+		{"key over limit", validateKey("key", bigKey), false},
+		{"value empty", validateValue(nil), true},
+		{"value at limit", validateValue(make([]byte, MaxValueSize)), true},
+		{"value over limit", validateValue(make([]byte, MaxValueSize+1)), false},
+		{"batch get ok", validateBatchGet(&pb.BatchGetRequest{Keys: [][]byte{[]byte("a"), []byte("b")}}), true},
+		{"batch get empty", validateBatchGet(&pb.BatchGetRequest{}), true},
+		{"batch get too many", validateBatchGet(&pb.BatchGetRequest{Keys: manyKeys}), false},
+		{"batch get empty key", validateBatchGet(&pb.BatchGetRequest{Keys: [][]byte{[]byte("a"), nil}}), false},
+		{"batch get big key", validateBatchGet(&pb.BatchGetRequest{Keys: [][]byte{bigKey}}), false},
+		{"scan all", scanErr(&pb.ScanRequest{}), true},
+		{"scan limit max", scanErr(&pb.ScanRequest{Limit: MaxScanLimit}), true},
+		{"scan limit over", scanErr(&pb.ScanRequest{Limit: MaxScanLimit + 1}), false},
+		{"scan end before start", scanErr(&pb.ScanRequest{StartKey: []byte("b"), EndKey: []byte("a")}), false},
+		{"scan end equals start", scanErr(&pb.ScanRequest{StartKey: []byte("b"), EndKey: []byte("b")}), true},
+		{"scan big start", scanErr(&pb.ScanRequest{StartKey: bigKey}), false},
+		{"scan big end", scanErr(&pb.ScanRequest{EndKey: bigKey}), false},
+	}
+	for _, tc := range cases {
+		if tc.ok && tc.err != nil {
+			t.Errorf("%s: unexpected error %v", tc.name, tc.err)
+		}
+		if !tc.ok && status.Code(tc.err) != codes.InvalidArgument {
+			t.Errorf("%s: got %v, want InvalidArgument", tc.name, tc.err)
+		}
+	}
+}
+
+func scanErr(req *pb.ScanRequest) error {
+	_, err := validateScan(req)
+	return err
+}
+
+func TestScanLimitDefault(t *testing.T) {
+	if n, err := validateScan(&pb.ScanRequest{}); err != nil || n != DefaultScanLimit {
+		t.Fatalf("limit 0 -> %d, %v; want %d", n, err, DefaultScanLimit)
+	}
+	if n, err := validateScan(&pb.ScanRequest{Limit: 7}); err != nil || n != 7 {
+		t.Fatalf("limit 7 -> %d, %v", n, err)
+	}
+}
+
+func TestReadOptions(t *testing.T) {
+	o := readOptions(&pb.ReadContext{RegionId: 3, RegionEpoch: &pb.Epoch{ConfVer: 2, Version: 5}, ReplicaRead: true, MaxStalenessMs: 1500})
+	if o.RegionID != 3 || o.Epoch.ConfVer != 2 || o.Epoch.Version != 5 || !o.ReplicaRead || o.MaxStaleness != 1500*time.Millisecond {
+		t.Fatalf("readOptions = %+v", o)
+	}
+	if o := readOptions(nil); o.RegionID != 0 || o.ReplicaRead || o.MaxStaleness != 0 {
+		t.Fatalf("readOptions(nil) = %+v", o)
+	}
+	if d := msDuration(math.MaxUint64); d != time.Duration(math.MaxInt64) {
+		t.Fatalf("msDuration saturates to %v", d)
+	}
+	w := writeOptions(&pb.WriteContext{RegionId: 4, RegionEpoch: &pb.Epoch{Version: 9}})
+	if w.RegionID != 4 || w.Epoch.Version != 9 {
+		t.Fatalf("writeOptions = %+v", w)
+	}
+}
+
+func TestMethodLabel(t *testing.T) {
+	if got := methodLabel("/hedgekv.KV/Get"); got != "KV.Get" {
+		t.Fatalf("methodLabel = %q", got)
+	}
+}
+
+func TestLoadTracker(t *testing.T) {
+	var l loadTracker
+	if ld := l.load(); ld.InflightReads != 0 || ld.EstWaitUs != 0 {
+		t.Fatalf("idle load = %v", ld)
+	}
+	start := l.begin()
+	if l.load().InflightReads != 1 {
+		t.Fatal("in-flight read not counted")
+	}
+	time.Sleep(2 * time.Millisecond)
+	l.end(start)
+	if ld := l.load(); ld.InflightReads != 0 || ld.EstWaitUs < 1000 {
+		t.Fatalf("after one 2ms read: %v", ld)
+	}
+}

@@ -1,0 +1,533 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/server"
+	"github.com/hedgekv/hedgekv/server/pb"
+)
+
+// The client specs run real servers (gRPC over loopback TCP, the server
+// package's transport between the stores) in this process and drive them
+// through the Go client, while the test changes the cluster's shape under
+// the client's feet: splits, leader transfers, and a replica moved to a
+// store that joined meanwhile. The client must hide all of it: region
+// errors are retried within the deadline and never reach the caller.
+
+// serverCluster is a few in-process servers.
+type serverCluster struct {
+	dir     string
+	log     *slog.Logger
+	peers   map[uint64]string
+	servers map[uint64]*server.Server
+}
+
+// serverLogger writes the servers' logs to GinkgoWriter, which shows them
+// for failed specs only (and for all with -ginkgo.v).
+func serverLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+func storeConfig(id uint64, dir string, initial []uint64, log *slog.Logger) raftstore.Config {
+	return raftstore.Config{
+		StoreID:            id,
+		Zone:               fmt.Sprintf("dc-%c", 'a'+rune(id-1)),
+		DataDir:            filepath.Join(dir, fmt.Sprintf("store%d", id)),
+		InitialStores:      initial,
+		TickInterval:       10 * time.Millisecond,
+		NoSync:             true,
+		BalanceInterval:    -1,
+		SplitCheckInterval: -1,
+		Logger:             log,
+	}
+}
+
+// startServers starts stores 1..n, which bootstrap region 1 together, and
+// stops them after the spec.
+func startServers(n int) *serverCluster {
+	GinkgoHelper()
+	c := &serverCluster{
+		dir:     GinkgoT().TempDir(),
+		log:     serverLogger(),
+		peers:   map[uint64]string{},
+		servers: map[uint64]*server.Server{},
+	}
+	DeferCleanup(c.stop)
+	DeferCleanup(func() {
+		if CurrentSpecReport().Failed() {
+			c.dumpRegions()
+		}
+	})
+	ids := make([]uint64, n)
+	lis := make([]net.Listener, n)
+	for i := range n {
+		ids[i] = uint64(i + 1)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		Expect(err).NotTo(HaveOccurred())
+		lis[i] = l
+		c.peers[ids[i]] = l.Addr().String()
+	}
+	for i, id := range ids {
+		srv, err := server.New(server.Config{
+			Store:    storeConfig(id, c.dir, ids, c.log),
+			Listener: lis[i],
+			Peers:    c.peers,
+		})
+		Expect(err).NotTo(HaveOccurred())
+		c.servers[id] = srv
+	}
+	for _, id := range ids {
+		Expect(c.servers[id].Start()).To(Succeed())
+	}
+	return c
+}
+
+// join starts store id with only a join address, as `server --join` does.
+func (c *serverCluster) join(ctx context.Context, id uint64, via uint64) {
+	GinkgoHelper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	Expect(err).NotTo(HaveOccurred())
+	srv, err := server.New(server.Config{
+		Store:    storeConfig(id, c.dir, nil, c.log),
+		Listener: l,
+		Join:     []string{c.peers[via]},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	c.servers[id] = srv // stopped with the others
+	Expect(srv.StartContext(ctx)).To(Succeed())
+	c.peers[id] = srv.Addr()
+}
+
+func (c *serverCluster) stop() {
+	var wg sync.WaitGroup
+	for _, s := range c.servers {
+		wg.Go(s.Stop)
+	}
+	wg.Wait()
+}
+
+// dumpRegions writes every store's view of its regions to GinkgoWriter.
+func (c *serverCluster) dumpRegions() {
+	for _, id := range slices.Sorted(maps.Keys(c.servers)) {
+		for _, st := range c.servers[id].Store().Regions() {
+			GinkgoWriter.Printf("store %d: %+v\n", id, st)
+		}
+	}
+}
+
+func (c *serverCluster) endpoints() []string {
+	var out []string
+	for _, id := range slices.Sorted(maps.Keys(c.peers)) {
+		out = append(out, c.peers[id])
+	}
+	return out
+}
+
+// leaders maps each region, as the stores themselves report it, to its
+// leader's store (regions without a leader are left out).
+func (c *serverCluster) leaders() map[uint64]uint64 {
+	out := map[uint64]uint64{}
+	for _, s := range c.servers {
+		for _, st := range s.Store().Regions() {
+			if st.IsLeader {
+				out[st.Region.ID] = s.Store().ID()
+			}
+		}
+	}
+	return out
+}
+
+// ---------------------------------------------------------------- workload
+
+// workload is what the client goroutines did.
+type workload struct {
+	mu    sync.Mutex
+	errs  []error
+	acked map[string]int // key -> highest sequence number acknowledged
+
+	ops    atomic.Int64
+	modes  sync.Map // read mode -> *atomic.Int64
+	served sync.Map // "store N mode" of each read -> *atomic.Int64
+}
+
+func (w *workload) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.errs = append(w.errs, err)
+}
+
+func (w *workload) errors() []error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.errs)
+}
+
+func (w *workload) ackedSeq(k string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.acked[k]
+}
+
+func (w *workload) snapshot() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.acked)
+}
+
+func count(m *sync.Map, k string) {
+	v, _ := m.LoadOrStore(k, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+func counts(m *sync.Map) map[string]int64 {
+	out := map[string]int64{}
+	m.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
+}
+
+const (
+	clientWriters = 4
+	keysPerWriter = 50
+	// clientOpTimeout is each operation's deadline: far more than any
+	// region error needs to be retried through.
+	clientOpTimeout = 5 * time.Second
+	// stepTimeout bounds each change the test makes to the cluster.
+	stepTimeout = 20 * time.Second
+)
+
+func clientKey(writer, i int) string { return fmt.Sprintf("ck/%d/%03d", writer, i) }
+
+func clientValue(k string, seq int) string { return fmt.Sprintf("%s#%d", k, seq) }
+
+// parseSeq checks a value read for key k and returns its sequence number.
+func parseSeq(k string, v []byte) (int, error) {
+	pre, seq, ok := strings.Cut(string(v), "#")
+	n, err := strconv.Atoi(seq)
+	if !ok || pre != k || err != nil {
+		return 0, fmt.Errorf("value %q is not one written to %s", v, k)
+	}
+	return n, nil
+}
+
+// prime writes every key of the workload once (sequence number 0).
+func prime(ctx context.Context, cli *client.Client, w *workload) {
+	GinkgoHelper()
+	for wr := range clientWriters {
+		for i := range keysPerWriter {
+			k := clientKey(wr, i)
+			Expect(cli.Put(ctx, []byte(k), []byte(clientValue(k, 0)))).To(Succeed())
+			w.acked[k] = 0
+		}
+	}
+}
+
+// runWorkload runs writers, readers and scanners against cli until stop is
+// closed. Every error reaches w; so does every read that returns older
+// data than was acknowledged before the read began. Every key must have
+// been primed.
+func runWorkload(cli *client.Client, sess *client.Session, w *workload, stop <-chan struct{}) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	}
+	// Writers: each owns keysPerWriter keys and overwrites them in turn with
+	// increasing sequence numbers.
+	for wr := range clientWriters {
+		wg.Go(func() {
+			for seq := 1; !stopped(); seq++ {
+				k := clientKey(wr, seq%keysPerWriter)
+				ctx, cancel := context.WithTimeout(context.Background(), clientOpTimeout)
+				err := cli.Put(ctx, []byte(k), []byte(clientValue(k, seq)))
+				cancel()
+				w.ops.Add(1)
+				w.mu.Lock()
+				if err != nil {
+					w.errs = append(w.errs, fmt.Errorf("put %s #%d: %w", k, seq, err))
+				} else {
+					w.acked[k] = seq
+				}
+				w.mu.Unlock()
+			}
+		})
+	}
+	// Readers: Get (under the session's policy) of a key, which must be
+	// at least as new as what was acknowledged before the read began.
+	for r := range 3 {
+		wg.Go(func() {
+			for i := r; !stopped(); i += 7 {
+				k := clientKey(i%clientWriters, i%keysPerWriter)
+				floor := w.ackedSeq(k)
+				ctx, cancel := context.WithTimeout(context.Background(), clientOpTimeout)
+				v, info, err := sess.GetWithInfo(ctx, []byte(k))
+				cancel()
+				w.ops.Add(1)
+				switch {
+				case errors.Is(err, client.ErrNotFound):
+					w.fail(fmt.Errorf("get %s: not found, but #%d was acknowledged before", k, floor))
+					continue
+				case err != nil:
+					w.fail(fmt.Errorf("get %s: %w", k, err))
+					continue
+				}
+				count(&w.modes, info.Mode)
+				count(&w.served, fmt.Sprintf("store %d %s", info.StoreID, info.Mode))
+				if seq, err := parseSeq(k, v); err != nil {
+					w.fail(fmt.Errorf("get %s: %w", k, err))
+				} else if seq < floor {
+					w.fail(fmt.Errorf("get %s: stale read #%d, #%d was acknowledged before it began (served by store %d, %s)", k, seq, floor, info.StoreID, info.Mode))
+				}
+			}
+		})
+	}
+	// Scanners: the whole key space, across every region; every key
+	// acknowledged before the scan began is there, at least that new.
+	for range 2 {
+		wg.Go(func() {
+			for !stopped() {
+				floor := w.snapshot()
+				ctx, cancel := context.WithTimeout(context.Background(), clientOpTimeout)
+				kvs, err := sess.Scan(ctx, []byte("ck/"), []byte("ck0"), 0)
+				cancel()
+				w.ops.Add(1)
+				if err != nil {
+					w.fail(fmt.Errorf("scan: %w", err))
+					continue
+				}
+				seen := map[string]bool{}
+				for i, kv := range kvs {
+					k := string(kv.Key)
+					if i > 0 && k <= string(kvs[i-1].Key) {
+						w.fail(fmt.Errorf("scan: %q after %q", k, kvs[i-1].Key))
+					}
+					seen[k] = true
+					if seq, err := parseSeq(k, kv.Value); err != nil {
+						w.fail(fmt.Errorf("scan: %w", err))
+					} else if seq < floor[k] {
+						w.fail(fmt.Errorf("scan: stale %s #%d, #%d was acknowledged before the scan began", k, seq, floor[k]))
+					}
+				}
+				for k := range floor {
+					if !seen[k] {
+						w.fail(fmt.Errorf("scan: acknowledged key %s missing", k))
+					}
+				}
+			}
+		})
+	}
+	return &wg
+}
+
+// ---------------------------------------------------------------- events
+
+// reshape changes the cluster under the workload: it splits region 1 into
+// four, transfers every region's leadership, starts store 4, moves one
+// region's replica from a follower's store to store 4 and another
+// region's from its leader's store, and transfers leaders again. Every
+// step is bounded by ctx.
+func reshape(ctx context.Context, c *serverCluster, cli *client.Client, pause time.Duration) {
+	GinkgoHelper()
+	// Each change gets stepTimeout of its own, so a stuck one fails fast.
+	stepCtx := func() context.Context {
+		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
+		DeferCleanup(cancel)
+		return sctx
+	}
+	step := func(what string) {
+		GinkgoWriter.Printf("%s: %s\n", time.Now().Format("15:04:05.000"), what)
+		time.Sleep(pause)
+	}
+	step("workload running")
+	for _, at := range []string{"ck/2", "ck/1", "ck/3"} {
+		_, _, err := cli.Split(stepCtx(), []byte(at))
+		Expect(err).NotTo(HaveOccurred(), "split at %s", at)
+		step("split at " + at)
+	}
+	transferAll(stepCtx(), c, cli)
+	step("leaders transferred")
+
+	c.join(stepCtx(), 4, 2)
+	step("store 4 joined")
+
+	regions, err := cli.Regions(stepCtx())
+	Expect(err).NotTo(HaveOccurred())
+	Expect(regions).To(HaveLen(4))
+	// A follower's replica of the second region moves to store 4 ...
+	r := regions[1]
+	var from uint64
+	for _, p := range r.GetRegion().GetPeers() {
+		if p.GetStoreId() != r.GetLeaderStoreId() {
+			from = p.GetStoreId()
+		}
+	}
+	moveReplica(stepCtx(), cli, r.GetRegion().GetId(), from, 4)
+	step(fmt.Sprintf("region %d moved from follower store %d to store 4", r.GetRegion().GetId(), from))
+	// ... and the leader's replica of the third (RemovePeer hands
+	// leadership away first).
+	r = regions[2]
+	moveReplica(stepCtx(), cli, r.GetRegion().GetId(), r.GetLeaderStoreId(), 4)
+	step(fmt.Sprintf("region %d moved from leader store %d to store 4", r.GetRegion().GetId(), r.GetLeaderStoreId()))
+
+	transferAll(stepCtx(), c, cli)
+	step("leaders transferred again")
+}
+
+// moveReplica adds a replica of region on store to, then removes the one
+// on store from, and checks the outcome.
+func moveReplica(ctx context.Context, cli *client.Client, region, from, to uint64) {
+	GinkgoHelper()
+	Expect(cli.AddPeer(ctx, region, to)).To(Succeed(), "add peer of region %d on store %d", region, to)
+	Expect(cli.RemovePeer(ctx, region, from)).To(Succeed(), "remove peer of region %d on store %d", region, from)
+	Eventually(func() error {
+		regions, err := cli.Regions(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range regions {
+			if r.GetRegion().GetId() != region {
+				continue
+			}
+			var stores []uint64
+			for _, p := range r.GetRegion().GetPeers() {
+				if p.GetIsLearner() {
+					return fmt.Errorf("region %d still has a learner: %v", region, r)
+				}
+				stores = append(stores, p.GetStoreId())
+			}
+			if len(stores) != 3 || !slices.Contains(stores, to) || slices.Contains(stores, from) || r.GetLeaderStoreId() == 0 {
+				return fmt.Errorf("region %d: peers on %v, leader %d", region, stores, r.GetLeaderStoreId())
+			}
+			return nil
+		}
+		return fmt.Errorf("region %d not listed", region)
+	}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Succeed())
+}
+
+// transferAll hands every region's leadership to another of its voters,
+// through the client, and waits until the stores agree.
+func transferAll(ctx context.Context, c *serverCluster, cli *client.Client) {
+	GinkgoHelper()
+	regions, err := cli.Regions(ctx)
+	Expect(err).NotTo(HaveOccurred())
+	want := map[uint64]uint64{}
+	for _, r := range regions {
+		id := r.GetRegion().GetId()
+		var to uint64
+		for _, p := range r.GetRegion().GetPeers() {
+			if !p.GetIsLearner() && p.GetStoreId() != r.GetLeaderStoreId() {
+				to = p.GetStoreId()
+			}
+		}
+		Expect(to).NotTo(BeZero(), "region %d has no other voter: %v", id, r)
+		Expect(cli.TransferLeader(ctx, id, to)).To(Succeed(), "transfer region %d to store %d", id, to)
+		want[id] = to
+	}
+	Eventually(func() error {
+		got := c.leaders()
+		for id, to := range want {
+			if got[id] != to {
+				return fmt.Errorf("region %d led by store %d, want %d", id, got[id], to)
+			}
+		}
+		return nil
+	}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Succeed())
+}
+
+// ---------------------------------------------------------------- specs
+
+var _ = Describe("client", func() {
+	// clientRun starts three servers and a client, runs the workload with
+	// reads under policy while reshape runs, and checks the outcome.
+	clientRun := func(policy client.ReadPolicy) *workload {
+		GinkgoHelper()
+		ctx := ctxFor(90 * time.Second)
+		c := startServers(3)
+		cli, err := client.New(ctx, client.Config{Endpoints: c.endpoints(), RequestTimeout: clientOpTimeout})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(cli.Close)
+		// The cluster serves before the workload starts, so that every
+		// error the workload sees is one the client let through.
+		Eventually(func() error {
+			return cli.Put(ctx, []byte("ck"), []byte("ready"))
+		}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Succeed())
+		w := &workload{acked: map[string]int{}}
+		prime(ctx, cli, w)
+		stop := make(chan struct{})
+		var once sync.Once
+		halt := func() { once.Do(func() { close(stop) }) }
+		wg := runWorkload(cli, cli.Session(policy), w, stop)
+		DeferCleanup(func() { halt(); wg.Wait() })
+
+		start := time.Now()
+		reshape(ctx, c, cli, 300*time.Millisecond)
+		halt()
+		wg.Wait()
+		GinkgoWriter.Printf("%d client operations in %v; read modes %v; reads served %v\n",
+			w.ops.Load(), time.Since(start).Round(time.Millisecond), counts(&w.modes), counts(&w.served))
+
+		errs := w.errors()
+		if len(errs) > 20 {
+			errs = append(errs[:20], fmt.Errorf("... and %d more", len(errs)-20))
+		}
+		Expect(errs).To(BeEmpty(), "errors surfaced to the client goroutines")
+
+		// Every acknowledged write reads back, from the leaders and under
+		// the session's policy.
+		final := w.snapshot()
+		Expect(final).To(HaveLen(clientWriters * keysPerWriter))
+		sess := cli.Session(policy)
+		for k, seq := range final {
+			for _, get := range []func(context.Context, []byte) ([]byte, error){cli.Get, sess.Get} {
+				v, err := get(ctx, []byte(k))
+				Expect(err).NotTo(HaveOccurred(), "read back %s", k)
+				Expect(string(v)).To(Equal(clientValue(k, seq)), "read back %s", k)
+			}
+		}
+		kvs, err := cli.Scan(ctx, []byte("ck/"), []byte("ck0"), 0)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kvs).To(HaveLen(len(final)))
+		for _, kv := range kvs {
+			Expect(string(kv.Value)).To(Equal(clientValue(string(kv.Key), final[string(kv.Key)])))
+		}
+		stores, err := cli.Stores(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(stores).To(HaveLen(4))
+		Expect(stores).To(HaveEach(WithTransform((*pb.Store).GetUp, BeTrue())))
+		return w
+	}
+
+	It("keeps working with no error surfaced across splits, leader transfers and a replica move", func() {
+		clientRun(client.ReadPolicy{Replica: client.ReplicaLeader})
+	})
+
+	It("keeps follower reads working with no error surfaced across the same changes", func() {
+		w := clientRun(client.ReadPolicy{Replica: client.ReplicaFollower})
+		// Followers answered through ReadIndex; the leader only stands in
+		// when no follower can.
+		Expect(counts(&w.modes)).To(HaveKeyWithValue("read-index", BeNumerically(">", 0)))
+	})
+})

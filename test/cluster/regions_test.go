@@ -1,0 +1,289 @@
+package cluster_test
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+)
+
+func key(i int) []byte { return fmt.Appendf(nil, "key%05d", i) }
+
+// everyRegionHasLeader waits until each region has a leader.
+func everyRegionHasLeader(c *raftstoretest.Cluster) {
+	GinkgoHelper()
+	Eventually(func() error {
+		for _, r := range c.Regions() {
+			if _, ok := c.Leader(r.ID); !ok {
+				return fmt.Errorf("region %d has no leader", r.ID)
+			}
+		}
+		return nil
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+}
+
+var _ = Describe("regions", func() {
+	It("loses and rejects nothing when a region splits under concurrent writes", func() {
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(60 * time.Second)
+		var (
+			wg     sync.WaitGroup
+			acked  sync.Map
+			failed atomic.Int64
+			stop   = make(chan struct{})
+		)
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; ; i += 4 {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					k := key(i % 1000)
+					v := fmt.Sprintf("v%d", i)
+					if err := c.Put(ctx, k, []byte(v)); err != nil {
+						failed.Add(1)
+						continue
+					}
+					acked.Store(string(k), v)
+				}
+			}()
+		}
+		for _, at := range []int{500, 250, 750, 125, 875} {
+			time.Sleep(50 * time.Millisecond)
+			Expect(c.Split(ctx, key(at))).To(Succeed())
+		}
+		time.Sleep(100 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		Expect(failed.Load()).To(BeZero(), "a caller saw a write rejected")
+		Expect(c.Regions()).To(HaveLen(6))
+		everyRegionHasLeader(c)
+		n := 0
+		acked.Range(func(k, v any) bool {
+			got, found, err := c.Get(ctx, []byte(k.(string)))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(found).To(BeTrue(), "%s lost", k)
+			Expect(string(got)).To(Equal(v.(string)), "%s", k)
+			n++
+			return true
+		})
+		Expect(n).To(BeNumerically(">", 100))
+	})
+
+	It("answers a stale epoch with EpochNotMatch carrying the current regions", func() {
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(20 * time.Second)
+		before, _ := c.RegionOf(key(1))
+		Expect(c.Split(ctx, key(500))).To(Succeed())
+		leader, _ := c.LeaderOf(key(1))
+		err := mustStore(c, leader).Put(ctx, raftstore.WriteOptions{RegionID: before.ID, Epoch: before.Epoch}, key(1), []byte("x"))
+		Expect(err).To(MatchError(ContainSubstring("epoch not match")))
+	})
+
+	It("scans across ten regions in key order with the limit respected", func() {
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(60 * time.Second)
+		for i := range 200 {
+			Expect(c.Put(ctx, key(i), fmt.Appendf(nil, "%d", i))).To(Succeed())
+		}
+		for at := 20; at < 200; at += 20 {
+			Expect(c.Split(ctx, key(at))).To(Succeed())
+		}
+		Expect(c.Regions()).To(HaveLen(10))
+		everyRegionHasLeader(c)
+		kvs, err := c.Scan(ctx, key(0), nil, 1000)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kvs).To(HaveLen(200))
+		for i, kv := range kvs {
+			Expect(string(kv.Key)).To(Equal(string(key(i))))
+		}
+		kvs, err = c.Scan(ctx, key(15), key(95), 50)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kvs).To(HaveLen(50))
+		Expect(string(kvs[0].Key)).To(Equal(string(key(15))))
+		Expect(string(kvs[49].Key)).To(Equal(string(key(64))))
+	})
+
+	It("splits a region automatically past its key threshold", func() {
+		c := startCluster(raftstoretest.Options{SplitMaxKeys: 50})
+		ctx := ctxFor(30 * time.Second)
+		for i := range 300 {
+			Expect(c.Put(ctx, key(i), []byte("v"))).To(Succeed())
+		}
+		Eventually(func() int { return len(c.Regions()) }).WithTimeout(10 * time.Second).Should(BeNumerically(">=", 4))
+		everyRegionHasLeader(c)
+		kvs, err := c.Scan(ctx, nil, nil, 1000)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(kvs).To(HaveLen(300))
+	})
+
+	It("keeps all data through add-peer then remove-peer", func() {
+		c := startCluster(raftstoretest.Options{LogGCThreshold: 20})
+		ctx := ctxFor(60 * time.Second)
+		for i := range 100 {
+			Expect(c.Put(ctx, key(i), fmt.Appendf(nil, "%d", i))).To(Succeed())
+		}
+		newStore, err := c.AddStore()
+		Expect(err).NotTo(HaveOccurred())
+		leader, _ := c.Leader(1)
+		Expect(mustStore(c, leader).AddPeer(ctx, 1, newStore)).To(Succeed())
+		r, _ := c.RegionOf(key(0))
+		Expect(r.Peers).To(HaveLen(4))
+		Expect(r.Epoch.ConfVer).To(BeNumerically(">", 1))
+		// The new replica has the data, by snapshot and log.
+		Eventually(func() error {
+			v, found, _, err := mustStore(c, newStore).Get(ctx, raftstore.ReadOptions{ReplicaRead: true}, key(42))
+			if err != nil || !found || string(v) != "42" {
+				return fmt.Errorf("get on new store: %q %v %v", v, found, err)
+			}
+			return nil
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+
+		victim := otherThan(c, leader, newStore)[0]
+		Expect(mustStore(c, leader).RemovePeer(ctx, 1, victim)).To(Succeed())
+		r, _ = c.RegionOf(key(0))
+		Expect(r.Peers).To(HaveLen(3))
+		_, onVictim := r.PeerOnStore(victim)
+		Expect(onVictim).To(BeFalse())
+		Eventually(func() int { return len(mustStore(c, victim).Regions()) }).WithTimeout(5 * time.Second).Should(BeZero())
+		for i := range 100 {
+			v, found, err := c.Get(ctx, key(i))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(found).To(BeTrue())
+			Expect(string(v)).To(Equal(fmt.Sprint(i)))
+		}
+		Expect(c.Put(ctx, key(1000), []byte("after"))).To(Succeed())
+	})
+
+	It("moves a replica (learner, promote, remove) and keeps serving", func() {
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(60 * time.Second)
+		Expect(c.Put(ctx, key(1), []byte("v"))).To(Succeed())
+		newStore, err := c.AddStore()
+		Expect(err).NotTo(HaveOccurred())
+		leader, _ := c.Leader(1)
+		from := otherThan(c, leader, newStore)[0]
+		Expect(mustStore(c, leader).MovePeer(ctx, 1, from, newStore)).To(Succeed())
+		r, _ := c.RegionOf(key(1))
+		_, onFrom := r.PeerOnStore(from)
+		_, onNew := r.PeerOnStore(newStore)
+		Expect(onFrom).To(BeFalse())
+		Expect(onNew).To(BeTrue())
+		Expect(c.Put(ctx, key(2), []byte("w"))).To(Succeed())
+	})
+
+	It("rebalances leaders after a store restarts", func() {
+		c := startCluster(raftstoretest.Options{Balance: true})
+		ctx := ctxFor(60 * time.Second)
+		for at := 100; at < 1000; at += 100 {
+			Expect(c.Split(ctx, key(at))).To(Succeed())
+		}
+		everyRegionHasLeader(c)
+		spread := func() error {
+			counts := map[uint64]int{}
+			for _, r := range c.Regions() {
+				id, ok := c.Leader(r.ID)
+				if !ok {
+					return fmt.Errorf("region %d has no leader", r.ID)
+				}
+				counts[id]++
+			}
+			lo, hi := 1<<30, 0
+			for _, id := range c.IDs() {
+				lo, hi = min(lo, counts[id]), max(hi, counts[id])
+			}
+			if hi-lo > 1 {
+				return fmt.Errorf("leaders per store %v", counts)
+			}
+			return nil
+		}
+		Eventually(spread).WithTimeout(20 * time.Second).Should(Succeed())
+		victim := c.IDs()[0]
+		Expect(c.StopStore(victim)).To(Succeed())
+		everyRegionHasLeader(c)
+		Expect(c.StartStore(victim)).To(Succeed())
+		Eventually(spread).WithTimeout(20 * time.Second).Should(Succeed())
+	})
+
+	It("replaces the replicas of a store that stays down", func() {
+		c := startCluster(raftstoretest.Options{Stores: 4, Balance: true, MaxStoreDownTime: 500 * time.Millisecond})
+		ctx := ctxFor(60 * time.Second)
+		Expect(c.Put(ctx, key(1), []byte("v"))).To(Succeed())
+		// Region 1 starts on all four stores; the balancer trims it to three.
+		Eventually(func() int { r, _ := c.RegionOf(key(1)); return len(r.Peers) }).WithTimeout(20 * time.Second).Should(Equal(3))
+		r, _ := c.RegionOf(key(1))
+		leader, _ := c.Leader(r.ID)
+		var victim uint64
+		for _, p := range r.Peers {
+			if p.StoreID != leader {
+				victim = p.StoreID
+			}
+		}
+		Expect(c.StopStore(victim)).To(Succeed())
+		Eventually(func() error {
+			r, _ := c.RegionOf(key(1))
+			if _, on := r.PeerOnStore(victim); on || len(r.Peers) != 3 {
+				return fmt.Errorf("region peers %v", r.Peers)
+			}
+			return nil
+		}).WithTimeout(20 * time.Second).Should(Succeed())
+		v, _, err := c.Get(ctx, key(1))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(v)).To(Equal("v"))
+	})
+})
+
+var _ = Describe("hibernation", func() {
+	It("lets idle regions stop ticking, wakes them on traffic, and recovers from a dead leader", func() {
+		c := startCluster(raftstoretest.Options{HibernateAfter: 200 * time.Millisecond})
+		ctx := ctxFor(30 * time.Second)
+		for at := 100; at < 500; at += 100 {
+			Expect(c.Split(ctx, key(at))).To(Succeed())
+		}
+		allAsleep := func() error {
+			for _, id := range c.IDs() {
+				s, ok := c.Store(id)
+				if !ok {
+					continue
+				}
+				for _, st := range s.Regions() {
+					if !st.Hibernating {
+						return fmt.Errorf("store %d region %d awake", id, st.Region.ID)
+					}
+				}
+			}
+			return nil
+		}
+		Eventually(allAsleep).WithTimeout(10 * time.Second).Should(Succeed())
+		// Asleep means no raft traffic at all.
+		var msgs atomic.Int64
+		c.Net.AddFilter(raftstore.FilterFunc(func(*raftstore.Message) (bool, time.Duration) { msgs.Add(1); return false, 0 }))
+		time.Sleep(300 * time.Millisecond)
+		Expect(msgs.Load()).To(BeZero())
+
+		// Traffic wakes the region it touches, and only that one.
+		Expect(c.Put(ctx, key(150), []byte("v"))).To(Succeed())
+		v, _, err := c.Get(ctx, key(150))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(v)).To(Equal("v"))
+		Eventually(allAsleep).WithTimeout(10 * time.Second).Should(Succeed())
+
+		// A leader's store dies while everything sleeps: its regions wake
+		// through the liveness check and elect new leaders.
+		r, _ := c.RegionOf(key(150))
+		dead, _ := c.Leader(r.ID)
+		Expect(c.StopStore(dead)).To(Succeed())
+		Expect(c.Put(ctx, key(151), []byte("w"))).To(Succeed())
+		everyRegionHasLeader(c)
+	})
+})

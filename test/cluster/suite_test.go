@@ -1,0 +1,63 @@
+// Package cluster_test holds the whole-cluster specs: several stores in one
+// process over the in-memory network, with faults injected as filters.
+package cluster_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+)
+
+func TestCluster(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Cluster Suite")
+}
+
+// startCluster starts an in-process cluster that is shut down after the spec.
+func startCluster(opts raftstoretest.Options) *raftstoretest.Cluster {
+	GinkgoHelper()
+	opts.Dir = GinkgoT().TempDir()
+	if os.Getenv("HEDGEKV_TEST_LOGS") != "" {
+		opts.LogOutput = GinkgoWriter
+	}
+	c, err := raftstoretest.New(opts)
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(c.Shutdown)
+	return c
+}
+
+func ctxFor(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	DeferCleanup(cancel)
+	return ctx
+}
+
+// mustStore returns a running store.
+func mustStore(c *raftstoretest.Cluster, id uint64) *raftstore.Store {
+	GinkgoHelper()
+	s, ok := c.Store(id)
+	Expect(ok).To(BeTrue(), "store %d is not running", id)
+	return s
+}
+
+// otherThan returns the stores except the given ones.
+func otherThan(c *raftstoretest.Cluster, ids ...uint64) []uint64 {
+	var out []uint64
+	for _, id := range c.IDs() {
+		skip := false
+		for _, x := range ids {
+			skip = skip || x == id
+		}
+		if !skip {
+			out = append(out, id)
+		}
+	}
+	return out
+}

@@ -1,0 +1,65 @@
+// Package testbin finds the repository and the hedgekv binary for the
+// multi-process tests: $HEDGEKV_BIN if set (make test builds it once),
+// otherwise a fresh `go build` into a temporary directory.
+package testbin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+)
+
+// Binary is what a multi-process test runs.
+type Binary struct {
+	RepoRoot string // absolute path of the repository
+	Path     string // the hedgekv binary
+	cleanup  func()
+}
+
+// Close removes a binary this package built.
+func (b *Binary) Close() {
+	if b.cleanup != nil {
+		b.cleanup()
+	}
+}
+
+// Locate finds the repository root from a test directory two levels below
+// it (test/NAME) and the binary; tmpPrefix names the build directory.
+func Locate(tmpPrefix string) (*Binary, error) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		return nil, fmt.Errorf("repository root not found from the test directory: %w", err)
+	}
+	b := &Binary{RepoRoot: root}
+	if p := os.Getenv("HEDGEKV_BIN"); p != "" {
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(root, p)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("HEDGEKV_BIN=%s: %w", p, err)
+		}
+		b.Path = p
+		return b, nil
+	}
+	dir, err := os.MkdirTemp("", tmpPrefix)
+	if err != nil {
+		return nil, err
+	}
+	b.cleanup = func() { os.RemoveAll(dir) }
+	b.Path = filepath.Join(dir, "hedgekv")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", b.Path, "./cmd/hedgekv")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("go build ./cmd/hedgekv: %v\n%s", err, out)
+	}
+	return b, nil
+}
