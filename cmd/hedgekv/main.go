@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +45,8 @@ type app struct {
 	endpoints      string
 	zone           string
 	timeout        time.Duration
+	cpuProfile     string
+	stopProfile    func()
 }
 
 // usageError is a wrong command line: exit 2.
@@ -92,6 +95,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	cmd, err := root.ExecuteContextC(ctx)
+	if a.stopProfile != nil {
+		a.stopProfile()
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -134,6 +140,8 @@ func newRootCmd(a *app) *cobra.Command {
 	pf.StringVar(&a.endpoints, "endpoints", defaultEndpoints, "comma-separated gRPC addresses of stores")
 	pf.StringVar(&a.zone, "zone", "", "the zone this client sits in (for --read closest)")
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "deadline of the whole command")
+	pf.StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of this command to `FILE` (for go tool pprof)")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return a.startProfile() }
 	root.AddCommand(
 		newPutCmd(a), newGetCmd(a), newDeleteCmd(a), newScanCmd(a),
 		newCtlCmd(a),
@@ -205,4 +213,28 @@ func init() {
 	// The client logs retries at debug level; a CLI user sees only what
 	// goes wrong. The server command installs its own logger.
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+}
+
+// startProfile starts the --cpuprofile CPU profile; run stops it once the
+// command returns, so a benchmark's client side can be profiled like a
+// store's /debug/pprof.
+func (a *app) startProfile() error {
+	if a.cpuProfile == "" {
+		return nil
+	}
+	f, err := os.Create(a.cpuProfile)
+	if err != nil {
+		return runError{fmt.Errorf("cpu profile: %w", err)}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return runError{fmt.Errorf("cpu profile: %w", err)}
+	}
+	a.stopProfile = func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			fmt.Fprintf(a.stderr, "hedgekv: cpu profile: %v\n", err)
+		}
+	}
+	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"maps"
 	"math"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -379,4 +381,26 @@ func TestServerJoinConfig(t *testing.T) {
 	if len(cfg.Store.InitialStores) != 0 || len(cfg.Peers) != 0 {
 		t.Errorf("a joining store bootstraps nothing: initial stores %v, peers %v", cfg.Store.InitialStores, cfg.Peers)
 	}
+}
+
+func TestCPUProfile(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+	path := filepath.Join(t.TempDir(), "cpu.pprof")
+	if code, _, stderr := runCLI(t, "put", "k", "v", ep, "--cpuprofile", path); code != exitOK {
+		t.Fatalf("put with --cpuprofile: exit %d, stderr %q", code, stderr)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A pprof profile is gzip-compressed protobuf.
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("profile of %d bytes is not gzip", len(b))
+	}
+	code, _, stderr := runCLI(t, "put", "k", "v", ep, "--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir"))
+	if code != exitFailure {
+		t.Errorf("unwritable profile: exit %d, want %d", code, exitFailure)
+	}
+	oneLine(t, stderr)
 }
