@@ -85,6 +85,8 @@ func (s *Store) maybeCreatePeer(m *Message) (*Peer, error) {
 		return p, nil
 	}
 	s.mu.Unlock()
+	// createPeer checks again under its lock: a split may start the real
+	// peer in between, and a placeholder must not replace it.
 	r := region.Region{ID: m.RegionID, Peers: []region.Peer{
 		{ID: m.Msg.To, StoreID: s.cfg.StoreID},
 		{ID: m.Msg.From, StoreID: m.FromStore},
@@ -93,7 +95,9 @@ func (s *Store) maybeCreatePeer(m *Message) (*Peer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create peer for region %d: %w", m.RegionID, err)
 	}
-	s.log.Info("created uninitialized peer", "region", m.RegionID, "peer", m.Msg.To, "from_store", m.FromStore)
+	if p.id == m.Msg.To && !p.isInitialized() {
+		s.log.Info("created uninitialized peer", "region", m.RegionID, "peer", m.Msg.To, "from_store", m.FromStore)
+	}
 	return p, nil
 }
 
@@ -148,14 +152,7 @@ func (s *Store) destroyPeer(p *Peer) error {
 // store's parent peer leads, the new peer campaigns at once so the region
 // has a leader without waiting out an election timeout.
 func (s *Store) startSplitPeer(r region.Region, hs raftpb.HardState, campaign bool) error {
-	s.mu.Lock()
-	if old, ok := s.peers[r.ID]; ok {
-		delete(s.peers, r.ID) // an uninitialized placeholder, superseded
-		old.mu.Lock()
-		old.removed = true
-		old.mu.Unlock()
-	}
-	s.mu.Unlock()
+	// createPeer supersedes an uninitialized placeholder of the region.
 	p, err := s.createPeer(persistedPeer{region: r, hard: hs, apply: initApplyState})
 	if err != nil {
 		return fmt.Errorf("start split region %d: %w", r.ID, err)

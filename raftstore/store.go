@@ -210,6 +210,12 @@ func (s *Store) raftConfig(peerID uint64, storage raft.Storage, applied uint64) 
 	}
 }
 
+// createPeer builds a peer from its persisted state and installs it. An
+// initialized peer replaces what the store had for its region (the
+// uninitialized placeholder a split supersedes). A placeholder replaces
+// nothing: if a peer appeared meanwhile, that one is returned. Nor does a
+// placeholder enter the range tree: it holds no range yet, and its empty
+// bounds would read as the whole key space and evict every other region.
 func (s *Store) createPeer(pp persistedPeer) (*Peer, error) {
 	self, ok := pp.region.PeerOnStore(s.cfg.StoreID)
 	if !ok {
@@ -240,9 +246,19 @@ func (s *Store) createPeer(pp persistedPeer) (*Peer, error) {
 		proposals:   make(map[uint64]*proposal),
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.peers[pp.region.ID]; ok {
+		if !p.initialized {
+			return old, nil
+		}
+		old.mu.Lock()
+		old.removed = true
+		old.mu.Unlock()
+	}
 	s.peers[pp.region.ID] = p
-	s.ranges.Insert(pp.region.Clone())
-	s.mu.Unlock()
+	if p.initialized {
+		s.ranges.Insert(pp.region.Clone())
+	}
 	return p, nil
 }
 

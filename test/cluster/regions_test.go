@@ -11,6 +11,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 func key(i int) []byte { return fmt.Appendf(nil, "key%05d", i) }
@@ -78,6 +79,60 @@ var _ = Describe("regions", func() {
 			return true
 		})
 		Expect(n).To(BeNumerically(">", 100))
+	})
+
+	It("keeps routing every key on a store that hears from a new region before it applies the split", func() {
+		// A store that learns of a region from its leader before applying
+		// the split that creates it holds an uninitialized placeholder. The
+		// placeholder has no range yet; it once entered the store's range
+		// tree as the whole key space and evicted every region from it, so
+		// the store answered RegionNotFound for keys of regions untouched
+		// by the split, for good.
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(30 * time.Second)
+		for i := 0; i < 1000; i += 100 {
+			Expect(c.Put(ctx, key(i), []byte("v"))).To(Succeed())
+		}
+		Expect(c.Split(ctx, key(500))).To(Succeed())
+		left, _ := c.RegionOf(key(0))
+		right, _ := c.RegionOf(key(700))
+		everyRegionHasLeader(c)
+		lagger := uint64(1)
+		if l, _ := c.Leader(left.ID); l == lagger {
+			lagger = 2
+		}
+		Eventually(func() int { return len(mustStore(c, lagger).Regions()) }).
+			WithTimeout(5 * time.Second).Should(Equal(2))
+
+		// The lagging store gets none of the left region's entries, so it
+		// does not apply the next split, but it hears from the new region.
+		heal := c.Net.AddFilter(raftstore.MsgTypeFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+			return m.RegionID == left.ID && m.ToStore == lagger, 0
+		}), raftpb.MsgApp, raftpb.MsgSnap))
+		var heard atomic.Bool
+		c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+			if m.FromStore == lagger && m.RegionID != left.ID && m.RegionID != right.ID {
+				heard.Store(true) // the placeholder answered its leader
+			}
+			return false, 0
+		}))
+		Expect(c.Split(ctx, key(250))).To(Succeed())
+		Eventually(heard.Load).WithTimeout(5 * time.Second).Should(BeTrue())
+
+		heal()
+		Eventually(func() int { return len(mustStore(c, lagger).Regions()) }).
+			WithTimeout(10 * time.Second).Should(Equal(3))
+		// A new peer may not know its leader yet (NotLeader, retryable);
+		// a key the store cannot place stays RegionNotFound.
+		for _, k := range []int{0, 300, 700} {
+			Eventually(func() error {
+				_, found, _, err := mustStore(c, lagger).Get(ctx, raftstore.ReadOptions{ReplicaRead: true}, key(k))
+				if err == nil && !found {
+					err = fmt.Errorf("%s not found", key(k))
+				}
+				return err
+			}).WithTimeout(5*time.Second).Should(Succeed(), "%s on the lagging store", key(k))
+		}
 	})
 
 	It("answers a stale epoch with EpochNotMatch carrying the current regions", func() {
