@@ -158,6 +158,9 @@ func (s *Store) Get(ctx context.Context, opts ReadOptions, key []byte) (value []
 	if err != nil {
 		return nil, false, info, fmt.Errorf("get: %w", err)
 	}
+	if err := s.stillHolds(p); err != nil {
+		return nil, false, info, err
+	}
 	return value, found, info, nil
 }
 
@@ -186,6 +189,9 @@ func (s *Store) BatchGet(ctx context.Context, opts ReadOptions, keys [][]byte) (
 	if err != nil {
 		return nil, info, fmt.Errorf("batch get: %w", err)
 	}
+	if err := s.stillHolds(p); err != nil {
+		return nil, info, err
+	}
 	return kvs, info, nil
 }
 
@@ -212,7 +218,25 @@ func (s *Store) Scan(ctx context.Context, opts ReadOptions, start, end []byte, l
 	if err != nil {
 		return nil, r, info, fmt.Errorf("scan: %w", err)
 	}
+	if err := s.stillHolds(p); err != nil {
+		return nil, r, info, err
+	}
 	return kvs, r, info, nil
+}
+
+// stillHolds is checked after a read: it fails if p was removed from its
+// region meanwhile. destroyPeer marks the peer removed before it deletes
+// the range from the engine, so a read whose engine transaction began after
+// that delete always sees the mark here, and never answers "no such key"
+// for keys the region holds. (A read applied up to its read index before
+// the removal is otherwise linearizable; only the vanishing data is wrong.)
+func (s *Store) stillHolds(p *Peer) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.removed {
+		return &region.RegionNotFoundError{RegionID: p.regionID}
+	}
+	return nil
 }
 
 // Put writes key=value through raft; it returns once applied on this leader.

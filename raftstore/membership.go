@@ -113,6 +113,12 @@ func (s *Store) destroyPeer(p *Peer) error {
 	p.removed = true
 	p.failProposalsLocked(&region.RegionNotFoundError{RegionID: r.ID})
 	p.failReadsLocked(&region.RegionNotFoundError{RegionID: r.ID})
+	// Reads waiting for an apply that will not come: wake them, and
+	// stillHolds turns them away.
+	for _, w := range p.applyWait {
+		close(w.done)
+	}
+	p.applyWait = nil
 	p.mu.Unlock()
 	s.mu.Lock()
 	if s.peers[r.ID] == p {

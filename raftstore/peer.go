@@ -104,10 +104,11 @@ func (p *Peer) isLeaderLocked() bool {
 	return p.rn.BasicStatus().RaftState == raft.StateLeader
 }
 
-// waitAppliedLocked returns a channel closed once applied >= index.
+// waitAppliedLocked returns a channel closed once applied >= index, or at
+// once if p was removed: readers then learn it from stillHolds.
 func (p *Peer) waitAppliedLocked(index uint64) <-chan struct{} {
 	ch := make(chan struct{})
-	if p.applied >= index {
+	if p.applied >= index || p.removed { // a removed peer applies nothing more
 		close(ch)
 		return ch
 	}
