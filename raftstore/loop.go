@@ -407,6 +407,9 @@ func (s *Store) publishShape(rp *readyPeer) error {
 	for _, cc := range rp.confChanges {
 		p.rn.ApplyConfChange(cc)
 	}
+	if len(rp.confChanges) > 0 {
+		p.confInFlight = false
+	}
 	if rp.snapApplied {
 		p.initialized = true
 	}

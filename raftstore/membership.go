@@ -290,46 +290,63 @@ func (s *Store) leaderPeer(regionID uint64) (*Peer, error) {
 	return p, nil
 }
 
-// proposeConfChange proposes cc and waits until it is applied. Raft turns
-// a conf change proposed while another is pending into a no-op, so that
-// case is refused here, retryably, instead of waiting forever.
+// proposeConfChange proposes cc and waits until it is applied.
+//
+// Raft silently turns a conf change into an empty entry while an earlier
+// one may be unapplied (its pendingConfIndex is past its applied index):
+// proposed then, cc would never be applied and its caller would wait out
+// its deadline. So cc goes to raft only when raft's own applied index
+// covers every conf change it accepted: an entry of this term is applied
+// (a new leader sets pendingConfIndex to its last index on election), raft
+// has caught up with what this store applied (it learns at Advance, one
+// step after the waiters here are woken), and no conf change of ours is in
+// flight. Another one in flight is refused, retryably.
 func (s *Store) proposeConfChange(ctx context.Context, p *Peer, cc raftpb.ConfChangeV2, added []region.Peer) error {
 	reqID := s.nextRequestID()
 	cc.Context = encodeConfContext(reqID, added)
 	done := make(chan error, 1)
 	p.mu.Lock()
-	if !p.isLeaderLocked() {
-		err := p.notLeaderLocked()
-		p.mu.Unlock()
-		return err
-	}
-	st := p.rn.Status()
-	if st.Commit > p.applied {
-		// Raft refuses (drops) a conf change while an earlier one may be
-		// unapplied; under write load the leader is usually a little behind
-		// its commit index, so wait for it rather than refuse.
-		applied := p.waitAppliedLocked(st.Commit)
-		p.mu.Unlock()
-		if err := s.waitApplied(ctx, p, applied); err != nil {
+	for {
+		if !p.isLeaderLocked() {
+			err := p.notLeaderLocked()
+			p.mu.Unlock()
 			return err
 		}
+		if p.confInFlight || p.confChangePending() {
+			p.mu.Unlock()
+			return fmt.Errorf("region %d: a membership change is still being applied: %w", p.regionID, ErrProposalDropped)
+		}
+		st := p.rn.Status()
+		if p.appliedTerm == st.Term && st.Applied >= p.applied {
+			break
+		}
+		// Under write load the leader is a little behind: wait for its next
+		// apply, or for raft to take in the last one.
+		var wait <-chan struct{}
+		if p.applied < st.Commit {
+			wait = p.waitAppliedLocked(st.Commit)
+		}
+		p.mu.Unlock()
+		var soon <-chan time.Time // raft takes in an apply within its round
+		if wait == nil {
+			soon = time.After(time.Millisecond)
+		}
+		select {
+		case <-wait:
+		case <-soon:
+		case <-ctx.Done():
+			return fmt.Errorf("region %d: wait for apply before a membership change: %w", p.regionID, ctx.Err())
+		case <-s.stopc:
+			return ErrStopped
+		}
 		p.mu.Lock()
-		st = p.rn.Status()
-	}
-	if !p.isLeaderLocked() {
-		err := p.notLeaderLocked()
-		p.mu.Unlock()
-		return err
-	}
-	if st.Commit > p.applied || p.confChangePending() {
-		p.mu.Unlock()
-		return fmt.Errorf("region %d: a membership change is still being applied: %w", p.regionID, ErrProposalDropped)
 	}
 	if err := p.rn.ProposeConfChange(cc); err != nil {
 		p.mu.Unlock()
 		return fmt.Errorf("region %d: %w (%v)", p.regionID, ErrProposalDropped, err)
 	}
-	p.proposals[reqID] = &proposal{term: st.Term, proposed: time.Now(), waiters: []chan error{done}}
+	p.confInFlight = true
+	p.proposals[reqID] = &proposal{term: p.rn.BasicStatus().Term, proposed: time.Now(), waiters: []chan error{done}}
 	p.mu.Unlock()
 	s.markDirty(p)
 	return s.waitProposal(ctx, p, done)

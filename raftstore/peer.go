@@ -41,6 +41,9 @@ type Peer struct {
 	proposals map[uint64]*proposal
 	reads     readQueue
 	applyWait []applyWaiter
+	// confInFlight: this leader proposed a conf change that has not been
+	// applied yet; raft would drop another one (see proposeConfChange).
+	confInFlight bool
 	// transferring is set while a leadership transfer this peer started is in
 	// flight; the lease stays revoked until it ends (etcd-io/raft#99).
 	transferring bool
@@ -137,6 +140,7 @@ func (p *Peer) notifyAppliedLocked() {
 // leader, so err must be one the client retries (all our writes are
 // idempotent puts and deletes, and a retry is ordered after the original).
 func (p *Peer) failProposalsLocked(err error) {
+	p.confInFlight = false // it may still apply, but under another leader
 	for id, pr := range p.proposals {
 		pr.finish(err)
 		delete(p.proposals, id)

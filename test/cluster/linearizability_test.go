@@ -109,7 +109,7 @@ func nemesis(c *raftstoretest.Cluster, rng *rand.Rand, stop <-chan struct{}, log
 		ids := c.IDs()
 		victim := ids[rng.IntN(len(ids))]
 		hold := time.Duration(200+rng.IntN(400)) * time.Millisecond
-		switch rng.IntN(6) {
+		switch rng.IntN(7) {
 		case 0:
 			if !hasLeader {
 				continue
@@ -152,12 +152,42 @@ func nemesis(c *raftstoretest.Cluster, rng *rand.Rand, stop <-chan struct{}, log
 			heal := c.Net.AddFilter(raftstore.DropFilter(0.2))
 			sleep(hold)
 			heal()
+		case 6:
+			// Move a follower's replica to the store without one: a learner
+			// catches up by snapshot, is promoted, and the old replica is
+			// removed and its data deleted while reads may still reach it.
+			r, ok := c.RegionOf(nil)
+			s, up := c.Store(leader)
+			if !ok || !hasLeader || !up {
+				continue
+			}
+			var from, to uint64
+			for _, id := range ids {
+				_, has := r.PeerOnStore(id)
+				switch {
+				case !has:
+					to = id
+				case id != leader:
+					from = id
+				}
+			}
+			if from == 0 || to == 0 {
+				continue
+			}
+			log("move replica %d -> %d", from, to)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = s.MovePeer(ctx, 1, from, to)
+			cancel()
 		}
 	}
 }
 
 func runLinearizability(seed uint64) {
 	c := startCluster(raftstoretest.Options{LogGCThreshold: 200})
+	// A fourth store, without a replica at first, for the nemesis to move
+	// replicas to.
+	_, err := c.AddStore()
+	Expect(err).NotTo(HaveOccurred())
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	h := &history{base: time.Now()}
 	keys := []string{"a", "b", "c"}

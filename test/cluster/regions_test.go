@@ -282,6 +282,28 @@ var _ = Describe("regions", func() {
 		Expect(c.Put(ctx, key(2), []byte("w"))).To(Succeed())
 	})
 
+	It("applies membership changes proposed back to back", func() {
+		// Raft drops a conf change proposed before it has taken in the
+		// previous one's apply (it learns at Advance, after the proposer
+		// was told): the next change must wait for it, not hang.
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(60 * time.Second)
+		Expect(c.Put(ctx, key(1), []byte("v"))).To(Succeed())
+		spare, err := c.AddStore()
+		Expect(err).NotTo(HaveOccurred())
+		leader, _ := c.Leader(1)
+		for i := range 8 {
+			from := otherThan(c, leader, spare)[0]
+			step, cancel := context.WithTimeout(ctx, 10*time.Second)
+			Expect(mustStore(c, leader).MovePeer(step, 1, from, spare)).To(Succeed(), "move %d: %d -> %d", i, from, spare)
+			cancel()
+			spare = from
+		}
+		r, _ := c.RegionOf(key(1))
+		Expect(r.Peers).To(HaveLen(3))
+		Expect(c.Put(ctx, key(2), []byte("w"))).To(Succeed())
+	})
+
 	It("rebalances leaders after a store restarts", func() {
 		c := startCluster(raftstoretest.Options{Balance: true})
 		ctx := ctxFor(60 * time.Second)
