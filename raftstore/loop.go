@@ -122,6 +122,12 @@ func (s *Store) round() error {
 	var directs []readyDirect
 	for _, p := range dirty {
 		p.mu.Lock()
+		if p.removed {
+			// Destroyed, or a placeholder a split superseded: whatever its
+			// raft holds must be neither persisted nor answered.
+			p.mu.Unlock()
+			continue
+		}
 		renew := p.isLeaderLocked() && p.leaseNeedsRenewLocked(now) && len(p.reads.inflight) == 0 && p.readsSinceRenew
 		p.readsSinceRenew = false
 		if direct := p.issueReadsLocked(now, renew); direct != nil {
@@ -165,10 +171,15 @@ func (s *Store) round() error {
 			rp.p.mu.Unlock()
 		}
 	} else if err := s.eng.db.Update(func(tx *bbolt.Tx) error {
+		// Every persist before any apply: a split applied here writes the
+		// new region's state, which must win over (and carry the vote of)
+		// a placeholder of that region persisting in the same round.
 		for _, rp := range batch {
 			if err := s.persistTx(tx, rp); err != nil {
 				return fmt.Errorf("region %d: persist: %w", rp.p.regionID, err)
 			}
+		}
+		for _, rp := range batch {
 			if err := s.applyTx(tx, rp); err != nil {
 				return fmt.Errorf("region %d: apply: %w", rp.p.regionID, err)
 			}

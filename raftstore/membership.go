@@ -120,12 +120,11 @@ func (s *Store) destroyPeer(p *Peer) error {
 	}
 	p.applyWait = nil
 	p.mu.Unlock()
-	s.mu.Lock()
-	if s.peers[r.ID] == p {
-		delete(s.peers, r.ID)
-	}
-	s.ranges.Remove(r.ID)
-	s.mu.Unlock()
+	// The peer leaves the store's maps only once its tombstone is durable.
+	// Until then messages for the region find it removed and are refused;
+	// were it gone before, a heartbeat from a leader that has not applied
+	// the removal yet would create a placeholder under the same peer ID,
+	// which that leader believes holds its log (raft panics on it).
 	err := s.eng.db.Update(func(tx *bbolt.Tx) error {
 		st := tx.Bucket(bucketRaftState)
 		for _, suf := range []byte{suffixRegion, suffixHardState, suffixApplyState} {
@@ -150,6 +149,12 @@ func (s *Store) destroyPeer(p *Peer) error {
 	if err != nil {
 		return fmt.Errorf("destroy region %d peer %d: %w", r.ID, p.id, err)
 	}
+	s.mu.Lock()
+	if s.peers[r.ID] == p {
+		delete(s.peers, r.ID)
+		s.ranges.Remove(r.ID)
+	}
+	s.mu.Unlock()
 	s.log.Info("destroyed removed peer", "region", r.ID, "peer", p.id)
 	return nil
 }

@@ -152,3 +152,16 @@ func uint64Bytes(v uint64) []byte {
 	binary.BigEndian.PutUint64(b, v)
 	return b
 }
+
+// supersedePlaceholder marks an uninitialized peer removed, so that the
+// Ready loop neither persists nor answers for it once a peer with another
+// ID replaces it. It reports false for an initialized or removed peer.
+func (p *Peer) supersedePlaceholder() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.initialized || p.removed {
+		return false
+	}
+	p.removed = true
+	return true
+}

@@ -370,7 +370,7 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 		}
 		return s.handleTombstone(p, m.Msg)
 	}
-	if ok && m.Msg.To != p.id && !p.isInitialized() {
+	if ok && m.Msg.To != p.id && p.supersedePlaceholder() {
 		// A placeholder for a peer ID this region no longer uses.
 		s.mu.Lock()
 		if s.peers[m.RegionID] == p {
@@ -394,9 +394,13 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 		}
 	}
 	p.mu.Lock()
-	if m.Msg.To != p.id {
+	if m.Msg.To != p.id || p.removed {
+		// For a replaced peer of this region, or for one removed or
+		// superseded (a placeholder a split replaced) since the lookup: a
+		// message stepped into it would be answered by a peer that no
+		// longer exists, acking state the live peer does not have.
 		p.mu.Unlock()
-		return &region.RegionNotFoundError{RegionID: m.RegionID} // for a replaced peer of this region
+		return &region.RegionNotFoundError{RegionID: m.RegionID}
 	}
 	switch {
 	case isNotice(m.Msg, hibernateCtx):
