@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
@@ -26,8 +27,11 @@ type readyPeer struct {
 	confChanges   []raftpb.ConfChangeV2
 	created       []createdRegion // new regions from splits, to start peers for
 	regionChanged bool
-	removed       bool          // this peer was removed from its region
-	removedPeers  []region.Peer // other peers this round removed
+	removed       bool // this peer was removed from its region
+	// skip: the peer was destroyed (a tombstone) since its Ready was
+	// taken; nothing of this round is written, published or sent for it.
+	skip         bool
+	removedPeers []region.Peer // other peers this round removed
 }
 
 type readyDirect struct {
@@ -167,6 +171,7 @@ func (s *Store) round() error {
 	if !needsWrite(batch) {
 		for _, rp := range batch {
 			rp.p.mu.Lock()
+			rp.skip = rp.p.removed
 			rp.applied, rp.appliedTerm = rp.p.applied, rp.p.appliedTerm
 			rp.p.mu.Unlock()
 		}
@@ -175,11 +180,20 @@ func (s *Store) round() error {
 		// new region's state, which must win over (and carry the vote of)
 		// a placeholder of that region persisting in the same round.
 		for _, rp := range batch {
+			// Checked inside the transaction: destroyPeer marks the peer
+			// removed before its own transaction, which waits for this
+			// one, so nothing written here outlives the destruction.
+			if rp.skip = rp.p.isRemoved(); rp.skip {
+				continue
+			}
 			if err := s.persistTx(tx, rp); err != nil {
 				return fmt.Errorf("region %d: persist: %w", rp.p.regionID, err)
 			}
 		}
 		for _, rp := range batch {
+			if rp.skip {
+				continue
+			}
 			if err := s.applyTx(tx, rp); err != nil {
 				return fmt.Errorf("region %d: apply: %w", rp.p.regionID, err)
 			}
@@ -190,6 +204,8 @@ func (s *Store) round() error {
 	} else {
 		s.stats.readyRounds.Add(1)
 	}
+
+	batch = slices.DeleteFunc(batch, func(rp *readyPeer) bool { return rp.skip })
 
 	// Step 4: publish what is now durable to memory and to waiters.
 	for _, rp := range batch {

@@ -165,3 +165,9 @@ func (p *Peer) supersedePlaceholder() bool {
 	p.removed = true
 	return true
 }
+
+func (p *Peer) isRemoved() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.removed
+}
