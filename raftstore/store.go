@@ -572,13 +572,13 @@ func (s *Store) TransferLeader(ctx context.Context, regionID, toStoreID uint64) 
 		p.mu.Unlock()
 		return fmt.Errorf("region %d has no peer on store %d: %w", regionID, toStoreID, ErrInvalidRequest)
 	}
-	if target.ID == p.id {
+	if target.ID == p.id && p.isLeaderLocked() {
 		p.mu.Unlock()
-		if p.isLeader() {
-			return nil
-		}
-		return fmt.Errorf("store %d: cannot transfer region %d to itself without leading it: %w", toStoreID, regionID, ErrInvalidRequest)
+		return nil
 	}
+	// Not the leader, even when this store is the target (the caller's
+	// view of the leader is stale): NotLeader with the hint sends the
+	// request to the store that can make the transfer.
 	if !p.isLeaderLocked() {
 		err := p.notLeaderLocked()
 		p.mu.Unlock()

@@ -458,6 +458,14 @@ func TestWithStoreThreeStores(t *testing.T) {
 		t.Fatalf("%d leaders across stores", leaders)
 	}
 
+	// Asked of its own target (a caller with a stale view of the leader),
+	// a store answers NotLeader with the hint, so the caller retries there.
+	_, err = c.admin(t, follower).TransferLeader(ctx, &pb.TransferLeaderRequest{RegionId: 1, ToStoreId: follower})
+	nl = nil
+	if e := pb.RegionErrorFromStatus(err).ToError(); !errors.As(e, &nl) || nl.Leader == nil || nl.Leader.StoreID != leader {
+		t.Fatalf("transfer asked of its target: %v, want NotLeader pointing at store %d", err, leader)
+	}
+
 	if _, err := c.admin(t, leader).TransferLeader(ctx, &pb.TransferLeaderRequest{RegionId: 1, ToStoreId: follower}); err != nil {
 		// raftstore may answer NotLeader(leader unknown) when it sees the
 		// very election its transfer started; the transfer still lands.
