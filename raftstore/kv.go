@@ -231,9 +231,7 @@ func (s *Store) Scan(ctx context.Context, opts ReadOptions, start, end []byte, l
 // for keys the region holds. (A read applied up to its read index before
 // the removal is otherwise linearizable; only the vanishing data is wrong.)
 func (s *Store) stillHolds(p *Peer) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.removed {
+	if p.isRemoved() {
 		return &region.RegionNotFoundError{RegionID: p.regionID}
 	}
 	return nil
