@@ -52,6 +52,9 @@ type Config struct {
 	// HibernateAfter: a region idle this long stops ticking until traffic
 	// arrives (hibernate.go). Default 10s; negative disables.
 	HibernateAfter time.Duration
+	// Clock reads the time for everything a lease or a staleness bound is
+	// measured with (default time.Now). Tests give stores skewed clocks.
+	Clock func() time.Time
 	// NoSync skips fsync on bbolt commits (tests only; loses durability).
 	NoSync bool
 	Logger *slog.Logger
@@ -162,6 +165,9 @@ type RegionStatus struct {
 	Term          uint64
 	CommitIndex   uint64
 	AppliedIndex  uint64
+	// LeaseExpiry is when the leader's lease runs out, on the store's
+	// clock; zero when this peer holds no valid lease.
+	LeaseExpiry time.Time
 }
 
 // Errors of the store itself (region errors live in package region).

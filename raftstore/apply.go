@@ -37,16 +37,17 @@ func (s *Store) applyEntryTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry) error
 }
 
 // applyWriteTx applies a put or delete. A key outside the region (a split
-// was ordered before it in the log) is refused, and a request applied
-// before (a client's retry) is acknowledged again but not re-applied.
+// was ordered before it in the log) is refused, and a request the region
+// applied within the dedup window (a client's retry; see dedup.go) is
+// acknowledged again but not re-applied.
 func (s *Store) applyWriteTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry, cmd command) error {
 	p := rp.p
 	if !p.region.Contains(cmd.key) {
 		rp.ack(cmd.id, e.Term, &region.KeyNotInRegionError{Key: cmd.key, RegionID: p.regionID, StartKey: p.region.StartKey, EndKey: p.region.EndKey})
 		return nil
 	}
-	if !seenTx(tx, cmd.id) {
-		if err := rememberTx(tx, p.regionID, e.Index, cmd.id); err != nil {
+	if !seenTx(tx, p.regionID, e.Index, cmd.id, s.cfg.DedupWindow) {
+		if err := rememberTx(tx, p.regionID, e.Index, cmd.id, cmd.key); err != nil {
 			return err
 		}
 		var err error
@@ -102,8 +103,14 @@ func (s *Store) applySplitTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry, cmd c
 	rp.regionChanged = true
 	// The new region may exist here already, initialized by a snapshot
 	// from its own leader when this replica lagged: then it is ahead of
-	// this split and must be left alone.
-	if np, ok := s.peer(newID); !ok || !np.isInitialized() {
+	// this split and must be left alone (its table came with the snapshot).
+	np, ok := s.peer(newID)
+	create := !ok || !np.isInitialized()
+	// The remembered requests of the moved keys go with them (dedup.go).
+	if err := splitDedupTx(tx, p.regionID, newID, e.Index, s.cfg.DedupWindow, right.StartKey, right.EndKey, create); err != nil {
+		return err
+	}
+	if create {
 		hs := raftpb.HardState{Term: raftInitTerm, Commit: raftInitIndex}
 		// An uninitialized placeholder may have voted in a later term; that
 		// vote still binds the new peer.

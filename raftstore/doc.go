@@ -26,13 +26,17 @@
 //     leader or term change; wake proposers whose entries were applied,
 //     ReadIndex waiters whose ReadState arrived, and readers waiting for
 //     the applied index to reach their read index.
-//  5. Send the round's raft messages and Flush the transport. Sending only
-//     now means nothing a message promises (a vote, an ack) can be lost in a
-//     crash.
+//  5. Send the round's remaining raft messages and Flush the transport. A
+//     leader's appends and heartbeats went out already, before step 2: a
+//     leader may persist in parallel with its followers (raft's own
+//     doc.go), and it counts itself toward a commit only once its own write
+//     is done. Everything else (votes, responses, a follower's acks) is
+//     sent only now, so nothing a message promises can be lost in a crash.
 //  6. Advance each RawNode; a peer with more to do stays dirty.
 //
 // Reads never wait for the loop when the leader holds a valid lease: they
-// read the committed bbolt state directly (see lease.go for the rules).
+// read the committed bbolt state directly (see lease.go and docs/design.md
+// for the rules).
 // Writes are acknowledged in step 4, after the entry is applied, so an
 // acknowledged write is durable on a quorum and visible to every later read.
 package raftstore

@@ -22,6 +22,7 @@ import (
 //	            regionID(8) | 'a' -> applyState
 //	            regionID(8) | 'r' -> region meta (JSON; small and rarely written)
 //	meta        "store_id" -> storeID(8)
+//	dedup2, dedup2idx  the write-dedup table (dedup.go)
 //
 // Raft state and user data live in one file so that applying a batch of
 // entries and recording the applied index is one atomic transaction.
@@ -107,6 +108,13 @@ func openEngine(dir string, noSync bool) (*engine, error) {
 		for _, b := range [][]byte{bucketData, bucketRaftLog, bucketRaftState, bucketMeta, bucketDedup, bucketDedupIdx} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
+			}
+		}
+		for _, b := range bucketsDedupV1 { // an old layout, never to be misread (dedup.go)
+			if tx.Bucket(b) != nil {
+				if err := tx.DeleteBucket(b); err != nil {
+					return err
+				}
 			}
 		}
 		return nil

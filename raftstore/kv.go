@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/raft/v3"
@@ -30,27 +29,37 @@ func (s *Store) route(regionID uint64, epoch region.Epoch, key []byte) (*Peer, e
 		return nil, &region.RegionNotFoundError{RegionID: regionID}
 	}
 	p.mu.Lock()
-	if !p.initialized || p.removed {
-		p.mu.Unlock()
-		return nil, &region.RegionNotFoundError{RegionID: regionID}
-	}
-	err := p.checkLocked(epoch, key)
+	err := p.checkServingLocked(epoch, key)
 	p.mu.Unlock()
+	if err != nil {
+		return nil, s.withCurrentRegion(err, key)
+	}
+	s.touch(p)
+	return p, nil
+}
+
+// withCurrentRegion adds to an EpochNotMatch the region that holds key on
+// this store now, so the client can route there without another round
+// trip. It takes the store's lock: never call it holding a peer's.
+func (s *Store) withCurrentRegion(err error, key []byte) error {
 	var en *region.EpochNotMatchError
 	if errors.As(err, &en) {
-		// Also name the region that holds the key now, so the client can
-		// route there without another round trip.
 		s.mu.RLock()
-		if cur, ok := s.ranges.Lookup(key); ok && cur.ID != regionID {
+		if cur, ok := s.ranges.Lookup(key); ok && cur.ID != en.RegionID {
 			en.Current = append(en.Current, cur.Clone())
 		}
 		s.mu.RUnlock()
 	}
-	if err != nil {
-		return nil, err
+	return err
+}
+
+// checkServingLocked refuses a request for a peer that holds no data (a
+// placeholder, or one removed), then checks epoch and key.
+func (p *Peer) checkServingLocked(epoch region.Epoch, key []byte) error {
+	if !p.initialized || p.removed {
+		return &region.RegionNotFoundError{RegionID: p.regionID}
 	}
-	s.touch(p)
-	return p, nil
+	return p.checkLocked(epoch, key)
 }
 
 // checkLocked refuses a request routed with another epoch or for a key
@@ -65,6 +74,45 @@ func (p *Peer) checkLocked(epoch region.Epoch, key []byte) error {
 	return nil
 }
 
+// readScope is what a read checked its peer against when it was decided:
+// the keys it reads (a scan: its start key) and the region's version then.
+// A split that applies while the read waits changes the version; the read
+// must then not answer, because the split-off keys now belong to another
+// region whose replica here may lag behind what the read index covers
+// (it was created from this peer's data at the split).
+type readScope struct {
+	epoch   region.Epoch // as the request gave it; zero: no epoch check
+	keys    [][]byte
+	version uint64 // the region's version when the read was decided
+}
+
+func (p *Peer) checkScopeLocked(sc *readScope) error {
+	for _, k := range sc.keys {
+		if err := p.checkServingLocked(sc.epoch, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recheck is called once a read has waited (for its read index, or for the
+// leader's apply): the region must still hold the read's keys at the
+// version the read was decided at, else EpochNotMatch, which the client
+// retries with fresh routing. It returns the region as of the check.
+func (s *Store) recheck(p *Peer, sc *readScope) (region.Region, error) {
+	p.mu.Lock()
+	err := p.checkScopeLocked(sc)
+	if err == nil && p.region.Epoch.Version != sc.version {
+		err = &region.EpochNotMatchError{RegionID: p.regionID, Current: []region.Region{p.region.Clone()}}
+	}
+	r := p.region.Clone()
+	p.mu.Unlock()
+	if err != nil {
+		return r, s.withCurrentRegion(err, sc.keys[0])
+	}
+	return r, nil
+}
+
 // prepareRead decides how p may serve a linearizable read and waits until
 // it can: at once under a valid leader lease, otherwise after a ReadIndex
 // round and until the peer has applied that index. A follower serves only
@@ -74,10 +122,20 @@ func (p *Peer) checkLocked(epoch region.Epoch, key []byte) error {
 // served from local state when a safe point proves it fresh enough (see
 // stale.go); otherwise a follower answers DataIsNotReady and a leader falls
 // back to ReadIndex.
-func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions) (ReadInfo, error) {
+//
+// The read's keys are checked against the region under the same lock as
+// the decision, and again after any wait (recheck); it returns the region
+// as of the last check.
+func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions, keys ...[]byte) (ReadInfo, region.Region, error) {
 	info := ReadInfo{StoreID: s.cfg.StoreID, PeerID: p.id}
-	now := time.Now()
+	sc := &readScope{epoch: opts.Epoch, keys: keys}
+	now := s.now()
 	p.mu.Lock()
+	if err := p.checkScopeLocked(sc); err != nil {
+		p.mu.Unlock()
+		return info, region.Region{}, s.withCurrentRegion(err, keys[0])
+	}
+	sc.version = p.region.Epoch.Version
 	if p.leaseValidLocked(now) {
 		// The lease stands in for the ReadIndex round trip, not for the
 		// index: the read must still see everything committed so far.
@@ -91,46 +149,56 @@ func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions) (Rea
 			s.markDirty(p)
 		}
 		if err := s.waitApplied(ctx, p, applied); err != nil {
-			return info, err
+			return info, region.Region{}, err
+		}
+		r, err := s.recheck(p, sc)
+		if err != nil {
+			return info, r, err
 		}
 		info.Mode = ReadModeLease
 		s.stats.readsLease.Add(1)
-		return info, nil
+		return info, r, nil
 	}
 	leader := p.isLeaderLocked()
 	if opts.MaxStaleness > 0 {
 		bound, err := p.staleReadLocked(now, opts.MaxStaleness)
 		if err == nil {
+			// No wait: the keys were checked under this same lock.
+			r := p.region.Clone()
 			p.mu.Unlock()
 			s.stats.readsStale.Add(1)
 			info.Mode, info.StalenessBound = ReadModeStale, bound
-			return info, nil
+			return info, r, nil
 		}
 		if !leader {
 			p.mu.Unlock()
-			return info, err
+			return info, region.Region{}, err
 		}
 	}
 	if !leader && !opts.ReplicaRead {
 		err := p.notLeaderLocked()
 		p.mu.Unlock()
-		return info, err
+		return info, region.Region{}, err
 	}
 	p.mu.Unlock()
 
 	idx, err := s.readIndex(ctx, p)
 	if err != nil {
-		return info, err
+		return info, region.Region{}, err
 	}
 	p.mu.Lock()
 	applied := p.waitAppliedLocked(idx)
 	p.mu.Unlock()
 	if err := s.waitApplied(ctx, p, applied); err != nil {
-		return info, err
+		return info, region.Region{}, err
+	}
+	r, err := s.recheck(p, sc)
+	if err != nil {
+		return info, r, err
 	}
 	info.Mode = ReadModeReadIndex
 	s.stats.readsReadIndex.Add(1)
-	return info, nil
+	return info, r, nil
 }
 
 // waitApplied waits for a channel from waitAppliedLocked.
@@ -151,7 +219,7 @@ func (s *Store) Get(ctx context.Context, opts ReadOptions, key []byte) (value []
 	if err != nil {
 		return nil, false, info, err
 	}
-	if info, err = s.prepareRead(ctx, p, opts); err != nil {
+	if info, _, err = s.prepareRead(ctx, p, opts, key); err != nil {
 		return nil, false, info, err
 	}
 	value, found, err = s.eng.get(key)
@@ -173,15 +241,7 @@ func (s *Store) BatchGet(ctx context.Context, opts ReadOptions, keys [][]byte) (
 	if err != nil {
 		return nil, ReadInfo{}, err
 	}
-	p.mu.Lock()
-	for _, k := range keys[1:] {
-		if err := p.checkLocked(opts.Epoch, k); err != nil {
-			p.mu.Unlock()
-			return nil, ReadInfo{}, err
-		}
-	}
-	p.mu.Unlock()
-	info, err := s.prepareRead(ctx, p, opts)
+	info, _, err := s.prepareRead(ctx, p, opts, keys...)
 	if err != nil {
 		return nil, info, err
 	}
@@ -203,13 +263,10 @@ func (s *Store) Scan(ctx context.Context, opts ReadOptions, start, end []byte, l
 	if err != nil {
 		return nil, region.Region{}, ReadInfo{}, err
 	}
-	info, err := s.prepareRead(ctx, p, opts)
+	info, r, err := s.prepareRead(ctx, p, opts, start)
 	if err != nil {
 		return nil, region.Region{}, info, err
 	}
-	p.mu.Lock()
-	r := p.region.Clone()
-	p.mu.Unlock()
 	lo, hi, ok := r.ClampRange(start, end)
 	if !ok || limit <= 0 {
 		return nil, r, info, nil
@@ -271,7 +328,7 @@ func (s *Store) propose(ctx context.Context, opts WriteOptions, cmd command) err
 		p.mu.Unlock()
 		return s.waitProposal(ctx, p, done)
 	}
-	proposed := time.Now()
+	proposed := s.now()
 	if err := p.rn.Propose(cmd.encode()); err != nil {
 		p.mu.Unlock()
 		return fmt.Errorf("region %d: %w (%v)", p.regionID, ErrProposalDropped, err)

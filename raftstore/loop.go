@@ -79,7 +79,7 @@ func (s *Store) run() {
 
 // tick advances every peer's logical clock and expires stuck reads.
 func (s *Store) tick() {
-	now := time.Now()
+	now := s.now()
 	readTimeout := 2 * time.Duration(s.cfg.ElectionTicks) * s.cfg.TickInterval
 	peers := s.allPeers()
 	ticked, flush := peers[:0], false
@@ -121,7 +121,7 @@ func (s *Store) round() error {
 	s.dirtyMu.Unlock()
 
 	// Step 1: issue batched reads, collect Ready.
-	now := time.Now()
+	now := s.now()
 	var batch []*readyPeer
 	var directs []readyDirect
 	for _, p := range dirty {
@@ -316,10 +316,9 @@ func (s *Store) applyTx(tx *bbolt.Tx, rp *readyPeer) error {
 		}
 		rp.applied, rp.appliedTerm = e.Index, e.Term
 	}
-	if w := s.cfg.DedupWindow; rp.applied > w {
-		if err := trimDedupTx(tx, p.regionID, rp.applied-w); err != nil {
-			return err
-		}
+	// Lazy, bounded GC of the dedup table: it decides nothing (dedup.go).
+	if err := trimDedupTx(tx, p.regionID, rp.applied, s.cfg.DedupWindow); err != nil {
+		return err
 	}
 	as := applyState{AppliedIndex: rp.applied, AppliedTerm: rp.appliedTerm}
 	first, _ := p.storage.FirstIndex()

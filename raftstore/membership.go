@@ -351,7 +351,7 @@ func (s *Store) proposeConfChange(ctx context.Context, p *Peer, cc raftpb.ConfCh
 		return fmt.Errorf("region %d: %w (%v)", p.regionID, ErrProposalDropped, err)
 	}
 	p.confInFlight = true
-	p.proposals[reqID] = &proposal{term: p.rn.BasicStatus().Term, proposed: time.Now(), waiters: []chan error{done}}
+	p.proposals[reqID] = &proposal{term: p.rn.BasicStatus().Term, proposed: s.now(), waiters: []chan error{done}}
 	p.mu.Unlock()
 	s.markDirty(p)
 	return s.waitProposal(ctx, p, done)

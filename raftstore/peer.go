@@ -47,6 +47,12 @@ type Peer struct {
 	// transferring is set while a leadership transfer this peer started is in
 	// flight; the lease stays revoked until it ends (etcd-io/raft#99).
 	transferring bool
+	// timeoutNowAt is when this leader last sent MsgTimeoutNow; rounds
+	// issued before it plus an election timeout never renew the lease.
+	timeoutNowAt time.Time
+	// noVotesBefore: the peer ignores (pre-)vote requests until then,
+	// because it may have forgotten a leader it acked (votes.go).
+	noVotesBefore time.Time
 	// readsSinceRenew: a lease read happened since the last renewal check,
 	// so renewing ahead of expiry is worth a heartbeat round.
 	readsSinceRenew bool

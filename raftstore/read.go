@@ -46,7 +46,7 @@ func (s *Store) readIndex(ctx context.Context, p *Peer) (uint64, error) {
 	p.reads.pending = append(p.reads.pending, ch)
 	var direct *raftpb.Message
 	if !p.isLeaderLocked() && len(p.reads.inflight) == 0 {
-		direct = p.followerReadIndexLocked(time.Now())
+		direct = p.followerReadIndexLocked(s.now())
 	}
 	p.mu.Unlock()
 	switch {
@@ -91,7 +91,7 @@ func (p *Peer) newBatchLocked(now time.Time) uint64 {
 	}
 	p.reads.nextID++
 	id := p.reads.nextID
-	p.reads.inflight[id] = &readBatch{term: p.term, issued: now, waiters: p.reads.pending}
+	p.reads.inflight[id] = &readBatch{term: p.rn.BasicStatus().Term, issued: now, waiters: p.reads.pending}
 	p.reads.pending = nil
 	p.store.stats.readIndexBatches.Add(1)
 	return id

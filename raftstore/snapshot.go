@@ -5,22 +5,29 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 
 	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// A region snapshot carries the region's metadata and every key-value pair
-// in its range, as of one applied index:
+// A region snapshot carries the region's metadata, its dedup table and
+// every key-value pair in its range, as of one applied index:
 //
-//	"HKVS2" | uvarint len(meta) | meta JSON
-//	        | uvarint n | n × (index(8) | requestID(8))      the dedup table (dedup.go)
+//	"HKVS3" | uvarint len(meta) | meta JSON
+//	        | uvarint n | n × (index(8) | requestID(8) | uvarint len(key) | key)   the dedup table (dedup.go)
 //	        | { uvarint len(k) | k | uvarint len(v) | v }*
+//	        | crc32c(4) of all that precedes it
 //
 // It is built from one bbolt read transaction, so the data and the applied
 // index it is labelled with agree. The gRPC transport streams it in chunks.
-var snapMagic = []byte("HKVS2")
+// The decoder is strict: anything but a whole, well-formed snapshot of the
+// current format (truncated, bit-flipped, keys outside the region, an older
+// format such as "HKVS2", whose dedup table has no keys) is errCorrupt.
+var snapMagic = []byte("HKVS3")
+
+var snapCRC = crc32.MakeTable(crc32.Castagnoli)
 
 // buildSnapshot reads the region's state in one transaction.
 func (e *engine) buildSnapshot(regionID uint64) (raftpb.Snapshot, error) {
@@ -42,16 +49,17 @@ func (e *engine) buildSnapshot(regionID uint64) (raftpb.Snapshot, error) {
 		dd := regionDedupTx(tx, regionID)
 		var l [binary.MaxVarintLen64]byte
 		buf.Write(l[:binary.PutUvarint(l[:], uint64(len(dd)))])
-		for _, e := range dd {
-			buf.Write(uint64Bytes(e.index))
-			buf.Write(uint64Bytes(e.id))
+		for _, d := range dd {
+			buf.Write(uint64Bytes(d.index))
+			buf.Write(uint64Bytes(d.id))
+			writeChunk(&buf, d.key)
 		}
 		c := tx.Bucket(bucketData).Cursor()
 		for k, v := c.Seek(r.StartKey); k != nil && (len(r.EndKey) == 0 || bytes.Compare(k, r.EndKey) < 0); k, v = c.Next() {
 			writeChunk(&buf, k)
 			writeChunk(&buf, v)
 		}
-		snap.Data = buf.Bytes()
+		snap.Data = binary.BigEndian.AppendUint32(buf.Bytes(), crc32.Checksum(buf.Bytes(), snapCRC))
 		snap.Metadata = raftpb.SnapshotMetadata{
 			Index:     as.AppliedIndex,
 			Term:      as.AppliedTerm,
@@ -79,57 +87,108 @@ func readChunk(b []byte) (chunk, rest []byte, err error) {
 	return b[w : w+int(n)], b[w+int(n):], nil
 }
 
-// decodeSnapshotRegion returns the region metadata in snapshot data.
-func decodeSnapshotRegion(data []byte) (region.Region, []byte, error) {
-	if !bytes.HasPrefix(data, snapMagic) {
-		return region.Region{}, nil, fmt.Errorf("snapshot: bad magic: %w", errCorrupt)
+// snapshotData is a decoded snapshot. kvs is the validated key-value
+// section, walked with forEachKV.
+type snapshotData struct {
+	region region.Region
+	dedup  []dedupRecord
+	kvs    []byte
+}
+
+// decodeSnapshotData checks and decodes the whole snapshot; it never
+// panics on bad input. Record keys and kvs alias data.
+func decodeSnapshotData(data []byte) (snapshotData, error) {
+	var sd snapshotData
+	if len(data) < len(snapMagic)+4 || !bytes.HasPrefix(data, snapMagic) {
+		return sd, fmt.Errorf("snapshot: bad magic: %w", errCorrupt)
 	}
-	meta, rest, err := readChunk(data[len(snapMagic):])
+	body := data[:len(data)-4]
+	if crc32.Checksum(body, snapCRC) != binary.BigEndian.Uint32(data[len(body):]) {
+		return sd, fmt.Errorf("snapshot: checksum mismatch: %w", errCorrupt)
+	}
+	meta, rest, err := readChunk(body[len(snapMagic):])
+	if err != nil {
+		return sd, err
+	}
+	if err := json.Unmarshal(meta, &sd.region); err != nil {
+		return sd, fmt.Errorf("snapshot: decode region: %v: %w", err, errCorrupt)
+	}
+	r := &sd.region
+	n, w := binary.Uvarint(rest)
+	// A record takes at least 17 bytes: bound n before allocating for it.
+	if w <= 0 || n > uint64(len(rest)-w)/17 {
+		return sd, fmt.Errorf("snapshot: bad dedup table: %w", errCorrupt)
+	}
+	rest = rest[w:]
+	sd.dedup = make([]dedupRecord, 0, n)
+	for range n {
+		if len(rest) < 16 {
+			return sd, fmt.Errorf("snapshot: truncated dedup record: %w", errCorrupt)
+		}
+		d := dedupRecord{index: binary.BigEndian.Uint64(rest), id: binary.BigEndian.Uint64(rest[8:])}
+		if d.key, rest, err = readChunk(rest[16:]); err != nil {
+			return sd, err
+		}
+		if !r.Contains(d.key) {
+			return sd, fmt.Errorf("snapshot: dedup record key %q outside region %d: %w", d.key, r.ID, errCorrupt)
+		}
+		sd.dedup = append(sd.dedup, d)
+	}
+	sd.kvs = rest
+	err = forEachKV(rest, func(k, _ []byte) error {
+		if !r.Contains(k) {
+			return fmt.Errorf("snapshot: key %q outside region %d: %w", k, r.ID, errCorrupt)
+		}
+		return nil
+	})
+	return sd, err
+}
+
+// forEachKV walks a snapshot's key-value section.
+func forEachKV(b []byte, fn func(k, v []byte) error) error {
+	for len(b) > 0 {
+		var k, v []byte
+		var err error
+		if k, b, err = readChunk(b); err != nil {
+			return err
+		}
+		if v, b, err = readChunk(b); err != nil {
+			return err
+		}
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeSnapshotRegion checks snapshot data and returns the region
+// metadata it carries.
+func decodeSnapshotRegion(data []byte) (region.Region, []byte, error) {
+	sd, err := decodeSnapshotData(data)
 	if err != nil {
 		return region.Region{}, nil, err
 	}
-	var r region.Region
-	if err := json.Unmarshal(meta, &r); err != nil {
-		return region.Region{}, nil, fmt.Errorf("snapshot: decode region: %w", err)
-	}
-	return r, rest, nil
+	return sd.region, sd.kvs, nil
 }
 
-// applySnapshotTx replaces the region's data, log and state with the
-// snapshot's, inside the loop's transaction.
+// applySnapshotTx replaces the region's data, dedup table, log and state
+// with the snapshot's, inside the loop's transaction.
 func applySnapshotTx(tx *bbolt.Tx, snap raftpb.Snapshot) (region.Region, error) {
-	r, rest, err := decodeSnapshotRegion(snap.Data)
+	sd, err := decodeSnapshotData(snap.Data)
 	if err != nil {
 		return region.Region{}, err
 	}
-	n, w := binary.Uvarint(rest)
-	if w <= 0 || uint64(len(rest)-w) < n*16 {
-		return region.Region{}, fmt.Errorf("snapshot: bad dedup table: %w", errCorrupt)
-	}
-	rest = rest[w:]
-	dd := make([]dedupEntry, n)
-	for i := range dd {
-		dd[i] = dedupEntry{index: binary.BigEndian.Uint64(rest), id: binary.BigEndian.Uint64(rest[8:])}
-		rest = rest[16:]
-	}
-	if err := replaceDedupTx(tx, r.ID, dd); err != nil {
+	r := sd.region
+	if err := replaceDedupTx(tx, r.ID, sd.dedup); err != nil {
 		return region.Region{}, fmt.Errorf("region %d dedup table: %w", r.ID, err)
 	}
 	if err := deleteRange(tx, r.StartKey, r.EndKey); err != nil {
 		return region.Region{}, fmt.Errorf("clear region %d data: %w", r.ID, err)
 	}
 	data := tx.Bucket(bucketData)
-	for len(rest) > 0 {
-		var k, v []byte
-		if k, rest, err = readChunk(rest); err != nil {
-			return region.Region{}, err
-		}
-		if v, rest, err = readChunk(rest); err != nil {
-			return region.Region{}, err
-		}
-		if err := data.Put(k, v); err != nil {
-			return region.Region{}, err
-		}
+	if err := forEachKV(sd.kvs, data.Put); err != nil {
+		return region.Region{}, err
 	}
 	if err := deleteLog(tx, r.ID, 0, ^uint64(0)); err != nil {
 		return region.Region{}, fmt.Errorf("clear region %d log: %w", r.ID, err)

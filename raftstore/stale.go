@@ -37,16 +37,28 @@ func (p *Peer) makeSafePointLocked(now time.Time) *SafePoint {
 	if !p.leaseValidLocked(now) {
 		return nil
 	}
-	sp := SafePoint{Term: p.term, Commit: p.rn.BasicStatus().Commit, Time: now.Round(0)}
+	st := p.rn.BasicStatus()
+	sp := SafePoint{Term: st.Term, Commit: st.Commit, Time: now.Round(0)}
 	// The leader may serve stale reads from its own promise, too.
-	p.recordSafePointLocked(sp)
+	p.recordSafePointLocked(sp, now)
 	return &sp
 }
 
 // recordSafePointLocked keeps sp if it is from the current term and newer
-// than what we have.
-func (p *Peer) recordSafePointLocked(sp SafePoint) {
+// than what we have. A safe point stamped further in the future than
+// MaxClockOffset allows proves the clocks disagree by more than every
+// staleness bound assumes: it is refused (and counted), as CockroachDB
+// refuses a peer whose clock is beyond its maximum offset. A leader clock
+// behind ours only makes the bounds we compute larger than the truth.
+func (p *Peer) recordSafePointLocked(sp SafePoint, now time.Time) {
 	if sp.Term != p.rn.BasicStatus().Term {
+		return
+	}
+	if ahead := sp.Time.Sub(now.Round(0)); ahead > p.store.cfg.MaxClockOffset {
+		if p.store.stats.safePointsRefused.Add(1)%100 == 1 {
+			p.store.log.Warn("refusing safe point: leader clock ahead of ours by more than the max clock offset",
+				"region", p.regionID, "ahead", ahead, "max_clock_offset", p.store.cfg.MaxClockOffset)
+		}
 		return
 	}
 	if p.safe.n > 0 {

@@ -13,23 +13,32 @@ type Stats struct {
 	SnapshotsBuilt   uint64
 	SnapshotsApplied uint64
 	ReadyRounds      uint64 // loop rounds that persisted something (= bbolt commits)
+	// VotesRefused: vote requests ignored because the peer may have
+	// forgotten a leader it acked (votes.go).
+	VotesRefused uint64
+	// SafePointsRefused: safe points from a clock further ahead than
+	// MaxClockOffset allows (stale.go).
+	SafePointsRefused uint64
 }
 
 type stats struct {
 	readsLease, readsReadIndex, readsStale, readIndexBatches atomic.Uint64
 	proposals, snapshotsBuilt, snapshotsApplied, readyRounds atomic.Uint64
+	votesRefused, safePointsRefused                          atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
 func (s *Store) Stats() Stats {
 	return Stats{
-		ReadsLease:       s.stats.readsLease.Load(),
-		ReadsReadIndex:   s.stats.readsReadIndex.Load(),
-		ReadsStale:       s.stats.readsStale.Load(),
-		ReadIndexBatches: s.stats.readIndexBatches.Load(),
-		Proposals:        s.stats.proposals.Load(),
-		SnapshotsBuilt:   s.stats.snapshotsBuilt.Load(),
-		SnapshotsApplied: s.stats.snapshotsApplied.Load(),
-		ReadyRounds:      s.stats.readyRounds.Load(),
+		ReadsLease:        s.stats.readsLease.Load(),
+		ReadsReadIndex:    s.stats.readsReadIndex.Load(),
+		ReadsStale:        s.stats.readsStale.Load(),
+		ReadIndexBatches:  s.stats.readIndexBatches.Load(),
+		Proposals:         s.stats.proposals.Load(),
+		SnapshotsBuilt:    s.stats.snapshotsBuilt.Load(),
+		SnapshotsApplied:  s.stats.snapshotsApplied.Load(),
+		ReadyRounds:       s.stats.readyRounds.Load(),
+		VotesRefused:      s.stats.votesRefused.Load(),
+		SafePointsRefused: s.stats.safePointsRefused.Load(),
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -92,7 +93,14 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
 }
+
+// now is the store's clock: leases, read batches and safe points are timed
+// on it.
+func (s *Store) now() time.Time { return s.cfg.Clock() }
 
 // NewStore opens (or creates) the engine under cfg.DataDir, loads every
 // region peer found there, bootstraps region 1 if the engine is empty, and
@@ -244,6 +252,13 @@ func (s *Store) createPeer(pp persistedPeer) (*Peer, error) {
 		lastIndex:   last,
 		initialized: pp.apply.AppliedIndex > 0,
 		proposals:   make(map[uint64]*proposal),
+		// A random base: a ReadIndex answer meant for this region's peer
+		// before a restart must not resolve a batch of this one.
+		reads: readQueue{nextID: mrand.Uint64()},
+	}
+	if !s.started.Load() {
+		// Loaded at start: whatever leader it acked before is forgotten.
+		p.refuseVotesForElectionLocked(s.now())
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -254,6 +269,10 @@ func (s *Store) createPeer(pp persistedPeer) (*Peer, error) {
 		old.mu.Lock()
 		old.removed = true
 		old.mu.Unlock()
+		// A split-born peer replacing a placeholder: the placeholder may
+		// have acked the region's leader, and this raft node knows nothing
+		// of it.
+		p.refuseVotesForElectionLocked(s.now())
 	}
 	s.peers[pp.region.ID] = p
 	if p.initialized {
@@ -385,11 +404,18 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 			return err
 		}
 	}
-	if m.Msg.Type == raftpb.MsgSnap && !p.isInitialized() {
+	if m.Msg.Type == raftpb.MsgSnap {
+		// Decoded (and checksummed) before raft sees it: a snapshot that
+		// would fail to apply must not reach the Ready loop, where an
+		// apply error stops the store.
+		r, _, err := decodeSnapshotRegion(m.Msg.Snapshot.Data)
+		if err != nil {
+			return fmt.Errorf("region %d: bad snapshot: %w", m.RegionID, err)
+		}
 		// A region created by a split this store has not applied yet must
 		// not take over part of its parent's range: refuse the snapshot
 		// until the parent catches up (its leader will retry).
-		if r, _, err := decodeSnapshotRegion(m.Msg.Snapshot.Data); err != nil || s.overlapsOther(r) {
+		if !p.isInitialized() && s.overlapsOther(r) {
 			return fmt.Errorf("region %d: snapshot overlaps a region here: %w", m.RegionID, ErrProposalDropped)
 		}
 	}
@@ -422,7 +448,11 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 			defer s.sendNow(p, *wake)
 		}
 	}
-	now := time.Now()
+	now := s.now()
+	if p.refusesVoteLocked(m.Msg, now) {
+		p.mu.Unlock()
+		return nil
+	}
 	if m.Msg.Type == raftpb.MsgReadIndex {
 		// Followers' reads keep the lease warm just as the leader's own do.
 		p.readsSinceRenew = true
@@ -441,7 +471,7 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 	}
 	err := p.rn.Step(m.Msg)
 	if err == nil && m.SafePoint != nil && m.Msg.Type == raftpb.MsgHeartbeat {
-		p.recordSafePointLocked(*m.SafePoint)
+		p.recordSafePointLocked(*m.SafePoint, now)
 	}
 	p.mu.Unlock()
 	if err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
@@ -507,10 +537,15 @@ func (s *Store) send(p *Peer, msgs []raftpb.Message) {
 	var sp *SafePoint
 	p.mu.Lock()
 	r := p.region
+	now := s.now()
 	for i := range msgs {
-		if msgs[i].Type == raftpb.MsgHeartbeat {
-			sp = p.makeSafePointLocked(time.Now())
-			break
+		switch msgs[i].Type {
+		case raftpb.MsgHeartbeat:
+			if sp == nil {
+				sp = p.makeSafePointLocked(now)
+			}
+		case raftpb.MsgTimeoutNow:
+			p.onTimeoutNowLocked(now)
 		}
 	}
 	p.mu.Unlock()
@@ -549,6 +584,9 @@ func (s *Store) Regions() []RegionStatus {
 		}
 		if lp := p.leaderPeerLocked(); lp != nil {
 			st.LeaderStoreID = lp.StoreID
+		}
+		if p.leaseValidLocked(s.now()) {
+			st.LeaseExpiry = p.lease.until
 		}
 		p.mu.Unlock()
 		out = append(out, st)

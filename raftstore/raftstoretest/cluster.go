@@ -21,16 +21,25 @@ import (
 
 // Options shape a cluster.
 type Options struct {
-	Stores         int           // default 3
-	TickInterval   time.Duration // default 10ms
-	ElectionTicks  int           // default 10
-	LogGCThreshold uint64        // default raftstore's
+	Stores        int           // default 3
+	TickInterval  time.Duration // default 10ms
+	ElectionTicks int           // default 10
+	// StoreElectionTicks overrides ElectionTicks for single stores: a store
+	// that campaigns sooner than its peers lets a spec time an election
+	// against the lease the others hold.
+	StoreElectionTicks map[uint64]int
+	// Clock, if set, gives each store its clock (see SkewedClock).
+	Clock          func(storeID uint64) func() time.Time
+	LogGCThreshold uint64 // default raftstore's
 	// SplitMaxKeys > 0 turns on automatic splits, checked every 100ms.
 	SplitMaxKeys uint64
 	// Balance turns on the leader and replica balancer, every 100ms.
 	Balance bool
 	// MaxStoreDownTime before a down store's replicas are replaced.
 	MaxStoreDownTime time.Duration
+	// DedupWindow: how many log entries a region remembers applied
+	// request IDs for (0: the store's default).
+	DedupWindow uint64
 	// HibernateAfter, 0 for never (the store's default is 10s).
 	HibernateAfter time.Duration
 	Dir            string    // required: a temp dir the cluster owns
@@ -107,8 +116,15 @@ func (c *Cluster) StartStore(id uint64) error {
 		BalanceInterval:    -1,
 		MaxStoreDownTime:   c.opts.MaxStoreDownTime,
 		HibernateAfter:     c.opts.HibernateAfter,
+		DedupWindow:        c.opts.DedupWindow,
 		NoSync:             true,
 		Logger:             log,
+	}
+	if t, ok := c.opts.StoreElectionTicks[id]; ok {
+		cfg.ElectionTicks = t
+	}
+	if c.opts.Clock != nil {
+		cfg.Clock = c.opts.Clock(id)
 	}
 	if c.opts.SplitMaxKeys > 0 {
 		cfg.SplitCheckInterval = 100 * time.Millisecond
@@ -226,7 +242,13 @@ func (c *Cluster) WaitLeader(regionID uint64, timeout time.Duration) (uint64, er
 func (c *Cluster) Put(ctx context.Context, key, value []byte) error {
 	// One request ID across all attempts: a retry of a write that did land
 	// must not apply it again.
-	opts := raftstore.WriteOptions{RequestID: rand.Uint64() | 1}
+	return c.PutWithID(ctx, rand.Uint64()|1, key, value)
+}
+
+// PutWithID is Put with the caller's request ID, for a client that retries
+// a write whose acknowledgement it lost.
+func (c *Cluster) PutWithID(ctx context.Context, requestID uint64, key, value []byte) error {
+	opts := raftstore.WriteOptions{RequestID: requestID}
 	return c.retry(ctx, key, func(ctx context.Context, s *raftstore.Store) error {
 		return s.Put(ctx, opts, key, value)
 	})
@@ -377,6 +399,18 @@ func (c *Cluster) Stores(context.Context) []raftstore.StoreInfo {
 		out = append(out, info)
 	}
 	return out
+}
+
+// SkewedClock is a clock that is offset from the real one by offset and
+// runs rate times as fast (rate 1.001 gains a millisecond a second). Its
+// readings keep a monotonic component, so intervals measured on it drift
+// as a badly disciplined oscillator's would.
+func SkewedClock(offset time.Duration, rate float64) func() time.Time {
+	base := time.Now()
+	return func() time.Time {
+		elapsed := time.Since(base)
+		return base.Add(offset + time.Duration(float64(elapsed)*rate))
+	}
 }
 
 // Retryable reports whether err means "try again, maybe elsewhere".

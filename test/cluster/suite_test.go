@@ -20,7 +20,10 @@ func TestCluster(t *testing.T) {
 	RunSpecs(t, "Cluster Suite")
 }
 
-// startCluster starts an in-process cluster that is shut down after the spec.
+// startCluster starts an in-process cluster that is shut down after the
+// spec. Before that, unless the spec failed already, the network is healed
+// and the replicas of every region on the running stores must agree
+// (checkReplicas).
 func startCluster(opts raftstoretest.Options) *raftstoretest.Cluster {
 	GinkgoHelper()
 	opts.Dir = GinkgoT().TempDir()
@@ -30,7 +33,27 @@ func startCluster(opts raftstoretest.Options) *raftstoretest.Cluster {
 	c, err := raftstoretest.New(opts)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(c.Shutdown)
+	// Cleanups run last-registered first: the check sees a running cluster.
+	DeferCleanup(checkReplicas, c)
 	return c
+}
+
+// replicaCheckTimeout bounds the wait for every region's replicas to reach
+// one applied index once the spec is done.
+const replicaCheckTimeout = 15 * time.Second
+
+// checkReplicas heals the network and fails the spec unless the replicas of
+// every region on the running stores agree at a common applied index.
+func checkReplicas(c *raftstoretest.Cluster) {
+	if CurrentSpecReport().Failed() {
+		return // the spec's own failure says more
+	}
+	c.Net.ClearFilters()
+	ctx, cancel := context.WithTimeout(context.Background(), replicaCheckTimeout)
+	defer cancel()
+	start := time.Now()
+	Expect(c.CheckReplicas(ctx)).To(Succeed(), "replica agreement check after the spec")
+	GinkgoWriter.Printf("replica check: %d region(s) agree (%v)\n", len(c.Regions()), time.Since(start).Round(time.Millisecond))
 }
 
 func ctxFor(d time.Duration) context.Context {

@@ -1,0 +1,127 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+)
+
+// The check every startCluster spec ends with (checkReplicas) must be able
+// to fail: these specs show it catches a replica that diverged behind
+// raft's back and that it refuses to pass without a quiet moment.
+var _ = Describe("replica agreement check", func() {
+	checkWithin := func(c *raftstoretest.Cluster, d time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		return c.CheckReplicas(ctx)
+	}
+
+	It("agrees on a healthy cluster after writes, deletes and a split", func() {
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(20 * time.Second)
+		for i := range 200 {
+			Expect(c.Put(ctx, key(i), fmt.Appendf(nil, "v%d", i))).To(Succeed())
+		}
+		Expect(c.Split(ctx, key(100))).To(Succeed())
+		for i := 0; i < 200; i += 7 {
+			Expect(c.Delete(ctx, key(i))).To(Succeed())
+		}
+		Expect(c.Regions()).To(HaveLen(2))
+		everyRegionHasLeader(c)
+		Expect(checkWithin(c, 10*time.Second)).To(Succeed())
+		for _, r := range c.Regions() {
+			for _, id := range c.IDs() {
+				d, err := mustStore(c, id).RegionDigest(r.ID)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(d.Keys).To(BeNumerically(">", 80), "store %d region %d", id, r.ID)
+			}
+		}
+	})
+
+	It("checks only the running stores", func() {
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(20 * time.Second)
+		leader, _ := c.Leader(1)
+		down := otherThan(c, leader)[0]
+		Expect(c.StopStore(down)).To(Succeed())
+		for i := range 20 {
+			Expect(c.Put(ctx, key(i), []byte("v"))).To(Succeed())
+		}
+		Expect(checkWithin(c, 10*time.Second)).To(Succeed())
+	})
+
+	DescribeTable("names the first differing key of a replica corrupted behind raft's back",
+		func(corruptLeader bool, k, corrupt []byte, wantA, wantB string) {
+			c := startCluster(raftstoretest.Options{})
+			ctx := ctxFor(20 * time.Second)
+			for i := range 100 {
+				Expect(c.Put(ctx, key(i), fmt.Appendf(nil, "v%d", i))).To(Succeed())
+			}
+			Expect(checkWithin(c, 10*time.Second)).To(Succeed())
+			leader, _ := c.Leader(1)
+			victim := otherThan(c, leader)[0]
+			if corruptLeader {
+				victim = leader
+			}
+			orig, found, _, err := mustStore(c, victim).Get(ctx, raftstore.ReadOptions{ReplicaRead: true}, k)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(mustStore(c, victim).CorruptForTest(k, corrupt)).To(Succeed())
+
+			err = checkWithin(c, 5*time.Second)
+			var me *raftstore.ReplicaMismatchError
+			Expect(errors.As(err, &me)).To(BeTrue(), "got %v", err)
+			Expect(me.RegionID).To(BeEquivalentTo(1))
+			Expect(me.What).To(Equal("data"))
+			Expect(me.Groups).To(HaveLen(2))
+			Expect(me.Groups[1]).To(Equal([]uint64{victim}), "the corrupted store is the odd one out")
+			Expect(me.Diff).NotTo(BeNil(), "%v", err)
+			Expect(string(me.Diff.Key)).To(Equal(string(k)))
+			Expect(me.Diff.StoreB).To(Equal(victim))
+			Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("first differing key %q", k)))
+			Expect(err.Error()).To(ContainSubstring(wantA))
+			Expect(err.Error()).To(ContainSubstring(wantB))
+			GinkgoWriter.Println(err)
+
+			// Undo the damage: the check agrees again (and so does the one
+			// after the spec).
+			if !found {
+				orig = nil
+			}
+			Expect(mustStore(c, victim).CorruptForTest(k, orig)).To(Succeed())
+			Expect(checkWithin(c, 10*time.Second)).To(Succeed())
+		},
+		Entry("a changed value on a follower", false, key(42), []byte("corrupt"), `has "v42"`, `has "corrupt"`),
+		Entry("a changed value on the leader", true, key(42), []byte("corrupt"), `has "v42"`, `has "corrupt"`),
+		Entry("a key deleted on a follower", false, key(42), nil, `has "v42"`, "has no such key"),
+		Entry("an extra key on a follower", false, key(1042), []byte("extra"), "has no such key", `has "extra"`),
+	)
+
+	It("says there was no quiet moment while a replica is partitioned away and lags", func() {
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(20 * time.Second)
+		leader, _ := c.Leader(1)
+		lagging := otherThan(c, leader)[0]
+		heal := c.Net.AddFilter(raftstore.IsolateFilter(lagging))
+		for i := range 20 {
+			Expect(c.Put(ctx, key(i), []byte("v"))).To(Succeed())
+		}
+		start := time.Now()
+		err := checkWithin(c, 500*time.Millisecond)
+		Expect(err).To(HaveOccurred(), "the check passed without comparing the lagging replica")
+		Expect(time.Since(start)).To(BeNumerically("<", 2*time.Second), "the check outlived its context")
+		Expect(err.Error()).To(ContainSubstring("no quiet moment"))
+		Expect(err.Error()).To(ContainSubstring("region 1: replicas not at the same applied index"))
+		Expect(err.Error()).To(ContainSubstring(fmt.Sprintf("store %d at", lagging)))
+		GinkgoWriter.Println(err)
+
+		heal()
+		Expect(checkWithin(c, 10*time.Second)).To(Succeed())
+	})
+})
