@@ -16,15 +16,20 @@ import (
 )
 
 // adminTargets lists the addresses admin calls may go to: the user's
-// endpoints first (the ones known to work first of all), then every other
-// store the client learned of.
+// endpoints first (the ones known to work first of all; each at its
+// store's address for the client's zone once known, see
+// regionCache.adminAddr), then every other store the client learned of.
 func (c *Client) adminTargets() []string {
 	c.mu.Lock()
-	out := append([]string(nil), c.endpoints...)
+	eps := append([]string(nil), c.endpoints...)
 	c.mu.Unlock()
-	seen := make(map[string]bool, len(out))
-	for _, a := range out {
-		seen[a] = true
+	out := make([]string, 0, len(eps))
+	seen := make(map[string]bool, len(eps))
+	for _, e := range eps {
+		if a := c.cache.adminAddr(e); !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
 	}
 	for _, s := range c.cache.storeAddrs() {
 		if !seen[s.addr] {
@@ -65,12 +70,26 @@ func (c *Client) adminCall(ctx context.Context, what string, fn func(ctx context
 	return fmt.Errorf("%s: no store answered: %w", what, errors.Join(errs...))
 }
 
-// preferEndpoint moves addr to the front of the endpoint list if it is one.
+// preferEndpoint moves the endpoint addr stands for (itself, or the one
+// whose store is dialled at addr) to the front of the endpoint list.
 func (c *Client) preferEndpoint(addr string) {
 	c.mu.Lock()
+	eps := append([]string(nil), c.endpoints...)
+	c.mu.Unlock()
+	ep := ""
+	for _, e := range eps {
+		if e == addr || c.cache.adminAddr(e) == addr {
+			ep = e
+			break
+		}
+	}
+	if ep == "" {
+		return
+	}
+	c.mu.Lock()
 	defer c.mu.Unlock()
-	if i := slices.Index(c.endpoints, addr); i > 0 {
-		c.endpoints = slices.Insert(slices.Delete(c.endpoints, i, i+1), 0, addr)
+	if i := slices.Index(c.endpoints, ep); i > 0 {
+		c.endpoints = slices.Insert(slices.Delete(c.endpoints, i, i+1), 0, ep)
 	}
 }
 

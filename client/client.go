@@ -20,7 +20,7 @@ import (
 // Config configures a Client.
 type Config struct {
 	Endpoints      []string      // gRPC addresses of any stores
-	Zone           string        // client's zone label (for Closest)
+	Zone           string        // client's zone label: for Closest, and stores are dialled at their address for it (package doc)
 	DialTimeout    time.Duration // default 3s
 	RequestTimeout time.Duration // default 10s, used when ctx has no deadline
 }
@@ -84,6 +84,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		endpoints: append([]string(nil), eps...),
 	}
 	c.cache = newRegionCache()
+	c.cache.zone = cfg.Zone
 	c.cache.loadByKey = c.loadRegionByKey
 	c.cache.loadAll = c.loadAllRegions
 	c.cache.loadStores = c.loadStores
@@ -106,7 +107,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 
 // probeEndpoints asks each endpoint's Admin.Status which store it is. The
 // endpoint address then becomes the way to dial that store, whatever
-// address the store advertises (see regionCache.dialOverride).
+// address the store advertises (see regionCache.dialOverride), unless the
+// store advertises an address for the client's zone: then that one.
 //
 // It returns once every endpoint has answered, or shortly after the first
 // success: a dead endpoint must not hold up a client that can already
@@ -179,7 +181,7 @@ func (c *Client) probe(ctx context.Context, addr string) error {
 		return &storeError{addr: addr, err: err}
 	}
 	if id := resp.GetStoreId(); id != 0 {
-		c.cache.setEndpoint(id, addr, resp.GetZone())
+		c.cache.setEndpoint(id, addr, resp.GetZone(), resp.GetZoneAddresses())
 	}
 	return nil
 }

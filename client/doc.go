@@ -13,6 +13,27 @@
 // (store_stats.go), and the zones stores report. Connections are one gRPC
 // ClientConn per store address, dialled lazily (conn.go).
 //
+// # Which address a store is dialled at
+//
+// Config.Endpoints only bootstrap the client: New asks each endpoint which
+// store it is (Admin.Status) and then loads the store list (Admin.Stores).
+// From then on each store is dialled, for data requests and admin calls
+// alike, at:
+//
+//  1. its address for the client's zone (Config.Zone), when the store
+//     advertises one (the server's --advertise-zone-addrs: in the simulated
+//     WAN, the proxy of the link from that zone to the store), so a client
+//     in zone Z reaches every store through zone Z's links;
+//  2. otherwise the endpoint the user gave for that store, if any (the user
+//     may reach it through a proxy the store does not know about);
+//  3. otherwise the address the store advertises (Store.address).
+//
+// A client without a zone, or a cluster whose stores advertise no zone
+// addresses, thus dials exactly the endpoints it was given and the
+// advertised addresses of the other stores. The addresses are learned from
+// the cluster (Status and Stores answers), never from a list kept by hand,
+// and are updated whenever the store list is reloaded.
+//
 // The client depends only on the region model and the wire protocol; it
 // never imports raftstore or server.
 package client

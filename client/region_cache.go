@@ -30,12 +30,15 @@ func (r *cachedRegion) followers() []region.Peer {
 	return out
 }
 
-// storeInfo is what the client knows of a store: where to dial it and its
-// zone (for ReplicaClosest).
+// storeInfo is what the client knows of a store: where to dial it (see
+// regionCache.dialAddrLocked) and its zone (for ReplicaClosest).
 type storeInfo struct {
 	id   uint64
 	addr string
 	zone string
+	// zoneAddr is the store's advertised address for the client's zone,
+	// "" if it advertises none (or the client has no zone).
+	zoneAddr string
 }
 
 // regionCache maps keys to regions and region leaders, and store ids to
@@ -50,14 +53,18 @@ type regionCache struct {
 	// loadStores asks some store for the cluster's stores.
 	loadStores func(ctx context.Context) ([]*pb.Store, error)
 
+	// zone is the client's zone (Config.Zone), set before first use.
+	zone string
+
 	mu      sync.RWMutex
 	tree    region.Tree
 	leaders map[uint64]uint64 // region id -> leader store id; an entry exists for every region in tree
 	stores  map[uint64]storeInfo
 	// dialOverride maps a store id to the endpoint address the user gave
 	// for it. The user's address wins over the one the store advertises,
-	// because the user may reach stores through a proxy (the simulated
-	// network) that the store does not know about.
+	// because the user may reach stores through a proxy that the store
+	// does not know about; only the store's own address for the client's
+	// zone wins over it (see dialAddrLocked).
 	dialOverride map[uint64]string
 }
 
@@ -293,6 +300,30 @@ func (c *regionCache) zoneOf(id uint64) string {
 	return c.stores[id].zone
 }
 
+// zoneAddr picks, from a store's advertised addresses per zone, the one
+// for the client's zone ("" if none).
+func (c *regionCache) zoneAddr(zoneAddrs map[string]string) string {
+	if c.zone == "" {
+		return ""
+	}
+	return zoneAddrs[c.zone]
+}
+
+// dialAddrLocked is the rule for where the client dials store id: its
+// address for the client's zone when it advertises one (so a client in
+// zone Z reaches every store through zone Z's links of the simulated WAN,
+// whatever endpoints it was started with); else the endpoint the user
+// gave for that store; else the address the store advertises.
+func (c *regionCache) dialAddrLocked(id uint64, zoneAddr, advertised string) string {
+	if zoneAddr != "" {
+		return zoneAddr
+	}
+	if o, ok := c.dialOverride[id]; ok {
+		return o
+	}
+	return advertised
+}
+
 // setStores records the cluster's stores as a store reported them.
 func (c *regionCache) setStores(stores []*pb.Store) {
 	c.mu.Lock()
@@ -301,25 +332,47 @@ func (c *regionCache) setStores(stores []*pb.Store) {
 		if s.GetId() == 0 {
 			continue
 		}
-		addr := s.GetAddress()
-		if o, ok := c.dialOverride[s.GetId()]; ok {
-			addr = o
+		za := c.zoneAddr(s.GetZoneAddresses())
+		c.stores[s.GetId()] = storeInfo{
+			id:       s.GetId(),
+			addr:     c.dialAddrLocked(s.GetId(), za, s.GetAddress()),
+			zone:     s.GetZone(),
+			zoneAddr: za,
 		}
-		c.stores[s.GetId()] = storeInfo{id: s.GetId(), addr: addr, zone: s.GetZone()}
 	}
 }
 
-// setEndpoint records that the user-given endpoint addr is store id.
-func (c *regionCache) setEndpoint(id uint64, addr, zone string) {
+// setEndpoint records that the user-given endpoint addr is store id, which
+// said (in its Status) that it sits in zone and has zoneAddrs.
+func (c *regionCache) setEndpoint(id uint64, addr, zone string, zoneAddrs map[string]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.dialOverride[id] = addr
 	s := c.stores[id]
-	s.id, s.addr = id, addr
+	s.id = id
+	s.zoneAddr = c.zoneAddr(zoneAddrs)
+	s.addr = c.dialAddrLocked(id, s.zoneAddr, addr)
 	if zone != "" {
 		s.zone = zone
 	}
 	c.stores[id] = s
+}
+
+// adminAddr is where the client sends an admin call meant for the
+// user-given endpoint ep: once ep is known to be a store that advertises
+// an address for the client's zone, that address (endpoints only
+// bootstrap); otherwise ep itself.
+func (c *regionCache) adminAddr(ep string) string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for id, o := range c.dialOverride {
+		if o == ep {
+			if s := c.stores[id]; s.zoneAddr != "" {
+				return s.zoneAddr
+			}
+		}
+	}
+	return ep
 }
 
 // storeAddrs returns the dial address of every known store, sorted by id.

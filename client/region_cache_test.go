@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/hedgekv/hedgekv/region"
@@ -187,7 +188,7 @@ func TestRegionCacheLoads(t *testing.T) {
 
 func TestStoreAddresses(t *testing.T) {
 	c := newRegionCache()
-	c.setEndpoint(2, "proxy:2", "dc-b")
+	c.setEndpoint(2, "proxy:2", "dc-b", nil)
 	c.setStores([]*pb.Store{{Id: 1, Address: "a:1", Zone: "dc-a"}, {Id: 2, Address: "a:2", Zone: "dc-b"}})
 	if s, ok := c.store(2); !ok || s.addr != "proxy:2" {
 		t.Errorf("store 2 dialled at %q, want the endpoint the user gave (proxy:2)", s.addr)
@@ -197,5 +198,83 @@ func TestStoreAddresses(t *testing.T) {
 	}
 	if _, ok := c.store(3); ok {
 		t.Error("unknown store 3 found")
+	}
+}
+
+// TestStoreAddressesByZone: the address-choice rule of the package
+// documentation. A store's address for the client's zone wins over the
+// endpoint the user gave for it and over its advertised address; without
+// one (or without a client zone) nothing changes.
+func TestStoreAddressesByZone(t *testing.T) {
+	zoneAddrs := func(id string) map[string]string {
+		return map[string]string{"dc-a": "a-proxy:" + id, "dc-b": "b-proxy:" + id}
+	}
+	stores := []*pb.Store{
+		{Id: 1, Address: "direct:1", Zone: "dc-a", ZoneAddresses: zoneAddrs("1")},
+		{Id: 2, Address: "direct:2", Zone: "dc-b", ZoneAddresses: zoneAddrs("2")},
+		{Id: 3, Address: "direct:3", Zone: "dc-c"}, // advertises none
+	}
+	tests := []struct {
+		name     string
+		zone     string
+		endpoint bool // the user gave store 1..3's direct address as endpoints
+		want     [4]string
+	}{
+		{"no zone", "", false, [4]string{"", "direct:1", "direct:2", "direct:3"}},
+		{"no zone, endpoints", "", true, [4]string{"", "ep:1", "ep:2", "ep:3"}},
+		{"zone dc-b", "dc-b", false, [4]string{"", "b-proxy:1", "b-proxy:2", "direct:3"}},
+		{"zone dc-b, endpoints", "dc-b", true, [4]string{"", "b-proxy:1", "b-proxy:2", "ep:3"}},
+		{"zone nobody advertises", "dc-x", true, [4]string{"", "ep:1", "ep:2", "ep:3"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Endpoint probes may finish before or after the store list.
+			for _, probeFirst := range []bool{true, false} {
+				c := newRegionCache()
+				c.zone = tt.zone
+				probe := func() {
+					if !tt.endpoint {
+						return
+					}
+					for _, s := range stores {
+						id := fmt.Sprint(s.GetId())
+						c.setEndpoint(s.GetId(), "ep:"+id, s.GetZone(), s.GetZoneAddresses())
+					}
+				}
+				if probeFirst {
+					probe()
+				}
+				c.setStores(stores)
+				if !probeFirst {
+					probe()
+				}
+				for id := uint64(1); id <= 3; id++ {
+					if s, ok := c.store(id); !ok || s.addr != tt.want[id] {
+						t.Errorf("probe first %v: store %d dialled at %q, want %q", probeFirst, id, s.addr, tt.want[id])
+					}
+				}
+				// Admin calls meant for an endpoint go where its store is
+				// dialled once the store is known to have a zone address.
+				if tt.endpoint {
+					for id := uint64(1); id <= 3; id++ {
+						ep := fmt.Sprint("ep:", id)
+						if got := c.adminAddr(ep); got != tt.want[id] {
+							t.Errorf("admin calls for endpoint %s go to %q, want %q", ep, got, tt.want[id])
+						}
+					}
+				}
+			}
+		})
+	}
+	// A store that stops advertising is dialled as before again.
+	c := newRegionCache()
+	c.zone = "dc-b"
+	c.setStores(stores)
+	c.setStores([]*pb.Store{{Id: 1, Address: "direct:1", Zone: "dc-a"}})
+	if s, _ := c.store(1); s.addr != "direct:1" {
+		t.Errorf("store 1 without zone addresses dialled at %q", s.addr)
+	}
+	if got := c.adminAddr("unknown:9"); got != "unknown:9" {
+		t.Errorf("unknown endpoint routed to %q", got)
 	}
 }

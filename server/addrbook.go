@@ -16,34 +16,42 @@ import (
 const peersFile = "peers.json"
 
 // addressBook maps every store this one knows, itself included, to its
-// gRPC address. It starts from Config.Peers and what the data directory
-// remembers, grows when stores join, and is written to
+// gRPC address, and, for the stores that advertise them, to their address
+// per zone (see Config.ZoneAddrs). It starts from Config.Peers and what the
+// data directory remembers, grows when stores join, and is written to
 // <data-dir>/peers.json on every change, atomically, so a restarted store
-// still knows the stores that joined while it ran.
+// still knows the stores that joined while it ran, and how to reach them
+// from its zone.
 type addressBook struct {
 	path string // "" keeps the book in memory only
 
 	mu    sync.RWMutex
 	addrs map[uint64]string
+	// zones holds each store's address per zone; a store advertising
+	// none has no entry. Never modified in place (replaced on change).
+	zones map[uint64]map[string]string
 }
 
-// peersJSON is the file's shape: {"peers": {"1": "127.0.0.1:20161", ...}}.
+// peersJSON is the file's shape: {"peers": {"1": "127.0.0.1:20161", ...},
+// "zone_addresses": {"1": {"dc-a": "127.0.0.1:21101", ...}, ...}}. Files
+// written before zone addresses existed have no "zone_addresses".
 type peersJSON struct {
-	Peers map[string]string `json:"peers"`
+	Peers         map[string]string            `json:"peers"`
+	ZoneAddresses map[string]map[string]string `json:"zone_addresses,omitempty"`
 }
 
 // openAddressBook loads dir's address book (if any), lays configured over
 // it (the operator's flags win for the stores they name) and writes the
 // result back when that changed anything. dir "" keeps it in memory.
 func openAddressBook(dir string, configured map[uint64]string) (*addressBook, error) {
-	b := &addressBook{addrs: make(map[uint64]string)}
+	b := &addressBook{addrs: make(map[uint64]string), zones: make(map[uint64]map[string]string)}
 	if dir != "" {
 		b.path = filepath.Join(dir, peersFile)
-		loaded, err := readPeersFile(b.path)
+		loaded, zones, err := readPeersFile(b.path)
 		if err != nil {
 			return nil, err
 		}
-		b.addrs = loaded
+		b.addrs, b.zones = loaded, zones
 	}
 	next := maps.Clone(b.addrs)
 	for id, addr := range configured {
@@ -52,7 +60,7 @@ func openAddressBook(dir string, configured map[uint64]string) (*addressBook, er
 		}
 	}
 	if !maps.Equal(next, b.addrs) {
-		if err := b.persist(next); err != nil {
+		if err := b.persist(next, b.zones); err != nil {
 			return nil, err
 		}
 		b.addrs = next
@@ -60,39 +68,60 @@ func openAddressBook(dir string, configured map[uint64]string) (*addressBook, er
 	return b, nil
 }
 
-func readPeersFile(path string) (map[uint64]string, error) {
+func readPeersFile(path string) (map[uint64]string, map[uint64]map[string]string, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return map[uint64]string{}, nil
+		return map[uint64]string{}, map[uint64]map[string]string{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read address book: %w", err)
+		return nil, nil, fmt.Errorf("read address book: %w", err)
 	}
 	var f peersJSON
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("address book %s: %w", path, err)
+		return nil, nil, fmt.Errorf("address book %s: %w", path, err)
 	}
 	out := make(map[uint64]string, len(f.Peers))
 	for k, addr := range f.Peers {
 		id, err := strconv.ParseUint(k, 10, 64)
 		if err != nil || id == 0 || addr == "" {
-			return nil, fmt.Errorf("address book %s: bad entry %q: %q", path, k, addr)
+			return nil, nil, fmt.Errorf("address book %s: bad entry %q: %q", path, k, addr)
 		}
 		out[id] = addr
 	}
-	return out, nil
+	zones := make(map[uint64]map[string]string, len(f.ZoneAddresses))
+	for k, za := range f.ZoneAddresses {
+		id, err := strconv.ParseUint(k, 10, 64)
+		if err != nil || id == 0 {
+			return nil, nil, fmt.Errorf("address book %s: bad zone_addresses entry %q", path, k)
+		}
+		for zone, addr := range za {
+			if zone == "" || addr == "" {
+				return nil, nil, fmt.Errorf("address book %s: store %d: bad zone address %q: %q", path, id, zone, addr)
+			}
+		}
+		if len(za) > 0 {
+			zones[id] = za
+		}
+	}
+	return out, zones, nil
 }
 
-// persist writes addrs to the file: a temporary file, synced, renamed over
-// the old one, and the directory synced, so a crash leaves either book
-// whole.
-func (b *addressBook) persist(addrs map[uint64]string) error {
+// persist writes addrs and zones to the file: a temporary file, synced,
+// renamed over the old one, and the directory synced, so a crash leaves
+// either book whole.
+func (b *addressBook) persist(addrs map[uint64]string, zones map[uint64]map[string]string) error {
 	if b.path == "" {
 		return nil
 	}
 	f := peersJSON{Peers: make(map[string]string, len(addrs))}
 	for id, addr := range addrs {
 		f.Peers[strconv.FormatUint(id, 10)] = addr
+	}
+	if len(zones) > 0 {
+		f.ZoneAddresses = make(map[string]map[string]string, len(zones))
+		for id, za := range zones {
+			f.ZoneAddresses[strconv.FormatUint(id, 10)] = za
+		}
 	}
 	data, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
@@ -180,9 +209,88 @@ func (b *addressBook) update(entries map[uint64]string, overwrite bool) (map[uin
 	}
 	next := maps.Clone(b.addrs)
 	maps.Copy(next, changed)
-	if err := b.persist(next); err != nil {
+	if err := b.persist(next, b.zones); err != nil {
 		return nil, err
 	}
 	b.addrs = next
 	return changed, nil
+}
+
+// zoneAddrs returns store id's address per zone (nil if it advertises
+// none). The map is shared: do not modify it.
+func (b *addressBook) zoneAddrs(id uint64) map[string]string {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.zones[id]
+}
+
+// allZoneAddrs returns a copy of every store's address per zone.
+func (b *addressBook) allZoneAddrs() map[uint64]map[string]string {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	out := make(map[uint64]map[string]string, len(b.zones))
+	for id, za := range b.zones {
+		out[id] = maps.Clone(za)
+	}
+	return out
+}
+
+// dialAddr is the address a store in zone reaches store id at: its
+// address for that zone if it advertises one, else its address. ok is
+// false if the book does not know store id.
+func (b *addressBook) dialAddr(id uint64, zone string) (string, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	addr, ok := b.addrs[id]
+	if !ok {
+		return "", false
+	}
+	return dialAddr(zone, addr, b.zones[id]), true
+}
+
+// updateZones replaces the zone addresses of the stores entries names (an
+// empty map: the store advertises none) and persists the result. It
+// returns the ids whose entry changed; the book is unchanged if writing it
+// fails.
+func (b *addressBook) updateZones(entries map[uint64]map[string]string) ([]uint64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var changed []uint64
+	next := maps.Clone(b.zones)
+	if next == nil {
+		next = make(map[uint64]map[string]string)
+	}
+	for id, za := range entries {
+		if id == 0 || maps.Equal(za, b.zones[id]) {
+			continue
+		}
+		if len(za) == 0 {
+			delete(next, id)
+		} else {
+			next[id] = maps.Clone(za)
+		}
+		changed = append(changed, id)
+	}
+	if len(changed) == 0 {
+		return nil, nil
+	}
+	if err := b.persist(b.addrs, next); err != nil {
+		return nil, err
+	}
+	b.zones = next
+	slices.Sort(changed)
+	return changed, nil
+}
+
+// dialAddr is the rule by which a store in zone (or a client) picks the
+// address to reach a store at: the store's address for that zone when
+// it advertises one (zones, from --advertise-zone-addrs), else its plain
+// address. A store without a zone always uses the plain address.
+func dialAddr(zone, addr string, zones map[string]string) string {
+	if zone != "" {
+		if a := zones[zone]; a != "" {
+			return a
+		}
+	}
+	return addr
 }

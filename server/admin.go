@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"maps"
 	"slices"
 
 	"github.com/hedgekv/hedgekv/raftstore"
@@ -24,7 +25,13 @@ func (s *adminService) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.Sta
 
 func (s *adminService) localStatus() *pb.StatusResponse {
 	store := s.srv.store
-	out := &pb.StatusResponse{StoreId: store.ID(), Address: s.srv.advertiseAddr(), Zone: store.Zone(), Peers: s.srv.book.all()}
+	out := &pb.StatusResponse{
+		StoreId:       store.ID(),
+		Address:       s.srv.advertiseAddr(),
+		Zone:          store.Zone(),
+		Peers:         s.srv.book.all(),
+		ZoneAddresses: maps.Clone(s.srv.cfg.ZoneAddrs),
+	}
 	if _, ok := out.Peers[store.ID()]; !ok {
 		out.Peers[store.ID()] = out.Address
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -38,6 +39,9 @@ type clusterView struct {
 	ttl     time.Duration
 	timeout time.Duration
 	logger  *slog.Logger
+	// heard, if set, gets every other store's Status answer: what a store
+	// says of itself (its zone addresses) goes to the address book.
+	heard func(id uint64, st *pb.StatusResponse)
 
 	mu     sync.Mutex
 	cached []*pb.Store
@@ -187,6 +191,13 @@ func (v *clusterView) collect(ctx context.Context) []*pb.Store {
 	if len(learned) > 0 && v.learn != nil {
 		v.learn(learned)
 	}
+	if v.heard != nil {
+		for i, st := range answers {
+			if st != nil && out[i].GetId() != v.selfID {
+				v.heard(out[i].GetId(), st)
+			}
+		}
+	}
 	return out
 }
 
@@ -194,7 +205,9 @@ func (v *clusterView) collect(ctx context.Context) []*pb.Store {
 // A store that does not answer is listed down, with its Status nil.
 func (v *clusterView) storeInfo(ctx context.Context, id uint64) (*pb.Store, *pb.StatusResponse) {
 	addr, _ := v.book.get(id)
-	info := &pb.Store{Id: id, Address: addr}
+	// Until (unless) the store answers, list the zone addresses the book
+	// remembers for it.
+	info := &pb.Store{Id: id, Address: addr, ZoneAddresses: maps.Clone(v.book.zoneAddrs(id))}
 	if id == v.selfID {
 		st := v.local()
 		return v.fromStatus(info, st), st
@@ -226,6 +239,7 @@ func (v *clusterView) fromStatus(info *pb.Store, st *pb.StatusResponse) *pb.Stor
 	}
 	info.Up = true
 	info.Zone = st.GetZone()
+	info.ZoneAddresses = maps.Clone(st.GetZoneAddresses())
 	info.LeaderCount = st.GetLeaderCount()
 	info.RegionCount = uint64(len(st.GetRegions()))
 	return info

@@ -105,8 +105,13 @@ func (s *adminService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinR
 	if err := s.srv.setPeers(map[uint64]string{id: addr}, true); err != nil {
 		return nil, toStatus(err)
 	}
+	// The newcomer speaks for itself: what it advertises (nothing, too)
+	// replaces what the book remembered of a store with its id.
+	if err := s.srv.setZoneAddrs(map[uint64]map[string]string{id: req.GetZoneAddresses()}); err != nil {
+		return nil, toStatus(err)
+	}
 	s.srv.view.noteZone(id, req.GetZone())
-	s.srv.logger.Info("store joined", "joined_store", id, "addr", addr, "zone", req.GetZone(), "forwarded", req.GetForwarded())
+	s.srv.logger.Info("store joined", "joined_store", id, "addr", addr, "zone", req.GetZone(), "zone_addrs", req.GetZoneAddresses(), "forwarded", req.GetForwarded())
 	if !req.GetForwarded() {
 		s.srv.forwardJoin(ctx, req)
 	}
@@ -114,7 +119,7 @@ func (s *adminService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinR
 	if _, ok := peers[self]; !ok {
 		peers[self] = s.srv.advertiseAddr()
 	}
-	return &pb.JoinResponse{Peers: peers}, nil
+	return &pb.JoinResponse{Peers: peers, ZoneAddresses: pb.FromZoneAddrs(s.srv.book.allZoneAddrs())}, nil
 }
 
 func validateJoin(req *pb.JoinRequest) error {
@@ -137,6 +142,9 @@ func validateJoin(req *pb.JoinRequest) error {
 	if len(req.GetZone()) > maxZoneLen {
 		return status.Errorf(codes.InvalidArgument, "zone is %d bytes, over the %d byte limit", len(req.GetZone()), maxZoneLen)
 	}
+	if err := checkZoneAddrs(req.GetZoneAddresses()); err != nil {
+		return status.Errorf(codes.InvalidArgument, "zone addresses: %v", err)
+	}
 	return nil
 }
 
@@ -147,11 +155,13 @@ func (s *Server) setPeers(entries map[uint64]string, overwrite bool) error {
 	if err != nil {
 		return fmt.Errorf("store %d: record stores %v: %w", s.store.ID(), slices.Sorted(maps.Keys(entries)), err)
 	}
-	for id, addr := range changed {
-		s.trans.SetAddr(id, addr)
+	for id := range changed {
+		s.updateDialAddr(id)
 	}
 	if len(changed) > 0 {
 		s.view.invalidate()
+		// New stores: learn how to reach them from this store's zone.
+		s.zones.kick()
 	}
 	return nil
 }
@@ -184,7 +194,7 @@ func (s *Server) answersAs(ctx context.Context, id uint64) bool {
 // whole cluster can reach it. A store that cannot be told learns of the
 // newcomer later from another store's Status.
 func (s *Server) forwardJoin(ctx context.Context, req *pb.JoinRequest) {
-	fwd := &pb.JoinRequest{StoreId: req.GetStoreId(), Address: req.GetAddress(), Zone: req.GetZone(), Forwarded: true}
+	fwd := &pb.JoinRequest{StoreId: req.GetStoreId(), Address: req.GetAddress(), Zone: req.GetZone(), ZoneAddresses: req.GetZoneAddresses(), Forwarded: true}
 	var wg sync.WaitGroup
 	for _, id := range s.book.ids() {
 		if id == s.store.ID() || id == req.GetStoreId() {
@@ -232,7 +242,7 @@ func (s *Server) join(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	self := s.store.ID()
-	req := &pb.JoinRequest{StoreId: self, Address: s.advertiseAddr(), Zone: s.store.Zone()}
+	req := &pb.JoinRequest{StoreId: self, Address: s.advertiseAddr(), Zone: s.store.Zone(), ZoneAddresses: s.cfg.ZoneAddrs}
 	backoff := 100 * time.Millisecond
 	var errs []error
 	for {
@@ -244,6 +254,14 @@ func (s *Server) join(ctx context.Context) error {
 				delete(peers, self)
 				peers[self] = req.GetAddress()
 				if err := s.setPeers(peers, true); err != nil {
+					return err
+				}
+				// How to reach the others from this store's zone, as the
+				// store contacted knows it; each store's own Status
+				// confirms it later (zoneaddrs.go).
+				zones := pb.ToZoneAddrs(resp.GetZoneAddresses())
+				delete(zones, self)
+				if err := s.setZoneAddrs(zones); err != nil {
 					return err
 				}
 				s.logger.Info("joined the cluster", "via", addr, "stores", len(peers))

@@ -39,6 +39,12 @@ type raftService struct {
 	receivers sync.WaitGroup
 
 	batches atomic.Uint64 // batches received; read by tests
+
+	// onStream, if set, is told the sending store of every new inbound
+	// stream (on its first batch), before its messages are delivered: a
+	// store that (re)connects may have restarted with other zone
+	// addresses. Set before serving.
+	onStream func(fromStore uint64)
 }
 
 func newRaftService(storeID uint64, h raftstore.Handler, logger *slog.Logger) *raftService {
@@ -58,6 +64,7 @@ func (s *raftService) wait() { s.receivers.Wait() }
 // the stream or this server stops.
 func (s *raftService) Stream(stream grpc.ClientStreamingServer[pb.RaftMessageBatch, pb.Done]) error {
 	return s.serve(func() error {
+		first := true
 		for {
 			batch, err := stream.Recv()
 			if errors.Is(err, io.EOF) {
@@ -67,6 +74,12 @@ func (s *raftService) Stream(stream grpc.ClientStreamingServer[pb.RaftMessageBat
 				return err
 			}
 			s.batches.Add(1)
+			if first && len(batch.GetMsgs()) > 0 {
+				first = false
+				if s.onStream != nil {
+					s.onStream(batch.GetMsgs()[0].GetFromStore())
+				}
+			}
 			for _, rm := range batch.GetMsgs() {
 				if err := s.deliver(rm, false, nil); err != nil {
 					return err

@@ -51,6 +51,15 @@ type Config struct {
 	Join []string
 	// JoinTimeout bounds that join; 0 means DefaultJoinTimeout.
 	JoinTimeout time.Duration
+	// ZoneAddrs is this store's address per zone (zone -> HOST:PORT):
+	// where stores and clients in that zone reach it, such as the
+	// simulated WAN's proxy for that (zone, store) link. The store
+	// advertises it to the cluster (Status, Stores, Join) and every store
+	// keeps it in its address book. A store in zone Z dials a peer at the
+	// peer's address for Z when the peer advertises one, else at its
+	// address (see dialAddr); clients do the same. Empty: the store
+	// advertises none and is reached at its address from every zone.
+	ZoneAddrs map[string]string
 	// DisableBalancing gives the store no ClusterView, so it never moves
 	// leaders or replicas by itself (tests that move them by hand).
 	DisableBalancing bool
@@ -83,6 +92,10 @@ type Server struct {
 	// ctx ends at Stop: it bounds background work (joining, listings).
 	ctx    context.Context
 	cancel context.CancelFunc
+	// zones tracks which peers have told this store their zone addresses
+	// (see zoneaddrs.go); background waits for its learning loop.
+	zones      zoneLearner
+	background sync.WaitGroup
 
 	mu        sync.Mutex
 	started   bool
@@ -107,15 +120,25 @@ func New(cfg Config) (*Server, error) {
 	logger = logger.With("store", cfg.Store.StoreID)
 	cfg.Peers = maps.Clone(cfg.Peers)
 	cfg.Join = slices.Clone(cfg.Join)
+	cfg.ZoneAddrs = maps.Clone(cfg.ZoneAddrs)
+	if err := checkZoneAddrs(cfg.ZoneAddrs); err != nil {
+		return nil, fmt.Errorf("server: store %d: zone addresses: %w", cfg.Store.StoreID, err)
+	}
 
 	book, err := openAddressBook(cfg.Store.DataDir, cfg.Peers)
 	if err != nil {
 		return nil, fmt.Errorf("server: store %d: %w", cfg.Store.StoreID, err)
 	}
+	// This store's own zone addresses are what its configuration says, now:
+	// started without them, it stops advertising the ones it remembers.
+	if _, err := book.updateZones(map[uint64]map[string]string{cfg.Store.StoreID: cfg.ZoneAddrs}); err != nil {
+		return nil, fmt.Errorf("server: store %d: %w", cfg.Store.StoreID, err)
+	}
 	s := &Server{cfg: cfg, logger: logger, load: &loadTracker{}, book: book}
+	s.zones.init()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.metrics = newMetrics(func() float64 { return float64(s.load.inflightReads()) })
-	s.trans = newTransport(cfg.Store.StoreID, book.all(), defaultTransportOptions(), s.metrics, logger)
+	s.trans = newTransport(cfg.Store.StoreID, s.peerDialAddrs(), defaultTransportOptions(), s.metrics, logger)
 
 	store, err := raftstore.NewStore(cfg.Store, s.trans)
 	if err != nil {
@@ -127,6 +150,7 @@ func New(cfg Config) (*Server, error) {
 	s.metrics.registerStoreStats(store.Stats)
 	s.trans.SetHandler(store)
 	s.raft = newRaftService(cfg.Store.StoreID, store, logger)
+	s.raft.onStream = s.peerConnected
 	s.admin = &adminService{srv: s}
 	s.view = &clusterView{
 		selfID:  cfg.Store.StoreID,
@@ -134,6 +158,7 @@ func New(cfg Config) (*Server, error) {
 		trans:   s.trans,
 		local:   s.admin.localStatus,
 		learn:   s.learnPeers,
+		heard:   s.heardFrom,
 		base:    s.ctx,
 		ttl:     clusterViewTTL,
 		timeout: storeStatusTimeout,
@@ -186,6 +211,7 @@ func (s *Server) StartContext(ctx context.Context) error {
 	if s.stopped {
 		return errors.New("server: stopped while starting")
 	}
+	s.startZoneLearning()
 	s.store.Start()
 	s.logger.Info("server started", "addr", s.lis.Addr().String(), "status_addr", s.statusAddrLocked(), "stores", s.book.len())
 	return nil
@@ -266,6 +292,7 @@ func (s *Server) Stop() {
 			_ = s.cfg.StatusListener.Close()
 		}
 	}
+	s.background.Wait()
 	s.trans.Close()
 	s.raft.wait()
 	if err := s.store.Stop(); err != nil {

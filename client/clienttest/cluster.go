@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -67,10 +68,27 @@ type Store struct {
 	c    *Cluster
 	mu   sync.Mutex
 	down bool
+	// zoneAddrs is what the store advertises as its address per zone.
+	zoneAddrs map[string]string
 }
 
 // Addr is the store's gRPC address.
 func (s *Store) Addr() string { return s.addr }
+
+// SetZoneAddrs makes the store advertise za (zone -> address) in its
+// Status and in every store's Stores answer, as a server started with
+// --advertise-zone-addrs does.
+func (s *Store) SetZoneAddrs(za map[string]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.zoneAddrs = maps.Clone(za)
+}
+
+func (s *Store) zoneAddresses() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.zoneAddrs)
+}
 
 // Stop kills the store: its listener and connections close, so clients get
 // Unavailable (connection refused).
@@ -515,7 +533,7 @@ func (a *adminServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.Stat
 	if err := a.s.c.runHook(ctx, a.s.ID, "Status"); err != nil {
 		return nil, err
 	}
-	return &pb.StatusResponse{StoreId: a.s.ID, Address: a.s.addr, Zone: a.s.Zone}, nil
+	return &pb.StatusResponse{StoreId: a.s.ID, Address: a.s.addr, Zone: a.s.Zone, ZoneAddresses: a.s.zoneAddresses()}, nil
 }
 
 func (a *adminServer) Stores(ctx context.Context, _ *pb.StoresRequest) (*pb.StoresResponse, error) {
@@ -530,8 +548,9 @@ func (a *adminServer) Stores(ctx context.Context, _ *pb.StoresRequest) (*pb.Stor
 		s := c.stores[id]
 		s.mu.Lock()
 		up := !s.down
+		za := maps.Clone(s.zoneAddrs)
 		s.mu.Unlock()
-		st := &pb.Store{Id: id, Address: s.addr, Zone: s.Zone, Up: up}
+		st := &pb.Store{Id: id, Address: s.addr, Zone: s.Zone, Up: up, ZoneAddresses: za}
 		for _, rs := range c.regions {
 			if _, ok := rs.r.PeerOnStore(id); ok {
 				st.RegionCount++

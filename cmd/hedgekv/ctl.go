@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -206,6 +208,9 @@ type storeJSON struct {
 	Up          bool   `json:"up"`
 	LeaderCount uint64 `json:"leader_count"`
 	RegionCount uint64 `json:"region_count"`
+	// ZoneAddresses (zone -> address, from --advertise-zone-addrs) is
+	// added to the contract's fields only for stores that advertise any.
+	ZoneAddresses map[string]string `json:"zone_addresses,omitempty"`
 }
 
 type epochJSON struct {
@@ -245,6 +250,7 @@ func writeStoresJSON(w io.Writer, stores []*pb.Store) error {
 		out = append(out, storeJSON{
 			ID: s.GetId(), Address: s.GetAddress(), Zone: s.GetZone(), Up: s.GetUp(),
 			LeaderCount: s.GetLeaderCount(), RegionCount: s.GetRegionCount(),
+			ZoneAddresses: s.GetZoneAddresses(),
 		})
 	}
 	return writeJSON(w, out)
@@ -274,17 +280,39 @@ func writeRegionsJSON(w io.Writer, regions []*pb.RegionInfo) error {
 	return writeJSON(w, regionsJSON(regions))
 }
 
+// writeStoresTable prints the stores; a ZONE ADDRESSES column (each
+// store's ZONE=ADDRESS list, see --advertise-zone-addrs) is added when any
+// store advertises zone addresses.
 func writeStoresTable(w io.Writer, stores []*pb.Store) error {
+	zoned := slices.ContainsFunc(stores, func(s *pb.Store) bool { return len(s.GetZoneAddresses()) > 0 })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tADDRESS\tZONE\tUP\tLEADERS\tREGIONS")
+	if zoned {
+		fmt.Fprintln(tw, "ID\tADDRESS\tZONE\tUP\tLEADERS\tREGIONS\tZONE ADDRESSES")
+	} else {
+		fmt.Fprintln(tw, "ID\tADDRESS\tZONE\tUP\tLEADERS\tREGIONS")
+	}
 	for _, s := range stores {
 		up := "down"
 		if s.GetUp() {
 			up = "up"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\n", s.GetId(), s.GetAddress(), orDash(s.GetZone()), up, s.GetLeaderCount(), s.GetRegionCount())
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d", s.GetId(), s.GetAddress(), orDash(s.GetZone()), up, s.GetLeaderCount(), s.GetRegionCount())
+		if zoned {
+			fmt.Fprintf(tw, "\t%s", orDash(zoneAddrsString(s.GetZoneAddresses())))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// zoneAddrsString renders zone addresses as ZONE=ADDRESS,... in zone
+// order, the way --advertise-zone-addrs takes them.
+func zoneAddrsString(za map[string]string) string {
+	parts := make([]string, 0, len(za))
+	for _, z := range slices.Sorted(maps.Keys(za)) {
+		parts = append(parts, z+"="+za[z])
+	}
+	return strings.Join(parts, ",")
 }
 
 func writeRegionsTable(w io.Writer, regions []*pb.RegionInfo) error {

@@ -31,6 +31,8 @@ type serverFlags struct {
 	// they are (0: the store's defaults).
 	balanceInterval  time.Duration
 	maxStoreDownTime time.Duration
+	// zoneAddrs is --advertise-zone-addrs: ZONE=HOST:PORT,...
+	zoneAddrs string
 }
 
 func newServerCmd(a *app) *cobra.Command {
@@ -45,7 +47,13 @@ region together. With --join the store joins a running cluster through any
 of the given stores: it announces itself, learns every store's address, and
 starts without regions (add-peer or the balancer give it replicas). The
 stores a store knows are kept in its data directory, so a restart (with
-either flag) keeps the stores that joined.`,
+either flag) keeps the stores that joined.
+
+With --advertise-zone-addrs the store tells the cluster its address per
+zone (such as the simulated WAN's proxy for each zone's link to it): stores
+and clients (--zone Z) in zone Z then reach it at its address for Z, and
+this store reaches each peer at the peer's address for its own --zone. Its
+--listen address stays directly reachable.`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			cfg, level, err := f.config()
@@ -63,7 +71,7 @@ either flag) keeps the stores that joined.`,
 				srv.Stop()
 				return fmt.Errorf("store %d: start: %w", cfg.Store.StoreID, err)
 			}
-			log.Info("serving", "store", cfg.Store.StoreID, "listen", cfg.ListenAddr, "status", cfg.StatusAddr, "zone", cfg.Store.Zone)
+			log.Info("serving", "store", cfg.Store.StoreID, "listen", cfg.ListenAddr, "status", cfg.StatusAddr, "zone", cfg.Store.Zone, "zone_addrs", cfg.ZoneAddrs)
 			<-cmd.Context().Done()
 			log.Info("stopping", "store", cfg.Store.StoreID)
 			srv.Stop()
@@ -77,6 +85,7 @@ either flag) keeps the stores that joined.`,
 	fl.StringVar(&f.peers, "peers", "", "every store of the cluster as ID=ADDR, comma-separated")
 	fl.StringVar(&f.join, "join", "", "join a running cluster through any of these stores' gRPC addresses, comma-separated")
 	fl.StringVar(&f.zone, "zone", "", "this store's zone label")
+	fl.StringVar(&f.zoneAddrs, "advertise-zone-addrs", "", "this store's address per zone as ZONE=HOST:PORT, comma-separated: stores and clients in ZONE reach it there")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory for the store's data")
 	fl.DurationVar(&f.tick, "tick", 50*time.Millisecond, "raft tick interval")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -96,6 +105,10 @@ func (f *serverFlags) config() (server.Config, slog.Level, error) {
 		return f.joinConfig(level)
 	}
 	peers, err := parsePeers(f.peers)
+	if err != nil {
+		return server.Config{}, 0, err
+	}
+	zoneAddrs, err := parseZoneAddrs(f.zoneAddrs)
 	if err != nil {
 		return server.Config{}, 0, err
 	}
@@ -122,6 +135,7 @@ func (f *serverFlags) config() (server.Config, slog.Level, error) {
 		ListenAddr: listen,
 		StatusAddr: f.status,
 		Peers:      peers,
+		ZoneAddrs:  zoneAddrs,
 	}, level, nil
 }
 
@@ -143,6 +157,10 @@ func (f *serverFlags) joinConfig(level slog.Level) (server.Config, slog.Level, e
 	}
 	if len(join) == 0 {
 		return server.Config{}, 0, usagef("--join names no address")
+	}
+	zoneAddrs, err := parseZoneAddrs(f.zoneAddrs)
+	if err != nil {
+		return server.Config{}, 0, err
 	}
 	if err := f.checkCommon(); err != nil {
 		return server.Config{}, 0, err
@@ -170,6 +188,7 @@ func (f *serverFlags) joinConfig(level slog.Level) (server.Config, slog.Level, e
 		ListenAddr: f.listen,
 		StatusAddr: f.status,
 		Join:       join,
+		ZoneAddrs:  zoneAddrs,
 	}, level, nil
 }
 
@@ -214,4 +233,39 @@ func parsePeers(s string) (map[uint64]string, error) {
 		peers[id] = strings.TrimSpace(addr)
 	}
 	return peers, nil
+}
+
+// parseZoneAddrs parses --advertise-zone-addrs, "ZONE=HOST:PORT,...". ""
+// is none. Each address is one other stores and clients dial, so it needs
+// a host (not a wildcard) and a port; a zone is named once.
+func parseZoneAddrs(s string) (map[string]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := make(map[string]string)
+	for _, item := range strings.Split(s, ",") {
+		zone, addr, ok := strings.Cut(strings.TrimSpace(item), "=")
+		zone, addr = strings.TrimSpace(zone), strings.TrimSpace(addr)
+		if !ok || zone == "" || addr == "" {
+			return nil, usagef("--advertise-zone-addrs: %q is not ZONE=HOST:PORT", strings.TrimSpace(item))
+		}
+		if strings.ContainsAny(zone, " \t") {
+			return nil, usagef("--advertise-zone-addrs: zone %q contains white space", zone)
+		}
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || host == "" {
+			return nil, usagef("--advertise-zone-addrs: zone %s: %q is not HOST:PORT", zone, addr)
+		}
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return nil, usagef("--advertise-zone-addrs: zone %s: port %q of %q is not a number in 1..65535", zone, port, addr)
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			return nil, usagef("--advertise-zone-addrs: zone %s: %q is a wildcard, not an address others can dial", zone, addr)
+		}
+		if _, dup := out[zone]; dup {
+			return nil, usagef("--advertise-zone-addrs: zone %s listed twice", zone)
+		}
+		out[zone] = addr
+	}
+	return out, nil
 }

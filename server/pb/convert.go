@@ -181,3 +181,39 @@ func cloneBytes(b []byte) []byte {
 	}
 	return append([]byte(nil), b...)
 }
+
+// FromZoneAddrs converts stores' addresses per zone (store id -> zone ->
+// address) to their wire form; stores without any are left out.
+func FromZoneAddrs(in map[uint64]map[string]string) map[uint64]*ZoneAddresses {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make(map[uint64]*ZoneAddresses, len(in))
+	for id, za := range in {
+		if len(za) == 0 {
+			continue
+		}
+		m := make(map[string]string, len(za))
+		for z, a := range za {
+			m[z] = a
+		}
+		out[id] = &ZoneAddresses{Addresses: m}
+	}
+	return out
+}
+
+// ToZoneAddrs converts back; stores without any address are left out.
+func ToZoneAddrs(in map[uint64]*ZoneAddresses) map[uint64]map[string]string {
+	out := make(map[uint64]map[string]string, len(in))
+	for id, za := range in {
+		if len(za.GetAddresses()) == 0 {
+			continue
+		}
+		m := make(map[string]string, len(za.GetAddresses()))
+		for z, a := range za.GetAddresses() {
+			m[z] = a
+		}
+		out[id] = m
+	}
+	return out
+}

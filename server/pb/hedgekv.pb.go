@@ -1619,7 +1619,12 @@ type StatusResponse struct {
 	// peers is this store's address book (store id -> gRPC address, itself
 	// included), so stores that missed a Join learn of the newcomer from
 	// any store that did.
-	Peers         map[uint64]string `protobuf:"bytes,6,rep,name=peers,proto3" json:"peers,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Peers map[uint64]string `protobuf:"bytes,6,rep,name=peers,proto3" json:"peers,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// zone_addresses is this store's address per zone (server flag
+	// --advertise-zone-addrs): a store or client in zone Z reaches it at
+	// zone_addresses[Z] when that is set (a proxy of the simulated WAN), else
+	// at address. Empty when the store advertises none.
+	ZoneAddresses map[string]string `protobuf:"bytes,7,rep,name=zone_addresses,json=zoneAddresses,proto3" json:"zone_addresses,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1696,6 +1701,13 @@ func (x *StatusResponse) GetPeers() map[uint64]string {
 	return nil
 }
 
+func (x *StatusResponse) GetZoneAddresses() map[string]string {
+	if x != nil {
+		return x.ZoneAddresses
+	}
+	return nil
+}
+
 type StoresRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1733,13 +1745,16 @@ func (*StoresRequest) Descriptor() ([]byte, []int) {
 }
 
 type Store struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
-	Zone          string                 `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
-	Up            bool                   `protobuf:"varint,4,opt,name=up,proto3" json:"up,omitempty"`
-	LeaderCount   uint64                 `protobuf:"varint,5,opt,name=leader_count,json=leaderCount,proto3" json:"leader_count,omitempty"`
-	RegionCount   uint64                 `protobuf:"varint,6,opt,name=region_count,json=regionCount,proto3" json:"region_count,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Address     string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Zone        string                 `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
+	Up          bool                   `protobuf:"varint,4,opt,name=up,proto3" json:"up,omitempty"`
+	LeaderCount uint64                 `protobuf:"varint,5,opt,name=leader_count,json=leaderCount,proto3" json:"leader_count,omitempty"`
+	RegionCount uint64                 `protobuf:"varint,6,opt,name=region_count,json=regionCount,proto3" json:"region_count,omitempty"`
+	// zone_addresses: the store's address per zone, as in StatusResponse.
+	// address stays the store's own (direct) address.
+	ZoneAddresses map[string]string `protobuf:"bytes,7,rep,name=zone_addresses,json=zoneAddresses,proto3" json:"zone_addresses,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1816,6 +1831,58 @@ func (x *Store) GetRegionCount() uint64 {
 	return 0
 }
 
+func (x *Store) GetZoneAddresses() map[string]string {
+	if x != nil {
+		return x.ZoneAddresses
+	}
+	return nil
+}
+
+// ZoneAddresses is one store's address per zone (zone -> HOST:PORT).
+type ZoneAddresses struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Addresses     map[string]string      `protobuf:"bytes,1,rep,name=addresses,proto3" json:"addresses,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ZoneAddresses) Reset() {
+	*x = ZoneAddresses{}
+	mi := &file_hedgekv_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ZoneAddresses) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ZoneAddresses) ProtoMessage() {}
+
+func (x *ZoneAddresses) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ZoneAddresses.ProtoReflect.Descriptor instead.
+func (*ZoneAddresses) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ZoneAddresses) GetAddresses() map[string]string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
 type StoresResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Stores        []*Store               `protobuf:"bytes,1,rep,name=stores,proto3" json:"stores,omitempty"`
@@ -1825,7 +1892,7 @@ type StoresResponse struct {
 
 func (x *StoresResponse) Reset() {
 	*x = StoresResponse{}
-	mi := &file_hedgekv_proto_msgTypes[29]
+	mi := &file_hedgekv_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +1904,7 @@ func (x *StoresResponse) String() string {
 func (*StoresResponse) ProtoMessage() {}
 
 func (x *StoresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[29]
+	mi := &file_hedgekv_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +1917,7 @@ func (x *StoresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoresResponse.ProtoReflect.Descriptor instead.
 func (*StoresResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{29}
+	return file_hedgekv_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StoresResponse) GetStores() []*Store {
@@ -1871,7 +1938,7 @@ type RegionsRequest struct {
 
 func (x *RegionsRequest) Reset() {
 	*x = RegionsRequest{}
-	mi := &file_hedgekv_proto_msgTypes[30]
+	mi := &file_hedgekv_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1950,7 @@ func (x *RegionsRequest) String() string {
 func (*RegionsRequest) ProtoMessage() {}
 
 func (x *RegionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[30]
+	mi := &file_hedgekv_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +1963,7 @@ func (x *RegionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionsRequest.ProtoReflect.Descriptor instead.
 func (*RegionsRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{30}
+	return file_hedgekv_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RegionsRequest) GetKey() []byte {
@@ -1922,7 +1989,7 @@ type RegionsResponse struct {
 
 func (x *RegionsResponse) Reset() {
 	*x = RegionsResponse{}
-	mi := &file_hedgekv_proto_msgTypes[31]
+	mi := &file_hedgekv_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2001,7 @@ func (x *RegionsResponse) String() string {
 func (*RegionsResponse) ProtoMessage() {}
 
 func (x *RegionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[31]
+	mi := &file_hedgekv_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2014,7 @@ func (x *RegionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionsResponse.ProtoReflect.Descriptor instead.
 func (*RegionsResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{31}
+	return file_hedgekv_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RegionsResponse) GetRegions() []*RegionInfo {
@@ -1967,7 +2034,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_hedgekv_proto_msgTypes[32]
+	mi := &file_hedgekv_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2046,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[32]
+	mi := &file_hedgekv_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2059,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{32}
+	return file_hedgekv_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TransferLeaderRequest) GetRegionId() uint64 {
@@ -2017,7 +2084,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_hedgekv_proto_msgTypes[33]
+	mi := &file_hedgekv_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2029,7 +2096,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[33]
+	mi := &file_hedgekv_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2042,7 +2109,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{33}
+	return file_hedgekv_proto_rawDescGZIP(), []int{34}
 }
 
 // SplitRequest splits the region holding key at key; it must reach that
@@ -2056,7 +2123,7 @@ type SplitRequest struct {
 
 func (x *SplitRequest) Reset() {
 	*x = SplitRequest{}
-	mi := &file_hedgekv_proto_msgTypes[34]
+	mi := &file_hedgekv_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2135,7 @@ func (x *SplitRequest) String() string {
 func (*SplitRequest) ProtoMessage() {}
 
 func (x *SplitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[34]
+	mi := &file_hedgekv_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2148,7 @@ func (x *SplitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitRequest.ProtoReflect.Descriptor instead.
 func (*SplitRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{34}
+	return file_hedgekv_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SplitRequest) GetKey() []byte {
@@ -2101,7 +2168,7 @@ type SplitResponse struct {
 
 func (x *SplitResponse) Reset() {
 	*x = SplitResponse{}
-	mi := &file_hedgekv_proto_msgTypes[35]
+	mi := &file_hedgekv_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2180,7 @@ func (x *SplitResponse) String() string {
 func (*SplitResponse) ProtoMessage() {}
 
 func (x *SplitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[35]
+	mi := &file_hedgekv_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2193,7 @@ func (x *SplitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitResponse.ProtoReflect.Descriptor instead.
 func (*SplitResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{35}
+	return file_hedgekv_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SplitResponse) GetLeft() *Region {
@@ -2155,7 +2222,7 @@ type AddPeerRequest struct {
 
 func (x *AddPeerRequest) Reset() {
 	*x = AddPeerRequest{}
-	mi := &file_hedgekv_proto_msgTypes[36]
+	mi := &file_hedgekv_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2234,7 @@ func (x *AddPeerRequest) String() string {
 func (*AddPeerRequest) ProtoMessage() {}
 
 func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[36]
+	mi := &file_hedgekv_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2247,7 @@ func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddPeerRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{36}
+	return file_hedgekv_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AddPeerRequest) GetRegionId() uint64 {
@@ -2205,7 +2272,7 @@ type AddPeerResponse struct {
 
 func (x *AddPeerResponse) Reset() {
 	*x = AddPeerResponse{}
-	mi := &file_hedgekv_proto_msgTypes[37]
+	mi := &file_hedgekv_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2284,7 @@ func (x *AddPeerResponse) String() string {
 func (*AddPeerResponse) ProtoMessage() {}
 
 func (x *AddPeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[37]
+	mi := &file_hedgekv_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2297,7 @@ func (x *AddPeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerResponse.ProtoReflect.Descriptor instead.
 func (*AddPeerResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{37}
+	return file_hedgekv_proto_rawDescGZIP(), []int{38}
 }
 
 // RemovePeerRequest removes the replica of region_id on store_id; it must
@@ -2246,7 +2313,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_hedgekv_proto_msgTypes[38]
+	mi := &file_hedgekv_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2325,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[38]
+	mi := &file_hedgekv_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2338,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{38}
+	return file_hedgekv_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RemovePeerRequest) GetRegionId() uint64 {
@@ -2296,7 +2363,7 @@ type RemovePeerResponse struct {
 
 func (x *RemovePeerResponse) Reset() {
 	*x = RemovePeerResponse{}
-	mi := &file_hedgekv_proto_msgTypes[39]
+	mi := &file_hedgekv_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2375,7 @@ func (x *RemovePeerResponse) String() string {
 func (*RemovePeerResponse) ProtoMessage() {}
 
 func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[39]
+	mi := &file_hedgekv_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,25 +2388,28 @@ func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{39}
+	return file_hedgekv_proto_rawDescGZIP(), []int{40}
 }
 
 // JoinRequest announces a new store. The store contacted records it and
 // forwards the request (forwarded = true) to every other store it knows;
 // a forwarded request is only recorded.
 type JoinRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	StoreId       uint64                 `protobuf:"varint,1,opt,name=store_id,json=storeId,proto3" json:"store_id,omitempty"`
-	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
-	Zone          string                 `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
-	Forwarded     bool                   `protobuf:"varint,4,opt,name=forwarded,proto3" json:"forwarded,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	StoreId   uint64                 `protobuf:"varint,1,opt,name=store_id,json=storeId,proto3" json:"store_id,omitempty"`
+	Address   string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Zone      string                 `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
+	Forwarded bool                   `protobuf:"varint,4,opt,name=forwarded,proto3" json:"forwarded,omitempty"`
+	// zone_addresses is the newcomer's address per zone, as in
+	// StatusResponse.
+	ZoneAddresses map[string]string `protobuf:"bytes,5,rep,name=zone_addresses,json=zoneAddresses,proto3" json:"zone_addresses,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_hedgekv_proto_msgTypes[40]
+	mi := &file_hedgekv_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2351,7 +2421,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[40]
+	mi := &file_hedgekv_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2434,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{40}
+	return file_hedgekv_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *JoinRequest) GetStoreId() uint64 {
@@ -2395,18 +2465,28 @@ func (x *JoinRequest) GetForwarded() bool {
 	return false
 }
 
+func (x *JoinRequest) GetZoneAddresses() map[string]string {
+	if x != nil {
+		return x.ZoneAddresses
+	}
+	return nil
+}
+
 type JoinResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// peers is the whole address book (store id -> gRPC address), the
 	// newcomer included.
-	Peers         map[uint64]string `protobuf:"bytes,1,rep,name=peers,proto3" json:"peers,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Peers map[uint64]string `protobuf:"bytes,1,rep,name=peers,proto3" json:"peers,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// zone_addresses holds, for the stores of the book that advertise any,
+	// their address per zone.
+	ZoneAddresses map[uint64]*ZoneAddresses `protobuf:"bytes,2,rep,name=zone_addresses,json=zoneAddresses,proto3" json:"zone_addresses,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_hedgekv_proto_msgTypes[41]
+	mi := &file_hedgekv_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2498,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[41]
+	mi := &file_hedgekv_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,12 +2511,19 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{41}
+	return file_hedgekv_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *JoinResponse) GetPeers() map[uint64]string {
 	if x != nil {
 		return x.Peers
+	}
+	return nil
+}
+
+func (x *JoinResponse) GetZoneAddresses() map[uint64]*ZoneAddresses {
+	if x != nil {
+		return x.ZoneAddresses
 	}
 	return nil
 }
@@ -2457,7 +2544,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_hedgekv_proto_msgTypes[42]
+	mi := &file_hedgekv_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2469,7 +2556,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[42]
+	mi := &file_hedgekv_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2482,7 +2569,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{42}
+	return file_hedgekv_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RaftMessage) GetRegionId() uint64 {
@@ -2531,7 +2618,7 @@ type SafePoint struct {
 
 func (x *SafePoint) Reset() {
 	*x = SafePoint{}
-	mi := &file_hedgekv_proto_msgTypes[43]
+	mi := &file_hedgekv_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2630,7 @@ func (x *SafePoint) String() string {
 func (*SafePoint) ProtoMessage() {}
 
 func (x *SafePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[43]
+	mi := &file_hedgekv_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2643,7 @@ func (x *SafePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SafePoint.ProtoReflect.Descriptor instead.
 func (*SafePoint) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{43}
+	return file_hedgekv_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SafePoint) GetTerm() uint64 {
@@ -2589,7 +2676,7 @@ type RaftMessageBatch struct {
 
 func (x *RaftMessageBatch) Reset() {
 	*x = RaftMessageBatch{}
-	mi := &file_hedgekv_proto_msgTypes[44]
+	mi := &file_hedgekv_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +2688,7 @@ func (x *RaftMessageBatch) String() string {
 func (*RaftMessageBatch) ProtoMessage() {}
 
 func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[44]
+	mi := &file_hedgekv_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +2701,7 @@ func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatch.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatch) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{44}
+	return file_hedgekv_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RaftMessageBatch) GetMsgs() []*RaftMessage {
@@ -2637,7 +2724,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_hedgekv_proto_msgTypes[45]
+	mi := &file_hedgekv_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2649,7 +2736,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[45]
+	mi := &file_hedgekv_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2662,7 +2749,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{45}
+	return file_hedgekv_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SnapshotChunk) GetHeader() *RaftMessage {
@@ -2687,7 +2774,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_hedgekv_proto_msgTypes[46]
+	mi := &file_hedgekv_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +2786,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[46]
+	mi := &file_hedgekv_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +2799,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{46}
+	return file_hedgekv_proto_rawDescGZIP(), []int{47}
 }
 
 var File_hedgekv_proto protoreflect.FileDescriptor
@@ -2824,26 +2911,39 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x06leader\x18\x03 \x01(\v2\r.hedgekv.PeerR\x06leader\x12\x12\n" +
 	"\x04term\x18\x04 \x01(\x04R\x04term\x12!\n" +
 	"\fcommit_index\x18\x05 \x01(\x04R\vcommitIndex\x12#\n" +
-	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\"\x9f\x02\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\"\xb4\x03\n" +
 	"\x0eStatusResponse\x12\x19\n" +
 	"\bstore_id\x18\x01 \x01(\x04R\astoreId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04zone\x18\x03 \x01(\tR\x04zone\x12-\n" +
 	"\aregions\x18\x04 \x03(\v2\x13.hedgekv.RegionInfoR\aregions\x12!\n" +
 	"\fleader_count\x18\x05 \x01(\x04R\vleaderCount\x128\n" +
-	"\x05peers\x18\x06 \x03(\v2\".hedgekv.StatusResponse.PeersEntryR\x05peers\x1a8\n" +
+	"\x05peers\x18\x06 \x03(\v2\".hedgekv.StatusResponse.PeersEntryR\x05peers\x12Q\n" +
+	"\x0ezone_addresses\x18\a \x03(\v2*.hedgekv.StatusResponse.ZoneAddressesEntryR\rzoneAddresses\x1a8\n" +
 	"\n" +
 	"PeersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
+	"\x12ZoneAddressesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0f\n" +
-	"\rStoresRequest\"\x9b\x01\n" +
+	"\rStoresRequest\"\xa7\x02\n" +
 	"\x05Store\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04zone\x18\x03 \x01(\tR\x04zone\x12\x0e\n" +
 	"\x02up\x18\x04 \x01(\bR\x02up\x12!\n" +
 	"\fleader_count\x18\x05 \x01(\x04R\vleaderCount\x12!\n" +
-	"\fregion_count\x18\x06 \x01(\x04R\vregionCount\"8\n" +
+	"\fregion_count\x18\x06 \x01(\x04R\vregionCount\x12H\n" +
+	"\x0ezone_addresses\x18\a \x03(\v2!.hedgekv.Store.ZoneAddressesEntryR\rzoneAddresses\x1a@\n" +
+	"\x12ZoneAddressesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x92\x01\n" +
+	"\rZoneAddresses\x12C\n" +
+	"\taddresses\x18\x01 \x03(\v2%.hedgekv.ZoneAddresses.AddressesEntryR\taddresses\x1a<\n" +
+	"\x0eAddressesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"8\n" +
 	"\x0eStoresResponse\x12&\n" +
 	"\x06stores\x18\x01 \x03(\v2\x0e.hedgekv.StoreR\x06stores\"9\n" +
 	"\x0eRegionsRequest\x12\x10\n" +
@@ -2867,18 +2967,26 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x11RemovePeerRequest\x12\x1b\n" +
 	"\tregion_id\x18\x01 \x01(\x04R\bregionId\x12\x19\n" +
 	"\bstore_id\x18\x02 \x01(\x04R\astoreId\"\x14\n" +
-	"\x12RemovePeerResponse\"t\n" +
+	"\x12RemovePeerResponse\"\x86\x02\n" +
 	"\vJoinRequest\x12\x19\n" +
 	"\bstore_id\x18\x01 \x01(\x04R\astoreId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04zone\x18\x03 \x01(\tR\x04zone\x12\x1c\n" +
-	"\tforwarded\x18\x04 \x01(\bR\tforwarded\"\x80\x01\n" +
+	"\tforwarded\x18\x04 \x01(\bR\tforwarded\x12N\n" +
+	"\x0ezone_addresses\x18\x05 \x03(\v2'.hedgekv.JoinRequest.ZoneAddressesEntryR\rzoneAddresses\x1a@\n" +
+	"\x12ZoneAddressesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x02\n" +
 	"\fJoinResponse\x126\n" +
-	"\x05peers\x18\x01 \x03(\v2 .hedgekv.JoinResponse.PeersEntryR\x05peers\x1a8\n" +
+	"\x05peers\x18\x01 \x03(\v2 .hedgekv.JoinResponse.PeersEntryR\x05peers\x12O\n" +
+	"\x0ezone_addresses\x18\x02 \x03(\v2(.hedgekv.JoinResponse.ZoneAddressesEntryR\rzoneAddresses\x1a8\n" +
 	"\n" +
 	"PeersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb1\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aX\n" +
+	"\x12ZoneAddressesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12,\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.hedgekv.ZoneAddressesR\x05value:\x028\x01\"\xb1\x01\n" +
 	"\vRaftMessage\x12\x1b\n" +
 	"\tregion_id\x18\x01 \x01(\x04R\bregionId\x12\x1d\n" +
 	"\n" +
@@ -2935,7 +3043,7 @@ func file_hedgekv_proto_rawDescGZIP() []byte {
 }
 
 var file_hedgekv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_hedgekv_proto_goTypes = []any{
 	(ReadMode)(0),                  // 0: hedgekv.ReadMode
 	(*Epoch)(nil),                  // 1: hedgekv.Epoch
@@ -2967,26 +3075,32 @@ var file_hedgekv_proto_goTypes = []any{
 	(*StatusResponse)(nil),         // 27: hedgekv.StatusResponse
 	(*StoresRequest)(nil),          // 28: hedgekv.StoresRequest
 	(*Store)(nil),                  // 29: hedgekv.Store
-	(*StoresResponse)(nil),         // 30: hedgekv.StoresResponse
-	(*RegionsRequest)(nil),         // 31: hedgekv.RegionsRequest
-	(*RegionsResponse)(nil),        // 32: hedgekv.RegionsResponse
-	(*TransferLeaderRequest)(nil),  // 33: hedgekv.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 34: hedgekv.TransferLeaderResponse
-	(*SplitRequest)(nil),           // 35: hedgekv.SplitRequest
-	(*SplitResponse)(nil),          // 36: hedgekv.SplitResponse
-	(*AddPeerRequest)(nil),         // 37: hedgekv.AddPeerRequest
-	(*AddPeerResponse)(nil),        // 38: hedgekv.AddPeerResponse
-	(*RemovePeerRequest)(nil),      // 39: hedgekv.RemovePeerRequest
-	(*RemovePeerResponse)(nil),     // 40: hedgekv.RemovePeerResponse
-	(*JoinRequest)(nil),            // 41: hedgekv.JoinRequest
-	(*JoinResponse)(nil),           // 42: hedgekv.JoinResponse
-	(*RaftMessage)(nil),            // 43: hedgekv.RaftMessage
-	(*SafePoint)(nil),              // 44: hedgekv.SafePoint
-	(*RaftMessageBatch)(nil),       // 45: hedgekv.RaftMessageBatch
-	(*SnapshotChunk)(nil),          // 46: hedgekv.SnapshotChunk
-	(*Done)(nil),                   // 47: hedgekv.Done
-	nil,                            // 48: hedgekv.StatusResponse.PeersEntry
-	nil,                            // 49: hedgekv.JoinResponse.PeersEntry
+	(*ZoneAddresses)(nil),          // 30: hedgekv.ZoneAddresses
+	(*StoresResponse)(nil),         // 31: hedgekv.StoresResponse
+	(*RegionsRequest)(nil),         // 32: hedgekv.RegionsRequest
+	(*RegionsResponse)(nil),        // 33: hedgekv.RegionsResponse
+	(*TransferLeaderRequest)(nil),  // 34: hedgekv.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 35: hedgekv.TransferLeaderResponse
+	(*SplitRequest)(nil),           // 36: hedgekv.SplitRequest
+	(*SplitResponse)(nil),          // 37: hedgekv.SplitResponse
+	(*AddPeerRequest)(nil),         // 38: hedgekv.AddPeerRequest
+	(*AddPeerResponse)(nil),        // 39: hedgekv.AddPeerResponse
+	(*RemovePeerRequest)(nil),      // 40: hedgekv.RemovePeerRequest
+	(*RemovePeerResponse)(nil),     // 41: hedgekv.RemovePeerResponse
+	(*JoinRequest)(nil),            // 42: hedgekv.JoinRequest
+	(*JoinResponse)(nil),           // 43: hedgekv.JoinResponse
+	(*RaftMessage)(nil),            // 44: hedgekv.RaftMessage
+	(*SafePoint)(nil),              // 45: hedgekv.SafePoint
+	(*RaftMessageBatch)(nil),       // 46: hedgekv.RaftMessageBatch
+	(*SnapshotChunk)(nil),          // 47: hedgekv.SnapshotChunk
+	(*Done)(nil),                   // 48: hedgekv.Done
+	nil,                            // 49: hedgekv.StatusResponse.PeersEntry
+	nil,                            // 50: hedgekv.StatusResponse.ZoneAddressesEntry
+	nil,                            // 51: hedgekv.Store.ZoneAddressesEntry
+	nil,                            // 52: hedgekv.ZoneAddresses.AddressesEntry
+	nil,                            // 53: hedgekv.JoinRequest.ZoneAddressesEntry
+	nil,                            // 54: hedgekv.JoinResponse.PeersEntry
+	nil,                            // 55: hedgekv.JoinResponse.ZoneAddressesEntry
 }
 var file_hedgekv_proto_depIdxs = []int32{
 	1,  // 0: hedgekv.Region.epoch:type_name -> hedgekv.Epoch
@@ -3017,50 +3131,56 @@ var file_hedgekv_proto_depIdxs = []int32{
 	3,  // 25: hedgekv.RegionInfo.region:type_name -> hedgekv.Region
 	2,  // 26: hedgekv.RegionInfo.leader:type_name -> hedgekv.Peer
 	26, // 27: hedgekv.StatusResponse.regions:type_name -> hedgekv.RegionInfo
-	48, // 28: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
-	29, // 29: hedgekv.StoresResponse.stores:type_name -> hedgekv.Store
-	26, // 30: hedgekv.RegionsResponse.regions:type_name -> hedgekv.RegionInfo
-	3,  // 31: hedgekv.SplitResponse.left:type_name -> hedgekv.Region
-	3,  // 32: hedgekv.SplitResponse.right:type_name -> hedgekv.Region
-	49, // 33: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
-	44, // 34: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
-	43, // 35: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
-	43, // 36: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
-	15, // 37: hedgekv.KV.Get:input_type -> hedgekv.GetRequest
-	17, // 38: hedgekv.KV.BatchGet:input_type -> hedgekv.BatchGetRequest
-	19, // 39: hedgekv.KV.Scan:input_type -> hedgekv.ScanRequest
-	21, // 40: hedgekv.KV.Put:input_type -> hedgekv.PutRequest
-	23, // 41: hedgekv.KV.Delete:input_type -> hedgekv.DeleteRequest
-	25, // 42: hedgekv.Admin.Status:input_type -> hedgekv.StatusRequest
-	28, // 43: hedgekv.Admin.Stores:input_type -> hedgekv.StoresRequest
-	31, // 44: hedgekv.Admin.Regions:input_type -> hedgekv.RegionsRequest
-	33, // 45: hedgekv.Admin.TransferLeader:input_type -> hedgekv.TransferLeaderRequest
-	35, // 46: hedgekv.Admin.Split:input_type -> hedgekv.SplitRequest
-	37, // 47: hedgekv.Admin.AddPeer:input_type -> hedgekv.AddPeerRequest
-	39, // 48: hedgekv.Admin.RemovePeer:input_type -> hedgekv.RemovePeerRequest
-	41, // 49: hedgekv.Admin.Join:input_type -> hedgekv.JoinRequest
-	45, // 50: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
-	46, // 51: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
-	16, // 52: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
-	18, // 53: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
-	20, // 54: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
-	22, // 55: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
-	24, // 56: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
-	27, // 57: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
-	30, // 58: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
-	32, // 59: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
-	34, // 60: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
-	36, // 61: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
-	38, // 62: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
-	40, // 63: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
-	42, // 64: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
-	47, // 65: hedgekv.Raft.Stream:output_type -> hedgekv.Done
-	47, // 66: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
-	52, // [52:67] is the sub-list for method output_type
-	37, // [37:52] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	49, // 28: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
+	50, // 29: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
+	51, // 30: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
+	52, // 31: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
+	29, // 32: hedgekv.StoresResponse.stores:type_name -> hedgekv.Store
+	26, // 33: hedgekv.RegionsResponse.regions:type_name -> hedgekv.RegionInfo
+	3,  // 34: hedgekv.SplitResponse.left:type_name -> hedgekv.Region
+	3,  // 35: hedgekv.SplitResponse.right:type_name -> hedgekv.Region
+	53, // 36: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
+	54, // 37: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
+	55, // 38: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
+	45, // 39: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
+	44, // 40: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
+	44, // 41: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
+	30, // 42: hedgekv.JoinResponse.ZoneAddressesEntry.value:type_name -> hedgekv.ZoneAddresses
+	15, // 43: hedgekv.KV.Get:input_type -> hedgekv.GetRequest
+	17, // 44: hedgekv.KV.BatchGet:input_type -> hedgekv.BatchGetRequest
+	19, // 45: hedgekv.KV.Scan:input_type -> hedgekv.ScanRequest
+	21, // 46: hedgekv.KV.Put:input_type -> hedgekv.PutRequest
+	23, // 47: hedgekv.KV.Delete:input_type -> hedgekv.DeleteRequest
+	25, // 48: hedgekv.Admin.Status:input_type -> hedgekv.StatusRequest
+	28, // 49: hedgekv.Admin.Stores:input_type -> hedgekv.StoresRequest
+	32, // 50: hedgekv.Admin.Regions:input_type -> hedgekv.RegionsRequest
+	34, // 51: hedgekv.Admin.TransferLeader:input_type -> hedgekv.TransferLeaderRequest
+	36, // 52: hedgekv.Admin.Split:input_type -> hedgekv.SplitRequest
+	38, // 53: hedgekv.Admin.AddPeer:input_type -> hedgekv.AddPeerRequest
+	40, // 54: hedgekv.Admin.RemovePeer:input_type -> hedgekv.RemovePeerRequest
+	42, // 55: hedgekv.Admin.Join:input_type -> hedgekv.JoinRequest
+	46, // 56: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
+	47, // 57: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
+	16, // 58: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
+	18, // 59: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
+	20, // 60: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
+	22, // 61: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
+	24, // 62: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
+	27, // 63: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
+	31, // 64: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
+	33, // 65: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
+	35, // 66: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
+	37, // 67: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
+	39, // 68: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
+	41, // 69: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
+	43, // 70: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
+	48, // 71: hedgekv.Raft.Stream:output_type -> hedgekv.Done
+	48, // 72: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
+	58, // [58:73] is the sub-list for method output_type
+	43, // [43:58] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_hedgekv_proto_init() }
@@ -3074,7 +3194,7 @@ func file_hedgekv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hedgekv_proto_rawDesc), len(file_hedgekv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   49,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -1,0 +1,342 @@
+package server
+
+// Addresses per zone: the dial rule, the address book keeping them, Join
+// validating them, and (TestWithStoreZoneAddresses) real stores and a
+// client reaching each other through per-(zone, store) forwarders that
+// stand in for the simulated WAN's proxies.
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/client/clienttest"
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/server/pb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestDialAddr(t *testing.T) {
+	za := map[string]string{"dc-a": "a:1", "dc-b": "b:1"}
+	tests := []struct {
+		zone  string
+		zones map[string]string
+		want  string
+	}{
+		{"dc-a", za, "a:1"},
+		{"dc-b", za, "b:1"},
+		{"dc-c", za, "direct:1"}, // no address for this zone
+		{"", za, "direct:1"},     // a store without a zone
+		{"dc-a", nil, "direct:1"},
+		{"dc-a", map[string]string{"dc-a": ""}, "direct:1"},
+	}
+	for _, tt := range tests {
+		if got := dialAddr(tt.zone, "direct:1", tt.zones); got != tt.want {
+			t.Errorf("dialAddr(%q, direct:1, %v) = %q, want %q", tt.zone, tt.zones, got, tt.want)
+		}
+	}
+}
+
+func TestCheckZoneAddrs(t *testing.T) {
+	good := []map[string]string{nil, {}, {"dc-a": "127.0.0.1:21101", "dc-b": "proxy.example:21201"}}
+	for _, za := range good {
+		if err := checkZoneAddrs(za); err != nil {
+			t.Errorf("checkZoneAddrs(%v): %v", za, err)
+		}
+	}
+	many := map[string]string{}
+	for i := range maxZoneAddrs + 1 {
+		many[fmt.Sprintf("z%d", i)] = "h:1"
+	}
+	bad := map[string]map[string]string{
+		"empty zone":     {"": "h:1"},
+		"not host:port":  {"dc-a": "h"},
+		"no host":        {"dc-a": ":1"},
+		"bad port":       {"dc-a": "h:x"},
+		"port 0":         {"dc-a": "h:0"},
+		"long zone":      {strings.Repeat("z", maxZoneLen+1): "h:1"},
+		"long address":   {"dc-a": strings.Repeat("h", maxAddrLen) + ":1"},
+		"too many zones": many,
+	}
+	for name, za := range bad {
+		if err := checkZoneAddrs(za); err == nil {
+			t.Errorf("%s: checkZoneAddrs accepted %d entries", name, len(za))
+		}
+	}
+	if _, err := New(Config{Store: raftstore.Config{StoreID: 1}, ListenAddr: "127.0.0.1:0", ZoneAddrs: map[string]string{"dc-a": "nope"}}); err == nil {
+		t.Error("a server started with a bad zone address")
+	}
+}
+
+func TestAddressBookZones(t *testing.T) {
+	dir := t.TempDir()
+	b, err := openAddressBook(dir, map[uint64]string{1: "h:1", 2: "h:2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	za2 := map[string]string{"dc-a": "a:2", "dc-b": "b:2"}
+	changed, err := b.updateZones(map[uint64]map[string]string{1: nil, 2: za2})
+	if err != nil || len(changed) != 1 || changed[0] != 2 {
+		t.Fatalf("updateZones: changed %v, %v", changed, err)
+	}
+	if changed, _ := b.updateZones(map[uint64]map[string]string{2: maps.Clone(za2)}); len(changed) != 0 {
+		t.Errorf("the same zone addresses again changed %v", changed)
+	}
+	for _, tt := range []struct {
+		id   uint64
+		zone string
+		want string
+	}{{2, "dc-a", "a:2"}, {2, "dc-c", "h:2"}, {2, "", "h:2"}, {1, "dc-a", "h:1"}} {
+		if got, ok := b.dialAddr(tt.id, tt.zone); !ok || got != tt.want {
+			t.Errorf("dialAddr(%d, %q) = %q, %v; want %q", tt.id, tt.zone, got, ok, tt.want)
+		}
+	}
+	if _, ok := b.dialAddr(9, "dc-a"); ok {
+		t.Error("dialAddr of an unknown store")
+	}
+
+	// Remembered across a restart, beside the addresses; a file without
+	// zone addresses (written before they existed) still opens.
+	b2, err := openAddressBook(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b2.allZoneAddrs(); len(got) != 1 || !maps.Equal(got[2], za2) {
+		t.Errorf("reopened zone addresses %v", got)
+	}
+	if changed, _ := b2.updateZones(map[uint64]map[string]string{2: {}}); len(changed) != 1 || b2.zoneAddrs(2) != nil {
+		t.Errorf("clearing store 2's zone addresses: changed %v, left %v", changed, b2.zoneAddrs(2))
+	}
+	data, err := os.ReadFile(filepath.Join(dir, peersFile))
+	if err != nil || strings.Contains(string(data), "zone_addresses") {
+		t.Errorf("book without zone addresses written as %s (%v)", data, err)
+	}
+	for _, bad := range []string{
+		`{"peers":{"1":"h:1"},"zone_addresses":{"x":{"dc-a":"a:1"}}}`,
+		`{"peers":{"1":"h:1"},"zone_addresses":{"1":{"":"a:1"}}}`,
+		`{"peers":{"1":"h:1"},"zone_addresses":{"1":{"dc-a":""}}}`,
+	} {
+		d := t.TempDir()
+		if err := os.WriteFile(filepath.Join(d, peersFile), []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := openAddressBook(d, nil); err == nil {
+			t.Errorf("address book %s opened", bad)
+		}
+	}
+}
+
+// zoneForwarders puts a counting forwarder in front of every (zone, store)
+// pair: fwd[zone][id] forwards to store id's listen address.
+type zoneForwarders map[string]map[uint64]*clienttest.Forwarder
+
+var testZones = []string{"dc-a", "dc-b", "dc-c"}
+
+// add starts store id's forwarders, one per zone, to target and returns
+// them as the store's zone addresses.
+func (f zoneForwarders) add(t *testing.T, id uint64, target string) map[string]string {
+	za := map[string]string{}
+	for _, zone := range testZones {
+		if f[zone] == nil {
+			f[zone] = map[uint64]*clienttest.Forwarder{}
+		}
+		fw := clienttest.NewForwarder(t, target)
+		f[zone][id] = fw
+		za[zone] = fw.Addr()
+	}
+	return za
+}
+
+// tune gives each server of a test cluster its forwarders as its zone
+// addresses, and no balancing.
+func (f zoneForwarders) tune(t *testing.T) func(*Config) {
+	return func(cfg *Config) {
+		cfg.ZoneAddrs = f.add(t, cfg.Store.StoreID, cfg.Peers[cfg.Store.StoreID])
+		cfg.DisableBalancing = true
+	}
+}
+
+// transportAddr is where s's transport dials store id.
+func transportAddr(s *Server, id uint64) string {
+	s.trans.mu.Lock()
+	defer s.trans.mu.Unlock()
+	return s.trans.peers[id]
+}
+
+// TestWithStoreZoneAddresses: three stores in dc-a, dc-b and dc-c, each
+// advertising a forwarder per zone. Every store learns the others' and
+// dials each peer at the peer's address for its own zone, so raft
+// traffic from the dc-a leader flows through the followers' dc-a
+// forwarders; a client in dc-b, given the stores' direct addresses, reads
+// through the dc-b forwarders; a store joining later is reached, and
+// reaches the others, the same way.
+func TestWithStoreZoneAddresses(t *testing.T) {
+	fwd := zoneForwarders{}
+	c := newClusterWith(t, 3, nil, nil, fwd.tune(t))
+	for _, s := range c.servers {
+		if err := s.Start(); err != nil {
+			t.Fatalf("start: %v", err)
+		}
+	}
+	c.waitLeader(t)
+	ctx := testCtx(t)
+
+	// Every store learns the others' zone addresses from them, without
+	// any listing of the stores (balancing is off), and dials them there.
+	waitFor(t, 10*time.Second, "every store dialling its peers at their address for its zone", func() bool {
+		for i, s := range c.servers {
+			zone := testZones[i]
+			for peer := uint64(1); peer <= 3; peer++ {
+				if peer != uint64(i+1) && transportAddr(s, peer) != fwd[zone][peer].Addr() {
+					return false
+				}
+			}
+		}
+		return true
+	})
+
+	// Lead from store 1 (dc-a), then replicate a large value: it reaches
+	// the followers through their dc-a forwarders.
+	if err := c.onLeader(t, 1, func(a pb.AdminClient) error {
+		_, err := a.TransferLeader(ctx, &pb.TransferLeaderRequest{RegionId: 1, ToStoreId: 1})
+		return err
+	}); err != nil {
+		t.Fatalf("transfer leader to store 1: %v", err)
+	}
+	waitFor(t, 15*time.Second, "store 1 leading region 1", func() bool {
+		rs, ok := regionOn(c.server(1), 1)
+		return ok && rs.IsLeader
+	})
+	value := bytes.Repeat([]byte("x"), 64<<10)
+	up2, up3 := fwd["dc-a"][2].BytesUp(), fwd["dc-a"][3].BytesUp()
+	put(ctx, t, c, 1, "big", string(value))
+	waitFor(t, 10*time.Second, "the value replicated through the followers' dc-a forwarders", func() bool {
+		return fwd["dc-a"][2].BytesUp()-up2 >= int64(len(value)) && fwd["dc-a"][3].BytesUp()-up3 >= int64(len(value))
+	})
+	// Nobody else sits in dc-a: store 1's own dc-a forwarder is unused.
+	if n := fwd["dc-a"][1].Conns(); n != 0 {
+		t.Errorf("store 1's dc-a forwarder accepted %d connections; no other store or client is in dc-a", n)
+	}
+
+	// The listing shows every store's zone addresses.
+	stores, err := c.admin(t, 2).Stores(ctx, &pb.StoresRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stores.GetStores() {
+		id := s.GetId()
+		if s.GetAddress() != c.peers[id] || s.GetZoneAddresses()["dc-b"] != fwd["dc-b"][id].Addr() || len(s.GetZoneAddresses()) != 3 {
+			t.Errorf("store %d listed as %v", id, s)
+		}
+	}
+
+	// A client in dc-b, given the direct addresses, reads through the
+	// dc-b forwarders: leader reads from store 1, follower reads (whose
+	// ReadIndex round trip to store 1 crosses the WAN as well).
+	cli, err := client.New(ctx, client.Config{Endpoints: []string{c.peers[1], c.peers[2], c.peers[3]}, Zone: "dc-b", DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	down1 := fwd["dc-b"][1].BytesDown()
+	if v, err := cli.Get(ctx, []byte("big")); err != nil || !bytes.Equal(v, value) {
+		t.Fatalf("leader read: %d bytes, %v", len(v), err)
+	}
+	if got := fwd["dc-b"][1].BytesDown() - down1; got < int64(len(value)) {
+		t.Errorf("the leader read brought %d bytes through store 1's dc-b forwarder, want the %d byte value", got, len(value))
+	}
+	followerDown := func() int64 { return fwd["dc-b"][2].BytesDown() + fwd["dc-b"][3].BytesDown() }
+	readIndexUp := func() int64 { return fwd["dc-b"][1].BytesUp() + fwd["dc-c"][1].BytesUp() }
+	before, riBefore := followerDown(), readIndexUp()
+	follower := cli.Session(client.ReadPolicy{Replica: client.ReplicaFollower})
+	for range 2 {
+		v, info, err := follower.GetWithInfo(ctx, []byte("big"))
+		if err != nil || !bytes.Equal(v, value) || info.StoreID == 1 {
+			t.Fatalf("follower read: %d bytes from store %d, %v", len(v), info.StoreID, err)
+		}
+	}
+	if got := followerDown() - before; got < 2*int64(len(value)) {
+		t.Errorf("two follower reads brought %d bytes through the followers' dc-b forwarders, want %d", got, 2*len(value))
+	}
+	if readIndexUp() == riBefore {
+		t.Error("no raft traffic to the leader through its dc-b/dc-c forwarders during follower reads")
+	}
+	for _, peer := range []uint64{2, 3} {
+		if got := transportAddr(c.server(peer), 1); got != fwd[testZones[peer-1]][1].Addr() {
+			t.Errorf("store %d reaches the leader at %s, not through its %s forwarder", peer, got, testZones[peer-1])
+		}
+	}
+
+	// Store 4 joins in dc-b with zone addresses of its own: the stores
+	// reach it at its address for their zone, it reaches them at theirs
+	// for dc-b, from the moment it has joined.
+	lis4 := listen(t)
+	cfg4 := Config{
+		Store:            raftstore.Config{StoreID: 4, Zone: "dc-b", DataDir: t.TempDir(), NoSync: true, TickInterval: 10 * time.Millisecond, ElectionTicks: 40, Logger: testLogger(t)},
+		Listener:         lis4,
+		Join:             []string{c.peers[3]},
+		ZoneAddrs:        fwd.add(t, 4, lis4.Addr().String()),
+		DisableBalancing: true,
+	}
+	s4, err := New(cfg4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.servers = append(c.servers, s4) // stopped by the cluster's cleanup
+	if err := s4.Start(); err != nil {
+		t.Fatalf("start joining store: %v", err)
+	}
+	for peer := uint64(1); peer <= 3; peer++ {
+		if got := transportAddr(s4, peer); got != fwd["dc-b"][peer].Addr() {
+			t.Errorf("joined store 4 dials store %d at %s, want its dc-b forwarder", peer, got)
+		}
+		if got, want := transportAddr(c.server(peer), 4), fwd[testZones[peer-1]][4].Addr(); got != want {
+			t.Errorf("store %d dials joined store 4 at %s, want its %s forwarder %s", peer, got, testZones[peer-1], want)
+		}
+	}
+	// Store 3 restarts with other zone addresses. It dials the others
+	// through the addresses its book remembers from the start, and the
+	// leader, seeing its raft stream come back, asks it again and moves
+	// to its new dc-a address.
+	cfg3 := c.server(3).cfg
+	c.server(3).Stop()
+	var lis3 net.Listener
+	waitFor(t, 5*time.Second, "store 3's port free again", func() bool {
+		lis3, err = net.Listen("tcp", c.peers[3])
+		return err == nil
+	})
+	oldA3 := fwd["dc-a"][3].Addr()
+	cfg3.Listener, cfg3.StatusListener = lis3, nil
+	cfg3.ZoneAddrs = fwd.add(t, 3, c.peers[3])
+	s3, err := New(cfg3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.servers[2] = s3
+	if got := transportAddr(s3, 1); got != fwd["dc-c"][1].Addr() {
+		t.Errorf("restarted store 3 dials store 1 at %s, not at the dc-c forwarder its book remembers", got)
+	}
+	if err := s3.Start(); err != nil {
+		t.Fatalf("restart store 3: %v", err)
+	}
+	waitFor(t, 10*time.Second, "store 1 dialling restarted store 3 at its new dc-a address", func() bool {
+		return transportAddr(c.server(1), 3) == fwd["dc-a"][3].Addr()
+	})
+	if fwd["dc-a"][3].Addr() == oldA3 {
+		t.Fatal("store 3's new dc-a forwarder has the old one's address")
+	}
+
+	// A join with a bad zone address is refused.
+	_, err = c.admin(t, 1).Join(ctx, &pb.JoinRequest{StoreId: 5, Address: deadAddr(t), ZoneAddresses: map[string]string{"dc-a": "nohostport"}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("join with a bad zone address: %v, want InvalidArgument", err)
+	}
+}
