@@ -138,7 +138,7 @@ func newRootCmd(a *app) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.endpoints, "endpoints", defaultEndpoints, "comma-separated gRPC addresses of stores")
-	pf.StringVar(&a.zone, "zone", "", "the zone this client sits in (for --read closest)")
+	pf.StringVar(&a.zone, "zone", "", "the zone this client sits in: --read closest prefers it, and stores that advertise an address for it (server --advertise-zone-addrs) are reached there")
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "deadline of the whole command")
 	pf.StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of this command to `FILE` (for go tool pprof)")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error { return a.startProfile() }
@@ -147,6 +147,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newCtlCmd(a),
 		newServerCmd(a),
 		newBenchCmd(),
+		newNetsimCmd(a),
 	)
 	return root
 }
