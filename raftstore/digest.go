@@ -33,9 +33,11 @@ import (
 // The data hash is SHA-256 over every key-value pair of the region's range,
 // in key order, each written as uvarint(len(key)) | key | uvarint(len(value))
 // | value (the pair encoding of a snapshot). The dedup table (dedup.go) is
-// not part of the digest: it is trimmed in batches per apply round, which
-// differ between replicas, so replicas at one index may legitimately hold
-// different tails of it.
+// hashed separately: only its live records (index + DedupWindow > applied),
+// which every replica holds alike, since trimming in batches per apply
+// round may leave different dead tails on different replicas. A replica
+// that decided a retried write differently from its peers keeps a
+// different table long after the key's data has been overwritten.
 
 // ReplicaDigest is one replica's state of a region at one applied index.
 type ReplicaDigest struct {
@@ -47,12 +49,15 @@ type ReplicaDigest struct {
 	Keys         uint64 // key-value pairs in the region's range
 	Bytes        uint64 // their total key and value length
 	Hash         [sha256.Size]byte
+	DedupRecords uint64            // live dedup records of the region
+	DedupHash    [sha256.Size]byte // over those, in (index, id) order
 }
 
 func (d ReplicaDigest) String() string {
-	return fmt.Sprintf("store %d: region %d applied %d/%d epoch %d/%d range [%q,%q) peers %s: %d keys, %d bytes, sha256 %s",
+	return fmt.Sprintf("store %d: region %d applied %d/%d epoch %d/%d range [%q,%q) peers %s: %d keys, %d bytes, sha256 %s, %d dedup records %s",
 		d.StoreID, d.Region.ID, d.AppliedIndex, d.AppliedTerm, d.Region.Epoch.ConfVer, d.Region.Epoch.Version,
-		d.Region.StartKey, d.Region.EndKey, peersString(d.Region.Peers), d.Keys, d.Bytes, d.shortHash())
+		d.Region.StartKey, d.Region.EndKey, peersString(d.Region.Peers), d.Keys, d.Bytes, d.shortHash(),
+		d.DedupRecords, hex.EncodeToString(d.DedupHash[:8]))
 }
 
 func (d ReplicaDigest) shortHash() string { return hex.EncodeToString(d.Hash[:8]) }
@@ -88,6 +93,19 @@ func (s *Store) RegionDigest(regionID uint64) (ReplicaDigest, error) {
 			d.Bytes += uint64(len(k) + len(v))
 		})
 		h.Sum(d.Hash[:0])
+		dh := sha256.New()
+		for _, rec := range regionDedupTx(tx, r.ID) {
+			if rec.index+s.cfg.DedupWindow <= as.AppliedIndex {
+				continue // dead: no later entry can see it; trimmed at leisure
+			}
+			var b [16]byte
+			binary.BigEndian.PutUint64(b[:], rec.index)
+			binary.BigEndian.PutUint64(b[8:], rec.id)
+			dh.Write(b[:])
+			writeHashChunk(dh, rec.key)
+			d.DedupRecords++
+		}
+		dh.Sum(d.DedupHash[:0])
 		return nil
 	})
 	return d, err
@@ -325,6 +343,8 @@ func differs(a, b ReplicaDigest) string {
 		return "region metadata"
 	case a.Keys != b.Keys || a.Bytes != b.Bytes || a.Hash != b.Hash:
 		return "data"
+	case a.DedupRecords != b.DedupRecords || a.DedupHash != b.DedupHash:
+		return "dedup table"
 	}
 	return ""
 }

@@ -106,9 +106,13 @@ func nemesisEnv(name string, def time.Duration) time.Duration {
 	return def
 }
 
-// splitKeys are where the nemesis may split: the clients' keys spread over
-// up to three regions.
-var splitKeys = []string{"c", "e"}
+// nemesisKeys are the clients' keys; the nemesis splits between them
+// (splitKeys), so the key space keeps being cut into new regions for the
+// whole run.
+var (
+	nemesisKeys = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"}
+	splitKeys   = nemesisKeys[1:]
+)
 
 // faultLog counts and lists the faults the nemesis injected.
 type faultLog struct {
@@ -124,7 +128,7 @@ func (f *faultLog) add(kind, format string, a ...any) {
 		f.byKind = map[string]int{}
 	}
 	f.byKind[kind]++
-	if len(f.list) < 200 {
+	if len(f.list) < 300 {
 		f.list = append(f.list, kind+": "+fmt.Sprintf(format, a...))
 	}
 }
@@ -142,24 +146,124 @@ func (f *faultLog) summary() string {
 	return fmt.Sprintf("%d faults (%s)", n, strings.Join(kinds, " "))
 }
 
-// nemesis injects one fault at a time, chosen by rng, until stop closes.
-// Besides partitions, restarts, delays, drops, transfers and replica
-// moves, it combines faults the way the read path's past bugs needed:
-// a follower restart while another follower is cut off from a leader with
-// a live lease; a leadership transfer whose caller gives up while the
-// target lags; and a split while a follower lags (clients keep the old
-// epochs, see runLinearizability).
-func nemesis(c *raftstoretest.Cluster, rng *rand.Rand, stop <-chan struct{}, log *faultLog) {
-	sleep := func(d time.Duration) bool {
-		select {
-		case <-stop:
-			return false
-		case <-time.After(d):
-			return true
+// nemesisRun is one seed's configuration.
+type nemesisRun struct {
+	seed uint64
+	tick time.Duration // raft tick; 50ms gives leases long enough to race
+	// dedupWindow > 0 makes retried writes outlive the dedup window: then
+	// a retry may legitimately apply twice, so lost-ack writes are
+	// recorded as two puts of unknown outcome, and replica agreement (data
+	// and dedup tables) is the oracle for how replicas decided them.
+	dedupWindow uint64
+}
+
+// nemesis injects faults, one at a time, chosen by rng, until stop closes.
+type nemesis struct {
+	c      *raftstoretest.Cluster
+	run    nemesisRun
+	rng    *rand.Rand
+	stop   <-chan struct{}
+	log    *faultLog
+	h      *history
+	probes int // operations the nemesis itself recorded
+	seq    int
+}
+
+// probeClient is the ClientId of the nemesis' own recorded operations.
+const probeClient = 1000
+
+func (n *nemesis) sleep(d time.Duration) bool {
+	select {
+	case <-n.stop:
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// keyIn returns a client key region r holds, if any.
+func (n *nemesis) keyIn(r region.Region) (string, bool) {
+	var in []string
+	for _, k := range nemesisKeys {
+		if r.Contains([]byte(k)) {
+			in = append(in, k)
 		}
 	}
+	if len(in) == 0 {
+		return "", false
+	}
+	return in[n.rng.IntN(len(in))], true
+}
+
+// newLeaderOf waits until regionID is led by a store other than old.
+func (n *nemesis) newLeaderOf(regionID, old uint64, within time.Duration) (uint64, bool) {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if l, ok := n.c.Leader(regionID); ok && l != old {
+			return l, true
+		}
+		if !n.sleep(5 * time.Millisecond) {
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+// probeStaleLeader writes key through the current leader, then reads it on
+// the old leader's store as a leader read, both recorded: an old leader
+// that still believes its lease answers the overwritten value.
+func (n *nemesis) probeStaleLeader(old uint64, key string) {
+	n.seq++
+	val := fmt.Sprintf("probe.%d", n.seq)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	call := n.h.now()
+	err := n.c.Put(ctx, []byte(key), []byte(val))
+	cancel()
+	in := kvInput{Put: true, Key: key, Value: val}
+	if err != nil {
+		n.h.add(porcupine.Operation{ClientId: probeClient, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+		return
+	}
+	n.h.add(porcupine.Operation{ClientId: probeClient, Input: in, Call: call, Output: kvOutput{}, Return: n.h.now()})
+	s, ok := n.c.Store(old)
+	if !ok {
+		return
+	}
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+		call := n.h.now()
+		v, found, _, err := s.Get(ctx, raftstore.ReadOptions{}, []byte(key))
+		cancel()
+		if err == nil {
+			n.h.add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Key: key, Mode: "old-leader"}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: n.h.now()})
+		}
+		n.probes++
+	}
+}
+
+// renewLease reads on the leader until its lease was just renewed (a
+// ReadIndex round: no new entry, so every follower's log stays as long).
+func (n *nemesis) renewLease(leader, regionID uint64, key string) {
+	s, ok := n.c.Store(leader)
+	if !ok {
+		return
+	}
+	lease := time.Duration(float64(8*n.run.tick) * 0.9)
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		_, _, _, _ = s.Get(ctx, raftstore.ReadOptions{}, []byte(key))
+		cancel()
+		if st, ok := n.c.Status(leader, regionID); ok && time.Until(st.LeaseExpiry) > lease*3/4 {
+			return
+		}
+	}
+}
+
+func (n *nemesis) loop() {
+	c, rng := n.c, n.rng
 	for {
-		if !sleep(time.Duration(100+rng.IntN(200)) * time.Millisecond) {
+		if !n.sleep(time.Duration(100+rng.IntN(200)) * time.Millisecond) {
 			return
 		}
 		regions := c.Regions()
@@ -175,73 +279,60 @@ func nemesis(c *raftstoretest.Cluster, rng *rand.Rand, stop <-chan struct{}, log
 		}
 		rng.Shuffle(len(followers), func(i, j int) { followers[i], followers[j] = followers[j], followers[i] })
 		hold := time.Duration(200+rng.IntN(400)) * time.Millisecond
-		switch rng.IntN(11) {
+		switch rng.IntN(12) {
 		case 0:
 			if !hasLeader {
 				continue
 			}
-			log.add("partition-leader", "store %d (region %d) for %v", leader, r.ID, hold)
+			n.log.add("partition-leader", "store %d (region %d) for %v", leader, r.ID, hold)
 			heal := c.Net.AddFilter(raftstore.IsolateFilter(leader))
-			sleep(hold)
+			n.sleep(hold)
 			heal()
 		case 1:
 			if victim == leader {
 				continue
 			}
-			log.add("isolate-follower", "store %d for %v", victim, hold)
+			n.log.add("isolate-follower", "store %d for %v", victim, hold)
 			heal := c.Net.AddFilter(raftstore.IsolateFilter(victim))
-			sleep(hold)
+			n.sleep(hold)
 			heal()
 		case 2:
 			if !hasLeader || len(followers) == 0 {
 				continue
 			}
 			if s, ok := c.Store(leader); ok {
-				log.add("transfer", "region %d %d -> %d", r.ID, leader, followers[0])
+				n.log.add("transfer", "region %d %d -> %d", r.ID, leader, followers[0])
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				_ = s.TransferLeader(ctx, r.ID, followers[0])
 				cancel()
 			}
 		case 3:
-			log.add("restart", "store %d", victim)
+			n.log.add("restart", "store %d", victim)
 			if c.StopStore(victim) == nil {
-				sleep(hold)
+				n.sleep(hold)
 				_ = c.StartStore(victim)
 			}
 		case 4:
-			log.add("delay", "all messages for %v", hold)
+			n.log.add("delay", "all messages for %v", hold)
 			heal := c.Net.AddFilter(raftstore.DelayFilter(2*time.Millisecond, 8*time.Millisecond))
-			sleep(hold)
+			n.sleep(hold)
 			heal()
 		case 5:
-			log.add("drop", "20%% of messages for %v", hold)
+			n.log.add("drop", "20%% of messages for %v", hold)
 			heal := c.Net.AddFilter(raftstore.DropFilter(0.2))
-			sleep(hold)
+			n.sleep(hold)
 			heal()
 		case 6:
 			// Move a follower's replica to a store without one: a learner
 			// catches up by snapshot, is promoted, and the old replica is
 			// removed and its data deleted while reads may still reach it.
-			s, up := c.Store(leader)
-			if !hasLeader || !up || len(followers) == 0 {
-				continue
+			if to, ok := n.freeStore(r); ok && hasLeader && len(followers) > 0 {
+				n.log.add("move-replica", "region %d %d -> %d", r.ID, followers[0], to)
+				n.move(leader, r.ID, followers[0], to)
 			}
-			var to uint64
-			for _, id := range ids {
-				if _, has := r.PeerOnStore(id); !has {
-					to = id
-				}
-			}
-			if to == 0 {
-				continue
-			}
-			log.add("move-replica", "region %d %d -> %d", r.ID, followers[0], to)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = s.MovePeer(ctx, r.ID, followers[0], to)
-			cancel()
 		case 7:
 			key := splitKeys[rng.IntN(len(splitKeys))]
-			log.add("split", "at %q", key)
+			n.log.add("split", "at %q", key)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_ = c.Split(ctx, []byte(key))
 			cancel()
@@ -254,67 +345,186 @@ func nemesis(c *raftstoretest.Cluster, rng *rand.Rand, stop <-chan struct{}, log
 			}
 			f := followers[0]
 			key := splitKeys[rng.IntN(len(splitKeys))]
-			log.add("split-while-lagging", "store %d lags, split at %q, for %v", f, key, hold)
+			n.log.add("split-while-lagging", "store %d lags, split at %q, for %v", f, key, hold)
 			heal := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
 				return m.ToStore == f && (m.Msg.Type == raftpb.MsgApp || m.Msg.Type == raftpb.MsgSnap), 0
 			}))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_ = c.Split(ctx, []byte(key))
 			cancel()
-			sleep(hold)
+			n.sleep(hold)
 			heal()
 		case 9:
-			// A transfer whose caller gives up at once while its target
-			// lags: raft keeps the transfer live and sends MsgTimeoutNow
-			// once the target catches up; the old leader is then cut off.
-			s, up := c.Store(leader)
-			if !hasLeader || !up || len(followers) == 0 {
-				continue
-			}
-			target := followers[0]
-			log.add("abandoned-transfer", "region %d %d -> %d", r.ID, leader, target)
-			lag := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
-				return m.ToStore == target && m.Msg.Type == raftpb.MsgApp, 0
-			}))
-			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(20))*time.Millisecond)
-			_ = s.TransferLeader(ctx, r.ID, target)
-			cancel()
-			if !sleep(time.Duration(rng.IntN(50)) * time.Millisecond) {
-				lag()
-				return
-			}
-			var cut atomic.Bool
-			isolate := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
-				if cut.Load() {
-					return m.FromStore == leader || m.ToStore == leader, 0
-				}
-				if m.FromStore == leader && m.Msg.Type == raftpb.MsgTimeoutNow {
-					cut.Store(true)
-				}
-				return false, 0
-			}))
-			lag()
-			sleep(hold)
-			isolate()
+			n.abandonedTransfer(r, leader, hasLeader, followers, hold)
 		case 10:
-			// One follower is cut off from the leader while the other
-			// restarts: if the restarted one forgets the leader it acked,
-			// the cut-off one can be elected inside the leader's lease.
-			if !hasLeader || len(followers) < 2 {
-				continue
-			}
-			b, cf := followers[0], followers[1]
-			log.add("restart-in-lease", "region %d leader %d, cut %d, restart %d", r.ID, leader, cf, b)
-			cutLink := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
-				return (m.FromStore == leader && m.ToStore == cf) || (m.FromStore == cf && m.ToStore == leader), 0
-			}))
-			sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
-			if c.StopStore(b) == nil {
-				_ = c.StartStore(b)
-			}
-			sleep(hold)
-			cutLink()
+			n.restartInLease(r, leader, hasLeader, followers, hold)
+		case 11:
+			n.lostAckAcrossSplit()
 		}
+	}
+}
+
+// freeStore returns a store holding no replica of r.
+func (n *nemesis) freeStore(r region.Region) (uint64, bool) {
+	for _, id := range n.c.IDs() {
+		if _, has := r.PeerOnStore(id); !has {
+			return id, true
+		}
+	}
+	return 0, false
+}
+
+func (n *nemesis) move(leader, regionID, from, to uint64) {
+	s, up := n.c.Store(leader)
+	if !up {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = s.MovePeer(ctx, regionID, from, to)
+	cancel()
+}
+
+// abandonedTransfer: a transfer whose caller gives up at once while its
+// target lags. Raft keeps the transfer live and sends MsgTimeoutNow once
+// the target catches up; the old leader is cut off at that moment, the
+// target is elected, and the probe checks the old leader's lease reads.
+func (n *nemesis) abandonedTransfer(r region.Region, leader uint64, hasLeader bool, followers []uint64, hold time.Duration) {
+	c := n.c
+	s, up := c.Store(leader)
+	key, hasKey := n.keyIn(r)
+	if !hasLeader || !up || !hasKey || len(followers) == 0 {
+		return
+	}
+	target := followers[0]
+	n.log.add("abandoned-transfer", "region %d %d -> %d, probe %q", r.ID, leader, target, key)
+	lag := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+		return m.ToStore == target && m.Msg.Type == raftpb.MsgApp, 0
+	}))
+	// An entry the target does not have, so that raft holds the transfer
+	// until it catches up. (Not a client key: it is not in the history.)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_ = c.Put(ctx, []byte(key+"~"), []byte("nemesis"))
+	cancel()
+	var cut atomic.Bool
+	isolate := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+		if cut.Load() {
+			return m.FromStore == leader || m.ToStore == leader, 0
+		}
+		if m.FromStore == leader && m.Msg.Type == raftpb.MsgTimeoutNow {
+			cut.Store(true)
+		}
+		return false, 0
+	}))
+	defer isolate()
+	tctx, tcancel := context.WithTimeout(context.Background(), time.Duration(1+n.rng.IntN(20))*time.Millisecond)
+	_ = s.TransferLeader(tctx, r.ID, target)
+	tcancel()
+	// A ReadIndex round while raft still holds the transferee.
+	rctx, rcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	_, _, _, _ = s.Get(rctx, raftstore.ReadOptions{}, []byte(key))
+	rcancel()
+	n.sleep(time.Duration(n.rng.IntN(30)) * time.Millisecond)
+	lag()
+	deadline := time.Now().Add(time.Second)
+	for !cut.Load() && time.Now().Before(deadline) {
+		if !n.sleep(2 * time.Millisecond) {
+			return
+		}
+	}
+	if cut.Load() {
+		if _, ok := n.newLeaderOf(r.ID, leader, time.Second); ok {
+			n.probeStaleLeader(leader, key)
+		}
+	}
+	n.sleep(hold)
+}
+
+// restartInLease: one follower (cf) is cut off from the leader and keeps
+// campaigning; the leader's lease is renewed; the other follower (b)
+// restarts and no longer hears from the leader. If b forgot the leader it
+// acked, cf is elected inside the leader's lease; the probe checks.
+func (n *nemesis) restartInLease(r region.Region, leader uint64, hasLeader bool, followers []uint64, hold time.Duration) {
+	c := n.c
+	key, hasKey := n.keyIn(r)
+	if !hasLeader || !hasKey || len(followers) < 2 {
+		return
+	}
+	b, cf := followers[0], followers[1]
+	if b == 3 { // store 3 campaigns sooner: make it the cut-off one
+		b, cf = cf, b
+	}
+	n.log.add("restart-in-lease", "region %d leader %d, cut %d, restart %d, probe %q", r.ID, leader, cf, b, key)
+	link := func(x, y uint64) raftstore.Filter {
+		return raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+			return (m.FromStore == x && m.ToStore == y) || (m.FromStore == y && m.ToStore == x), 0
+		})
+	}
+	cutLC := c.Net.AddFilter(link(leader, cf))
+	defer cutLC()
+	// Let cf's election clock run out so it is campaigning.
+	if !n.sleep(15 * n.run.tick) {
+		return
+	}
+	n.renewLease(leader, r.ID, key)
+	cutLB := c.Net.AddFilter(link(leader, b))
+	defer cutLB()
+	if c.StopStore(b) == nil {
+		_ = c.StartStore(b)
+	}
+	if _, ok := n.newLeaderOf(r.ID, leader, 20*n.run.tick); ok {
+		n.probeStaleLeader(leader, key)
+	}
+	n.sleep(hold)
+}
+
+// lostAckAcrossSplit: a write whose acknowledgement is lost, then its key
+// is split off into a new region that gains a replica by snapshot on a
+// store that never saw the write, then the client retries with the same
+// request ID. Every replica must decide the retry alike.
+func (n *nemesis) lostAckAcrossSplit() {
+	c, rng := n.c, n.rng
+	key := splitKeys[rng.IntN(len(splitKeys))]
+	n.seq++
+	val := fmt.Sprintf("lost.%d", n.seq)
+	id := rng.Uint64() | 1
+	n.log.add("lost-ack-across-split", "put(%q) id %x, split at %q, move a replica, retry", key, id, key)
+	call := n.h.now()
+	first, cancel := context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(3))*time.Millisecond)
+	_ = c.PutWithID(first, id, []byte(key), []byte(val))
+	cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = c.Split(ctx, []byte(key))
+	cancel()
+	if r, ok := c.RegionOf([]byte(key)); ok {
+		leader, hasLeader := c.Leader(r.ID)
+		to, free := n.freeStore(r)
+		for _, pr := range r.Peers {
+			if hasLeader && free && pr.StoreID != leader && !pr.IsLearner {
+				n.move(leader, r.ID, pr.StoreID, to)
+				break
+			}
+		}
+	}
+	retry, cancel := context.WithTimeout(context.Background(), time.Second)
+	err := c.PutWithID(retry, id, []byte(key), []byte(val))
+	cancel()
+	recordRetried(n.h, probeClient, key, val, call, err, n.run.dedupWindow > 0)
+}
+
+// recordRetried records a write that was sent twice under one request ID.
+// With the dedup window at its default the two are one operation; with a
+// tiny window the retry may legitimately apply again, so they are two
+// writes of unknown outcome.
+func recordRetried(h *history, client int, key, val string, call int64, err error, twice bool) {
+	in := kvInput{Put: true, Key: key, Value: val}
+	switch {
+	case twice:
+		h.add(porcupine.Operation{ClientId: client, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+		h.add(porcupine.Operation{ClientId: client, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+	case err != nil:
+		h.add(porcupine.Operation{ClientId: client, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+	default:
+		h.add(porcupine.Operation{ClientId: client, Input: in, Call: call, Output: kvOutput{}, Return: h.now()})
 	}
 }
 
@@ -338,7 +548,8 @@ func (cs *clientState) regionFor(c *raftstoretest.Cluster, key string, refresh b
 
 // nemesisDuration is how long each seed runs; clockSkew whether stores get
 // skewed clocks (within the drift margin and the max clock offset).
-func runLinearizability(seed uint64, duration time.Duration) {
+func runLinearizability(run nemesisRun, duration time.Duration) {
+	seed := run.seed
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	// Clocks skewed within what the lease and the staleness bounds allow
 	// for: a rate off by up to 3% (the lease gives up 10%), an offset of
@@ -349,6 +560,8 @@ func runLinearizability(seed uint64, duration time.Duration) {
 		skews[id] = raftstoretest.SkewedClock(time.Duration(rng.IntN(41)-20)*time.Millisecond, 0.97+rng.Float64()*0.06)
 	}
 	c := startCluster(raftstoretest.Options{
+		TickInterval:       run.tick,
+		DedupWindow:        run.dedupWindow,
 		LogGCThreshold:     200,
 		StoreElectionTicks: map[uint64]int{3: 6},
 		Clock:              func(id uint64) func() time.Time { return skews[id] },
@@ -358,7 +571,7 @@ func runLinearizability(seed uint64, duration time.Duration) {
 	_, err := c.AddStore()
 	Expect(err).NotTo(HaveOccurred())
 	h := &history{base: time.Now()}
-	keys := []string{"a", "b", "c", "d", "e", "f"}
+	keys := nemesisKeys
 	const clients = 6
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -402,17 +615,12 @@ func runLinearizability(seed uint64, duration time.Duration) {
 					cancelFirst()
 					select {
 					case <-stop:
-					case <-time.After(time.Duration(50+crng.IntN(300)) * time.Millisecond):
+					case <-time.After(retryDelay(crng, run)):
 					}
 					retry, cancelRetry := context.WithTimeout(context.Background(), time.Second)
 					err := c.PutWithID(retry, id, []byte(key), []byte(val))
 					cancelRetry()
-					in := kvInput{Put: true, Key: key, Value: val}
-					if err != nil {
-						h.add(porcupine.Operation{ClientId: cl, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
-					} else {
-						h.add(porcupine.Operation{ClientId: cl, Input: in, Call: call, Output: kvOutput{}, Return: h.now()})
-					}
+					recordRetried(h, cl, key, val, call, err, run.dedupWindow > 0)
 				case r < 13:
 					v, found, err := c.Get(ctx, []byte(key))
 					if err == nil {
@@ -441,10 +649,12 @@ func runLinearizability(seed uint64, duration time.Duration) {
 		}()
 	}
 	faults := &faultLog{}
+	nem := &nemesis{c: c, run: run, rng: rng, stop: stop, log: faults, h: h}
 	nemesisDone := make(chan struct{})
 	go func() {
+		defer GinkgoRecover()
 		defer close(nemesisDone)
-		nemesis(c, rng, stop, faults)
+		nem.loop()
 	}()
 	time.Sleep(duration)
 	close(stop)
@@ -461,7 +671,8 @@ func runLinearizability(seed uint64, duration time.Duration) {
 			reads++
 		}
 	}
-	GinkgoWriter.Printf("seed %d: %d operations (%d reads) in %v, %d regions, %s\n", seed, len(h.ops), reads, duration, len(c.Regions()), faults.summary())
+	GinkgoWriter.Printf("seed %d (tick %v, dedup window %d): %d operations (%d reads, %d by probes) in %v, %d regions, %s\n",
+		seed, run.tick, run.dedupWindow, len(h.ops), reads, nem.probes, duration, len(c.Regions()), faults.summary())
 	Expect(reads).To(BeNumerically(">", 20), "too few successful reads to check anything")
 
 	res, info := porcupine.CheckOperationsVerbose(kvModel, h.ops, 60*time.Second)
@@ -477,13 +688,23 @@ func runLinearizability(seed uint64, duration time.Duration) {
 	// startCluster's cleanup then checks that every region's replicas agree.
 }
 
+// retryDelay is how long a client waits before retrying a write whose
+// acknowledgement it lost: with a tiny dedup window, sometimes longer than
+// the window lasts.
+func retryDelay(rng *rand.Rand, run nemesisRun) time.Duration {
+	if run.dedupWindow > 0 {
+		return time.Duration(50+rng.IntN(1500)) * time.Millisecond
+	}
+	return time.Duration(50+rng.IntN(300)) * time.Millisecond
+}
+
 var _ = Describe("linearizability", func() {
 	duration := nemesisEnv("HEDGEKV_NEMESIS_SECONDS", 4*time.Second)
 	DescribeTable("puts and gets in every read mode under a nemesis",
-		func(seed uint64) { runLinearizability(seed, duration) },
-		Entry("seed 1", uint64(1)),
-		Entry("seed 2", uint64(2)),
-		Entry("seed 3", uint64(3)),
-		Entry("seed 4", uint64(4)),
+		func(run nemesisRun) { runLinearizability(run, duration) },
+		Entry("seed 1", nemesisRun{seed: 1, tick: 10 * time.Millisecond}),
+		Entry("seed 2", nemesisRun{seed: 2, tick: 10 * time.Millisecond}),
+		Entry("seed 3, 50ms ticks (longer leases)", nemesisRun{seed: 3, tick: 50 * time.Millisecond}),
+		Entry("seed 4, a dedup window retries outlive", nemesisRun{seed: 4, tick: 10 * time.Millisecond, dedupWindow: 100}),
 	)
 })
