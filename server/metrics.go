@@ -124,5 +124,9 @@ func (m *metrics) registerStoreStats(stats func() raftstore.Stats) {
 			func(s raftstore.Stats) uint64 { return s.SnapshotsApplied }),
 		counter("hedgekv_store_ready_rounds_total", "Ready-loop rounds that committed a bbolt transaction.",
 			func(s raftstore.Stats) uint64 { return s.ReadyRounds }),
+		counter("hedgekv_store_votes_refused_total", "Vote requests ignored in the election timeout after a peer started (it may have forgotten the leader it acked).",
+			func(s raftstore.Stats) uint64 { return s.VotesRefused }),
+		counter("hedgekv_store_safe_points_refused_total", "Safe points refused because the leader's clock was ahead by more than the max clock offset.",
+			func(s raftstore.Stats) uint64 { return s.SafePointsRefused }),
 	)
 }

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
@@ -248,5 +249,41 @@ var _ = Describe("read safety", func() {
 		putOn(c, newLeader, "x", "v2")
 		v, _, _, err := readOn(c, 1, raftstore.ReadOptions{}, "x", 100*time.Millisecond)
 		Expect(v).NotTo(Equal("v1"), "store 1 served the overwritten value from its lease (err %v)", err)
+	})
+
+	It("refuses safe points from a leader whose clock is further ahead than the max clock offset", func() {
+		// Store 2's clock runs 200ms behind the others: a safe point from
+		// store 1 looks 200ms in its future, which the 50ms max clock
+		// offset says cannot happen. Store 3's is 20ms behind: within it.
+		c := startCluster(raftstoretest.Options{Clock: func(id uint64) func() time.Time {
+			switch id {
+			case 2:
+				return raftstoretest.SkewedClock(-200*time.Millisecond, 1)
+			case 3:
+				return raftstoretest.SkewedClock(-20*time.Millisecond, 1)
+			}
+			return time.Now
+		}})
+		ctx := ctxFor(20 * time.Second)
+		Expect(c.Put(ctx, []byte("x"), []byte("v"))).To(Succeed())
+		transferTo(c, 1)
+		waitCaughtUp(c, 1)
+		stale := raftstore.ReadOptions{ReplicaRead: true, MaxStaleness: 2 * time.Second}
+		Eventually(func() error {
+			_, _, info, err := readOn(c, 3, stale, "x", 100*time.Millisecond)
+			if err == nil && info.Mode != raftstore.ReadModeStale {
+				return fmt.Errorf("served as %v", info.Mode)
+			}
+			return err
+		}).WithTimeout(5 * time.Second).Should(Succeed())
+		Consistently(func() error {
+			_, _, info, err := readOn(c, 2, stale, "x", 100*time.Millisecond)
+			if err == nil && info.Mode == raftstore.ReadModeStale {
+				return fmt.Errorf("store 2 served a stale read from a safe point it should have refused")
+			}
+			return nil
+		}).WithTimeout(500 * time.Millisecond).Should(Succeed())
+		Expect(mustStore(c, 2).Stats().SafePointsRefused).To(BeNumerically(">", 0))
+		Expect(mustStore(c, 3).Stats().SafePointsRefused).To(BeZero())
 	})
 })
