@@ -2,7 +2,7 @@
 #
 #   make build   bin/hedgekv
 #   make test    gofmt check, go vet, unit + cluster tests with -race, then the
-#                multi-process tests (smoke, multistore) against bin/hedgekv
+#                multi-process tests (smoke, multistore, wan) against bin/hedgekv
 #   make demo    a local three-store cluster, a few commands, two YCSB runs
 #   make proto   regenerate server/pb from server/pb/hedgekv.proto
 
@@ -15,7 +15,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # 15 minutes on 2 cores.
 TEST_TIMEOUT  ?= 10m
 SMOKE_TIMEOUT ?= 10m
-SMOKE_PKG     := ./test/smoke/... ./test/multistore/...
+SMOKE_PKG     := ./test/smoke/... ./test/multistore/... ./test/wan/...
 
 .PHONY: all build test unit-test smoke-test fmt fmt-check vet demo proto tools \
 	clean clean-cluster
@@ -28,9 +28,10 @@ build:
 # Everything except the multi-process tests, which run processes of their
 # own and are run without -race against the built binary.
 unit-test:
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e '/test/smoke' -e '/test/multistore')
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e '/test/smoke' -e '/test/multistore' -e '/test/wan')
 
-# One package at a time: both time fail-overs of real processes.
+# One package at a time: they time fail-overs (and, in test/wan, simulated WAN
+# latency) of real processes.
 smoke-test: build
 	HEDGEKV_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -count=1 -timeout $(SMOKE_TIMEOUT) $(SMOKE_PKG)
 

@@ -6,14 +6,26 @@
 #   scripts/cluster.sh status
 #   scripts/cluster.sh kill N          # kill -9 store N
 #   scripts/cluster.sh restart N       # start store N again with the same args
-#   scripts/cluster.sh partition N     # needs the simulated network (--topology)
-#   scripts/cluster.sh heal
+#   scripts/cluster.sh partition N [--mode blackhole|disconnect]   # needs --topology
+#   scripts/cluster.sh heal            # end every partition (needs --topology)
 #   scripts/cluster.sh endpoints       # print the cluster's gRPC endpoints
 #   scripts/cluster.sh clean           # stop, then remove $CLUSTER_DIR
 #
 # Stores 1-3 listen on 127.0.0.1:GRPC_PORT_BASE+N (gRPC) and
 # 127.0.0.1:STATUS_PORT_BASE+N (status HTTP: /metrics, /status), in zones
 # dc-a, dc-b, dc-c. Each store's data, log and pid file live in $CLUSTER_DIR.
+#
+# The simulated WAN (docs/topology.md): `start --topology default` (or a
+# topology FILE placing stores 1, 2 and 3) first runs `hedgekv netsim` in
+# the background (netsim.log, netsim.pid in $CLUSTER_DIR), then each store in
+# its topology zone, advertising the netsim proxy of every zone's link to it
+# (--advertise-zone-addrs), so stores reach each other, and a client started
+# with `--zone Z` reaches them, through zone Z's proxies:
+#     bin/hedgekv --zone dc-b get KEY   # from dc-b: 28 ms round trip to dc-a/dc-c
+# `partition N` cuts store N off from the other stores and from clients of
+# other zones (its own listen address stays reachable); `heal` ends every
+# partition; `status` shows the netsim too; `stop` stops the stores, then the
+# netsim. Without --topology there is no netsim, and partition/heal say so.
 #
 # Environment:
 #   BIN               hedgekv binary              (default: <repo>/bin/hedgekv)
@@ -22,15 +34,24 @@
 #   STATUS_PORT_BASE  store N status port = base+N (default: 20180)
 #   GRPC_PORTS        "p1,p2,p3": explicit gRPC ports, overrides the base
 #   STATUS_PORTS      "p1,p2,p3": explicit status ports, overrides the base
+#   NETSIM_PORT_BASE  netsim --port-base: zone i's proxy to store s listens on
+#                     base+100*i+s (default: 21000; 0: free ports chosen by
+#                     the netsim, read back from `netsim status`)
+#   NETSIM_CONTROL    netsim control API address   (default: 127.0.0.1:21999)
+#   BALANCE=off       start servers with --balance-interval -1s: no store moves
+#                     leaders or replicas, so a leader put somewhere with
+#                     `bin/hedgekv ctl transfer-leader REGION STORE` stays there
+#                     (BALANCE=DURATION, e.g. 1s, sets the interval; default 5s)
 #   FAULTS=1          start servers with --allow-faults
 #   TICK              pass --tick TICK to the servers (e.g. 50ms)
 #   START_TIMEOUT     seconds `start`/`restart` wait for leaders (default: 30)
 #   STOP_TIMEOUT      seconds `stop` waits after SIGTERM before SIGKILL (default: 10)
 #
-# The ports a cluster was started with are remembered in
-# $CLUSTER_DIR/cluster.conf, and each store's exact command line in
-# $CLUSTER_DIR/storeN.args, so later commands (status, kill, restart, stop)
-# act on that cluster whatever the environment says then.
+# The ports (and topology) a cluster was started with are remembered in
+# $CLUSTER_DIR/cluster.conf, each store's exact command line in
+# $CLUSTER_DIR/storeN.args and the netsim's in netsim.args, so later commands
+# (status, kill, restart, partition, heal, stop) act on that cluster whatever
+# the environment says then.
 
 set -euo pipefail
 
@@ -38,16 +59,26 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 
 STORES=(1 2 3)
-ZONES=(dc-a dc-b dc-c) # store N is in ZONES[N-1]
+DEFAULT_ZONES=(dc-a dc-b dc-c)
+ZONES=("${DEFAULT_ZONES[@]}") # store N is in ZONES[N-1] (the topology's, behind netsim)
 
 CLUSTER_DIR=${CLUSTER_DIR:-$ROOT/.cluster}
 BIN=${BIN:-$ROOT/bin/hedgekv}
 START_TIMEOUT=${START_TIMEOUT:-30}
 STOP_TIMEOUT=${STOP_TIMEOUT:-10}
 CTL_TIMEOUT=${CTL_TIMEOUT:-5}
+NETSIM_TIMEOUT=${NETSIM_TIMEOUT:-15}
 
 GPORTS=()
 SPORTS=()
+# The simulated network: TOPOLOGY is "" (none), "default" or a file's
+# absolute path; NS_BASE and NS_CONTROL are netsim's --port-base and
+# --control; ZADDRS[N-1] is store N's --advertise-zone-addrs.
+TOPOLOGY=""
+NS_BASE=21000
+NS_CONTROL=127.0.0.1:21999
+ZADDRS=()
+BALANCE_FLAG="" # the servers' --balance-interval, from BALANCE (balance_flag)
 
 # ---------------------------------------------------------------- helpers
 
@@ -60,8 +91,9 @@ die() {
 	exit "$code"
 }
 
+# usage prints the comment block at the top of this file.
 usage() {
-	sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+	awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "${BASH_SOURCE[0]}"
 }
 
 abspath() {
@@ -131,10 +163,27 @@ pid_file() { printf '%s/store%s.pid\n' "$CLUSTER_DIR" "$1"; }
 log_file() { printf '%s/store%s.log\n' "$CLUSTER_DIR" "$1"; }
 args_file() { printf '%s/store%s.args\n' "$CLUSTER_DIR" "$1"; }
 data_dir() { printf '%s/store%s\n' "$CLUSTER_DIR" "$1"; }
+netsim_pid_file() { printf '%s/netsim.pid\n' "$CLUSTER_DIR"; }
+netsim_log_file() { printf '%s/netsim.log\n' "$CLUSTER_DIR"; }
+netsim_args_file() { printf '%s/netsim.args\n' "$CLUSTER_DIR"; }
+
+# check_netsim_env: NS_BASE and NS_CONTROL are usable.
+check_netsim_env() {
+	if ! [[ $NS_BASE =~ ^[0-9]+$ ]] || ((10#$NS_BASE >= 65536)); then
+		die 2 "bad NETSIM_PORT_BASE '$NS_BASE' (0 picks free ports)"
+	fi
+	if ! [[ $NS_CONTROL =~ ^[^:]+:([0-9]+)$ ]] || ! is_port "${BASH_REMATCH[1]}"; then
+		die 2 "bad NETSIM_CONTROL '$NS_CONTROL': want HOST:PORT (e.g. 127.0.0.1:21999)"
+	fi
+}
 
 ports_from_env() {
 	parse_ports GPORTS "${GRPC_PORTS:-}" "${GRPC_PORT_BASE:-20160}"
 	parse_ports SPORTS "${STATUS_PORTS:-}" "${STATUS_PORT_BASE:-20180}"
+	TOPOLOGY=""
+	NS_BASE=${NETSIM_PORT_BASE:-21000}
+	NS_CONTROL=${NETSIM_CONTROL:-127.0.0.1:21999}
+	ZONES=("${DEFAULT_ZONES[@]}")
 }
 
 # Load the configuration the running (or last) cluster was started with;
@@ -152,6 +201,13 @@ load_conf() {
 		GRPC_PORTS) parse_ports GPORTS "$val" 0 ;;
 		STATUS_PORTS) parse_ports SPORTS "$val" 0 ;;
 		BIN) BIN=$val ;;
+		TOPOLOGY) TOPOLOGY=$val ;;
+		NETSIM_PORT_BASE) NS_BASE=$val ;;
+		NETSIM_CONTROL) NS_CONTROL=$val ;;
+		ZONES)
+			IFS=, read -r -a ZONES <<<"$val"
+			((${#ZONES[@]} == ${#STORES[@]})) || ZONES=("${DEFAULT_ZONES[@]}")
+			;;
 		esac
 	done <"$f"
 }
@@ -169,8 +225,63 @@ save_conf() {
 			echo "${SPORTS[*]}"
 		)"
 		printf 'BIN=%s\n' "$BIN"
+		printf 'ZONES=%s\n' "$(
+			IFS=,
+			echo "${ZONES[*]}"
+		)"
+		if [[ -n $TOPOLOGY ]]; then
+			printf 'TOPOLOGY=%s\n' "$TOPOLOGY"
+			printf 'NETSIM_PORT_BASE=%s\n' "$NS_BASE"
+			printf 'NETSIM_CONTROL=%s\n' "$NS_CONTROL"
+		fi
+		printf 'NETWORK=%s\n' "$(network_signature)"
 	} >"$f.tmp"
 	mv "$f.tmp" "$f"
+}
+
+# network_signature: the netsim addresses the stores advertise ("none"
+# without a netsim; "" while they are not known yet).
+network_signature() {
+	local n out=""
+	if [[ -z $TOPOLOGY ]]; then
+		echo none
+		return
+	fi
+	((${#ZADDRS[@]} == ${#STORES[@]})) || return 0
+	for n in "${STORES[@]}"; do out+="${out:+;}$n:${ZADDRS[$n - 1]}"; done
+	printf '%s\n' "$out"
+}
+
+# conf_value KEY : KEY's value in the cluster.conf there is, if any.
+conf_value() {
+	local f
+	f=$(conf_file)
+	[[ -f $f ]] || return 0
+	grep -m1 "^$1=" "$f" | cut -d= -f2- || true
+}
+
+has_data() {
+	local n
+	for n in "${STORES[@]}"; do
+		[[ -d $(data_dir "$n") && -n $(ls -A "$(data_dir "$n")" 2>/dev/null) ]] && return 0
+	done
+	return 1
+}
+
+# check_network OLD_SIGNATURE OLD_TOPOLOGY : fail if the stores' data was
+# last run behind netsim proxies other than the ones they get now. Each
+# store remembers its peers' addresses per zone (storeN/peers.json) and
+# dials its peers only there, so with the proxies gone or moved the
+# stores would never find each other again.
+check_network() {
+	local old=$1 old_topology=$2 now
+	[[ -n $old && $old != none ]] || return 0
+	has_data || return 0
+	now=$(network_signature)
+	[[ $now != "$old" ]] || return 0
+	warn "the data in $CLUSTER_DIR was last run behind the simulated network (topology $old_topology); each store remembers its peers' netsim proxy addresses and dials them only there, so without that netsim, or with its proxies elsewhere, the stores would not find each other"
+	warn "start it as it was ('scripts/cluster.sh start --topology $old_topology' with the same NETSIM_PORT_BASE), or remove its data first ('scripts/cluster.sh clean')"
+	return 1
 }
 
 grpc_addr() { printf '127.0.0.1:%s\n' "${GPORTS[$1 - 1]}"; }
@@ -240,8 +351,30 @@ server_args() {
 		--peers "$(peers_flag)"
 		--zone "$(zone_of "$n")"
 		--data-dir "$(data_dir "$n")")
+	if [[ -n $TOPOLOGY ]]; then
+		[[ -n ${ZADDRS[$n - 1]:-} ]] || die 1 "internal: no netsim addresses for store $n"
+		SERVER_ARGS+=(--advertise-zone-addrs "${ZADDRS[$n - 1]}")
+	fi
 	if [[ -n ${TICK:-} ]]; then SERVER_ARGS+=(--tick "$TICK"); fi
 	if [[ ${FAULTS:-0} == 1 ]]; then SERVER_ARGS+=(--allow-faults); fi
+	if [[ -n $BALANCE_FLAG ]]; then SERVER_ARGS+=(--balance-interval "$BALANCE_FLAG"); fi
+}
+
+# balance_flag: BALANCE=off|on|DURATION -> BALANCE_FLAG, the servers'
+# --balance-interval ("" leaves the servers' default, 5s). A negative
+# interval turns the balancer off: leaders and replicas stay where they are
+# put (ctl transfer-leader), as the WAN scenarios need.
+balance_flag() {
+	local b=${BALANCE:-}
+	case $b in
+	"" | on) BALANCE_FLAG="" ;;
+	off | 0 | false | no) BALANCE_FLAG=-1s ;;
+	*)
+		[[ $b =~ ^[0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h)$ && ! $b =~ ^0+(\.0+)?[a-z]+$ ]] ||
+			die 2 "bad BALANCE '$b': want off, on, or an interval such as 1s or 500ms"
+		BALANCE_FLAG=$b
+		;;
+	esac
 }
 
 # launch N ARGS... : start store N in the background with exactly ARGS.
@@ -263,6 +396,214 @@ check_bin() {
 	else
 		have "$BIN" || die 1 "binary $BIN not found in PATH (run 'make build', or set BIN)"
 	fi
+}
+
+# ---------------------------------------------------------------- netsim
+
+# The pid of the netsim this cluster runs behind, if it is alive, else fail.
+netsim_pid() {
+	local f pid cmd
+	f=$(netsim_pid_file)
+	[[ -f $f ]] || return 1
+	pid=$(<"$f")
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	kill -0 "$pid" 2>/dev/null || return 1
+	if [[ -d /proc/$pid ]]; then
+		cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
+		[[ $cmd == *" netsim "*"--control $NS_CONTROL"* ]] || return 1
+	fi
+	printf '%s\n' "$pid"
+}
+
+upstream_flag() {
+	local n out=()
+	for n in "${STORES[@]}"; do out+=("$n=$(grpc_addr "$n")"); done
+	(
+		IFS=,
+		echo "${out[*]}"
+	)
+}
+
+netsim_log_tail() {
+	local f
+	f=$(netsim_log_file)
+	[[ -f $f ]] || return 0
+	printf -- '--- netsim log (last 20 lines of %s) ---\n' "$f" >&2
+	tail -n 20 "$f" >&2 || true
+}
+
+# netsim_ctl ARGS... : a `hedgekv netsim` subcommand against this cluster's netsim.
+netsim_ctl() { hk netsim "$@" --control "$NS_CONTROL"; }
+
+# start_netsim: run `hedgekv netsim` in the background (with the args it was
+# started with before, if any, so that its proxies keep their addresses),
+# and wait until its control API answers.
+start_netsim() {
+	local log f i pid out size
+	log=$(netsim_log_file)
+	f=$(netsim_args_file)
+	mkdir -p "$CLUSTER_DIR"
+	if [[ -f $f ]]; then
+		mapfile -d '' -t NETSIM_ARGS <"$f"
+	else
+		NETSIM_ARGS=(netsim --topology "$TOPOLOGY" --upstream "$(upstream_flag)"
+			--port-base "$NS_BASE" --control "$NS_CONTROL")
+		printf '%s\0' "${NETSIM_ARGS[@]}" >"$f"
+	fi
+	printf '=== %s: %s %s\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$BIN" "${NETSIM_ARGS[*]}" >>"$log"
+	size=$(wc -c <"$log")
+	nohup "$BIN" "${NETSIM_ARGS[@]}" >>"$log" 2>&1 </dev/null &
+	pid=$!
+	echo "$pid" >"$(netsim_pid_file)"
+	for ((i = 0; i < NETSIM_TIMEOUT * 5; i++)); do
+		# Not netsim_pid: right after the fork the child may not have
+		# exec'd the binary yet.
+		if ! kill -0 "$pid" 2>/dev/null; then
+			wait "$pid" 2>/dev/null || true
+			rm -f "$(netsim_pid_file)"
+			netsim_log_tail
+			out=$(tail -c +"$((size + 1))" "$log" | grep -v '^netsim: [0-9]* zones' | tail -n 1)
+			out=${out#hedgekv: }
+			case $out in
+			*upstream* | *"topology:"*)
+				die 1 "netsim did not start: $out (the topology must place this cluster's stores 1, 2 and 3, and only them, each in one zone)"
+				;;
+			esac
+			die 1 "netsim did not start: ${out:-it exited} (log $log)"
+		fi
+		# Ours answers, not another one on the same control address.
+		if out=$(netsim_ctl status --json 2>/dev/null) &&
+			[[ $(tr -d ' \t\r\n' <<<"$out") == *"\"upstream\":\"$(grpc_addr 1)\""* ]]; then
+			say "netsim started (pid $pid, topology $TOPOLOGY, control $NS_CONTROL, log $log)"
+			return 0
+		fi
+		sleep 0.2
+	done
+	netsim_log_tail
+	kill -TERM "$pid" 2>/dev/null || true
+	rm -f "$(netsim_pid_file)"
+	die 1 "netsim (pid $pid) did not answer on $NS_CONTROL within ${NETSIM_TIMEOUT}s; stopped it"
+}
+
+# ensure_netsim: the netsim of a cluster with a topology is running.
+ensure_netsim() {
+	if netsim_pid >/dev/null; then return 0; fi
+	rm -f "$(netsim_pid_file)"
+	if [[ -f $(netsim_args_file) && $NS_BASE == 0 ]]; then
+		# Its proxies were on free ports: a new netsim would not get them
+		# back, and the stores advertise the old ones.
+		die 1 "the cluster's netsim is not running, and it ran with NETSIM_PORT_BASE=0 (free ports), so it cannot come back on the addresses the stores advertise: run 'scripts/cluster.sh stop', then 'start --topology $TOPOLOGY' again"
+	fi
+	start_netsim
+}
+
+# read_topology: ask the running netsim where each store sits and where
+# each zone reaches it; fill ZONES (store N's zone) and ZADDRS (store N's
+# --advertise-zone-addrs, one netsim proxy per zone). The addresses come
+# from `netsim status --json`, not from the port scheme.
+read_topology() {
+	local json flat link n z s sz addr bad=() missing=()
+	local -A zone_of_store=() addrs=()
+	if ! json=$(netsim_ctl status --json 2>&1); then
+		warn "netsim status: $json"
+		return 1
+	fi
+	flat=$(tr -d ' \t\r\n' <<<"$json")
+	while IFS= read -r link; do
+		[[ $link =~ ^\"zone\":\"([^\"]*)\",\"store\":([0-9]+),\"store_zone\":\"([^\"]*)\",\"address\":\"([^\"]*)\"$ ]] || continue
+		z=${BASH_REMATCH[1]} s=${BASH_REMATCH[2]} sz=${BASH_REMATCH[3]} addr=${BASH_REMATCH[4]}
+		case $s in
+		1 | 2 | 3) ;;
+		*)
+			bad+=("$s")
+			continue
+			;;
+		esac
+		zone_of_store[$s]=$sz
+		addrs[$s]+="${addrs[$s]:+,}$z=$addr"
+	done < <(grep -oE '"zone":"[^"]*","store":[0-9]+,"store_zone":"[^"]*","address":"[^"]*"' <<<"$flat" || true)
+	for n in "${STORES[@]}"; do
+		[[ -n ${zone_of_store[$n]:-} ]] || missing+=("$n")
+	done
+	if ((${#missing[@]} > 0)); then
+		warn "topology $TOPOLOGY does not match this cluster: it puts store(s) ${missing[*]} in no zone (every one of stores 1, 2 and 3 needs one)"
+		return 1
+	fi
+	if ((${#bad[@]} > 0)); then
+		warn "topology $TOPOLOGY does not match this cluster: it places store(s) $(printf '%s\n' "${bad[@]}" | sort -un | paste -sd, -), but the cluster has only stores 1, 2 and 3"
+		return 1
+	fi
+	ZONES=()
+	ZADDRS=()
+	for n in "${STORES[@]}"; do
+		ZONES+=("${zone_of_store[$n]}")
+		ZADDRS+=("${addrs[$n]}")
+	done
+}
+
+# stop_netsim: SIGTERM the netsim, SIGKILL it after STOP_TIMEOUT.
+stop_netsim() {
+	local pid deadline
+	pid=$(netsim_pid) || {
+		rm -f "$(netsim_pid_file)"
+		return 1
+	}
+	kill -TERM "$pid" 2>/dev/null || true
+	deadline=$((SECONDS + STOP_TIMEOUT))
+	while netsim_pid >/dev/null; do
+		if ((SECONDS >= deadline)); then
+			warn "netsim (pid $pid) did not exit ${STOP_TIMEOUT}s after SIGTERM; sending SIGKILL"
+			kill -KILL "$pid" 2>/dev/null || true
+			sleep 0.2
+			break
+		fi
+		sleep 0.1
+	done
+	netsim_pid >/dev/null && die 1 "netsim (pid $pid) is still running"
+	rm -f "$(netsim_pid_file)"
+	return 0
+}
+
+# wait_zone_routes TIMEOUT : until every running store, asked at its own
+# address, lists every store with its zone addresses, so each store dials
+# its peers through its zone's netsim proxies (a store learns them from its
+# peers' Status; until then raft traffic would bypass the simulated WAN).
+wait_zone_routes() {
+	local timeout=$1 deadline n out zoned last="no answer yet" pending
+	deadline=$((SECONDS + timeout))
+	while ((SECONDS < deadline)); do
+		pending=()
+		for n in "${STORES[@]}"; do
+			store_pid "$n" >/dev/null || continue # killed on purpose, say
+			if out=$(hk ctl stores --json --endpoints "$(grpc_addr "$n")" 2>&1); then
+				zoned=$(count_matches '"zone_addresses"[[:space:]]*:' "$out")
+				if ((zoned < ${#STORES[@]})); then
+					pending+=("$n")
+					last="store $n knows the zone addresses of $zoned store(s)"
+				fi
+			else
+				pending+=("$n")
+				last="store $n: $(printf '%s' "$out" | tail -n 1)"
+			fi
+		done
+		if ((${#pending[@]} == 0)); then
+			say "every store reaches its peers through the netsim"
+			return 0
+		fi
+		sleep 0.3
+	done
+	warn "timed out after ${timeout}s waiting for the stores to learn each other's netsim addresses (last: $last)"
+	return 1
+}
+
+# client_hint: how to reach the cluster from a zone.
+client_hint() {
+	local z=${ZONES[1]} ep=""
+	if [[ $(endpoints) != "127.0.0.1:20161,127.0.0.1:20162,127.0.0.1:20163" ]]; then
+		ep=" --endpoints $(endpoints)"
+	fi
+	say "a client in a zone reaches the stores through that zone's proxies, e.g. from $z:"
+	say "  bin/hedgekv --zone $z$ep get KEY"
 }
 
 # wait_leaders TIMEOUT : until `ctl regions --json` shows at least one region
@@ -322,9 +663,14 @@ cmd_start() {
 		esac
 	done
 	[[ $timeout =~ ^[0-9]+$ ]] || die 2 "bad timeout '$timeout'"
-	if [[ -n $topology ]]; then
-		die 2 "start --topology $topology: the simulated network is not built yet (no 'hedgekv netsim'); start without --topology"
-	fi
+	case $topology in
+	"" | default) ;;
+	*)
+		[[ -f $topology && -r $topology ]] || die 2 "--topology $topology: no such readable file (or say 'default')"
+		topology=$(abspath "$topology")
+		;;
+	esac
+	balance_flag
 
 	check_bin
 	mkdir -p "$CLUSTER_DIR"
@@ -336,19 +682,63 @@ cmd_start() {
 		# Act on the cluster that is already there, with its own ports.
 		load_conf
 		check_bin
+		if [[ -n $topology && $topology != "$TOPOLOGY" ]]; then
+			local now="without a simulated network"
+			[[ -z $TOPOLOGY ]] || now="behind topology $TOPOLOGY"
+			die 1 "a cluster is already running in $CLUSTER_DIR (stores ${running[*]}) $now; stop it first ('scripts/cluster.sh stop') to start it with --topology $topology"
+		fi
 		if ((${#running[@]} == ${#STORES[@]})); then
 			say "cluster already running in $CLUSTER_DIR (endpoints $(endpoints))"
 		else
 			say "cluster partly running in $CLUSTER_DIR (stores ${running[*]} up); starting the others"
 		fi
+		if [[ -n $TOPOLOGY ]]; then
+			ensure_netsim
+			read_topology || die 1 "cannot start the other stores behind the netsim"
+		fi
 	else
+		# What network the data was last run behind (check_network).
+		local old_network old_topology
+		old_network=$(conf_value NETWORK)
+		old_topology=$(conf_value TOPOLOGY)
+		# A netsim left behind by an earlier cluster in this directory
+		# (a failed start, say) goes first: its ports may not be ours.
+		if [[ -f $(conf_file) ]] && grep -q '^TOPOLOGY=.' "$(conf_file)"; then
+			load_conf
+			if stop_netsim; then
+				say "stopped the netsim left by the previous cluster in $CLUSTER_DIR"
+			fi
+		fi
+		rm -f "$(netsim_pid_file)" "$(netsim_args_file)"
 		ports_from_env
-		for p in "${GPORTS[@]}" "${SPORTS[@]}"; do
+		TOPOLOGY=$topology
+		local check=("${GPORTS[@]}" "${SPORTS[@]}")
+		if [[ -n $TOPOLOGY ]]; then
+			check_netsim_env
+			check+=("${NS_CONTROL##*:}")
+		fi
+		for p in "${check[@]}"; do
 			if port_in_use "$p"; then
-				die 1 "port $p on 127.0.0.1 is already in use (another cluster? try 'scripts/cluster.sh stop', or set GRPC_PORT_BASE/STATUS_PORT_BASE)"
+				die 1 "port $p on 127.0.0.1 is already in use (another cluster? try 'scripts/cluster.sh stop', or set GRPC_PORT_BASE/STATUS_PORT_BASE${TOPOLOGY:+/NETSIM_CONTROL})"
 			fi
 		done
-		save_conf
+		if [[ -z $TOPOLOGY ]]; then
+			check_network "$old_network" "$old_topology" || die 1 "start refused"
+			save_conf
+		else
+			# cluster.conf is written once the netsim's proxies are known
+			# and fit the data.
+			start_netsim
+			if ! read_topology; then
+				stop_netsim || true
+				die 1 "start failed: the topology does not fit the cluster"
+			fi
+			if ! check_network "$old_network" "$old_topology"; then
+				stop_netsim || true
+				die 1 "start refused"
+			fi
+			save_conf # the topology's zones and proxies
+		fi
 	fi
 
 	for n in "${STORES[@]}"; do
@@ -360,7 +750,11 @@ cmd_start() {
 	if ! wait_leaders "$timeout"; then
 		die 1 "start failed; logs in $CLUSTER_DIR (stop it with 'scripts/cluster.sh stop')"
 	fi
+	if [[ -n $TOPOLOGY ]]; then
+		wait_zone_routes "$timeout" || die 1 "start failed; logs in $CLUSTER_DIR (stop it with 'scripts/cluster.sh stop')"
+	fi
 	say "cluster up: endpoints $(endpoints)"
+	if [[ -n $TOPOLOGY ]]; then client_hint; fi
 }
 
 # stop_stores N... : SIGTERM the given stores, SIGKILL what is left after STOP_TIMEOUT.
@@ -396,7 +790,7 @@ stop_stores() {
 }
 
 cmd_stop() {
-	local n running=()
+	local n running=() stopped=()
 	if [[ ! -d $CLUSTER_DIR ]]; then
 		say "cluster not running (no $CLUSTER_DIR)"
 		return 0
@@ -405,19 +799,28 @@ cmd_stop() {
 	for n in "${STORES[@]}"; do
 		if store_pid "$n" >/dev/null; then running+=("$n"); else rm -f "$(pid_file "$n")"; fi
 	done
-	if ((${#running[@]} == 0)); then
+	if ((${#running[@]} > 0)); then
+		stop_stores "${running[@]}"
+		for n in "${running[@]}"; do
+			if store_pid "$n" >/dev/null; then die 1 "store $n is still running"; fi
+		done
+		stopped+=("store(s) ${running[*]}")
+	fi
+	# The netsim last: the stores' connections go through it until they stop.
+	if [[ -n $TOPOLOGY ]] && stop_netsim; then stopped+=("the netsim"); fi
+	if ((${#stopped[@]} == 0)); then
 		say "cluster not running"
 		return 0
 	fi
-	stop_stores "${running[@]}"
-	for n in "${running[@]}"; do
-		if store_pid "$n" >/dev/null; then die 1 "store $n is still running"; fi
-	done
-	say "stopped store(s) ${running[*]}"
+	if ((${#stopped[@]} == 2)); then
+		say "stopped ${stopped[0]} and ${stopped[1]}"
+	else
+		say "stopped ${stopped[0]}"
+	fi
 }
 
 cmd_status() {
-	local n pid up=0 out
+	local n pid up=0 out ok=1
 	load_conf
 	for n in "${STORES[@]}"; do
 		if pid=$(store_pid "$n"); then
@@ -427,15 +830,53 @@ cmd_status() {
 			printf 'store %s  %-5s %-4s  grpc %s  status %s\n' "$n" "$(zone_of "$n")" down "$(grpc_addr "$n")" "$(status_addr "$n")"
 		fi
 	done
+	((up == ${#STORES[@]})) || ok=0
+	if [[ -n $TOPOLOGY ]]; then
+		if pid=$(netsim_pid); then
+			printf 'netsim   up    topology %s  control %s  pid %s\n' "$TOPOLOGY" "$NS_CONTROL" "$pid"
+		else
+			printf 'netsim   down  topology %s  control %s\n' "$TOPOLOGY" "$NS_CONTROL"
+			ok=0
+		fi
+	fi
 	if ((up > 0)); then
 		echo
-		if out=$(hk ctl stores --endpoints "$(endpoints)" 2>&1); then
+		local eps asked="" cut="" re
+		eps=$(endpoints)
+		if [[ -n $TOPOLOGY ]] && netsim_pid >/dev/null; then
+			# During a partition each side sees the other down: ask a
+			# store that is not cut off, and say which one answers.
+			cut=$(netsim_ctl status --json 2>/dev/null | tr -d ' \t\r\n' | grep -oE '"partitioned":\[[0-9,]*\]' || true)
+			if [[ $cut =~ [0-9] ]]; then
+				for n in "${STORES[@]}"; do
+					re="[[,]${n}[],]"
+					[[ $cut =~ $re ]] && continue
+					store_pid "$n" >/dev/null || continue
+					asked=$n
+					break
+				done
+			fi
+		fi
+		if [[ -n $asked ]]; then
+			eps=$(grpc_addr "$asked")
+			printf 'as store %s (not partitioned) sees them:\n' "$asked"
+		fi
+		if out=$(hk ctl stores --endpoints "$eps" 2>&1); then
 			printf '%s\n' "$out"
 		else
 			printf 'ctl stores failed: %s\n' "$out"
 		fi
 	fi
-	((up == ${#STORES[@]}))
+	if [[ -n $TOPOLOGY ]] && netsim_pid >/dev/null; then
+		echo
+		if out=$(netsim_ctl status 2>&1); then
+			printf 'simulated network (topology %s):\n%s\n' "$TOPOLOGY" "$out"
+		else
+			printf 'netsim status failed: %s\n' "$out"
+			ok=0
+		fi
+	fi
+	((ok == 1))
 }
 
 cmd_kill() {
@@ -463,6 +904,10 @@ cmd_restart() {
 	[[ -d $CLUSTER_DIR ]] || die 1 "no cluster in $CLUSTER_DIR (run 'scripts/cluster.sh start' first)"
 	load_conf
 	check_bin
+	if [[ -n $TOPOLOGY ]]; then
+		# The store's saved args name the netsim's proxies: bring it back too.
+		ensure_netsim
+	fi
 	if store_pid "$n" >/dev/null; then
 		say "store $n is running; stopping it first"
 		stop_stores "$n"
@@ -471,6 +916,10 @@ cmd_restart() {
 	if [[ -f $f ]]; then
 		mapfile -d '' -t SERVER_ARGS <"$f"
 	else
+		if [[ -n $TOPOLOGY ]]; then
+			read_topology || die 1 "cannot restart store $n behind the netsim"
+		fi
+		balance_flag
 		server_args "$n"
 	fi
 	launch "$n" "${SERVER_ARGS[@]}"
@@ -489,20 +938,51 @@ cmd_restart() {
 	}
 	EXPECT_UP=("$n")
 	wait_leaders "$timeout" || die 1 "store $n restarted but regions lack a leader"
+	if [[ -n $TOPOLOGY ]]; then
+		wait_zone_routes "$timeout" || die 1 "store $n restarted but the stores do not reach each other through the netsim"
+	fi
 }
 
-no_netsim() {
-	die 2 "$1: this cluster was not started with --topology, so there is no simulated network to cut (and the simulated network is not built yet)"
+# need_netsim WHAT : the cluster runs behind a live netsim, or say plainly
+# why WHAT cannot be done.
+need_netsim() {
+	load_conf
+	if [[ -z $TOPOLOGY ]]; then
+		die 2 "$1 needs the simulated network, and this cluster was not started with --topology (run 'scripts/cluster.sh stop', then 'scripts/cluster.sh start --topology default')"
+	fi
+	netsim_pid >/dev/null ||
+		die 1 "$1: the cluster's netsim is not running (topology $TOPOLOGY, control $NS_CONTROL; 'scripts/cluster.sh restart N' or 'start' brings it back)"
 }
 
 cmd_partition() {
-	local n=${1:-}
+	local n=${1:-} out
 	check_store_arg "$n"
-	no_netsim "partition $n"
+	shift
+	local extra=()
+	while (($#)); do
+		case $1 in
+		--mode)
+			(($# >= 2)) || die 2 "--mode needs blackhole or disconnect"
+			extra+=(--mode "$2")
+			shift 2
+			;;
+		--mode=*)
+			extra+=("$1")
+			shift
+			;;
+		*) die 2 "partition: unknown argument '$1'" ;;
+		esac
+	done
+	need_netsim "partition $n"
+	out=$(netsim_ctl partition "$n" "${extra[@]}" 2>&1) || die 1 "partition $n: ${out#hedgekv: }"
+	say "store $n ($(zone_of "$n")) cut off from the other stores and from clients of other zones; its own address $(grpc_addr "$n") stays reachable ('scripts/cluster.sh heal' ends it)"
 }
 
 cmd_heal() {
-	no_netsim "heal"
+	local out
+	need_netsim "heal"
+	out=$(netsim_ctl heal 2>&1) || die 1 "heal: ${out#hedgekv: }"
+	say "every partition healed"
 }
 
 cmd_endpoints() {
@@ -530,7 +1010,10 @@ main() {
 	kill) cmd_kill "$@" ;;
 	restart) cmd_restart "$@" ;;
 	partition) cmd_partition "$@" ;;
-	heal) cmd_heal ;;
+	heal)
+		(($# == 0)) || die 2 "heal takes no argument"
+		cmd_heal
+		;;
 	endpoints) cmd_endpoints ;;
 	clean) cmd_clean ;;
 	-h | --help | help) usage ;;
