@@ -234,54 +234,8 @@ save_conf() {
 			printf 'NETSIM_PORT_BASE=%s\n' "$NS_BASE"
 			printf 'NETSIM_CONTROL=%s\n' "$NS_CONTROL"
 		fi
-		printf 'NETWORK=%s\n' "$(network_signature)"
 	} >"$f.tmp"
 	mv "$f.tmp" "$f"
-}
-
-# network_signature: the netsim addresses the stores advertise ("none"
-# without a netsim; "" while they are not known yet).
-network_signature() {
-	local n out=""
-	if [[ -z $TOPOLOGY ]]; then
-		echo none
-		return
-	fi
-	((${#ZADDRS[@]} == ${#STORES[@]})) || return 0
-	for n in "${STORES[@]}"; do out+="${out:+;}$n:${ZADDRS[$n - 1]}"; done
-	printf '%s\n' "$out"
-}
-
-# conf_value KEY : KEY's value in the cluster.conf there is, if any.
-conf_value() {
-	local f
-	f=$(conf_file)
-	[[ -f $f ]] || return 0
-	grep -m1 "^$1=" "$f" | cut -d= -f2- || true
-}
-
-has_data() {
-	local n
-	for n in "${STORES[@]}"; do
-		[[ -d $(data_dir "$n") && -n $(ls -A "$(data_dir "$n")" 2>/dev/null) ]] && return 0
-	done
-	return 1
-}
-
-# check_network OLD_SIGNATURE OLD_TOPOLOGY : fail if the stores' data was
-# last run behind netsim proxies other than the ones they get now. Each
-# store remembers its peers' addresses per zone (storeN/peers.json) and
-# dials its peers only there, so with the proxies gone or moved the
-# stores would never find each other again.
-check_network() {
-	local old=$1 old_topology=$2 now
-	[[ -n $old && $old != none ]] || return 0
-	has_data || return 0
-	now=$(network_signature)
-	[[ $now != "$old" ]] || return 0
-	warn "the data in $CLUSTER_DIR was last run behind the simulated network (topology $old_topology); each store remembers its peers' netsim proxy addresses and dials them only there, so without that netsim, or with its proxies elsewhere, the stores would not find each other"
-	warn "start it as it was ('scripts/cluster.sh start --topology $old_topology' with the same NETSIM_PORT_BASE), or remove its data first ('scripts/cluster.sh clean')"
-	return 1
 }
 
 grpc_addr() { printf '127.0.0.1:%s\n' "${GPORTS[$1 - 1]}"; }
@@ -697,10 +651,6 @@ cmd_start() {
 			read_topology || die 1 "cannot start the other stores behind the netsim"
 		fi
 	else
-		# What network the data was last run behind (check_network).
-		local old_network old_topology
-		old_network=$(conf_value NETWORK)
-		old_topology=$(conf_value TOPOLOGY)
 		# A netsim left behind by an earlier cluster in this directory
 		# (a failed start, say) goes first: its ports may not be ours.
 		if [[ -f $(conf_file) ]] && grep -q '^TOPOLOGY=.' "$(conf_file)"; then
@@ -723,19 +673,13 @@ cmd_start() {
 			fi
 		done
 		if [[ -z $TOPOLOGY ]]; then
-			check_network "$old_network" "$old_topology" || die 1 "start refused"
 			save_conf
 		else
-			# cluster.conf is written once the netsim's proxies are known
-			# and fit the data.
+			# cluster.conf is written once the netsim's proxies are known.
 			start_netsim
 			if ! read_topology; then
 				stop_netsim || true
 				die 1 "start failed: the topology does not fit the cluster"
-			fi
-			if ! check_network "$old_network" "$old_topology"; then
-				stop_netsim || true
-				die 1 "start refused"
 			fi
 			save_conf # the topology's zones and proxies
 		fi

@@ -21,7 +21,11 @@ const peersFile = "peers.json"
 // data directory remembers, grows when stores join, and is written to
 // <data-dir>/peers.json on every change, atomically, so a restarted store
 // still knows the stores that joined while it ran, and how to reach them
-// from its zone.
+// from its zone. The zone addresses are what the stores last advertised,
+// kept whether or not this store dials them (it does only when it is in
+// the simulated WAN itself, see Server.dialZone), and possibly stale after
+// a restart: the learning loop (zoneaddrs.go) refreshes them at the plain
+// addresses.
 type addressBook struct {
 	path string // "" keeps the book in memory only
 
@@ -285,7 +289,9 @@ func (b *addressBook) updateZones(entries map[uint64]map[string]string) ([]uint6
 // dialAddr is the rule by which a store in zone (or a client) picks the
 // address to reach a store at: the store's address for that zone when
 // it advertises one (zones, from --advertise-zone-addrs), else its plain
-// address. A store without a zone always uses the plain address.
+// address. Zone "" always gets the plain address: a store passes it when
+// it has no zone, or no zone addresses of its own (it is not in the
+// simulated WAN, see Server.dialZone).
 func dialAddr(zone, addr string, zones map[string]string) string {
 	if zone != "" {
 		if a := zones[zone]; a != "" {

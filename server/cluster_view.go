@@ -39,8 +39,10 @@ type clusterView struct {
 	ttl     time.Duration
 	timeout time.Duration
 	logger  *slog.Logger
-	// heard, if set, gets every other store's Status answer: what a store
-	// says of itself (its zone addresses) goes to the address book.
+	// heard, if set, gets every other store's Status answer, or nil for a
+	// store that did not answer: what a store says of itself (its zone
+	// addresses) goes to the address book, and a store that could not be
+	// reached is asked again at its plain address (zoneaddrs.go).
 	heard func(id uint64, st *pb.StatusResponse)
 
 	mu     sync.Mutex
@@ -152,7 +154,12 @@ func (v *clusterView) fallback() []*pb.Store {
 }
 
 // collect asks every store in the address book (and this one) for its
-// Status, in parallel, each within the view's timeout.
+// Status, in parallel, each within the view's timeout. It asks them the
+// way raft reaches them (the transport: at their address for this store's
+// zone, in the simulated WAN), so that up means reachable for raft: a store
+// cut off by a partition is listed down, which the balancer and the
+// hibernation wake-up rely on. Learning their addresses does not depend on
+// it (zoneaddrs.go).
 func (v *clusterView) collect(ctx context.Context) []*pb.Store {
 	ids := v.book.ids()
 	if !slices.Contains(ids, v.selfID) {
@@ -193,7 +200,7 @@ func (v *clusterView) collect(ctx context.Context) []*pb.Store {
 	}
 	if v.heard != nil {
 		for i, st := range answers {
-			if st != nil && out[i].GetId() != v.selfID {
+			if out[i].GetId() != v.selfID {
 				v.heard(out[i].GetId(), st)
 			}
 		}

@@ -176,23 +176,25 @@ func (s *Server) learnPeers(peers map[uint64]string) {
 	}
 }
 
-// answersAs reports whether store id's recorded address answers Status as
-// that store: the store is up there, so nobody else may take its id.
+// answersAs reports whether store id's recorded (plain) address answers
+// Status as that store: the store is up there, so nobody else may take its
+// id. It asks at the plain address (callDirect), not through the zone
+// address this store may remember stale, or see cut by a partition.
 func (s *Server) answersAs(ctx context.Context, id uint64) bool {
-	conn, err := s.trans.conn(id)
-	if err != nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, storeStatusTimeout)
-	defer cancel()
-	st, err := pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{})
+	var st *pb.StatusResponse
+	err := s.callDirect(ctx, id, storeStatusTimeout, func(ctx context.Context, a pb.AdminClient) error {
+		var err error
+		st, err = a.Status(ctx, &pb.StatusRequest{})
+		return err
+	})
 	return err == nil && st.GetStoreId() == id
 }
 
 // forwardJoin tells every other known store about the newcomer, in
-// parallel, and waits (bounded) so that when the newcomer hears back the
-// whole cluster can reach it. A store that cannot be told learns of the
-// newcomer later from another store's Status.
+// parallel, at their plain addresses (callDirect: this keeps the address
+// book, as learning does), and waits (bounded) so that when the newcomer
+// hears back the whole cluster can reach it. A store that cannot be told
+// learns of the newcomer later from another store's Status.
 func (s *Server) forwardJoin(ctx context.Context, req *pb.JoinRequest) {
 	fwd := &pb.JoinRequest{StoreId: req.GetStoreId(), Address: req.GetAddress(), Zone: req.GetZone(), ZoneAddresses: req.GetZoneAddresses(), Forwarded: true}
 	var wg sync.WaitGroup
@@ -201,12 +203,10 @@ func (s *Server) forwardJoin(ctx context.Context, req *pb.JoinRequest) {
 			continue
 		}
 		wg.Go(func() {
-			conn, err := s.trans.conn(id)
-			if err == nil {
-				fctx, cancel := context.WithTimeout(ctx, joinForwardTimeout)
-				_, err = pb.NewAdminClient(conn).Join(fctx, fwd)
-				cancel()
-			}
+			err := s.callDirect(ctx, id, joinForwardTimeout, func(ctx context.Context, a pb.AdminClient) error {
+				_, err := a.Join(ctx, fwd)
+				return err
+			})
 			if err != nil {
 				s.logger.Warn("could not forward a join", "joined_store", req.GetStoreId(), "to_store", id, "err", err)
 			}

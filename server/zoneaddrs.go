@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/server/pb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Addresses per zone. In the simulated WAN every (zone, store) link has a
@@ -18,14 +20,36 @@ import (
 // A(Z, S). Each store is told its own A(Z, S) for every zone
 // (Config.ZoneAddrs, the --advertise-zone-addrs flag), advertises them in
 // its Status, its Join and the Stores listing, and every store keeps the
-// others' in its address book. A store in zone Z then dials each peer, for
-// raft messages and every store-to-store call, at the peer's address for
-// Z when it advertises one, else at its plain address (dialAddr); so raft
-// traffic and follower reads' ReadIndex round trips cross the simulated
-// WAN as client traffic does. A store learns a peer's zone addresses from
-// the peer itself: from its Join, from its Status answers in the cluster
-// view's listings, and, until every peer has answered once, from a
-// learning loop that asks them (below).
+// others' in its address book (and in <data-dir>/peers.json).
+//
+// Which address a store dials a peer at (dialZone, dialAddr):
+//
+//   - A store with zone addresses of its own is in the simulated WAN. In
+//     zone Z it dials each peer, for raft messages and the cluster view's
+//     Status calls, at the peer's address for Z when the peer advertises
+//     one, else at its plain address; so raft traffic and follower reads'
+//     ReadIndex round trips cross the simulated WAN as client traffic
+//     does, and a partition (which cuts proxies only) cuts them. A zone
+//     address that fails is never replaced by the plain address.
+//   - A store without zone addresses is not in a simulated WAN: it dials
+//     every peer at its plain address, whatever the peers advertise. It
+//     still records what they advertise (the book, peers.json), since it
+//     passes that on in its Join answers and its listing of stores that
+//     are down; it just never dials it. So data last run behind a netsim
+//     restarts without one.
+//
+// A store learns its peers' zone addresses from the peers themselves, and
+// always at their plain addresses, which stay directly reachable by
+// design: a store restarted behind a netsim on other ports (its peers'
+// remembered proxies dead) learns the new ones at once. The learning loop
+// below asks every peer that has not answered since this store started,
+// since the peer's raft stream last (re)connected, or since the cluster
+// view last failed to reach it at its zone address. The cluster view's own
+// Status calls (whose answers are recorded too) keep to the zone address:
+// they tell whether the peer is reachable the way raft reaches it, which
+// the balancer and the hibernation wake-up act on. A Join's id check and
+// its forwarding to the other stores also go to plain addresses: they keep
+// the address book, as learning does. See also client/doc.go for clients.
 
 const (
 	// maxZoneAddrs bounds how many zones one store may advertise.
@@ -71,12 +95,23 @@ func checkHostPort(addr string) error {
 	return nil
 }
 
+// dialZone is the zone whose addresses this store dials its peers at:
+// its own zone if it is in the simulated WAN (it has zone addresses of its
+// own), else "" (plain addresses only).
+func (s *Server) dialZone() string {
+	if len(s.cfg.ZoneAddrs) == 0 {
+		return ""
+	}
+	return s.cfg.Store.Zone
+}
+
 // peerDialAddrs is the address book as this store dials it: every store
-// at its address for this store's zone, or at its plain address.
+// at its address for this store's zone (see dialZone), or at its plain
+// address.
 func (s *Server) peerDialAddrs() map[uint64]string {
 	out := make(map[uint64]string)
 	for _, id := range s.book.ids() {
-		if a, ok := s.book.dialAddr(id, s.cfg.Store.Zone); ok {
+		if a, ok := s.book.dialAddr(id, s.dialZone()); ok {
 			out[id] = a
 		}
 	}
@@ -89,7 +124,7 @@ func (s *Server) updateDialAddr(id uint64) {
 	if id == s.cfg.Store.StoreID {
 		return
 	}
-	if a, ok := s.book.dialAddr(id, s.cfg.Store.Zone); ok {
+	if a, ok := s.book.dialAddr(id, s.dialZone()); ok {
 		s.trans.SetAddr(id, a)
 	}
 }
@@ -122,9 +157,18 @@ func (s *Server) setZoneAddrs(entries map[uint64]map[string]string) error {
 }
 
 // heardFrom records what store id said of itself in a Status answer: its
-// zone addresses. The cluster view calls it for every store that answered.
+// zone addresses. The cluster view calls it for every other store it
+// asked, with st nil for one that did not answer (at this store's way to
+// it): if that store had answered before, the learning loop asks it again
+// at its plain address, in case it moved to other zone addresses.
 func (s *Server) heardFrom(id uint64, st *pb.StatusResponse) {
 	if id == s.cfg.Store.StoreID {
+		return
+	}
+	if st == nil {
+		if s.dialZone() != "" && s.zones.forget(id) {
+			s.zones.kick()
+		}
 		return
 	}
 	if err := s.setZoneAddrs(map[uint64]map[string]string{id: st.GetZoneAddresses()}); err != nil {
@@ -147,10 +191,11 @@ func (s *Server) peerConnected(id uint64) {
 }
 
 // zoneLearner remembers which peers have answered this store's Status
-// since it started (or since they last reconnected), so that the learning
-// loop asks only the others.
+// since it started, or since they were last forgotten (their raft stream
+// reconnected, or the cluster view could not reach them), so that the
+// learning loop asks only the others.
 type zoneLearner struct {
-	wake chan struct{} // capacity 1: the book gained a store
+	wake chan struct{} // capacity 1: the book gained a store, or a peer was forgotten
 
 	mu    sync.Mutex
 	known map[uint64]bool
@@ -195,15 +240,18 @@ func (z *zoneLearner) kick() {
 	}
 }
 
-// startZoneLearning starts, for a store with a zone, the loop that asks
-// every peer that has not answered since this store started for its
-// Status, so that raft traffic goes through the peers' addresses for this
-// zone from the first seconds on, whether or not anything lists the
-// stores. Rounds repeat with backoff while some peer stays silent, and
-// start again when the book gains a store. A store without a zone dials
-// plain addresses only and needs none of this.
+// startZoneLearning starts, for a store in the simulated WAN (see
+// dialZone), the loop that asks every peer that has not answered since
+// this store started (or since it was last forgotten, see zoneLearner) for
+// its Status at its plain address, so that raft traffic goes through the
+// peers' current addresses for this zone from the first seconds on,
+// whether or not anything lists the stores and whatever zone addresses the
+// book remembered. Rounds repeat with backoff while some peer stays
+// silent, and start again when the book gains a store or a peer is
+// forgotten. A store outside the WAN dials plain addresses only and needs
+// none of this.
 func (s *Server) startZoneLearning() {
-	if s.cfg.Store.Zone == "" {
+	if s.dialZone() == "" {
 		return
 	}
 	s.background.Go(func() {
@@ -231,24 +279,55 @@ func (s *Server) startZoneLearning() {
 	})
 }
 
-// askStatus asks the given stores for their Status, in parallel, each
-// within storeStatusTimeout, and records what they say of themselves.
+// askStatus asks the given stores for their Status at their plain
+// addresses, in parallel, each within storeStatusTimeout, and records what
+// they say of themselves, and the stores they name that this one does not
+// know.
 func (s *Server) askStatus(ids []uint64) {
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		wg.Go(func() {
-			conn, err := s.trans.conn(id)
-			if err != nil {
-				return
-			}
-			ctx, cancel := context.WithTimeout(s.ctx, storeStatusTimeout)
-			defer cancel()
-			st, err := pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{})
+			var st *pb.StatusResponse
+			err := s.callDirect(s.ctx, id, storeStatusTimeout, func(ctx context.Context, a pb.AdminClient) error {
+				var err error
+				st, err = a.Status(ctx, &pb.StatusRequest{})
+				return err
+			})
 			if err != nil || st.GetStoreId() != id {
+				if err != nil && s.ctx.Err() == nil {
+					s.logger.Debug("could not ask a store for its zone addresses", "to_store", id, "err", err)
+				}
 				return
 			}
 			s.heardFrom(id, st)
+			if peers := st.GetPeers(); len(peers) > 0 {
+				s.learnPeers(peers)
+			}
 		})
 	}
 	wg.Wait()
+}
+
+// callDirect makes one Admin call to store id at its plain address (not
+// its address for this store's zone), over a connection of its own, within
+// timeout. For keeping the address book (learning zone addresses,
+// forwarding and checking joins): the plain address stays reachable when
+// the zone addresses this store remembers are stale, so these calls never
+// depend on them. Raft traffic never takes this way.
+func (s *Server) callDirect(ctx context.Context, id uint64, timeout time.Duration, call func(context.Context, pb.AdminClient) error) error {
+	addr, ok := s.book.get(id)
+	if !ok || addr == "" {
+		return fmt.Errorf("store %d: no address known", id)
+	}
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvMsgSize)),
+	)
+	if err != nil {
+		return fmt.Errorf("dial store %d at %s: %w", id, addr, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return call(ctx, pb.NewAdminClient(conn))
 }

@@ -1,18 +1,22 @@
 package server
 
 // Addresses per zone: the dial rule, the address book keeping them, Join
-// validating them, and (TestWithStoreZoneAddresses) real stores and a
-// client reaching each other through per-(zone, store) forwarders that
-// stand in for the simulated WAN's proxies.
+// validating them, (TestWithStoreZoneAddresses) real stores and a client
+// reaching each other through per-(zone, store) forwarders that stand in
+// for the simulated WAN's proxies, and (TestWithStoreZoneAddressesRestart)
+// such stores restarted on their data without forwarders, or behind new
+// ones.
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -338,5 +342,271 @@ func TestWithStoreZoneAddresses(t *testing.T) {
 	_, err = c.admin(t, 1).Join(ctx, &pb.JoinRequest{StoreId: 5, Address: deadAddr(t), ZoneAddresses: map[string]string{"dc-a": "nohostport"}})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("join with a bad zone address: %v, want InvalidArgument", err)
+	}
+}
+
+// close closes every forwarder: the simulated WAN is gone.
+func (f zoneForwarders) close() {
+	for _, byStore := range f {
+		for _, fw := range byStore {
+			fw.Close()
+		}
+	}
+}
+
+// addrs is the set of the forwarders' addresses.
+func (f zoneForwarders) addrs() map[string]bool {
+	out := map[string]bool{}
+	for _, byStore := range f {
+		for _, fw := range byStore {
+			out[fw.Addr()] = true
+		}
+	}
+	return out
+}
+
+// bytesUp is what every forwarder has carried towards its store so far.
+func (f zoneForwarders) bytesUp() int64 {
+	var n int64
+	for _, byStore := range f {
+		for _, fw := range byStore {
+			n += fw.BytesUp()
+		}
+	}
+	return n
+}
+
+// addAvoiding is add on addresses none of avoid's forwarders had, so
+// that a store's remembered (dead) address cannot come back to life as
+// another store's forwarder.
+func (f zoneForwarders) addAvoiding(t *testing.T, id uint64, target string, avoid map[string]bool) map[string]string {
+	za := map[string]string{}
+	for _, zone := range testZones {
+		if f[zone] == nil {
+			f[zone] = map[uint64]*clienttest.Forwarder{}
+		}
+		fw := clienttest.NewForwarder(t, target)
+		for avoid[fw.Addr()] {
+			fw.Close()
+			fw = clienttest.NewForwarder(t, target)
+		}
+		f[zone][id] = fw
+		za[zone] = fw.Addr()
+	}
+	return za
+}
+
+// stopAll stops every server of c.
+func (c *testCluster) stopAll() {
+	var wg sync.WaitGroup
+	for _, s := range c.servers {
+		wg.Go(s.Stop)
+	}
+	wg.Wait()
+}
+
+// reopenAll builds (but does not start) new servers in place of c's
+// stopped ones, on the same data directories and listen addresses, each
+// with the zone addresses zoneAddrs gives it (nil: none).
+func (c *testCluster) reopenAll(t *testing.T, zoneAddrs func(id uint64) map[string]string) {
+	t.Helper()
+	for i, old := range c.servers {
+		id := uint64(i + 1)
+		cfg := old.cfg
+		var lis net.Listener
+		waitFor(t, 5*time.Second, fmt.Sprintf("store %d's port free again", id), func() bool {
+			var err error
+			lis, err = net.Listen("tcp", c.peers[id])
+			return err == nil
+		})
+		cfg.Listener, cfg.StatusListener = lis, nil
+		cfg.ZoneAddrs = zoneAddrs(id)
+		s, err := New(cfg)
+		if err != nil {
+			_ = lis.Close()
+			t.Fatalf("restart store %d: %v", id, err)
+		}
+		c.servers[i] = s // stopped by the cluster's cleanup
+	}
+}
+
+// startAll starts every server of c.
+func (c *testCluster) startAll(t *testing.T) {
+	t.Helper()
+	for _, s := range c.servers {
+		if err := s.Start(); err != nil {
+			t.Fatalf("start store %d: %v", s.cfg.Store.StoreID, err)
+		}
+	}
+}
+
+// dialsAll reports whether every store of c dials each peer at
+// want(its own id, the peer's id).
+func (c *testCluster) dialsAll(want func(self, peer uint64) string) bool {
+	for i, s := range c.servers {
+		for peer := uint64(1); peer <= uint64(len(c.servers)); peer++ {
+			if self := uint64(i + 1); peer != self && transportAddr(s, peer) != want(self, peer) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// writeWithin waits (at most d) for a leader of region 1 known to every
+// store, then for a put of key on it to succeed, and returns the leader.
+func (c *testCluster) writeWithin(t *testing.T, d time.Duration, key string, value []byte) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var leader uint64
+	var lastErr error
+	for {
+		leader = 0
+		for i, s := range c.servers {
+			if rs, ok := regionOn(s, 1); ok && rs.IsLeader {
+				leader = uint64(i + 1)
+			}
+		}
+		if leader != 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			lastErr = c.server(leader).Store().Put(ctx, raftstore.WriteOptions{}, []byte(key), value)
+			cancel()
+			if lastErr == nil {
+				return leader
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no write within %v (leader %d, last error %v)", d, leader, lastErr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// readOn reads key on store id's leader replica (a linearizable read).
+func (c *testCluster) readOn(t *testing.T, id uint64, key string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, found, _, err := c.server(id).Store().Get(ctx, raftstore.ReadOptions{}, []byte(key))
+	if err != nil || !found {
+		t.Fatalf("get %s on store %d: found %v, %v", key, id, found, err)
+	}
+	return string(v)
+}
+
+// TestWithStoreZoneAddressesRestart: three stores run behind forwarders
+// (the simulated WAN) and remember each other's forwarders. Restarted on
+// the same data (a) without zone addresses, they ignore the remembered
+// ones and reach each other directly; (b) behind new forwarders, they
+// learn the new ones from each other's listen addresses at once and send
+// raft traffic through them. Cutting a store's forwarders then still cuts
+// it off: raft never falls back to the listen address.
+func TestWithStoreZoneAddressesRestart(t *testing.T) {
+	// Bounds the time from starting the restarted stores to a write.
+	const restartBudget = 20 * time.Second
+	fwd := zoneForwarders{}
+	c := newClusterWith(t, 3, nil, nil, fwd.tune(t))
+	for _, s := range c.servers {
+		if err := s.Start(); err != nil {
+			t.Fatalf("start: %v", err)
+		}
+	}
+	c.waitLeader(t)
+	first := func(self, peer uint64) string { return fwd[testZones[self-1]][peer].Addr() }
+	waitFor(t, 10*time.Second, "every store dialling its peers at their forwarder for its zone", func() bool {
+		return c.dialsAll(first)
+	})
+	c.writeWithin(t, restartBudget, "k0", []byte("v0"))
+
+	// (a) The WAN is gone: restart without zone addresses. The stores
+	// remember the first forwarders, dead now, and ignore them.
+	dead := fwd.addrs()
+	c.stopAll()
+	fwd.close()
+	c.reopenAll(t, func(uint64) map[string]string { return nil })
+	for _, s := range c.servers {
+		if n := len(s.book.allZoneAddrs()); n != 2 {
+			t.Fatalf("store %d's book remembers the zone addresses of %d stores, want its 2 peers'", s.cfg.Store.StoreID, n)
+		}
+		for peer, za := range s.book.allZoneAddrs() {
+			if peer != s.cfg.Store.StoreID && !dead[za["dc-a"]] {
+				t.Fatalf("store %d's book lost store %d's first forwarders: %v", s.cfg.Store.StoreID, peer, za)
+			}
+		}
+	}
+	direct := func(_, peer uint64) string { return c.peers[peer] }
+	if !c.dialsAll(direct) {
+		t.Error("(a) a store restarted without zone addresses dials a peer at a remembered zone address")
+	}
+	c.startAll(t)
+	start := time.Now()
+	leader := c.writeWithin(t, restartBudget, "k1", []byte("v1"))
+	t.Logf("(a) without zone addresses: a write %v after the restart", time.Since(start).Round(time.Millisecond))
+	if got := c.readOn(t, leader, "k0"); got != "v0" {
+		t.Errorf("(a) k0 = %q, want v0", got)
+	}
+	if !c.dialsAll(direct) {
+		t.Error("(a) a store without zone addresses dials a peer at a zone address")
+	}
+
+	// (b) Behind new forwarders, on addresses no store has seen: each
+	// store starts dialling the dead ones its book remembers, and learns
+	// the new ones at its peers' listen addresses.
+	fwd2 := zoneForwarders{}
+	c.stopAll()
+	c.reopenAll(t, func(id uint64) map[string]string {
+		return fwd2.addAvoiding(t, id, c.peers[id], dead)
+	})
+	if !c.dialsAll(first) {
+		t.Error("(b) the restarted stores do not start from the (dead) forwarders their books remember")
+	}
+	c.startAll(t)
+	start = time.Now()
+	leader = c.writeWithin(t, restartBudget, "k2", []byte("v2"))
+	t.Logf("(b) behind new forwarders: a write %v after the restart", time.Since(start).Round(time.Millisecond))
+	if got := c.readOn(t, leader, "k1"); got != "v1" {
+		t.Errorf("(b) k1 = %q, want v1", got)
+	}
+	waitFor(t, 10*time.Second, "every store dialling its peers at their new forwarder for its zone", func() bool {
+		return c.dialsAll(func(self, peer uint64) string { return fwd2[testZones[self-1]][peer].Addr() })
+	})
+	// A large value reaches both followers through the new forwarders.
+	value := bytes.Repeat([]byte("y"), 64<<10)
+	up := fwd2.bytesUp()
+	c.writeWithin(t, restartBudget, "big", value)
+	waitFor(t, 10*time.Second, "the value replicated through the new forwarders", func() bool {
+		return fwd2.bytesUp()-up >= 2*int64(len(value))
+	})
+
+	// A partition cuts store 3's links (its forwarders and the ones it
+	// dials the others through), not its listen address: store 3 gets no
+	// more raft traffic, and nobody dials it anywhere else.
+	ctx := testCtx(t)
+	if err := c.onLeader(t, 1, func(a pb.AdminClient) error {
+		_, err := a.TransferLeader(ctx, &pb.TransferLeaderRequest{RegionId: 1, ToStoreId: 1})
+		return err
+	}); err != nil {
+		t.Fatalf("transfer leader to store 1: %v", err)
+	}
+	waitFor(t, 15*time.Second, "store 1 leading region 1", func() bool {
+		rs, ok := regionOn(c.server(1), 1)
+		return ok && rs.IsLeader
+	})
+	for _, zone := range testZones {
+		fwd2[zone][3].Close()
+	}
+	fwd2["dc-c"][1].Close()
+	fwd2["dc-c"][2].Close()
+	time.Sleep(300 * time.Millisecond) // what was in flight lands
+	rs3, _ := regionOn(c.server(3), 1)
+	c.writeWithin(t, restartBudget, "cut", []byte("off"))
+	time.Sleep(time.Second)
+	if rs, _ := regionOn(c.server(3), 1); rs.AppliedIndex != rs3.AppliedIndex {
+		t.Errorf("store 3 applied up to %d, from %d, while cut off", rs.AppliedIndex, rs3.AppliedIndex)
+	}
+	for peer := uint64(1); peer <= 2; peer++ {
+		if got, want := transportAddr(c.server(peer), 3), fwd2[testZones[peer-1]][3].Addr(); got != want {
+			t.Errorf("store %d dials cut-off store 3 at %s, not at its (cut) forwarder %s", peer, got, want)
+		}
 	}
 }
