@@ -55,10 +55,12 @@ type Config struct {
 	// where stores and clients in that zone reach it, such as the
 	// simulated WAN's proxy for that (zone, store) link. The store
 	// advertises it to the cluster (Status, Stores, Join) and every store
-	// keeps it in its address book. A store in zone Z dials a peer at the
-	// peer's address for Z when the peer advertises one, else at its
-	// address (see dialAddr); clients do the same. Empty: the store
-	// advertises none and is reached at its address from every zone.
+	// keeps it in its address book. A store in zone Z that has zone
+	// addresses of its own dials a peer at the peer's address for Z when
+	// the peer advertises one, else at its address (see dialAddr); clients
+	// do the same. Addresses are learned over the peers' own addresses.
+	// Empty: the store advertises none, dials every peer at its own
+	// address, and is reached at its address from every zone.
 	ZoneAddrs map[string]string
 	// DisableBalancing gives the store no ClusterView, so it never moves
 	// leaders or replicas by itself (tests that move them by hand).
