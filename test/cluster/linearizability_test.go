@@ -165,9 +165,18 @@ type nemesis struct {
 	stop   <-chan struct{}
 	log    *faultLog
 	h      *history
-	probes int // operations the nemesis itself recorded
+	clocks map[uint64]func() time.Time // each store's (skewed) clock
+	probes int                         // operations the nemesis itself recorded
 	seq    int
 }
+
+// quietKey is a key no client writes, in a region of its own (split off
+// at quietSplit when the run starts): a probe there races the lease
+// against an election whose candidate's log is as long as everyone's.
+const (
+	quietSplit = "m"
+	quietKey   = "n"
+)
 
 // probeClient is the ClientId of the nemesis' own recorded operations.
 const probeClient = 1000
@@ -248,13 +257,18 @@ func (n *nemesis) renewLease(leader, regionID uint64, key string) {
 	if !ok {
 		return
 	}
-	lease := time.Duration(float64(8*n.run.tick) * 0.9)
+	ticks := 10 // election ticks; store 3 runs with 6
+	if leader == 3 {
+		ticks = 6
+	}
+	lease := time.Duration(float64(time.Duration(ticks-2)*n.run.tick) * 0.9)
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		_, _, _, _ = s.Get(ctx, raftstore.ReadOptions{}, []byte(key))
 		cancel()
-		if st, ok := n.c.Status(leader, regionID); ok && time.Until(st.LeaseExpiry) > lease*3/4 {
+		// LeaseExpiry is on the leader's clock, not ours.
+		if st, ok := n.c.Status(leader, regionID); ok && st.LeaseExpiry.Sub(n.clocks[leader]()) > lease*3/4 {
 			return
 		}
 	}
@@ -279,7 +293,7 @@ func (n *nemesis) loop() {
 		}
 		rng.Shuffle(len(followers), func(i, j int) { followers[i], followers[j] = followers[j], followers[i] })
 		hold := time.Duration(200+rng.IntN(400)) * time.Millisecond
-		switch rng.IntN(12) {
+		switch rng.IntN(13) {
 		case 0:
 			if !hasLeader {
 				continue
@@ -357,9 +371,13 @@ func (n *nemesis) loop() {
 		case 9:
 			n.abandonedTransfer(r, leader, hasLeader, followers, hold)
 		case 10:
-			n.restartInLease(r, leader, hasLeader, followers, hold)
+			n.restartInLease(hold)
 		case 11:
 			n.lostAckAcrossSplit()
+		case 12:
+			if n.run.dedupWindow > 0 {
+				n.retryPastWindow()
+			}
 		}
 	}
 }
@@ -443,17 +461,40 @@ func (n *nemesis) abandonedTransfer(r region.Region, leader uint64, hasLeader bo
 // campaigning; the leader's lease is renewed; the other follower (b)
 // restarts and no longer hears from the leader. If b forgot the leader it
 // acked, cf is elected inside the leader's lease; the probe checks.
-func (n *nemesis) restartInLease(r region.Region, leader uint64, hasLeader bool, followers []uint64, hold time.Duration) {
+func (n *nemesis) restartInLease(hold time.Duration) {
 	c := n.c
-	key, hasKey := n.keyIn(r)
-	if !hasLeader || !hasKey || len(followers) < 2 {
+	r, ok := c.RegionOf([]byte(quietKey))
+	if !ok {
+		return
+	}
+	leader, hasLeader := c.Leader(r.ID)
+	if !hasLeader {
+		return
+	}
+	var followers []uint64
+	for _, pr := range r.Peers {
+		if pr.StoreID != leader && !pr.IsLearner {
+			followers = append(followers, pr.StoreID)
+		}
+	}
+	if len(followers) < 2 {
+		return
+	}
+	// Store 3 campaigns soonest: it should be the cut-off follower, not
+	// the leader (its lease is the shortest).
+	if leader == 3 {
+		if s, up := c.Store(3); up {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = s.TransferLeader(ctx, r.ID, followers[0])
+			cancel()
+		}
 		return
 	}
 	b, cf := followers[0], followers[1]
-	if b == 3 { // store 3 campaigns sooner: make it the cut-off one
+	if b == 3 {
 		b, cf = cf, b
 	}
-	n.log.add("restart-in-lease", "region %d leader %d, cut %d, restart %d, probe %q", r.ID, leader, cf, b, key)
+	n.log.add("restart-in-lease", "region %d leader %d, cut %d, restart %d", r.ID, leader, cf, b)
 	link := func(x, y uint64) raftstore.Filter {
 		return raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
 			return (m.FromStore == x && m.ToStore == y) || (m.FromStore == y && m.ToStore == x), 0
@@ -465,14 +506,14 @@ func (n *nemesis) restartInLease(r region.Region, leader uint64, hasLeader bool,
 	if !n.sleep(15 * n.run.tick) {
 		return
 	}
-	n.renewLease(leader, r.ID, key)
+	n.renewLease(leader, r.ID, quietKey)
 	cutLB := c.Net.AddFilter(link(leader, b))
 	defer cutLB()
 	if c.StopStore(b) == nil {
 		_ = c.StartStore(b)
 	}
 	if _, ok := n.newLeaderOf(r.ID, leader, 20*n.run.tick); ok {
-		n.probeStaleLeader(leader, key)
+		n.probeStaleLeader(leader, quietKey)
 	}
 	n.sleep(hold)
 }
@@ -483,11 +524,11 @@ func (n *nemesis) restartInLease(r region.Region, leader uint64, hasLeader bool,
 // request ID. Every replica must decide the retry alike.
 func (n *nemesis) lostAckAcrossSplit() {
 	c, rng := n.c, n.rng
-	key := splitKeys[rng.IntN(len(splitKeys))]
 	n.seq++
+	// A fresh key, so the split at it always makes a new region.
+	key := fmt.Sprintf("%s~s%d", nemesisKeys[rng.IntN(len(nemesisKeys))], n.seq)
 	val := fmt.Sprintf("lost.%d", n.seq)
 	id := rng.Uint64() | 1
-	n.log.add("lost-ack-across-split", "put(%q) id %x, split at %q, move a replica, retry", key, id, key)
 	call := n.h.now()
 	first, cancel := context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(3))*time.Millisecond)
 	_ = c.PutWithID(first, id, []byte(key), []byte(val))
@@ -495,20 +536,112 @@ func (n *nemesis) lostAckAcrossSplit() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = c.Split(ctx, []byte(key))
 	cancel()
+	moved := "no move"
 	if r, ok := c.RegionOf([]byte(key)); ok {
-		leader, hasLeader := c.Leader(r.ID)
+		leader, err := c.WaitLeader(r.ID, time.Second)
 		to, free := n.freeStore(r)
 		for _, pr := range r.Peers {
-			if hasLeader && free && pr.StoreID != leader && !pr.IsLearner {
+			if err == nil && free && pr.StoreID != leader && !pr.IsLearner {
 				n.move(leader, r.ID, pr.StoreID, to)
+				moved = fmt.Sprintf("region %d %d -> %d", r.ID, pr.StoreID, to)
 				break
 			}
 		}
 	}
+	n.log.add("lost-ack-across-split", "put(%q) id %x, split at it, move %s, retry", key, id, moved)
 	retry, cancel := context.WithTimeout(context.Background(), time.Second)
 	err := c.PutWithID(retry, id, []byte(key), []byte(val))
 	cancel()
 	recordRetried(n.h, probeClient, key, val, call, err, n.run.dedupWindow > 0)
+}
+
+// retryPastWindow: a write's retry arrives after the dedup window has
+// passed, while one follower lags and then catches up in one apply round.
+// Whether the retry is a duplicate must not depend on that: the leader
+// applies it again, so must the follower. The key is the nemesis' own, so
+// nothing overwrites a divergence before the reads and the replica check.
+func (n *nemesis) retryPastWindow() {
+	c, rng := n.c, n.rng
+	n.seq++
+	key := fmt.Sprintf("%s~w%d", nemesisKeys[rng.IntN(len(nemesisKeys))], n.seq)
+	v1, v2 := fmt.Sprintf("w1.%d", n.seq), fmt.Sprintf("w2.%d", n.seq)
+	id := rng.Uint64() | 1
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	call := n.h.now()
+	if err := c.PutWithID(ctx, id, []byte(key), []byte(v1)); err != nil {
+		n.h.add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Put: true, Key: key, Value: v1}, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+		return
+	}
+	n.h.add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Put: true, Key: key, Value: v1}, Call: call, Output: kvOutput{}, Return: n.h.now()})
+	r, ok := c.RegionOf([]byte(key))
+	leader, hasLeader := c.Leader(r.ID)
+	if !ok || !hasLeader {
+		return
+	}
+	var f uint64
+	for _, pr := range r.Peers {
+		if pr.StoreID != leader && !pr.IsLearner {
+			f = pr.StoreID
+		}
+	}
+	if f == 0 {
+		return
+	}
+	n.log.add("retry-past-window", "put(%q) id %x, store %d lags, %d writes, retry", key, id, f, n.run.dedupWindow+3)
+	lst, _ := c.Status(leader, r.ID)
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if st, ok := c.Status(f, r.ID); ok && st.AppliedIndex >= lst.CommitIndex {
+			break
+		}
+		n.sleep(2 * time.Millisecond)
+	}
+	lag := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+		return m.ToStore == f && m.RegionID == r.ID && (m.Msg.Type == raftpb.MsgApp || m.Msg.Type == raftpb.MsgSnap), 0
+	}))
+	put := func(k, v string) bool {
+		call := n.h.now()
+		err := c.Put(ctx, []byte(k), []byte(v))
+		if k == key {
+			out := kvOutput{}
+			ret := n.h.now()
+			if err != nil {
+				out, ret = kvOutput{Unknown: true}, -1
+			}
+			n.h.add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Put: true, Key: k, Value: v}, Call: call, Output: out, Return: ret})
+		}
+		return err == nil
+	}
+	if !put(key, v2) {
+		lag()
+		return
+	}
+	for i := uint64(0); i < n.run.dedupWindow+3; i++ {
+		if !put(key+"~", fmt.Sprint(i)) {
+			break
+		}
+	}
+	// The retry, past the window: it may apply again (recorded as unknown).
+	call = n.h.now()
+	_ = c.PutWithID(ctx, id, []byte(key), []byte(v1))
+	n.h.add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Put: true, Key: key, Value: v1}, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+	lag()
+	// Read on the leader and on the follower once it has caught up.
+	for _, sid := range []uint64{leader, f} {
+		s, up := c.Store(sid)
+		if !up {
+			continue
+		}
+		rctx, rcancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		call := n.h.now()
+		v, found, _, err := s.Get(rctx, raftstore.ReadOptions{ReplicaRead: true}, []byte(key))
+		rcancel()
+		if err == nil {
+			n.h.add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Key: key, Mode: fmt.Sprintf("store %d", sid)}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: n.h.now()})
+			n.probes++
+		}
+	}
 }
 
 // recordRetried records a write that was sent twice under one request ID.
@@ -570,6 +703,7 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 	// replicas to.
 	_, err := c.AddStore()
 	Expect(err).NotTo(HaveOccurred())
+	Expect(c.Split(ctxFor(10*time.Second), []byte(quietSplit))).To(Succeed())
 	h := &history{base: time.Now()}
 	keys := nemesisKeys
 	const clients = 6
@@ -649,7 +783,7 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 		}()
 	}
 	faults := &faultLog{}
-	nem := &nemesis{c: c, run: run, rng: rng, stop: stop, log: faults, h: h}
+	nem := &nemesis{c: c, run: run, rng: rng, stop: stop, log: faults, h: h, clocks: skews}
 	nemesisDone := make(chan struct{})
 	go func() {
 		defer GinkgoRecover()
