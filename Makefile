@@ -3,7 +3,8 @@
 #   make build   bin/hedgekv
 #   make test    gofmt check, go vet, unit + cluster tests with -race, then the
 #                multi-process tests (smoke, multistore, wan) against bin/hedgekv
-#   make demo    a local three-store cluster, a few commands, two YCSB runs
+#   make demo    three stores in three simulated data centers, reads from a
+#                remote leader and a local follower, follower-read-dc --quick
 #   make proto   regenerate server/pb from server/pb/hedgekv.proto
 
 GO            ?= go

@@ -2,13 +2,17 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"time"
 
+	"github.com/hedgekv/hedgekv/bench/netsim"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/server"
 )
@@ -28,19 +32,43 @@ type LocalClusterConfig struct {
 	// ReadyTimeout bounds the wait for every region to have a leader
 	// (default 30s).
 	ReadyTimeout time.Duration
+
+	// Topology, if set, runs the stores behind a simulated WAN (package
+	// netsim, free ports): one store per store of the topology, in its
+	// zone, each advertising the topology's address of every zone
+	// (server.Config.ZoneAddrs), and each told its peers' addresses for
+	// its own zone, so raft traffic and ReadIndex round trips cross the
+	// WAN from the first message on. Zones is ignored. Clients reach the
+	// stores through ZoneEndpoints.
+	Topology *netsim.Topology
+	// DisableBalancing pauses the balancer (raftstore BalanceInterval < 0)
+	// so that leaders stay where a scenario puts them.
+	DisableBalancing bool
+	// DisableSplit turns automatic splits off: region 1 keeps every key.
+	DisableSplit bool
+	// StatusHTTP serves each store's status endpoint (/metrics, /status)
+	// on a free port (see StatusAddr).
+	StatusHTTP bool
 }
 
 // LocalCluster is a hedgekv cluster of in-process servers on loopback ports.
 type LocalCluster struct {
+	// Endpoints are the stores' own listen addresses, in store id order
+	// (behind a WAN they bypass it; see ZoneEndpoints).
 	Endpoints []string
+	ids       []uint64
+	zones     []string
 	servers   []*server.Server
+	net       *netsim.Network
 	dir       string
 	ownDir    bool
 }
 
-// StartLocalCluster starts one server per zone, stores 1..N bootstrapping
-// region 1 together, each listening on a free 127.0.0.1 port, and waits
-// until every region has a leader.
+// StartLocalCluster starts one server per zone (per store of the
+// topology, when cfg.Topology is set), stores 1..N bootstrapping region 1
+// together, each listening on a free 127.0.0.1 port, and waits until every
+// region has a leader. Behind a topology whose stores sit in several
+// zones it also checks that the election's raft traffic crossed the WAN.
 func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (_ *LocalCluster, err error) {
 	if len(cfg.Zones) == 0 {
 		cfg.Zones = []string{"dc-a", "dc-b", "dc-c"}
@@ -53,63 +81,227 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (_ *LocalClu
 		logger = slog.New(levelHandler{Handler: slog.Default().Handler(), min: slog.LevelWarn})
 	}
 	c := &LocalCluster{dir: cfg.Dir}
+	if cfg.Topology != nil {
+		if err := cfg.Topology.Validate(); err != nil {
+			return nil, fmt.Errorf("local cluster: %w", err)
+		}
+		c.ids = cfg.Topology.Stores()
+		for _, id := range c.ids {
+			z, _ := cfg.Topology.ZoneOf(id)
+			c.zones = append(c.zones, z)
+		}
+		if len(c.ids) == 0 {
+			return nil, errors.New("local cluster: the topology has no store")
+		}
+	} else {
+		for i, z := range cfg.Zones {
+			c.ids = append(c.ids, uint64(i+1))
+			c.zones = append(c.zones, z)
+		}
+	}
 	if c.dir == "" {
 		if c.dir, err = os.MkdirTemp("", "hedgekv-bench-cluster-*"); err != nil {
 			return nil, fmt.Errorf("local cluster: %w", err)
 		}
 		c.ownDir = true
 	}
+	n := len(c.ids)
+	lis := make([]net.Listener, 0, n)
+	statusLis := make([]net.Listener, 0, n)
+	closeUnused := func() {
+		// Listeners not yet handed to a server are still ours.
+		for _, l := range lis[len(c.servers):] {
+			_ = l.Close()
+		}
+		for _, l := range statusLis[min(len(c.servers), len(statusLis)):] {
+			_ = l.Close()
+		}
+	}
 	defer func() {
 		if err != nil {
+			closeUnused()
 			c.Stop()
 		}
 	}()
 
-	n := len(cfg.Zones)
-	ids := make([]uint64, n)
-	lis := make([]net.Listener, n)
-	peers := make(map[uint64]string, n)
-	for i := range n {
-		ids[i] = uint64(i + 1)
-		if lis[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			for _, l := range lis[:i] {
-				_ = l.Close()
-			}
+	// The listen ports come first: the WAN's proxies need them as
+	// upstreams, and the stores need the proxies' addresses.
+	upstream := make(map[uint64]string, n)
+	for _, id := range c.ids {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
 			return nil, fmt.Errorf("local cluster: listen: %w", err)
 		}
-		peers[ids[i]] = lis[i].Addr().String()
-		c.Endpoints = append(c.Endpoints, lis[i].Addr().String())
-	}
-	for i := range n {
-		srv, err := server.New(server.Config{
-			Store: raftstore.Config{
-				StoreID:       ids[i],
-				Zone:          cfg.Zones[i],
-				DataDir:       filepath.Join(c.dir, fmt.Sprintf("store%d", ids[i])),
-				InitialStores: ids,
-				NoSync:        cfg.NoSync,
-				Logger:        logger,
-			},
-			Listener: lis[i],
-			Peers:    peers,
-		})
-		if err != nil {
-			for _, l := range lis[i:] {
-				_ = l.Close()
+		lis = append(lis, l)
+		upstream[id] = l.Addr().String()
+		c.Endpoints = append(c.Endpoints, l.Addr().String())
+		if cfg.StatusHTTP {
+			sl, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return nil, fmt.Errorf("local cluster: listen: %w", err)
 			}
-			return nil, fmt.Errorf("local cluster: store %d: %w", ids[i], err)
+			statusLis = append(statusLis, sl)
+		}
+	}
+	if cfg.Topology != nil {
+		if c.net, err = netsim.Start(cfg.Topology, upstream, netsim.Options{}); err != nil {
+			return nil, fmt.Errorf("local cluster: %w", err)
+		}
+	}
+	for i, id := range c.ids {
+		sc := raftstore.Config{
+			StoreID:       id,
+			Zone:          c.zones[i],
+			DataDir:       filepath.Join(c.dir, fmt.Sprintf("store%d", id)),
+			InitialStores: c.ids,
+			NoSync:        cfg.NoSync,
+			Logger:        logger,
+		}
+		if cfg.DisableBalancing {
+			sc.BalanceInterval = -1
+		}
+		if cfg.DisableSplit {
+			sc.SplitCheckInterval = -1
+		}
+		peers := make(map[uint64]string, n)
+		for _, p := range c.ids {
+			peers[p] = upstream[p]
+			if c.net != nil && p != id {
+				peers[p] = c.net.Addr(c.zones[i], p)
+			}
+		}
+		scfg := server.Config{Store: sc, Listener: lis[i], Peers: peers}
+		if cfg.StatusHTTP {
+			scfg.StatusListener = statusLis[i]
+		}
+		if c.net != nil {
+			scfg.ZoneAddrs = c.net.ZoneAddrs(id)
+		}
+		srv, err := server.New(scfg)
+		if err != nil {
+			return nil, fmt.Errorf("local cluster: store %d: %w", id, err)
 		}
 		c.servers = append(c.servers, srv)
 	}
 	for i, srv := range c.servers {
 		if err := srv.Start(); err != nil {
-			return nil, fmt.Errorf("local cluster: start store %d: %w", ids[i], err)
+			return nil, fmt.Errorf("local cluster: start store %d: %w", c.ids[i], err)
 		}
 	}
 	if err := c.waitLeaders(ctx, cfg.ReadyTimeout); err != nil {
 		return nil, err
 	}
+	if c.net != nil && len(slices.Compact(slices.Sorted(slices.Values(c.zones)))) > 1 && c.net.WANBytes() == 0 {
+		return nil, errors.New("local cluster: regions elected leaders without a byte crossing the simulated WAN (stores dialled each other directly)")
+	}
 	return c, nil
+}
+
+// Network is the simulated WAN the stores run behind, nil without one.
+func (c *LocalCluster) Network() *netsim.Network { return c.net }
+
+// StoreIDs are the stores' ids, ascending.
+func (c *LocalCluster) StoreIDs() []uint64 { return slices.Clone(c.ids) }
+
+// Zone is a store's zone, "" for an unknown store.
+func (c *LocalCluster) Zone(store uint64) string {
+	if i := slices.Index(c.ids, store); i >= 0 {
+		return c.zones[i]
+	}
+	return ""
+}
+
+// Server is the server of a store, nil for an unknown store.
+func (c *LocalCluster) Server(store uint64) *server.Server {
+	if i := slices.Index(c.ids, store); i >= 0 && i < len(c.servers) {
+		return c.servers[i]
+	}
+	return nil
+}
+
+// ZoneEndpoints are the addresses a client in zone dials to reach every
+// store: through the WAN's links from that zone, or the stores' own
+// addresses when there is no WAN (or the zone is not in it).
+func (c *LocalCluster) ZoneEndpoints(zone string) []string {
+	if c.net == nil || c.net.Topology().ZoneIndex(zone) == 0 {
+		return slices.Clone(c.Endpoints)
+	}
+	out := make([]string, 0, len(c.ids))
+	for _, id := range c.ids {
+		out = append(out, c.net.Addr(zone, id))
+	}
+	return out
+}
+
+// StatusAddr is a store's status HTTP address ("" without StatusHTTP).
+func (c *LocalCluster) StatusAddr(store uint64) string {
+	if srv := c.Server(store); srv != nil {
+		return srv.StatusAddr()
+	}
+	return ""
+}
+
+// Stats are every store's counters, by store id.
+func (c *LocalCluster) Stats() map[uint64]raftstore.Stats {
+	out := make(map[uint64]raftstore.Stats, len(c.servers))
+	for i, srv := range c.servers {
+		out[c.ids[i]] = srv.Store().Stats()
+	}
+	return out
+}
+
+// LeaderStore is the store whose peer of regionID believes it leads, 0 if
+// none does (an election, or a transfer under way).
+func (c *LocalCluster) LeaderStore(regionID uint64) uint64 {
+	for i, srv := range c.servers {
+		for _, r := range srv.Store().Regions() {
+			if r.Region.ID == regionID && r.IsLeader && !r.Transferring {
+				return c.ids[i]
+			}
+		}
+	}
+	return 0
+}
+
+// MoveLeader makes store the leader of regionID: it asks the current
+// leader to transfer leadership, again until it has moved (a transfer can
+// lose to an election) or ctx ends, then waits until every store knows the
+// new leader. With the balancer paused (DisableBalancing) the leader then
+// stays there unless the store fails.
+func (c *LocalCluster) MoveLeader(ctx context.Context, regionID, store uint64) error {
+	if c.Server(store) == nil {
+		return fmt.Errorf("local cluster: no store %d", store)
+	}
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		cur := c.LeaderStore(regionID)
+		if cur == store && c.everyoneKnowsLeader(regionID, store) {
+			return nil
+		}
+		if cur != 0 && cur != store {
+			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = c.Server(cur).Store().TransferLeader(tctx, regionID, store)
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("local cluster: move the leader of region %d to store %d (now on store %d): %w",
+				regionID, store, c.LeaderStore(regionID), ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (c *LocalCluster) everyoneKnowsLeader(regionID, store uint64) bool {
+	for _, srv := range c.servers {
+		for _, r := range srv.Store().Regions() {
+			if r.Region.ID == regionID && r.LeaderStoreID != store {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (c *LocalCluster) waitLeaders(ctx context.Context, timeout time.Duration) error {
@@ -146,12 +338,19 @@ func (c *LocalCluster) waitLeaders(ctx context.Context, timeout time.Duration) e
 	}
 }
 
-// Stop stops every server and removes a temporary data directory.
+// Stop stops every server and the WAN, and removes a temporary data
+// directory.
 func (c *LocalCluster) Stop() {
+	var wg sync.WaitGroup
 	for _, srv := range c.servers {
-		srv.Stop()
+		wg.Go(srv.Stop)
 	}
+	wg.Wait()
 	c.servers = nil
+	if c.net != nil {
+		_ = c.net.Close()
+		c.net = nil
+	}
 	if c.ownDir && c.dir != "" {
 		_ = os.RemoveAll(c.dir)
 		c.dir = ""

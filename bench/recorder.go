@@ -212,6 +212,21 @@ func (r *recorder) snapshot(elapsed time.Duration) (ops []OpStats, total OpStats
 	return ops, total, timeline
 }
 
+// totalHist merges every shard's TOTAL histogram (successful YCSB
+// operations). Call it once the workers are done.
+func (r *recorder) totalHist() *hdrhistogram.Histogram {
+	h := newHist()
+	for i := range r.shards {
+		s := &r.shards[i]
+		s.mu.Lock()
+		if o := s.ops[OpTotal]; o != nil {
+			h.Merge(o.hist)
+		}
+		s.mu.Unlock()
+	}
+	return h
+}
+
 func opStats(name string, o *opRec, elapsed time.Duration) OpStats {
 	h := o.hist
 	st := OpStats{Op: name, Ops: h.TotalCount(), Failed: o.failed}

@@ -31,6 +31,12 @@ type Row struct {
 	ExtraRequestRatio *float64        `json:"extra_request_ratio,omitempty"`
 	HedgesWon         *int64          `json:"hedges_won,omitempty"`
 	Timeline          []TimelinePoint `json:"timeline,omitempty"`
+	// WANBytesPerOp: bytes that crossed the simulated WAN between zones
+	// during the run, per successful operation (follower-read-dc,
+	// hot-region).
+	WANBytesPerOp *float64 `json:"wan_bytes_per_op,omitempty"`
+	// ServedBy: which stores served the run's reads, and how.
+	ServedBy string `json:"served_by,omitempty"`
 }
 
 // TimelinePoint counts the operations that completed in [t_ms, t_ms+step).

@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/magiconair/properties"
 	ycsbclient "github.com/pingcap/go-ycsb/pkg/client"
 	"github.com/pingcap/go-ycsb/pkg/measurement"
@@ -82,6 +83,13 @@ type Spec struct {
 	// have failed and none has succeeded (0: 2×threads+20; < 0: never), so
 	// that an unreachable cluster fails fast instead of timing out op by op.
 	AbortAfterFailures int
+	// QuietWorkload drops the line go-ycsb's core workload prints on
+	// stdout when it is built ("Using request distribution ..."), which
+	// would break a progress bar's line; see createWorkload.
+	QuietWorkload bool
+	// OnProgress, if set, is called about every 50ms while a phase runs
+	// with the operations done and failed so far (a progress bar).
+	OnProgress func(done, failed int64)
 	// Logger gets progress and warnings (nil: slog.Default()).
 	Logger *slog.Logger
 	// Summary, if set, receives go-ycsb's own summary of each phase.
@@ -96,6 +104,9 @@ type PhaseResult struct {
 	Row     Row
 	Total   OpStats
 	Ops     []OpStats
+	// Latency is the histogram of the phase's successful operations
+	// (TOTAL), in microseconds, for CDF plots.
+	Latency *hdrhistogram.Histogram
 	// Summary is go-ycsb's own summary table of the phase.
 	Summary string
 	// Stopped: MaxDuration ended the phase before every operation ran.
@@ -333,7 +344,7 @@ func runPhase(ctx context.Context, spec Spec, base map[string]string, db ycsb.DB
 
 	p := toProperties(m)
 	measurement.InitMeasure(p)
-	wl, err := ycsb.GetWorkloadCreator("core").Create(p)
+	wl, err := createWorkload(p, spec.QuietWorkload)
 	if err != nil {
 		return nil, fmt.Errorf("bench: create workload %s: %w", spec.Workload, err)
 	}
@@ -363,7 +374,7 @@ func runPhase(ctx context.Context, spec Spec, base map[string]string, db ycsb.DB
 	progressDone := make(chan struct{})
 	var progressWG sync.WaitGroup
 	progressWG.Go(func() {
-		watch(runCtx, rec, target, abortAfter, spec.ProgressInterval, cancel, progressDone, logger, label)
+		watch(runCtx, rec, target, abortAfter, spec.ProgressInterval, spec.OnProgress, cancel, progressDone, logger, label)
 	})
 
 	c := ycsbclient.NewClient(p, measuredWorkload{Workload: wl, rec: rec, gen: gen}, ycsbclient.DbWrapper{DB: mdb})
@@ -385,6 +396,7 @@ func runPhase(ctx context.Context, spec Spec, base map[string]string, db ycsb.DB
 		Elapsed: elapsed,
 		Total:   total,
 		Ops:     ops,
+		Latency: rec.totalHist(),
 		Summary: string(summary),
 	}
 	pr.Row = RowFromStats(spec.Variant, spec.Param, total)
@@ -413,6 +425,26 @@ func runPhase(ctx context.Context, spec Spec, base map[string]string, db ycsb.DB
 
 var errMaxDuration = errors.New("maximum duration reached")
 
+// createWorkload builds go-ycsb's core workload. go-ycsb prints one line
+// on os.Stdout while doing so; with quiet, os.Stdout points at the null
+// device for that call only. The caller holds ycsbMu, so no other phase
+// builds a workload meanwhile; nothing else in a benchmark process writes
+// to os.Stdout itself (reports go to the writer the caller gives).
+func createWorkload(p *properties.Properties, quiet bool) (ycsb.Workload, error) {
+	if !quiet {
+		return ycsb.GetWorkloadCreator("core").Create(p)
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return ycsb.GetWorkloadCreator("core").Create(p)
+	}
+	defer null.Close()
+	saved := os.Stdout
+	os.Stdout = null
+	defer func() { os.Stdout = saved }()
+	return ycsb.GetWorkloadCreator("core").Create(p)
+}
+
 func dbLabel(spec Spec) string {
 	if spec.Instance != nil && spec.DB == "" {
 		return fmt.Sprintf("%T", spec.Instance)
@@ -422,7 +454,7 @@ func dbLabel(spec Spec) string {
 
 // watch logs progress every interval and aborts the phase when abortAfter
 // operations failed without a single success.
-func watch(ctx context.Context, rec *recorder, target, abortAfter int64, interval time.Duration,
+func watch(ctx context.Context, rec *recorder, target, abortAfter int64, interval time.Duration, onProgress func(done, failed int64),
 	cancel context.CancelCauseFunc, done <-chan struct{}, logger *slog.Logger, label []any) {
 	if interval == 0 {
 		interval = 5 * time.Second
@@ -444,6 +476,9 @@ func watch(ctx context.Context, rec *recorder, target, abortAfter int64, interva
 			return
 		case <-check.C:
 			failed := rec.failed.Load()
+			if onProgress != nil {
+				onProgress(rec.done.Load(), failed)
+			}
 			if abortAfter > 0 && failed >= abortAfter && rec.done.Load() == failed {
 				cancel(fmt.Errorf("%w: aborted after %d failures without a success", ErrAllFailed, failed))
 				return

@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
-# scripts/demo.sh — `make demo`: build hedgekv, start a local three-store
-# cluster, use the CLI, kill a store and keep going, then run two YCSB
-# workloads (C: point reads; scan: scans of up to 100 keys), each from the
-# leader and from followers, and print a summary. The cluster is always
-# stopped on exit.
+# scripts/demo.sh — `make demo`: hedgekv across three simulated data centers.
+#
+#  1. build hedgekv;
+#  2. start three stores behind the simulated WAN (`scripts/cluster.sh start
+#     --topology default`: dc-a, dc-b, dc-c, 14 ms one way, 300 Mbit/s), put
+#     region 1's leader in dc-a and read from a client in dc-b three ways:
+#     from the remote leader, from the local follower (linearizable), and
+#     from the local follower with bounded staleness; then stop it;
+#  3. run `bin/hedgekv bench follower-read-dc --quick` (TiDB 3.1's
+#     follower-read experiment: it starts its own three-zone cluster in one
+#     process, loads 2,000 rows of ~1 KB and scans them from dc-b) and print
+#     its table (remote leader vs local follower vs stale vs beside the
+#     leader) and where its report and plots are.
 #
 # Environment:
 #   CLUSTER_DIR     where the demo cluster lives (default: a fresh temp dir,
 #                   removed afterwards unless the demo failed or KEEP=1)
-#   GRPC_PORT_BASE, STATUS_PORT_BASE, GRPC_PORTS, STATUS_PORTS, BIN
+#   RESULTS         where the benchmark writes (default: results, i.e.
+#                   results/follower-read-dc/ in the repository)
+#   GRPC_PORT_BASE, STATUS_PORT_BASE, NETSIM_PORT_BASE, NETSIM_CONTROL, BIN
 #                   as for scripts/cluster.sh
-#   RECORDS         YCSB records to load          (default 10000)
-#   OPS             YCSB operations per workload  (default 20000)
-#   SCAN_OPS        operations of the scan workload (default 2000)
-#   The YCSB report is written to $CLUSTER_DIR/results/ycsb/.
-#   THREADS         YCSB client threads           (default 16)
 #   SKIP_BUILD=1    use the existing binary
+#
+# The cluster is always stopped on exit. The whole demo takes well under a
+# minute on two cores.
 
 set -euo pipefail
 
@@ -24,10 +32,7 @@ ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 cd "$ROOT"
 
 export BIN=${BIN:-$ROOT/bin/hedgekv}
-RECORDS=${RECORDS:-10000}
-OPS=${OPS:-20000}
-SCAN_OPS=${SCAN_OPS:-2000}
-THREADS=${THREADS:-16}
+RESULTS=${RESULTS:-results}
 KEEP=${KEEP:-0}
 
 TEMP_DIR=""
@@ -39,8 +44,8 @@ export CLUSTER_DIR
 
 CLUSTER=("$SCRIPT_DIR/cluster.sh")
 DEMO_START=$SECONDS
-SUMMARY=()
 ok=0
+cluster_up=0
 
 if [[ -t 1 ]]; then
 	banner() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -71,8 +76,10 @@ show() {
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
-	banner "stopping the cluster"
-	"${CLUSTER[@]}" stop || true
+	if ((cluster_up)); then
+		banner "stopping the cluster"
+		"${CLUSTER[@]}" stop || true
+	fi
 	if ((ok)) && [[ -n $TEMP_DIR && $KEEP != 1 ]]; then
 		rm -rf -- "$TEMP_DIR"
 	elif [[ -d $CLUSTER_DIR ]]; then
@@ -92,83 +99,56 @@ if [[ ${SKIP_BUILD:-0} != 1 ]]; then
 	show go build -o "$BIN" ./cmd/hedgekv
 fi
 
-# Leave a cluster already running on the default ports alone.
-if [[ -z ${GRPC_PORTS:-}${GRPC_PORT_BASE:-}${STATUS_PORTS:-}${STATUS_PORT_BASE:-} ]] &&
-	(exec 3<>/dev/tcp/127.0.0.1/20161) 2>/dev/null; then
-	echo "port 20161 is busy (a local cluster running?); the demo uses ports 21161-21163 and 21181-21183"
+# busy PORT: something listens on 127.0.0.1:PORT.
+busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Leave a cluster (or netsim) already running on the default ports alone.
+if [[ -z ${GRPC_PORT_BASE:-}${STATUS_PORT_BASE:-}${GRPC_PORTS:-}${STATUS_PORTS:-} ]] && busy 20161; then
+	echo "port 20161 is busy (a local cluster running?); the demo's stores use ports 21161-21163 and 21181-21183"
 	export GRPC_PORT_BASE=21160 STATUS_PORT_BASE=21180
 fi
+if [[ -z ${NETSIM_PORT_BASE:-}${NETSIM_CONTROL:-} ]] && { busy 21999 || busy 21201; }; then
+	echo "the netsim's default ports are busy; the demo's netsim uses 23101-23303 and 23999"
+	export NETSIM_PORT_BASE=23000 NETSIM_CONTROL=127.0.0.1:23999
+fi
 
-banner "start a three-store cluster (zones dc-a, dc-b, dc-c) in $CLUSTER_DIR"
-"${CLUSTER[@]}" start
+banner "three stores in three simulated data centers: dc-a, dc-b, dc-c (14 ms one way, 300 Mbit/s)"
+cluster_up=1
+echo '$ BALANCE=off scripts/cluster.sh start --topology default'
+BALANCE=off "${CLUSTER[@]}" start --topology default
 EP=$("${CLUSTER[@]}" endpoints)
-# On the default ports the CLI needs no --endpoints; show it that way.
 EPFLAG=(--endpoints "$EP")
 if [[ $EP == "127.0.0.1:20161,127.0.0.1:20162,127.0.0.1:20163" ]]; then EPFLAG=(); fi
 hk() { show "$BIN" "$@" "${EPFLAG[@]}"; }
 
-banner "stores and regions"
-hk ctl stores
-hk ctl regions
-
-banner "put, get, scan, delete"
+banner "write a few keys; put region 1's leader in dc-a (the balancer is off: it stays there)"
 hk put user/ada "Ada Lovelace"
 hk put user/alan "Alan Turing"
 hk put user/barbara "Barbara Liskov"
-hk put user/edsger "Edsger Dijkstra"
-hk get user/alan
-hk get user/barbara --read follower -v
-hk scan user/ user0
-hk delete user/edsger
-if hk get user/edsger; then
-	echo "expected 'key not found' after delete" >&2
-	exit 1
-fi
-hk scan user/ user0
+hk ctl transfer-leader 1 1
+hk ctl regions
 
-banner "kill -9 the leader's store; the cluster keeps serving"
-leader=$("$BIN" ctl regions --json --endpoints "$EP" | grep -oE '"leader_store_id"[[:space:]]*:[[:space:]]*[1-9]' | head -n 1 | grep -oE '[1-9]$' || true)
-if [[ -n $leader ]]; then
-	"${CLUSTER[@]}" kill "$leader"
-	t0=$(date +%s%N)
-	for ((i = 0; i < 100; i++)); do
-		if "$BIN" put user/grace "Grace Hopper" --endpoints "$EP" >/dev/null 2>&1; then break; fi
-		sleep 0.1
-	done
-	t1=$(date +%s%N)
-	hk get user/grace
-	echo "first write acknowledged $(((t1 - t0) / 1000000)) ms after the kill"
-	SUMMARY+=("fail-over after kill -9 of store $leader: first write acked in $(((t1 - t0) / 1000000)) ms")
-	"${CLUSTER[@]}" restart "$leader"
-	hk get user/ada
-else
-	echo "could not find a leader in 'ctl regions --json'; skipping the kill" >&2
-fi
+banner "a client in dc-b reads: remote leader, local follower, local follower with bounded staleness"
+echo "# the leader in dc-a serves: the request and the answer cross the WAN"
+hk --zone dc-b get user/ada -v
+echo "# dc-b's own store serves, linearizably: only a small ReadIndex round trip to dc-a crosses the WAN"
+hk --zone dc-b get user/ada --read closest -v
+echo "# dc-b's own store serves from its own state, at most 5 s stale: nothing crosses the WAN"
+hk --zone dc-b get user/ada --read closest --max-staleness 5s -v
+hk --zone dc-b scan user/ user0 --read closest
 
-# ycsb TITLE ARGS... : one `bench ycsb` run; its rows are merged into
-# $RESULTS/ycsb/results.json and report.md.
-RESULTS=$CLUSTER_DIR/results
-ycsb() {
-	local title=$1
-	shift
-	banner "YCSB: $title"
-	show "$BIN" bench ycsb "$@" "${EPFLAG[@]}" --out "$RESULTS"
-}
-
-ycsb "load $RECORDS records, then workload C (100% reads) from the leader and from followers" \
-	--workload c --read leader,follower --records "$RECORDS" --ops "$OPS" --threads "$THREADS" --fresh
-ycsb "scans of up to 100 keys, from the leader and from followers" \
-	--workload scan --load=false --read leader,follower --records "$RECORDS" --ops "$SCAN_OPS" --threads "$THREADS"
-
-banner "cluster status"
+banner "the simulated WAN: every (zone -> store) link, and the bytes that crossed it"
 "${CLUSTER[@]}" status || true
+"${CLUSTER[@]}" stop
+cluster_up=0
+
+banner "benchmark: TiDB 3.1's follower-read experiment, quick (its own three-zone cluster, in one process)"
+show "$BIN" bench follower-read-dc --quick --out "$RESULTS"
 
 banner "summary"
-for line in "${SUMMARY[@]}"; do printf '%s\n' "$line"; done
-if [[ -f $RESULTS/ycsb/report.md ]]; then
-	echo
-	echo "YCSB ($RECORDS records, $THREADS threads; variant = read policy, param = workload):"
-	sed -n '/^## Every row/,$p' "$RESULTS/ycsb/report.md" | tail -n +2
-fi
+DIR=$RESULTS/follower-read-dc
+echo "report: $DIR/report.md"
+echo "plots:  $(find "$DIR" -maxdepth 1 -name '*.png' | sort | paste -sd' ' -)"
+echo "full run (about seven minutes): bin/hedgekv bench follower-read-dc; the numbers of record are in docs/BENCHMARKS.md"
 echo "demo finished in $((SECONDS - DEMO_START)) s"
 ok=1

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/hedgekv/hedgekv/bench"
+	"github.com/hedgekv/hedgekv/bench/netsim"
 	"github.com/hedgekv/hedgekv/bench/ycsbdb"
 	"github.com/hedgekv/hedgekv/client"
 )
@@ -23,14 +26,16 @@ func newBenchCmd() *cobra.Command {
 		Long: `Run a benchmark scenario. Each writes results/SCENARIO/results.json and
 report.md (under --out) and prints progress on stderr while it runs.
 
-  ycsb       go-ycsb workloads a-f or scan against a running cluster (--endpoints)
-  peer-etcd  the same workloads against a local three-member etcd and hedgekv
+  ycsb              go-ycsb workloads a-f or scan against a running cluster (--endpoints)
+  peer-etcd         the same workloads against a local three-member etcd and hedgekv
+  follower-read-dc  TiDB 3.1's follower-read experiment: scans across a simulated WAN
+  hot-region        read throughput of one hot region: leader-only vs follower vs mixed
 
 The global --timeout bounds a benchmark only when it is given explicitly.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newBenchYCSBCmd(), newBenchPeerEtcdCmd())
+	cmd.AddCommand(newBenchYCSBCmd(), newBenchPeerEtcdCmd(), newBenchFollowerReadDCCmd(), newBenchHotRegionCmd())
 	return cmd
 }
 
@@ -258,5 +263,189 @@ table and writes OUT/peer-etcd/{results.json,report.md}.`,
 	f.DurationVar(&duration, "duration", 0, "stop each run after this long (default: none; --quick: 5s)")
 	f.StringVar(&out, "out", "results", "results directory (writes OUT/peer-etcd/)")
 	f.DurationVar(&progress, "progress", 5*time.Second, "interval of progress lines on stderr (negative: none)")
+	return cmd
+}
+
+// The scenarios that run their own in-process cluster behind a simulated
+// WAN (package bench, wan.go): follower-read-dc and hot-region.
+
+// commandLine renders how a scenario was invoked, for its report.
+func commandLine(cmd *cobra.Command) string {
+	parts := []string{"bin/" + cmd.CommandPath()}
+	visit := func(f *pflag.Flag) {
+		if f.Value.Type() == "bool" {
+			parts = append(parts, "--"+f.Name)
+			return
+		}
+		v := f.Value.String()
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			v = strings.Join(sv.GetSlice(), ",")
+		}
+		parts = append(parts, "--"+f.Name, v)
+	}
+	cmd.Flags().Visit(visit)
+	cmd.InheritedFlags().Visit(visit)
+	return strings.Join(parts, " ")
+}
+
+// wanLogger keeps the runner's per-phase lines out of the progress bar:
+// warnings and errors only.
+func wanLogger(cmd *cobra.Command) *slog.Logger {
+	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func loadTopology(name string) (*netsim.Topology, string, error) {
+	topo, err := netsim.Load(name)
+	if err != nil {
+		return nil, "", usageError{fmt.Errorf("--topology: %w", err)}
+	}
+	return topo, name, nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, part := range splitList(s) {
+		n, err := strconv.Atoi(part)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", part)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func newBenchFollowerReadDCCmd() *cobra.Command {
+	var (
+		out, scanLengths, topology, variants, leaderZone, clientZone string
+		records                                                      int64
+		threads                                                      int
+		quick, noPlots                                               bool
+		duration, warmup, maxStale                                   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "follower-read-dc [--quick] [--out results] [--threads 32] [--records N] [--scan-lengths 10,100,...] [--topology FILE|default]",
+		Short: "TiDB 3.1's follower-read experiment: YCSB scans across a simulated WAN",
+		Long: `Start three stores in this process behind the simulated WAN (--topology, default:
+dc-a, dc-b, dc-c, 14 ms one way, 300 Mbit/s), put region 1's leader in the first
+zone, load --records rows of ~1 KB, and run go-ycsb scans of each --scan-lengths
+length from a client in the second zone: leader-remote (reads from the remote
+leader), follower-local (linearizable reads from the local follower),
+stale-local (bounded staleness, --max-staleness) and same-zone (a client beside
+the leader). Writes OUT/follower-read-dc/{results.json,report.md,*.png} with
+TiDB's published figures beside ours. --quick runs scans of 10 and 100 keys on
+2,000 rows in under a minute; the full run takes about seven.`,
+		Args: exactArgs(),
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			env, err := newBenchEnv(cmd)
+			if err != nil {
+				return err
+			}
+			defer env.cancel()
+			topo, name, err := loadTopology(topology)
+			if err != nil {
+				return err
+			}
+			lengths, err := parseInts(scanLengths)
+			if err != nil {
+				return usagef("--scan-lengths: %v", err)
+			}
+			if records < 0 || threads < 0 {
+				return usagef("--records and --threads must not be negative")
+			}
+			cfg := bench.FollowerReadDCConfig{
+				Quick: quick, Topology: topo, TopologyName: name, LeaderZone: leaderZone, ClientZone: clientZone,
+				Records: records, Threads: threads, ScanLengths: lengths, Variants: splitList(variants),
+				RunDuration: duration, Warmup: warmup, MaxStaleness: maxStale, OutDir: out, NoPlots: noPlots,
+				Command: commandLine(cmd), Progress: cmd.ErrOrStderr(), Logger: wanLogger(cmd), Out: cmd.OutOrStdout(),
+			}
+			_, err = bench.RunFollowerReadDC(env.ctx, cfg)
+			return err
+		}),
+	}
+	f := cmd.Flags()
+	f.BoolVar(&quick, "quick", false, "under a minute: scan lengths 10,100, 2000 rows, 3s runs (explicit flags win)")
+	f.StringVar(&out, "out", "results", "results directory (writes OUT/follower-read-dc/)")
+	f.IntVar(&threads, "threads", 32, "client threads")
+	f.Int64Var(&records, "records", 0, "rows to load (default 20000; --quick 2000)")
+	f.StringVar(&scanLengths, "scan-lengths", "", "comma list of keys per scan (default 10,100,200,500,1000,1500; --quick 10,100)")
+	f.StringVar(&topology, "topology", netsim.DefaultTopology, "the simulated WAN: a topology file (docs/topology.md) or 'default'")
+	f.StringVar(&leaderZone, "leader-zone", "", "zone of region 1's leader (default: the topology's first zone)")
+	f.StringVar(&clientZone, "client-zone", "", "zone of the client and its local follower (default: the second zone)")
+	names := make([]string, 0, len(bench.DCVariants))
+	for _, v := range bench.DCVariants {
+		names = append(names, v.Name)
+	}
+	f.StringVar(&variants, "variants", "", "comma list of variants (default all: "+strings.Join(names, ",")+")")
+	f.DurationVar(&duration, "duration", 0, "length of each measured run (default 15s; --quick 3s)")
+	f.DurationVar(&warmup, "warmup", 0, "unmeasured warm-up before each run (default 1s; --quick 500ms; negative: none)")
+	f.DurationVar(&maxStale, "max-staleness", 10*time.Second, "staleness bound of stale-local")
+	f.BoolVar(&noPlots, "no-plots", false, "write no PNG plots")
+	return cmd
+}
+
+func newBenchHotRegionCmd() *cobra.Command {
+	var (
+		out, topology, variants, leaderZone string
+		records                             int64
+		threads, scanLength                 int
+		linkMbit                            float64
+		quick, noPlots                      bool
+		duration, warmup                    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "hot-region [--quick] [--out results] [--threads-per-zone 16] [--link-mbit 40] [--topology FILE]",
+		Short: "Read throughput of one hot region from clients in every zone: leader-only vs follower vs mixed",
+		Long: `Start three stores in this process behind a simulated WAN whose every link (those
+inside a zone too) is limited to --link-mbit, so that the links into each store,
+not the CPUs, are the bottleneck; load --records rows of ~1 KB into one region
+with its leader in dc-a; then read it from clients in every zone at once, with
+leader-only, follower and mixed reads (all linearizable). Reports reads/s per
+variant and the ratio to leader-only (TiDB: follower read "roughly doubles" it)
+in OUT/hot-region/{results.json,report.md,*.png}.`,
+		Args: exactArgs(),
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			env, err := newBenchEnv(cmd)
+			if err != nil {
+				return err
+			}
+			defer env.cancel()
+			cfg := bench.HotRegionConfig{
+				Quick: quick, LinkMbit: linkMbit, LeaderZone: leaderZone, Records: records, ThreadsPerZone: threads,
+				ScanLength: scanLength, Variants: splitList(variants), RunDuration: duration, Warmup: warmup,
+				OutDir: out, NoPlots: noPlots, Command: commandLine(cmd), Progress: cmd.ErrOrStderr(),
+				Logger: wanLogger(cmd), Out: cmd.OutOrStdout(),
+			}
+			if topology != "" {
+				if cmd.Flags().Changed("link-mbit") {
+					return usagef("--link-mbit applies to the built-in topology only, not with --topology")
+				}
+				if cfg.Topology, cfg.TopologyName, err = loadTopology(topology); err != nil {
+					return err
+				}
+			}
+			if records < 0 || threads < 0 || scanLength < 0 || linkMbit < 0 {
+				return usagef("--records, --threads-per-zone, --scan-length and --link-mbit must not be negative")
+			}
+			_, err = bench.RunHotRegion(env.ctx, cfg)
+			return err
+		}),
+	}
+	f := cmd.Flags()
+	f.BoolVar(&quick, "quick", false, "under a minute: 2000 rows, 4s runs (explicit flags win)")
+	f.StringVar(&out, "out", "results", "results directory (writes OUT/hot-region/)")
+	f.IntVar(&threads, "threads-per-zone", 16, "client threads in each zone")
+	f.Int64Var(&records, "records", 0, "rows to load (default 10000; --quick 2000)")
+	f.IntVar(&scanLength, "scan-length", 100, "rows per read (a scan)")
+	f.Float64Var(&linkMbit, "link-mbit", bench.DefaultHotLinkMbit, "bandwidth of every link of the built-in topology, Mbit/s per connection and direction")
+	f.StringVar(&topology, "topology", "", "a topology file (docs/topology.md) instead of the built-in one; 'default' is the plain three-zone WAN")
+	f.StringVar(&leaderZone, "leader-zone", "", "zone of region 1's leader (default: the first zone)")
+	names := make([]string, 0, len(bench.HotVariants))
+	for _, v := range bench.HotVariants {
+		names = append(names, v.Name)
+	}
+	f.StringVar(&variants, "variants", "", "comma list of variants (default all: "+strings.Join(names, ",")+")")
+	f.DurationVar(&duration, "duration", 0, "length of each measured run (default 15s; --quick 4s)")
+	f.DurationVar(&warmup, "warmup", 0, "unmeasured warm-up before each run (default 1s; --quick 500ms; negative: none)")
+	f.BoolVar(&noPlots, "no-plots", false, "write no PNG plots")
 	return cmd
 }

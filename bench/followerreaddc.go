@@ -1,0 +1,707 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hedgekv/hedgekv/bench/netsim"
+	"github.com/hedgekv/hedgekv/bench/ycsbdb"
+	"github.com/hedgekv/hedgekv/client"
+)
+
+// follower-read-dc reproduces TiDB 3.1's follower-read experiment (its
+// scenarios 1–3): YCSB scans of 1 KB rows by a client in one data center
+// while the region's leader sits in another, 28 ms round trip and ~300
+// Mbit/s apart, read from the remote leader, from the local follower
+// (linearizable, one ReadIndex round trip to the leader), from the local
+// follower with bounded staleness (no round trip), and, as the baseline,
+// by a client beside the leader.
+
+// DCVariant is one way of reading in follower-read-dc.
+type DCVariant struct {
+	Name string
+	// BesideLeader: the client sits in the leader's zone, not the client
+	// zone.
+	BesideLeader bool
+	Read         client.ReplicaPolicy
+	Stale        bool // bounded-staleness reads (MaxStaleness)
+	// What the report says of it, and the TiDB scenario it stands for
+	// (0: none).
+	Doc   string
+	TiDB  int
+	Local bool // the reads are meant to be served in the client's zone
+}
+
+// DCVariants are follower-read-dc's variants, in run order.
+var DCVariants = []DCVariant{
+	{Name: "leader-remote", Read: client.ReplicaLeader, TiDB: 1,
+		Doc: "client in the follower's zone, reads from the leader in the other zone: every row crosses the WAN"},
+	{Name: "follower-local", Read: client.ReplicaClosest, TiDB: 2, Local: true,
+		Doc: "client reads from the follower in its own zone (closest), linearizable: one small ReadIndex round trip to the leader crosses the WAN, the rows do not"},
+	{Name: "stale-local", Read: client.ReplicaClosest, Stale: true, Local: true,
+		Doc: "as follower-local with bounded staleness (MaxStaleness): the follower answers from its own state, nothing crosses the WAN"},
+	{Name: "same-zone", BesideLeader: true, Read: client.ReplicaLeader, TiDB: 3, Local: true,
+		Doc: "client beside the leader, leader reads (lease): the baseline without any WAN"},
+}
+
+// DefaultScanLengths are TiDB's.
+var DefaultScanLengths = []int{10, 100, 200, 500, 1000, 1500}
+
+// FollowerReadDCConfig configures RunFollowerReadDC.
+type FollowerReadDCConfig struct {
+	// Quick: scan lengths 10 and 100, 2,000 records, 3 s runs: under a
+	// minute on 2 cores. Explicit values below still win.
+	Quick bool
+	// Topology is the WAN (default netsim.Default()); TopologyName names it
+	// in the report.
+	Topology     *netsim.Topology
+	TopologyName string
+	// LeaderZone holds region 1's leader (default: the first zone);
+	// ClientZone the client and a follower (default: the second zone).
+	LeaderZone, ClientZone string
+	Records                int64 // default 20,000 (quick 2,000)
+	Threads                int   // default 32
+	ScanLengths            []int // default DefaultScanLengths (quick 10, 100)
+	Variants               []string
+	// RunDuration is each measured run's length (default 15s, quick 3s);
+	// Warmup runs the same workload unmeasured first (default 1s, quick
+	// 0.5s; negative: none). MaxOps, if > 0, also ends a run after that
+	// many operations (tests).
+	RunDuration time.Duration
+	Warmup      time.Duration
+	MaxOps      int64
+	// MaxStaleness of stale-local (default 10s).
+	MaxStaleness time.Duration
+	OutDir       string // results root (default "results"): writes OutDir/follower-read-dc
+	NoPlots      bool
+	// Command is the command line, quoted in the report.
+	Command string
+	// Progress receives the progress display (normally os.Stderr; nil:
+	// none).
+	Progress io.Writer
+	Logger   *slog.Logger
+	Out      io.Writer // the final tables (nil: discard)
+}
+
+func (cfg *FollowerReadDCConfig) setDefaults() error {
+	if cfg.Topology == nil {
+		cfg.Topology, cfg.TopologyName = netsim.Default(), netsim.DefaultTopology
+	}
+	if cfg.TopologyName == "" {
+		cfg.TopologyName = "custom"
+	}
+	if err := cfg.Topology.Validate(); err != nil {
+		return err
+	}
+	var withStores []string
+	for _, z := range cfg.Topology.Zones {
+		if len(z.Stores) > 0 {
+			withStores = append(withStores, z.Name)
+		}
+	}
+	if len(withStores) < 2 {
+		return errors.New("the topology needs two zones with stores: one for the leader, one for the client and its follower")
+	}
+	if cfg.LeaderZone == "" {
+		cfg.LeaderZone = withStores[0]
+	}
+	if cfg.ClientZone == "" {
+		for _, z := range withStores {
+			if z != cfg.LeaderZone {
+				cfg.ClientZone = z
+				break
+			}
+		}
+	}
+	if !slices.Contains(withStores, cfg.LeaderZone) || !slices.Contains(withStores, cfg.ClientZone) || cfg.LeaderZone == cfg.ClientZone {
+		return fmt.Errorf("leader zone %q and client zone %q must be two different zones with stores (%s)",
+			cfg.LeaderZone, cfg.ClientZone, strings.Join(withStores, ", "))
+	}
+	if cfg.Records <= 0 {
+		cfg.Records = map[bool]int64{false: 20000, true: 2000}[cfg.Quick]
+	}
+	if cfg.Threads <= 0 {
+		cfg.Threads = 32
+	}
+	if len(cfg.ScanLengths) == 0 {
+		cfg.ScanLengths = DefaultScanLengths
+		if cfg.Quick {
+			cfg.ScanLengths = []int{10, 100}
+		}
+	}
+	for _, l := range cfg.ScanLengths {
+		if l < 1 || l > ycsbdb.MaxScanLimit {
+			return fmt.Errorf("scan length %d out of 1..%d", l, ycsbdb.MaxScanLimit)
+		}
+	}
+	if len(cfg.Variants) == 0 {
+		for _, v := range DCVariants {
+			cfg.Variants = append(cfg.Variants, v.Name)
+		}
+	}
+	for _, name := range cfg.Variants {
+		if !slices.ContainsFunc(DCVariants, func(v DCVariant) bool { return v.Name == name }) {
+			return fmt.Errorf("unknown variant %q", name)
+		}
+	}
+	if cfg.RunDuration <= 0 {
+		cfg.RunDuration = map[bool]time.Duration{false: 15 * time.Second, true: 3 * time.Second}[cfg.Quick]
+	}
+	if cfg.Warmup == 0 {
+		cfg.Warmup = map[bool]time.Duration{false: time.Second, true: 500 * time.Millisecond}[cfg.Quick]
+	}
+	if cfg.MaxStaleness <= 0 {
+		cfg.MaxStaleness = 10 * time.Second
+	}
+	if cfg.OutDir == "" {
+		cfg.OutDir = "results"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Out = discardIfNil(cfg.Out)
+	return nil
+}
+
+func (cfg *FollowerReadDCConfig) variants() []DCVariant {
+	var out []DCVariant
+	for _, v := range DCVariants {
+		if slices.Contains(cfg.Variants, v.Name) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// DCRun is one measured run of follower-read-dc.
+type DCRun struct {
+	Variant    DCVariant
+	ScanLength int
+	ClientZone string
+	Phase      *PhaseResult
+	// ServedBy says which stores served the reads and how; LocalShare is
+	// the fraction served in the client's zone.
+	ServedBy   string
+	LocalShare float64
+	// ServerP50Ms is the stores' median KV.Scan latency over the run (0:
+	// unknown).
+	ServerP50Ms float64
+	// WANBytes crossed between zones during the run (every link, raft
+	// included).
+	WANBytes uint64
+	// LeaderMoved is non-empty if region 1's leader was elsewhere after
+	// the run.
+	LeaderMoved string
+}
+
+// FollowerReadDCResult is what RunFollowerReadDC measured.
+type FollowerReadDCResult struct {
+	Rows  []Row
+	Runs  []DCRun
+	Load  *PhaseResult
+	Dir   string
+	Plots []string
+}
+
+// RunFollowerReadDC runs the scenario and writes
+// OutDir/follower-read-dc/{results.json,report.md,*.png}. Runs measured
+// before an error are written.
+func RunFollowerReadDC(ctx context.Context, cfg FollowerReadDCConfig) (*FollowerReadDCResult, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("follower-read-dc: %w", err)
+	}
+	started := time.Now()
+	variants := cfg.variants()
+	prog := NewProgress(cfg.Progress, "follower-read-dc", 1+len(variants)*len(cfg.ScanLengths), 0)
+	if cfg.Progress == nil {
+		prog = nil
+	}
+	defer prog.Done()
+
+	prog.Printf("follower-read-dc: starting %d stores behind the %s topology", len(cfg.Topology.Stores()), cfg.TopologyName)
+	c, err := startWANCluster(ctx, cfg.Topology, cfg.LeaderZone, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("follower-read-dc: %w", err)
+	}
+	defer c.Stop()
+
+	// One client per variant, connected before anything is measured.
+	dbs := make([]*ycsbdb.DB, len(variants))
+	defer func() {
+		for _, db := range dbs {
+			if db != nil {
+				_ = db.Close()
+			}
+		}
+	}()
+	for i, v := range variants {
+		read := client.ReadPolicy{Replica: v.Read}
+		if v.Stale {
+			read.MaxStaleness = cfg.MaxStaleness
+		}
+		if dbs[i], err = c.openZoneDB(ctx, cfg.clientZone(v), read); err != nil {
+			return nil, fmt.Errorf("follower-read-dc: %s: %w", v.Name, err)
+		}
+	}
+	loader, err := c.openZoneDB(ctx, cfg.LeaderZone, client.ReadPolicy{})
+	if err != nil {
+		return nil, fmt.Errorf("follower-read-dc: %w", err)
+	}
+	load, err := loadRows(ctx, loader, cfg.Records, max(cfg.Threads, 64), prog, cfg.Logger)
+	_ = loader.Close()
+	if err != nil {
+		return nil, fmt.Errorf("follower-read-dc: %w", err)
+	}
+	res := &FollowerReadDCResult{Load: load, Dir: filepath.Join(cfg.OutDir, "follower-read-dc")}
+	var notes []string
+	if moved := c.leaderCheck(ctx); moved != "" {
+		notes = append(notes, "after the load: "+moved)
+	}
+
+	var errs []error
+	for _, l := range cfg.ScanLengths {
+		for i, v := range variants {
+			run, err := cfg.measure(ctx, c, dbs[i], v, l, prog)
+			if run != nil {
+				res.Runs = append(res.Runs, *run)
+				res.Rows = append(res.Rows, run.Phase.Row)
+				prog.Printf("%-14s scan %-5d %8.1f ops/s  p50 %8.1f ms  p99 %8.1f ms  WAN %s/read  %s",
+					v.Name, l, run.Phase.Row.QPS, run.Phase.Row.P50Ms, run.Phase.Row.P99Ms,
+					fmtBytes(derefOr(run.Phase.Row.WANBytesPerOp, 0)), failedNote(run.Phase.Row.Failed))
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("follower-read-dc: %s, scan %d: %w", v.Name, l, err))
+				if !errors.Is(err, ErrAllFailed) {
+					prog.Done()
+					return res, errors.Join(append(errs, cfg.write(res, c, started, notes))...)
+				}
+			}
+		}
+	}
+	prog.Done() // before the tables are printed
+	return res, errors.Join(append(errs, cfg.write(res, c, started, notes))...)
+}
+
+func (cfg *FollowerReadDCConfig) clientZone(v DCVariant) string {
+	if v.BesideLeader {
+		return cfg.LeaderZone
+	}
+	return cfg.ClientZone
+}
+
+func failedNote(n int64) string {
+	if n == 0 {
+		return "0 failed"
+	}
+	return fmt.Sprintf("%d FAILED", n)
+}
+
+func derefOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// measure runs one variant at one scan length: a warm-up, then the
+// measured run between two snapshots of the cluster's counters.
+func (cfg *FollowerReadDCConfig) measure(ctx context.Context, c *wanCluster, db *ycsbdb.DB, v DCVariant, scanLen int, prog *Progress) (*DCRun, error) {
+	param := strconv.Itoa(scanLen)
+	spec := Spec{
+		Instance: db, Workload: "scan", Records: cfg.Records, Threads: cfg.Threads, Run: true,
+		MaxScanLength: scanLen, ScanLengthDistribution: "constant", Properties: rowProps(),
+		Variant: v.Name, Param: param, ProgressInterval: -1, QuietWorkload: true, Logger: cfg.Logger,
+		AbortAfterFailures: -1,
+	}
+	ops := cfg.MaxOps
+	if ops <= 0 {
+		ops = 1 << 40
+	}
+	label := fmt.Sprintf("%s scan=%d", v.Name, scanLen)
+	prog.Step(label, cfg.MaxOps, max(cfg.Warmup, 0)+cfg.RunDuration)
+	if cfg.Warmup > 0 {
+		prog.SetLabel(label + " warm-up")
+		w := spec
+		w.Ops, w.MaxDuration = max(int64(cfg.Threads), ops/10), cfg.Warmup
+		if _, err := Run(ctx, w); err != nil && ctx.Err() != nil {
+			return nil, err
+		}
+		prog.SetLabel(label)
+	}
+	spec.Ops, spec.MaxDuration = ops, cfg.RunDuration
+	spec.OnProgress = prog.Update
+	before := c.snap(ctx, "KV.Scan")
+	r, err := Run(ctx, spec)
+	after := c.snap(ctx, "KV.Scan")
+	if r == nil || r.Run == nil {
+		return nil, err
+	}
+	d := c.delta(before, after)
+	run := &DCRun{
+		Variant: v, ScanLength: scanLen, ClientZone: cfg.clientZone(v), Phase: r.Run,
+		ServedBy: c.servedBy(d), LocalShare: c.localShare(d, cfg.clientZone(v)), WANBytes: d.wanBytes,
+		LeaderMoved: c.leaderCheck(ctx),
+	}
+	row := &run.Phase.Row
+	if p99, ok := d.server.Quantile(0.99); ok && d.err == nil {
+		row.ServerP99Ms = ptr(round(p99, 3))
+	}
+	if p50, ok := d.server.Quantile(0.5); ok && d.err == nil {
+		run.ServerP50Ms = round(p50, 3)
+	}
+	if ok := row.Ops - row.Failed; ok > 0 {
+		row.WANBytesPerOp = ptr(round(float64(d.wanBytes)/float64(ok), 0))
+	}
+	row.ServedBy = run.ServedBy
+	return run, err
+}
+
+// dcLimits explains, from the run's own figures, what bounds the two
+// remote-leader-vs-local-follower numbers at one scan length: the link for
+// leader-remote, the ReadIndex round trip and the client's concurrency for
+// follower-local.
+func (cfg *FollowerReadDCConfig) dcLimits(runs []DCRun, scan, threads int) string {
+	var lr, fl *DCRun
+	for i := range runs {
+		switch r := &runs[i]; {
+		case r.ScanLength != scan:
+		case r.Variant.Name == "leader-remote":
+			lr = r
+		case r.Variant.Name == "follower-local":
+			fl = r
+		}
+	}
+	spec := cfg.Topology.Spec(cfg.ClientZone, cfg.LeaderZone)
+	rtt := 2 * spec.Latency
+	var b strings.Builder
+	if lr != nil && spec.BandwidthMbit > 0 && lr.Phase.Row.WANBytesPerOp != nil && *lr.Phase.Row.WANBytesPerOp > 0 {
+		perScan := *lr.Phase.Row.WANBytesPerOp
+		limit := spec.BandwidthMbit * 125000 / perScan
+		fmt.Fprintf(&b, "- `leader-remote` is bound by the link: it carries %g Mbit/s (toxiproxy delivers 5–8%% less) and a %d-key scan moves %s across it, ",
+			spec.BandwidthMbit, scan, fmtBytes(perScan))
+		fmt.Fprintf(&b, "so at most %.0f scans/s; measured %.0f. Its store answered in %.1f ms at the median: the rest of its %.1f ms median is the WAN and the queue in front of the link.\n",
+			limit, lr.Phase.Row.QPS, lr.ServerP50Ms, lr.Phase.Row.P50Ms)
+	}
+	if fl != nil && rtt > 0 && fl.ServerP50Ms > 0 {
+		rttMs := float64(rtt) / float64(time.Millisecond)
+		fmt.Fprintf(&b, "- `follower-local` waits at its store for a ReadIndex round trip to the leader (RTT %v): the store's median follower scan took %.1f ms, %.1f round trips. ",
+			rtt, fl.ServerP50Ms, fl.ServerP50Ms/rttMs)
+		b.WriteString("A follower sends one ReadIndex batch at a time (raftstore/read.go), so a read that arrives while a batch is in flight waits for it, then for its own: 1.5 round trips on average, 2 at worst, before the scan itself and the queue for a CPU. ")
+		fmt.Fprintf(&b, "With %d client threads each waiting that long, %d ÷ %.1f ms caps it at %.0f scans/s (measured %.0f); even at exactly one round trip per read the cap would be %.0f/s. ",
+			threads, threads, fl.ServerP50Ms, float64(threads)/fl.ServerP50Ms*1000, fl.Phase.Row.QPS, float64(threads)/rttMs*1000)
+		b.WriteString("More client threads, or reads that need no round trip (`stale-local`; follower leases), lift that cap; the machine's two cores cap everything else (`same-zone`).\n")
+	}
+	return b.String()
+}
+
+// TiDB 3.1's published figures (PingCAP, "TiDB 3.1 follower read"): UCloud
+// 16-core machines in Beijing and Shanghai, 27.7–28.3 ms apart at 297
+// Mbit/s, 10,000,000 YCSB rows, raw KV scans.
+type tidbFigure struct {
+	QPS, ServerP99Ms, ClientP99Ms float64
+}
+
+// tidbScenarios[n][scan length] is scenario n's row: 1 remote leader, 2
+// local follower, 3 leader and client on one node, 4 leader, follower and
+// client in one data center, the follower serving.
+var tidbScenarios = map[int]map[int]tidbFigure{
+	1: {10: {3110, 43, 115}, 100: {314, 450, 7888}, 200: {158, 480, 13180}, 500: {63, 500, 23630}, 1000: {31, 504, 34693}, 1500: {8, 507, 50220}},
+	2: {10: {3836, 88, 126}, 100: {3087, 127, 140}, 200: {1966, 130, 323}, 500: {920, 256, 1026}, 1000: {446, 504, 2651}, 1500: {285, 980, 4525}},
+	3: {10: {18865, 31, 33}, 100: {4233, 58, 267}, 200: {2321, 94, 550}, 500: {1008, 130, 1455}, 1000: {480, 330, 3228}, 1500: {298, 450, 6438}},
+	4: {10: {15021, 31, 34}, 100: {3859, 62, 272}, 200: {2186, 120, 560}, 500: {947, 243, 1305}, 1000: {450, 480, 3189}, 1500: {277, 763, 5058}},
+}
+
+// dcTarget is one ratio the scenario is held to.
+type dcTarget struct {
+	What     string
+	Scan     int
+	Measured float64 // 0: not measured
+	Target   float64
+	TiDB     float64 // 0: TiDB has no such figure
+}
+
+func (t dcTarget) met() bool { return t.Measured >= t.Target }
+
+// targets computes the issue's ratios from the runs.
+func dcTargets(runs []DCRun) []dcTarget {
+	find := func(variant string, scan int) *Row {
+		for i := range runs {
+			if runs[i].Variant.Name == variant && runs[i].ScanLength == scan {
+				return &runs[i].Phase.Row
+			}
+		}
+		return nil
+	}
+	div := func(a, b float64) float64 {
+		if b <= 0 {
+			return 0
+		}
+		return a / b
+	}
+	var out []dcTarget
+	if lr, fl := find("leader-remote", 100), find("follower-local", 100); lr != nil && fl != nil {
+		out = append(out,
+			dcTarget{What: "follower-local ops/s ÷ leader-remote ops/s", Scan: 100, Measured: div(fl.QPS, lr.QPS), Target: 4.5, TiDB: 3087.0 / 314},
+			dcTarget{What: "leader-remote client p99 ÷ follower-local client p99", Scan: 100, Measured: div(lr.P99Ms, fl.P99Ms), Target: 5, TiDB: 7888.0 / 140})
+	}
+	if fl, sl := find("follower-local", 10), find("stale-local", 10); fl != nil && sl != nil {
+		out = append(out, dcTarget{What: "follower-local client p99 ÷ stale-local client p99", Scan: 10, Measured: div(fl.P99Ms, sl.P99Ms), Target: 10})
+	}
+	return out
+}
+
+func (cfg *FollowerReadDCConfig) write(res *FollowerReadDCResult, c *wanCluster, started time.Time, notes []string) error {
+	if len(res.Runs) == 0 {
+		return nil
+	}
+	var errs []error
+	if err := os.MkdirAll(res.Dir, 0o755); err != nil {
+		return err
+	}
+	if !cfg.NoPlots {
+		plots, err := dcPlots(res.Dir, res.Runs, cfg.ScanLengths)
+		res.Plots = plots
+		if err != nil {
+			errs = append(errs, fmt.Errorf("plots: %w", err))
+		}
+	}
+	report := cfg.report(res, c, started, notes)
+	if err := WriteResults(res.Dir, Results{Scenario: "follower-read-dc", Rows: res.Rows}, report); err != nil {
+		errs = append(errs, err)
+	}
+	fmt.Fprintf(cfg.Out, "\n%s\n%s", dcHeadlineTable(res.Runs, 100), dcTargetsTable(dcTargets(res.Runs)))
+	fmt.Fprintf(cfg.Out, "\nwrote %s, %s", filepath.Join(res.Dir, "results.json"), filepath.Join(res.Dir, "report.md"))
+	if len(res.Plots) > 0 {
+		fmt.Fprintf(cfg.Out, " and %d plots (%s)", len(res.Plots), strings.Join(res.Plots, ", "))
+	}
+	fmt.Fprintln(cfg.Out)
+	return errors.Join(errs...)
+}
+
+// dcHeadlineTable compares the variants at one scan length (the nearest
+// measured to want) with TiDB's figures.
+func dcHeadlineTable(runs []DCRun, want int) string {
+	scan := nearestScan(runs, want)
+	var cells [][]string
+	for _, r := range runs {
+		if r.ScanLength != scan {
+			continue
+		}
+		row := r.Phase.Row
+		t := tidbScenarios[r.Variant.TiDB][scan]
+		tq, tc, ts := "–", "–", "–"
+		if r.Variant.TiDB > 0 && t.QPS > 0 {
+			tq, tc, ts = FormatFloat(t.QPS, 0), FormatFloat(t.ClientP99Ms, 0), FormatFloat(t.ServerP99Ms, 0)
+		}
+		cells = append(cells, []string{
+			r.Variant.Name, strconv.Itoa(scan),
+			FormatFloat(row.QPS, 0), tq,
+			FormatFloat(row.P99Ms, 1), tc,
+			fmtOptMs(row.ServerP99Ms), ts,
+			fmtBytes(derefOr(row.WANBytesPerOp, 0)), strconv.FormatInt(row.Failed, 10),
+		})
+	}
+	return MarkdownTable([]string{"variant", "scan keys", "ops/s", "TiDB ops/s", "client p99 ms", "TiDB client p99 ms",
+		"server p99 ms", "TiDB server p99 ms", "WAN bytes/read", "failed"}, cells)
+}
+
+func nearestScan(runs []DCRun, want int) int {
+	best := -1
+	for _, r := range runs {
+		if best < 0 || absInt(r.ScanLength-want) < absInt(best-want) {
+			best = r.ScanLength
+		}
+	}
+	return best
+}
+
+func absInt(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func dcTargetsTable(ts []dcTarget) string {
+	if len(ts) == 0 {
+		return "(no ratio: the runs it needs were not made)\n"
+	}
+	var cells [][]string
+	for _, t := range ts {
+		tidb := "–"
+		if t.TiDB > 0 {
+			tidb = FormatFloat(t.TiDB, 1) + "×"
+		}
+		met := "**met**"
+		if !t.met() {
+			met = "not met"
+		}
+		cells = append(cells, []string{t.What, strconv.Itoa(t.Scan), FormatFloat(t.Measured, 2) + "×", "≥ " + FormatFloat(t.Target, 1) + "×", tidb, met})
+	}
+	return MarkdownTable([]string{"ratio (same run)", "scan keys", "measured", "target", "TiDB", ""}, cells)
+}
+
+func fmtOptMs(p *float64) string {
+	if p == nil {
+		return "n/a"
+	}
+	return FormatFloat(*p, 1)
+}
+
+// fmtBytes renders a byte count as B, KB, MB (powers of 1000).
+func fmtBytes(b float64) string {
+	switch {
+	case b >= 1e6:
+		return FormatFloat(b/1e6, 2) + " MB"
+	case b >= 1e3:
+		return FormatFloat(b/1e3, 1) + " KB"
+	}
+	return FormatFloat(b, 0) + " B"
+}
+
+func (cfg *FollowerReadDCConfig) report(res *FollowerReadDCResult, c *wanCluster, started time.Time, notes []string) string {
+	var b strings.Builder
+	host, _ := os.Hostname()
+	b.WriteString("# follower-read-dc: follower read across data centers (TiDB 3.1, scenarios 1–3)\n\n")
+	fmt.Fprintf(&b, "Run %s on %s (%d CPUs, %s), in %v.\n\n", started.UTC().Format(time.RFC3339), host, runtime.NumCPU(),
+		runtime.Version(), time.Since(started).Round(time.Second))
+	if cfg.Command != "" {
+		fmt.Fprintf(&b, "```\n%s\n```\n\n", cfg.Command)
+	}
+	fmt.Fprintf(&b, "- WAN (`%s`): %s. Every store and client reaches every store through its own zone's link (toxiproxy, in this process).\n",
+		cfg.TopologyName, describeTopology(cfg.Topology))
+	fmt.Fprintf(&b, "- Region %d holds every row (splits off) and its leader is on store %d in %s; the balancer is paused. The client sits in %s (`same-zone`: in %s).\n",
+		hotRegionID, c.leaderStore, cfg.LeaderZone, cfg.ClientZone, cfg.LeaderZone)
+	fmt.Fprintf(&b, "- %d YCSB rows of %d fields × %d bytes (~1 KB), loaded by a client beside the leader (%d inserts/s, p99 %.1f ms, %d failed); ",
+		cfg.Records, rowFieldCount, rowFieldLength, int(res.Load.Row.QPS), res.Load.Row.P99Ms, res.Load.Row.Failed)
+	fmt.Fprintf(&b, "then go-ycsb's scan workload, every scan exactly N rows from a uniformly chosen key, %d client threads, ", cfg.Threads)
+	fmt.Fprintf(&b, "each run %v after a %v warm-up.\n", cfg.RunDuration, max(cfg.Warmup, 0))
+	b.WriteString("- Stores, WAN proxies and the client share this machine's CPUs, in one process; bbolt commits without fsync (the load is not measured).\n")
+	b.WriteString("- `ops/s` counts successful scans per second; latencies are of successful scans, measured in the client (HDR histogram). ")
+	b.WriteString("`server p99` is the stores' own `KV.Scan` latency histogram (Prometheus, buckets √2 apart from 50 µs, interpolated: within ±41%). ")
+	b.WriteString("`WAN bytes/read` is every byte that crossed a link between zones during the run (client traffic and raft, both directions) over successful scans.\n")
+	fmt.Fprintf(&b, "- `stale-local` reads with MaxStaleness %v.\n", cfg.MaxStaleness)
+	for _, n := range notes {
+		fmt.Fprintf(&b, "- %s\n", n)
+	}
+	b.WriteString("\nVariants:\n\n")
+	for _, v := range cfg.variants() {
+		tidb := ""
+		if v.TiDB > 0 {
+			tidb = fmt.Sprintf(" (TiDB scenario %d)", v.TiDB)
+		}
+		fmt.Fprintf(&b, "- `%s`%s: %s.\n", v.Name, tidb, v.Doc)
+	}
+
+	b.WriteString("\n## Ratios measured in this run\n\n")
+	b.WriteString(dcTargetsTable(dcTargets(res.Runs)))
+	if scan := nearestScan(res.Runs, 100); scan >= 0 {
+		if lim := cfg.dcLimits(res.Runs, scan, cfg.Threads); lim != "" {
+			fmt.Fprintf(&b, "\nWhat bounds the %d-key figures, from this run's own numbers:\n\n%s", scan, lim)
+		}
+	}
+	if scan := nearestScan(res.Runs, 100); scan >= 0 {
+		fmt.Fprintf(&b, "\n## %d-key scans beside TiDB's figures\n\n", scan)
+		b.WriteString("TiDB: scenario 1 for `leader-remote`, 2 for `follower-local`, 3 for `same-zone`; TiDB had no bounded-staleness read.\n\n")
+		b.WriteString(dcHeadlineTable(res.Runs, 100))
+	}
+
+	b.WriteString("\n## Every scan length\n\n")
+	var cells [][]string
+	for _, l := range cfg.ScanLengths {
+		for _, r := range res.Runs {
+			if r.ScanLength != l {
+				continue
+			}
+			row := r.Phase.Row
+			cells = append(cells, []string{
+				r.Variant.Name, strconv.Itoa(l), strconv.FormatInt(row.Ops, 10), FormatFloat(row.QPS, 1),
+				FormatFloat(row.P50Ms, 1), FormatFloat(row.P99Ms, 1), FormatFloat(row.P999Ms, 1), fmtOptMs(row.ServerP99Ms),
+				fmtBytes(derefOr(row.WANBytesPerOp, 0)), strconv.FormatInt(row.Failed, 10),
+			})
+		}
+	}
+	b.WriteString(MarkdownTable([]string{"variant", "scan keys", "ops", "ops/s", "p50 ms", "p99 ms", "p99.9 ms", "server p99 ms", "WAN bytes/read", "failed"}, cells))
+
+	b.WriteString("\n## TiDB's published figures beside ours, every scan length\n\n")
+	b.WriteString("ops/s and client p99 ms; TiDB first, then this run.\n\n")
+	cells = nil
+	for _, l := range cfg.ScanLengths {
+		line := []string{strconv.Itoa(l)}
+		for _, pair := range []struct {
+			variant string
+			tidb    int
+		}{{"leader-remote", 1}, {"follower-local", 2}, {"same-zone", 3}} {
+			t, ok := tidbScenarios[pair.tidb][l]
+			var r *Row
+			for i := range res.Runs {
+				if res.Runs[i].Variant.Name == pair.variant && res.Runs[i].ScanLength == l {
+					r = &res.Runs[i].Phase.Row
+				}
+			}
+			tq, tp, q, p := "–", "–", "–", "–"
+			if ok {
+				tq, tp = FormatFloat(t.QPS, 0), FormatFloat(t.ClientP99Ms, 0)
+			}
+			if r != nil {
+				q, p = FormatFloat(r.QPS, 0), FormatFloat(r.P99Ms, 1)
+			}
+			line = append(line, tq+" / "+q, tp+" / "+p)
+		}
+		cells = append(cells, line)
+	}
+	b.WriteString(MarkdownTable([]string{"scan keys", "remote leader ops/s (S1 / ours)", "p99 ms", "local follower ops/s (S2 / ours)", "p99 ms",
+		"same zone ops/s (S3 / ours)", "p99 ms"}, cells))
+
+	b.WriteString("\n## Where the reads were served\n\n")
+	b.WriteString("From the stores' read counters (lease, read-index, stale) over each run; a scan of one region is one read.\n\n")
+	cells = nil
+	var moved []string
+	for _, r := range res.Runs {
+		cells = append(cells, []string{r.Variant.Name, strconv.Itoa(r.ScanLength), r.ClientZone,
+			FormatFloat(100*r.LocalShare, 1) + "%", r.ServedBy})
+		if r.LeaderMoved != "" {
+			moved = append(moved, fmt.Sprintf("%s, scan %d: %s", r.Variant.Name, r.ScanLength, r.LeaderMoved))
+		}
+	}
+	b.WriteString(MarkdownTable([]string{"variant", "scan keys", "client zone", "served in the client's zone", "served by"}, cells))
+	if len(moved) == 0 {
+		fmt.Fprintf(&b, "\nRegion %d's leader was on store %d after every run.\n", hotRegionID, c.leaderStore)
+	} else {
+		b.WriteString("\n**The leader moved:**\n\n")
+		for _, m := range moved {
+			fmt.Fprintf(&b, "- %s\n", m)
+		}
+	}
+	for _, r := range res.Runs {
+		if r.Variant.Local && r.LocalShare < 0.99 {
+			fmt.Fprintf(&b, "\n**%s at scan %d was meant to be served in %s, but only %.1f%% of its reads were.**\n",
+				r.Variant.Name, r.ScanLength, r.ClientZone, 100*r.LocalShare)
+		}
+	}
+	for _, r := range res.Runs {
+		for _, o := range r.Phase.Ops {
+			if o.FirstErr != "" {
+				fmt.Fprintf(&b, "\nFirst %s error of %s at scan %d: `%s`\n", o.Op, r.Variant.Name, r.ScanLength, strings.ReplaceAll(o.FirstErr, "`", "'"))
+			}
+		}
+	}
+
+	if len(res.Plots) > 0 {
+		b.WriteString("\n## Plots\n\n")
+		for _, p := range res.Plots {
+			fmt.Fprintf(&b, "![%s](%s)\n\n", p, p)
+		}
+	}
+	return b.String()
+}

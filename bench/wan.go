@@ -1,0 +1,259 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hedgekv/hedgekv/bench/netsim"
+	"github.com/hedgekv/hedgekv/bench/ycsbdb"
+	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/raftstore"
+)
+
+// What the WAN scenarios (follower-read-dc, hot-region) share: a cluster
+// behind a simulated WAN with the balancer paused and one region, 1 KB
+// YCSB rows, a snapshot of the cluster's counters around every measured
+// run, and the leader's placement checked after each.
+
+// hotRegionID is the region every record lives in: splits are off.
+const hotRegionID = 1
+
+// Row size: go-ycsb's default record, 10 fields of 100 bytes, ~1 KB.
+const (
+	rowFieldCount  = 10
+	rowFieldLength = 100
+)
+
+// rowProps are the go-ycsb properties of a ~1 KB row (1,082 bytes as
+// ycsbdb encodes it: 10 names, 10 values of 100 bytes, their lengths).
+func rowProps() map[string]string {
+	return map[string]string{
+		"fieldcount":              strconv.Itoa(rowFieldCount),
+		"fieldlength":             strconv.Itoa(rowFieldLength),
+		"fieldlengthdistribution": "constant",
+	}
+}
+
+// wanCluster is an in-process cluster behind a simulated WAN, set up for
+// a scenario that needs a region's leader in one place.
+type wanCluster struct {
+	*LocalCluster
+	topo        *netsim.Topology
+	leaderStore uint64
+	statusAddrs []string
+}
+
+// startWANCluster starts the stores of topo behind it (balancer paused,
+// splits off, status endpoints on) and moves region 1's leader to the
+// first store of leaderZone.
+func startWANCluster(ctx context.Context, topo *netsim.Topology, leaderZone string, logger *slog.Logger) (*wanCluster, error) {
+	var leader uint64
+	for _, z := range topo.Zones {
+		if z.Name == leaderZone && len(z.Stores) > 0 {
+			leader = slices.Min(z.Stores)
+		}
+	}
+	if leader == 0 {
+		return nil, fmt.Errorf("zone %q holds no store of the topology", leaderZone)
+	}
+	lc, err := StartLocalCluster(ctx, LocalClusterConfig{
+		Topology: topo, NoSync: true, DisableBalancing: true, DisableSplit: true, StatusHTTP: true,
+		Logger: quietStores(logger),
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := &wanCluster{LocalCluster: lc, topo: topo, leaderStore: leader}
+	for _, id := range lc.StoreIDs() {
+		c.statusAddrs = append(c.statusAddrs, lc.StatusAddr(id))
+	}
+	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := lc.MoveLeader(mctx, hotRegionID, leader); err != nil {
+		lc.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// quietStores keeps the stores to errors: their warnings (a raft stream
+// going down as the cluster stops, ...) would break the progress display.
+func quietStores(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		l = slog.Default()
+	}
+	return slog.New(levelHandler{Handler: l.Handler(), min: slog.LevelError})
+}
+
+// openZoneDB connects a YCSB client sitting in zone: it bootstraps through
+// that zone's links and dials every store at its address for the zone.
+func (c *wanCluster) openZoneDB(ctx context.Context, zone string, read client.ReadPolicy) (*ycsbdb.DB, error) {
+	return ycsbdb.Open(ctx, ycsbdb.Options{
+		Endpoints:      c.ZoneEndpoints(zone),
+		Zone:           zone,
+		Read:           read,
+		DialTimeout:    10 * time.Second,
+		RequestTimeout: 60 * time.Second,
+	})
+}
+
+// leaderCheck says whether region 1's leader is still where the scenario
+// put it, and puts it back if not.
+func (c *wanCluster) leaderCheck(ctx context.Context) (moved string) {
+	now := c.LeaderStore(hotRegionID)
+	if now == c.leaderStore {
+		return ""
+	}
+	moved = fmt.Sprintf("region %d's leader was on store %d, not %d, after the run", hotRegionID, now, c.leaderStore)
+	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.MoveLeader(mctx, hotRegionID, c.leaderStore); err != nil {
+		moved += "; moving it back failed: " + err.Error()
+	} else {
+		moved += "; moved back"
+	}
+	return moved
+}
+
+// clusterSnap is what the cluster had counted at one moment.
+type clusterSnap struct {
+	at    time.Time
+	stats map[uint64]raftstore.Stats
+	wan   uint64
+	hist  ServerHist
+	err   error
+}
+
+func (c *wanCluster) snap(ctx context.Context, method string) clusterSnap {
+	s := clusterSnap{at: time.Now(), stats: c.Stats(), wan: c.Network().WANBytes()}
+	s.hist, s.err = scrapeCluster(ctx, c.statusAddrs, method)
+	return s
+}
+
+// runDelta is what the cluster did during one measured run.
+type runDelta struct {
+	wanBytes uint64
+	server   ServerHist
+	// reads by store, and by store and mode
+	reads  map[uint64]uint64
+	byMode map[uint64]map[string]uint64
+	err    error
+}
+
+func (c *wanCluster) delta(before, after clusterSnap) runDelta {
+	d := runDelta{
+		wanBytes: after.wan - before.wan,
+		server:   after.hist.Sub(before.hist),
+		reads:    map[uint64]uint64{},
+		byMode:   map[uint64]map[string]uint64{},
+		err:      after.err,
+	}
+	for id, a := range after.stats {
+		b := before.stats[id]
+		modes := map[string]uint64{
+			"lease":      a.ReadsLease - b.ReadsLease,
+			"read-index": a.ReadsReadIndex - b.ReadsReadIndex,
+			"stale":      a.ReadsStale - b.ReadsStale,
+		}
+		var n uint64
+		for _, v := range modes {
+			n += v
+		}
+		d.reads[id], d.byMode[id] = n, modes
+	}
+	return d
+}
+
+// servedBy describes where the run's reads were served: "store 2 (dc-b)
+// 100% read-index", or a split over several stores.
+func (c *wanCluster) servedBy(d runDelta) string {
+	var total uint64
+	for _, n := range d.reads {
+		total += n
+	}
+	if total == 0 {
+		return "no reads counted"
+	}
+	var parts []string
+	for _, id := range slices.Sorted(maps.Keys(d.reads)) {
+		n := d.reads[id]
+		if n == 0 {
+			continue
+		}
+		var modes []string
+		for _, m := range []string{"lease", "read-index", "stale"} {
+			if v := d.byMode[id][m]; v > 0 {
+				modes = append(modes, fmt.Sprintf("%s %.0f%%", m, 100*float64(v)/float64(n)))
+			}
+		}
+		parts = append(parts, fmt.Sprintf("store %d (%s) %.0f%%: %s", id, c.Zone(id), 100*float64(n)/float64(total), strings.Join(modes, ", ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// localShare is the fraction of the run's reads served by stores of zone.
+func (c *wanCluster) localShare(d runDelta, zone string) float64 {
+	var total, local uint64
+	for id, n := range d.reads {
+		total += n
+		if c.Zone(id) == zone {
+			local += n
+		}
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(local) / float64(total)
+}
+
+// ptr returns a pointer to v (for the optional Row fields).
+func ptr[T any](v T) *T { return &v }
+
+// describeTopology is a one-line summary of the WAN for a report.
+func describeTopology(t *netsim.Topology) string {
+	var zones []string
+	for _, z := range t.Zones {
+		ids := make([]string, 0, len(z.Stores))
+		for _, s := range z.Stores {
+			ids = append(ids, strconv.FormatUint(s, 10))
+		}
+		zones = append(zones, fmt.Sprintf("%s (store %s)", z.Name, strings.Join(ids, ", ")))
+	}
+	s := strings.Join(zones, ", ") + "; between zones: " + t.Default.String()
+	for _, l := range t.Links {
+		s += fmt.Sprintf("; %s–%s: %s", l.Between[0], l.Between[1], l.LinkSpec.String())
+	}
+	return s
+}
+
+// discardIfNil returns w, or io.Discard for nil.
+func discardIfNil(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// loadRows inserts records ~1 KB rows through db (a client beside the
+// leader: the load is not what is measured), with threads threads.
+func loadRows(ctx context.Context, db *ycsbdb.DB, records int64, threads int, prog *Progress, logger *slog.Logger) (*PhaseResult, error) {
+	prog.Step(fmt.Sprintf("load %d rows", records), records, 0)
+	res, err := Run(ctx, Spec{
+		Instance: db, Workload: "scan", Records: records, Threads: threads, Load: true,
+		Properties: rowProps(), Variant: "load", ProgressInterval: -1, QuietWorkload: true, OnProgress: prog.Update, Logger: logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	if res.Load.Row.Failed > 0 {
+		return res.Load, fmt.Errorf("load: %d of %d inserts failed; first error: %s", res.Load.Row.Failed, records, res.Load.Total.FirstErr)
+	}
+	return res.Load, nil
+}
