@@ -7,6 +7,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // route finds the peer a request is for and checks its epoch and key.
@@ -162,16 +163,26 @@ func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions, keys
 	leader := p.isLeaderLocked()
 	if opts.MaxStaleness > 0 {
 		bound, err := p.staleReadLocked(now, opts.MaxStaleness)
+		var nudge *raftpb.Message
+		if err != nil || bound > opts.MaxStaleness/2 {
+			nudge = p.nudgeLeaderLocked(now)
+		}
 		if err == nil {
 			// No wait: the keys were checked under this same lock.
 			r := p.region.Clone()
 			p.mu.Unlock()
+			if nudge != nil {
+				s.sendNow(p, *nudge)
+			}
 			s.stats.readsStale.Add(1)
 			info.Mode, info.StalenessBound = ReadModeStale, bound
 			return info, r, nil
 		}
 		if !leader {
 			p.mu.Unlock()
+			if nudge != nil {
+				s.sendNow(p, *nudge)
+			}
 			return info, region.Region{}, err
 		}
 	}

@@ -62,6 +62,9 @@ type Peer struct {
 	idleTicks   int
 	// safe holds the latest safe points heard from the leader (stale.go).
 	safe safePoints
+	// lastNudge is when this follower last asked its leader for fresh safe
+	// points (stale.go).
+	lastNudge time.Time
 }
 
 type proposal struct {

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // Bounded-staleness reads.
@@ -93,4 +95,38 @@ func (p *Peer) staleReadLocked(now time.Time, maxStaleness time.Duration) (time.
 		age = uint64(now.Round(0).Sub(best.Time).Milliseconds())
 	}
 	return 0, &region.DataIsNotReadyError{RegionID: p.regionID, PeerID: p.id, SafeAge: age}
+}
+
+// A leader stamps safe points only while it holds a lease, and only its own
+// traffic (reads and writes at the leader, followers' ReadIndex requests)
+// renews the lease. Stale reads on followers are no traffic at the leader,
+// so under a load of stale reads alone the safe points would stop, and
+// once the last one is MaxStaleness old every read would be refused. A
+// follower therefore nudges its leader when a stale read finds its newest
+// safe point past half the read's bound (or too old): the leader treats
+// the nudge as a read (it wakes, renews its lease with one heartbeat
+// round, and its next heartbeats carry safe points again).
+var renewCtx = []byte("hedgekv:renew")
+
+// nudgeLeaderLocked returns the nudge to send to the leader, at most one
+// every quarter lease.
+func (p *Peer) nudgeLeaderLocked(now time.Time) *raftpb.Message {
+	st := p.rn.BasicStatus()
+	if st.RaftState == raft.StateLeader || st.Lead == 0 {
+		return nil
+	}
+	if !p.lastNudge.IsZero() && now.Sub(p.lastNudge) < p.store.leaseDuration()/4 {
+		return nil
+	}
+	p.lastNudge = now
+	return &raftpb.Message{Type: raftpb.MsgHeartbeatResp, From: p.id, To: st.Lead, Term: st.Term, Context: renewCtx}
+}
+
+// onNudgeLocked: a follower needs fresh safe points; renew the lease as a
+// read would.
+func (p *Peer) onNudgeLocked(m raftpb.Message) {
+	p.activityLocked()
+	if p.isLeaderLocked() && m.Term == p.rn.BasicStatus().Term {
+		p.readsSinceRenew = true
+	}
 }

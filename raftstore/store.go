@@ -440,6 +440,11 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 		p.activityLocked()
 		p.mu.Unlock()
 		return nil
+	case isNotice(m.Msg, renewCtx):
+		p.onNudgeLocked(m.Msg)
+		p.mu.Unlock()
+		s.markDirty(p)
+		return nil
 	case m.Msg.Type == raftpb.MsgHeartbeat || m.Msg.Type == raftpb.MsgHeartbeatResp:
 		// Heartbeats keep a peer awake but are not traffic.
 		p.hibernating = false

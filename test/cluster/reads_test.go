@@ -287,4 +287,33 @@ var _ = Describe("bounded-staleness read", func() {
 			return err
 		}).WithTimeout(10 * time.Second).Should(Succeed())
 	})
+
+	It("keeps serving stale reads on a follower under a load of stale reads alone", func() {
+		// Nothing reads or writes at the leader, so only the followers'
+		// nudges keep its lease, and with it the safe points, alive.
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(20 * time.Second)
+		Expect(c.Put(ctx, []byte("x"), []byte("v"))).To(Succeed())
+		leader, _ := c.Leader(1)
+		f := otherThan(c, leader)[0]
+		const maxStale = 300 * time.Millisecond
+		opts := raftstore.ReadOptions{MaxStaleness: maxStale}
+		Eventually(func() error {
+			_, _, _, err := readOn(c, f, opts, "x", time.Second)
+			return err
+		}).WithTimeout(5 * time.Second).Should(Succeed())
+		refused := 0
+		start := time.Now()
+		for n := 0; time.Since(start) < 5*maxStale; n++ {
+			v, _, info, err := readOn(c, f, opts, "x", time.Second)
+			if err != nil {
+				refused++
+				continue
+			}
+			Expect(v).To(Equal("v"))
+			Expect(info.Mode).To(Equal(raftstore.ReadModeStale))
+			time.Sleep(2 * time.Millisecond)
+		}
+		Expect(refused).To(BeZero(), "stale reads refused for want of fresh safe points")
+	})
 })
