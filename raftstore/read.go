@@ -13,6 +13,15 @@ import (
 // is in flight must NOT join it: its index may predate a write acknowledged
 // before they arrived. They wait in pending and go out together as the next
 // batch, one RawNode.ReadIndex per loop round, sharing one heartbeat round.
+//
+// A follower keeps up to maxFollowerReadBatches batches in flight to its
+// leader: with one, a read arriving just after a batch left waits for that
+// batch's round trip and then for its own, two round trips, which across
+// a WAN is the whole cost of a follower read. Each batch still gets an
+// index from the leader after its reads arrived, so pipelining changes no
+// answer, only how long reads queue.
+const maxFollowerReadBatches = 4
+
 type readQueue struct {
 	pending  []chan readResult
 	inflight map[uint64]*readBatch
@@ -45,7 +54,7 @@ func (s *Store) readIndex(ctx context.Context, p *Peer) (uint64, error) {
 	}
 	p.reads.pending = append(p.reads.pending, ch)
 	var direct *raftpb.Message
-	if !p.isLeaderLocked() && len(p.reads.inflight) == 0 {
+	if !p.isLeaderLocked() && len(p.reads.inflight) < maxFollowerReadBatches {
 		direct = p.followerReadIndexLocked(s.now())
 	}
 	p.mu.Unlock()
@@ -72,8 +81,8 @@ func (s *Store) readIndex(ctx context.Context, p *Peer) (uint64, error) {
 // goroutine: a follower read then never waits for a Ready round, only for
 // one round trip to the leader (which answers from its lease), and the
 // answer is taken in HandleRaftMessage. This is the message raft itself
-// would forward (a local message: no term). One batch is in flight at a
-// time; reads arriving meanwhile form the next one.
+// would forward (a local message: no term). Up to maxFollowerReadBatches
+// are in flight; reads arriving while that many are form the next one.
 func (p *Peer) followerReadIndexLocked(now time.Time) *raftpb.Message {
 	// Raft's own view of the leader: p.lead lags it by a Ready round.
 	lead := p.rn.BasicStatus().Lead
@@ -107,7 +116,7 @@ func (p *Peer) takeReadIndexRespLocked(m raftpb.Message, now time.Time) (next *r
 		return nil, false
 	}
 	p.onReadStatesLocked([]raft.ReadState{{Index: m.Index, RequestCtx: m.Entries[0].Data}})
-	if len(p.reads.inflight) == 0 {
+	if len(p.reads.inflight) < maxFollowerReadBatches {
 		next = p.followerReadIndexLocked(now)
 	}
 	return next, true
@@ -117,7 +126,8 @@ func (p *Peer) takeReadIndexRespLocked(m raftpb.Message, now time.Time) (next *r
 // renewal with no waiters is issued the same way when the lease runs low.
 //
 // A follower sends its batch straight to the leader (returned, for the
-// caller to send once unlocked), and only when none is in flight.
+// caller to send once unlocked), and only while fewer than
+// maxFollowerReadBatches are in flight.
 func (p *Peer) issueReadsLocked(now time.Time, renew bool) (direct *raftpb.Message) {
 	if len(p.reads.pending) == 0 && !renew {
 		return nil
@@ -127,7 +137,7 @@ func (p *Peer) issueReadsLocked(now time.Time, renew bool) (direct *raftpb.Messa
 			p.failPendingReadsLocked(p.notLeaderLocked())
 			return nil
 		}
-		if len(p.reads.inflight) > 0 {
+		if len(p.reads.inflight) >= maxFollowerReadBatches {
 			return nil
 		}
 		return p.followerReadIndexLocked(now)
