@@ -488,7 +488,18 @@ func (n *nemesis) restartInLease(hold time.Duration) {
 			_ = s.TransferLeader(ctx, r.ID, followers[0])
 			cancel()
 		}
-		return
+		if leader, hasLeader = n.newLeaderOf(r.ID, 3, 20*n.run.tick); !hasLeader {
+			return
+		}
+		followers = followers[:0]
+		for _, pr := range r.Peers {
+			if pr.StoreID != leader && !pr.IsLearner {
+				followers = append(followers, pr.StoreID)
+			}
+		}
+		if len(followers) < 2 {
+			return
+		}
 	}
 	b, cf := followers[0], followers[1]
 	if b == 3 {
