@@ -15,10 +15,14 @@ type kvService struct {
 	store   *raftstore.Store
 	load    *loadTracker
 	metrics *metrics
+	faults  *faultInjector
 }
 
 func (s *kvService) Get(ctx context.Context, req *pb.GetRequest) (*pb.GetResponse, error) {
 	if err := validateKey("key", req.GetKey()); err != nil {
+		return nil, err
+	}
+	if err := s.faults.delayRead(ctx); err != nil {
 		return nil, err
 	}
 	start := s.load.begin()
@@ -39,6 +43,9 @@ func (s *kvService) BatchGet(ctx context.Context, req *pb.BatchGetRequest) (*pb.
 		// Nothing to read and no region to route to.
 		return &pb.BatchGetResponse{Load: s.load.load()}, nil
 	}
+	if err := s.faults.delayRead(ctx); err != nil {
+		return nil, err
+	}
 	start := s.load.begin()
 	kvs, info, err := s.store.BatchGet(ctx, readOptions(req.GetContext()), req.GetKeys())
 	s.load.end(start)
@@ -52,6 +59,9 @@ func (s *kvService) BatchGet(ctx context.Context, req *pb.BatchGetRequest) (*pb.
 func (s *kvService) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanResponse, error) {
 	limit, err := validateScan(req)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.faults.delayRead(ctx); err != nil {
 		return nil, err
 	}
 	start := s.load.begin()

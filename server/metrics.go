@@ -28,6 +28,9 @@ type metrics struct {
 	raftSent    prometheus.Counter
 	raftDropped prometheus.Counter
 	snapshots   *prometheus.CounterVec // result
+	// Injected faults (see faults.go).
+	faultReadsDelayed prometheus.Counter
+	faultStalls       prometheus.Counter
 }
 
 func newMetrics(inflightReads func() float64) *metrics {
@@ -66,8 +69,17 @@ func newMetrics(inflightReads func() float64) *metrics {
 			Name: "hedgekv_raft_snapshots_sent_total",
 			Help: "Raft snapshots sent to other stores, by result (ok, failed).",
 		}, []string{"result"}),
+		faultReadsDelayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hedgekv_fault_reads_delayed_total",
+			Help: "KV reads held by an injected delay fault.",
+		}),
+		faultStalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hedgekv_fault_stalls_total",
+			Help: "Stalls injected into this store.",
+		}),
 	}
 	m.reg.MustRegister(m.requests, m.latency, m.reads, m.inflight, m.raftSent, m.raftDropped, m.snapshots,
+		m.faultReadsDelayed, m.faultStalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the read modes so dashboards see zeros rather than gaps.
 	for _, mode := range []raftstore.ReadMode{raftstore.ReadModeLease, raftstore.ReadModeReadIndex, raftstore.ReadModeStale} {

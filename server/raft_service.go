@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +46,9 @@ type raftService struct {
 	// store that (re)connects may have restarted with other zone
 	// addresses. Set before serving.
 	onStream func(fromStore uint64)
+	// waitStall, if set, holds inbound raft messages while an injected
+	// stall is in progress (see faults.go). Set before serving.
+	waitStall func(ctx context.Context) error
 }
 
 func newRaftService(storeID uint64, h raftstore.Handler, logger *slog.Logger) *raftService {
@@ -72,6 +76,11 @@ func (s *raftService) Stream(stream grpc.ClientStreamingServer[pb.RaftMessageBat
 			}
 			if err != nil {
 				return err
+			}
+			if s.waitStall != nil {
+				if err := s.waitStall(stream.Context()); err != nil {
+					return err
+				}
 			}
 			s.batches.Add(1)
 			if first && len(batch.GetMsgs()) > 0 {
@@ -119,6 +128,11 @@ func (s *raftService) Snapshot(stream grpc.ClientStreamingServer[pb.SnapshotChun
 		}
 		if header == nil {
 			return status.Error(codes.InvalidArgument, "empty snapshot stream")
+		}
+		if s.waitStall != nil {
+			if err := s.waitStall(stream.Context()); err != nil {
+				return err
+			}
 		}
 		if err := s.deliver(header, true, data); err != nil {
 			return err

@@ -65,6 +65,10 @@ type Config struct {
 	// DisableBalancing gives the store no ClusterView, so it never moves
 	// leaders or replicas by itself (tests that move them by hand).
 	DisableBalancing bool
+	// AllowFaults lets operators inject faults through the Admin Fault
+	// call (delays, stalls; see faults.go). Without it Fault answers
+	// PermissionDenied.
+	AllowFaults bool
 }
 
 // Shutdown bounds: in-flight requests get gracefulStopTimeout to finish
@@ -88,6 +92,7 @@ type Server struct {
 	http    *http.Server
 	metrics *metrics
 	load    *loadTracker
+	faults  *faultInjector
 	// inflight counts unary requests being handled, so Stop can let them
 	// finish before it cuts raft traffic.
 	inflight atomic.Int64
@@ -140,7 +145,9 @@ func New(cfg Config) (*Server, error) {
 	s.zones.init()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.metrics = newMetrics(func() float64 { return float64(s.load.inflightReads()) })
+	s.faults = newFaultInjector(s.metrics)
 	s.trans = newTransport(cfg.Store.StoreID, s.peerDialAddrs(), defaultTransportOptions(), s.metrics, logger)
+	s.trans.stalled = s.faults.stalled
 
 	store, err := raftstore.NewStore(cfg.Store, s.trans)
 	if err != nil {
@@ -152,6 +159,7 @@ func New(cfg Config) (*Server, error) {
 	s.metrics.registerStoreStats(store.Stats)
 	s.trans.SetHandler(store)
 	s.raft = newRaftService(cfg.Store.StoreID, store, logger)
+	s.raft.waitStall = s.faults.waitStall
 	s.raft.onStream = s.peerConnected
 	s.admin = &adminService{srv: s}
 	s.view = &clusterView{
@@ -170,9 +178,11 @@ func New(cfg Config) (*Server, error) {
 		store.SetClusterView(s.view)
 	}
 
+	stallUnary, stallStream := s.faults.stallInterceptors()
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
-		grpc.ChainUnaryInterceptor(unaryInterceptor(s.metrics, logger, &s.inflight)),
+		grpc.ChainUnaryInterceptor(unaryInterceptor(s.metrics, logger, &s.inflight), stallUnary),
+		grpc.ChainStreamInterceptor(stallStream),
 		// Peers ping every 10s to find half-open raft streams; allow it.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 3 * time.Second}),
@@ -181,7 +191,7 @@ func New(cfg Config) (*Server, error) {
 		// 15% of a follower's CPU under YCSB).
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))),
 	)
-	pb.RegisterKVServer(s.grpc, &kvService{store: store, load: s.load, metrics: s.metrics})
+	pb.RegisterKVServer(s.grpc, &kvService{store: store, load: s.load, metrics: s.metrics, faults: s.faults})
 	pb.RegisterAdminServer(s.grpc, s.admin)
 	pb.RegisterRaftServer(s.grpc, s.raft)
 	return s, nil
@@ -271,6 +281,8 @@ func (s *Server) Stop() {
 	started := s.started
 	s.mu.Unlock()
 	s.cancel()
+	// A stall or delay in progress would hold requests past the drain.
+	s.faults.apply(&pb.FaultRequest{Clear: true})
 
 	if started {
 		s.drain()

@@ -53,6 +53,11 @@ type transport struct {
 	closed bool
 	peers  map[uint64]string // store id -> address; changed by SetAddr
 	conns  map[uint64]*grpc.ClientConn
+
+	// stalled, if set, reports an injected stall (see faults.go): while it
+	// lasts the store sends no raft messages, as in a GC pause. Set before
+	// the store starts.
+	stalled func() bool
 }
 
 type handlerRef struct{ raftstore.Handler }
@@ -123,6 +128,10 @@ func (t *transport) Send(m *raftstore.Message) {
 	if m == nil {
 		return
 	}
+	if t.stalled != nil && t.stalled() {
+		t.metrics.raftDropped.Inc()
+		return
+	}
 	if m.ToStore == t.selfID {
 		// The store routes local peers itself; a message to ourselves is a
 		// bug upstream, and looping it back would hide it.
@@ -143,6 +152,10 @@ func (t *transport) Send(m *raftstore.Message) {
 // it. Used for the ReadIndex round trip of follower reads, whose latency
 // is two hand-offs to sender goroutines shorter this way.
 func (t *transport) SendNow(m *raftstore.Message) {
+	if t.stalled != nil && t.stalled() {
+		t.metrics.raftDropped.Inc()
+		return
+	}
 	if m == nil || m.ToStore == t.selfID || m.Msg.Type == raftpb.MsgSnap {
 		t.Send(m)
 		t.Flush()

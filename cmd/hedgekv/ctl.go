@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -26,7 +28,7 @@ func newCtlCmd(a *app) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	ctl.AddCommand(newCtlStoresCmd(a), newCtlRegionsCmd(a), newCtlTransferLeaderCmd(a),
-		newCtlSplitCmd(a), newCtlAddPeerCmd(a), newCtlRemovePeerCmd(a))
+		newCtlSplitCmd(a), newCtlAddPeerCmd(a), newCtlRemovePeerCmd(a), newCtlFaultCmd(a))
 	return ctl
 }
 
@@ -188,6 +190,94 @@ func newCtlMembershipCmd(a *app, name, short string, do func(ctx context.Context
 			return nil
 		}),
 	}
+}
+
+func newCtlFaultCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "fault STORE_ID (delay=D[,prob=P] | stall=D | clear)",
+		Short: "Inject a fault into a store started with --allow-faults",
+		Long: `Inject a fault into a store started with --allow-faults.
+
+delay=D,prob=P delays that fraction of the store's reads by D (prob
+defaults to 1); stall=D makes the whole store stop answering (reads,
+writes, admin calls, raft) for D, as a GC pause does; clear ends both.
+Parts can be combined, e.g. clear,delay=50ms,prob=0.1. Faults live in the
+store's process only: a restart clears them.`,
+		Args: exactArgs("STORE_ID", "SPEC"),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			storeID, err := parseID("STORE_ID", args[0])
+			if err != nil {
+				return err
+			}
+			f, err := parseFault(args[1])
+			if err != nil {
+				return err
+			}
+			cli, ctx, done, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			if err := cli.Fault(ctx, storeID, f); err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, "OK")
+			return nil
+		}),
+	}
+}
+
+// parseFault parses ctl fault's SPEC: comma-separated delay=D, prob=P,
+// stall=D and clear. Anything malformed is a usage error.
+func parseFault(spec string) (client.Fault, error) {
+	var (
+		f       client.Fault
+		hasProb bool
+	)
+	if strings.TrimSpace(spec) == "" {
+		return f, usagef("fault SPEC is empty: want delay=D[,prob=P], stall=D or clear")
+	}
+	seen := map[string]bool{}
+	for _, part := range strings.Split(spec, ",") {
+		part = strings.TrimSpace(part)
+		key, val, hasVal := strings.Cut(part, "=")
+		if seen[key] {
+			return f, usagef("fault: %q given twice", key)
+		}
+		seen[key] = true
+		switch key {
+		case "clear":
+			if hasVal {
+				return f, usagef("fault: clear takes no value, got %q", part)
+			}
+			f.Clear = true
+		case "delay", "stall":
+			d, err := time.ParseDuration(val)
+			if !hasVal || err != nil || d <= 0 {
+				return f, usagef("fault: %s wants a positive duration such as 200ms, got %q", key, val)
+			}
+			if key == "delay" {
+				f.Delay = d
+			} else {
+				f.Stall = d
+			}
+		case "prob":
+			p, err := strconv.ParseFloat(val, 64)
+			if !hasVal || err != nil || math.IsNaN(p) || p <= 0 || p > 1 {
+				return f, usagef("fault: prob wants a number in (0, 1], got %q", val)
+			}
+			f.Prob, hasProb = p, true
+		default:
+			return f, usagef("fault: unknown part %q: want delay=D, prob=P, stall=D or clear", part)
+		}
+	}
+	if hasProb && f.Delay == 0 {
+		return f, usagef("fault: prob needs a delay")
+	}
+	if f.Delay > 0 && !hasProb {
+		f.Prob = 1
+	}
+	return f, nil
 }
 
 // parseID parses a positive id argument; anything else is a usage error.

@@ -33,6 +33,8 @@ type serverFlags struct {
 	maxStoreDownTime time.Duration
 	// zoneAddrs is --advertise-zone-addrs: ZONE=HOST:PORT,...
 	zoneAddrs string
+	// allowFaults is --allow-faults: accept ctl fault.
+	allowFaults bool
 }
 
 func newServerCmd(a *app) *cobra.Command {
@@ -60,6 +62,7 @@ this store reaches each peer at the peer's address for its own --zone. Its
 			if err != nil {
 				return err
 			}
+			cfg.AllowFaults = f.allowFaults
 			log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
 			slog.SetDefault(log)
 			cfg.Store.Logger = log // the server and the store add the store id themselves
@@ -91,6 +94,7 @@ this store reaches each peer at the peer's address for its own --zone. Its
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.DurationVar(&f.balanceInterval, "balance-interval", 0, "how often the store balances replicas and leaders (0: default 5s, negative: never)")
 	fl.DurationVar(&f.maxStoreDownTime, "max-store-down-time", 0, "how long a store may be down before its replicas are replaced elsewhere (0: default 30s)")
+	fl.BoolVar(&f.allowFaults, "allow-faults", false, "accept fault injection (ctl fault: delays, stalls); for tests and benchmarks")
 	return cmd
 }
 

@@ -2528,6 +2528,116 @@ func (x *JoinResponse) GetZoneAddresses() map[uint64]*ZoneAddresses {
 	return nil
 }
 
+// FaultRequest sets this store's injected faults. delay_nanos > 0 with
+// prob in (0, 1] delays that fraction of KV reads (Get, BatchGet, Scan) by
+// delay_nanos before they are served; stall_nanos > 0 makes the whole
+// store (KV, Admin except Fault, inbound raft messages) stop answering for
+// that long, as a GC pause would; clear ends both. At least one must be
+// given; durations must not be negative and prob must lie in [0, 1].
+type FaultRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DelayNanos    int64                  `protobuf:"varint,1,opt,name=delay_nanos,json=delayNanos,proto3" json:"delay_nanos,omitempty"`
+	Prob          float64                `protobuf:"fixed64,2,opt,name=prob,proto3" json:"prob,omitempty"`
+	StallNanos    int64                  `protobuf:"varint,3,opt,name=stall_nanos,json=stallNanos,proto3" json:"stall_nanos,omitempty"`
+	Clear         bool                   `protobuf:"varint,4,opt,name=clear,proto3" json:"clear,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FaultRequest) Reset() {
+	*x = FaultRequest{}
+	mi := &file_hedgekv_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FaultRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FaultRequest) ProtoMessage() {}
+
+func (x *FaultRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FaultRequest.ProtoReflect.Descriptor instead.
+func (*FaultRequest) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *FaultRequest) GetDelayNanos() int64 {
+	if x != nil {
+		return x.DelayNanos
+	}
+	return 0
+}
+
+func (x *FaultRequest) GetProb() float64 {
+	if x != nil {
+		return x.Prob
+	}
+	return 0
+}
+
+func (x *FaultRequest) GetStallNanos() int64 {
+	if x != nil {
+		return x.StallNanos
+	}
+	return 0
+}
+
+func (x *FaultRequest) GetClear() bool {
+	if x != nil {
+		return x.Clear
+	}
+	return false
+}
+
+type FaultResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FaultResponse) Reset() {
+	*x = FaultResponse{}
+	mi := &file_hedgekv_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FaultResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FaultResponse) ProtoMessage() {}
+
+func (x *FaultResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FaultResponse.ProtoReflect.Descriptor instead.
+func (*FaultResponse) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{44}
+}
+
 // RaftMessage is one etcd-io/raft message addressed to a region's peer.
 type RaftMessage struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -2544,7 +2654,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_hedgekv_proto_msgTypes[43]
+	mi := &file_hedgekv_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2556,7 +2666,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[43]
+	mi := &file_hedgekv_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2569,7 +2679,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{43}
+	return file_hedgekv_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RaftMessage) GetRegionId() uint64 {
@@ -2618,7 +2728,7 @@ type SafePoint struct {
 
 func (x *SafePoint) Reset() {
 	*x = SafePoint{}
-	mi := &file_hedgekv_proto_msgTypes[44]
+	mi := &file_hedgekv_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2630,7 +2740,7 @@ func (x *SafePoint) String() string {
 func (*SafePoint) ProtoMessage() {}
 
 func (x *SafePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[44]
+	mi := &file_hedgekv_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2643,7 +2753,7 @@ func (x *SafePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SafePoint.ProtoReflect.Descriptor instead.
 func (*SafePoint) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{44}
+	return file_hedgekv_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SafePoint) GetTerm() uint64 {
@@ -2676,7 +2786,7 @@ type RaftMessageBatch struct {
 
 func (x *RaftMessageBatch) Reset() {
 	*x = RaftMessageBatch{}
-	mi := &file_hedgekv_proto_msgTypes[45]
+	mi := &file_hedgekv_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2688,7 +2798,7 @@ func (x *RaftMessageBatch) String() string {
 func (*RaftMessageBatch) ProtoMessage() {}
 
 func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[45]
+	mi := &file_hedgekv_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2701,7 +2811,7 @@ func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatch.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatch) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{45}
+	return file_hedgekv_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RaftMessageBatch) GetMsgs() []*RaftMessage {
@@ -2724,7 +2834,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_hedgekv_proto_msgTypes[46]
+	mi := &file_hedgekv_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2736,7 +2846,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[46]
+	mi := &file_hedgekv_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2749,7 +2859,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{46}
+	return file_hedgekv_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SnapshotChunk) GetHeader() *RaftMessage {
@@ -2774,7 +2884,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_hedgekv_proto_msgTypes[47]
+	mi := &file_hedgekv_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +2896,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[47]
+	mi := &file_hedgekv_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +2909,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{47}
+	return file_hedgekv_proto_rawDescGZIP(), []int{49}
 }
 
 var File_hedgekv_proto protoreflect.FileDescriptor
@@ -2986,7 +3096,15 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aX\n" +
 	"\x12ZoneAddressesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12,\n" +
-	"\x05value\x18\x02 \x01(\v2\x16.hedgekv.ZoneAddressesR\x05value:\x028\x01\"\xb1\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.hedgekv.ZoneAddressesR\x05value:\x028\x01\"z\n" +
+	"\fFaultRequest\x12\x1f\n" +
+	"\vdelay_nanos\x18\x01 \x01(\x03R\n" +
+	"delayNanos\x12\x12\n" +
+	"\x04prob\x18\x02 \x01(\x01R\x04prob\x12\x1f\n" +
+	"\vstall_nanos\x18\x03 \x01(\x03R\n" +
+	"stallNanos\x12\x14\n" +
+	"\x05clear\x18\x04 \x01(\bR\x05clear\"\x0f\n" +
+	"\rFaultResponse\"\xb1\x01\n" +
 	"\vRaftMessage\x12\x1b\n" +
 	"\tregion_id\x18\x01 \x01(\x04R\bregionId\x12\x1d\n" +
 	"\n" +
@@ -3015,7 +3133,7 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\bBatchGet\x12\x18.hedgekv.BatchGetRequest\x1a\x19.hedgekv.BatchGetResponse\x123\n" +
 	"\x04Scan\x12\x14.hedgekv.ScanRequest\x1a\x15.hedgekv.ScanResponse\x120\n" +
 	"\x03Put\x12\x13.hedgekv.PutRequest\x1a\x14.hedgekv.PutResponse\x129\n" +
-	"\x06Delete\x12\x16.hedgekv.DeleteRequest\x1a\x17.hedgekv.DeleteResponse2\x80\x04\n" +
+	"\x06Delete\x12\x16.hedgekv.DeleteRequest\x1a\x17.hedgekv.DeleteResponse2\xb8\x04\n" +
 	"\x05Admin\x129\n" +
 	"\x06Status\x12\x16.hedgekv.StatusRequest\x1a\x17.hedgekv.StatusResponse\x129\n" +
 	"\x06Stores\x12\x16.hedgekv.StoresRequest\x1a\x17.hedgekv.StoresResponse\x12<\n" +
@@ -3025,7 +3143,8 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\aAddPeer\x12\x17.hedgekv.AddPeerRequest\x1a\x18.hedgekv.AddPeerResponse\x12E\n" +
 	"\n" +
 	"RemovePeer\x12\x1a.hedgekv.RemovePeerRequest\x1a\x1b.hedgekv.RemovePeerResponse\x123\n" +
-	"\x04Join\x12\x14.hedgekv.JoinRequest\x1a\x15.hedgekv.JoinResponse2q\n" +
+	"\x04Join\x12\x14.hedgekv.JoinRequest\x1a\x15.hedgekv.JoinResponse\x126\n" +
+	"\x05Fault\x12\x15.hedgekv.FaultRequest\x1a\x16.hedgekv.FaultResponse2q\n" +
 	"\x04Raft\x124\n" +
 	"\x06Stream\x12\x19.hedgekv.RaftMessageBatch\x1a\r.hedgekv.Done(\x01\x123\n" +
 	"\bSnapshot\x12\x16.hedgekv.SnapshotChunk\x1a\r.hedgekv.Done(\x01B&Z$github.com/hedgekv/hedgekv/server/pbb\x06proto3"
@@ -3043,7 +3162,7 @@ func file_hedgekv_proto_rawDescGZIP() []byte {
 }
 
 var file_hedgekv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_hedgekv_proto_goTypes = []any{
 	(ReadMode)(0),                  // 0: hedgekv.ReadMode
 	(*Epoch)(nil),                  // 1: hedgekv.Epoch
@@ -3089,18 +3208,20 @@ var file_hedgekv_proto_goTypes = []any{
 	(*RemovePeerResponse)(nil),     // 41: hedgekv.RemovePeerResponse
 	(*JoinRequest)(nil),            // 42: hedgekv.JoinRequest
 	(*JoinResponse)(nil),           // 43: hedgekv.JoinResponse
-	(*RaftMessage)(nil),            // 44: hedgekv.RaftMessage
-	(*SafePoint)(nil),              // 45: hedgekv.SafePoint
-	(*RaftMessageBatch)(nil),       // 46: hedgekv.RaftMessageBatch
-	(*SnapshotChunk)(nil),          // 47: hedgekv.SnapshotChunk
-	(*Done)(nil),                   // 48: hedgekv.Done
-	nil,                            // 49: hedgekv.StatusResponse.PeersEntry
-	nil,                            // 50: hedgekv.StatusResponse.ZoneAddressesEntry
-	nil,                            // 51: hedgekv.Store.ZoneAddressesEntry
-	nil,                            // 52: hedgekv.ZoneAddresses.AddressesEntry
-	nil,                            // 53: hedgekv.JoinRequest.ZoneAddressesEntry
-	nil,                            // 54: hedgekv.JoinResponse.PeersEntry
-	nil,                            // 55: hedgekv.JoinResponse.ZoneAddressesEntry
+	(*FaultRequest)(nil),           // 44: hedgekv.FaultRequest
+	(*FaultResponse)(nil),          // 45: hedgekv.FaultResponse
+	(*RaftMessage)(nil),            // 46: hedgekv.RaftMessage
+	(*SafePoint)(nil),              // 47: hedgekv.SafePoint
+	(*RaftMessageBatch)(nil),       // 48: hedgekv.RaftMessageBatch
+	(*SnapshotChunk)(nil),          // 49: hedgekv.SnapshotChunk
+	(*Done)(nil),                   // 50: hedgekv.Done
+	nil,                            // 51: hedgekv.StatusResponse.PeersEntry
+	nil,                            // 52: hedgekv.StatusResponse.ZoneAddressesEntry
+	nil,                            // 53: hedgekv.Store.ZoneAddressesEntry
+	nil,                            // 54: hedgekv.ZoneAddresses.AddressesEntry
+	nil,                            // 55: hedgekv.JoinRequest.ZoneAddressesEntry
+	nil,                            // 56: hedgekv.JoinResponse.PeersEntry
+	nil,                            // 57: hedgekv.JoinResponse.ZoneAddressesEntry
 }
 var file_hedgekv_proto_depIdxs = []int32{
 	1,  // 0: hedgekv.Region.epoch:type_name -> hedgekv.Epoch
@@ -3131,20 +3252,20 @@ var file_hedgekv_proto_depIdxs = []int32{
 	3,  // 25: hedgekv.RegionInfo.region:type_name -> hedgekv.Region
 	2,  // 26: hedgekv.RegionInfo.leader:type_name -> hedgekv.Peer
 	26, // 27: hedgekv.StatusResponse.regions:type_name -> hedgekv.RegionInfo
-	49, // 28: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
-	50, // 29: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
-	51, // 30: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
-	52, // 31: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
+	51, // 28: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
+	52, // 29: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
+	53, // 30: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
+	54, // 31: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
 	29, // 32: hedgekv.StoresResponse.stores:type_name -> hedgekv.Store
 	26, // 33: hedgekv.RegionsResponse.regions:type_name -> hedgekv.RegionInfo
 	3,  // 34: hedgekv.SplitResponse.left:type_name -> hedgekv.Region
 	3,  // 35: hedgekv.SplitResponse.right:type_name -> hedgekv.Region
-	53, // 36: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
-	54, // 37: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
-	55, // 38: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
-	45, // 39: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
-	44, // 40: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
-	44, // 41: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
+	55, // 36: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
+	56, // 37: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
+	57, // 38: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
+	47, // 39: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
+	46, // 40: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
+	46, // 41: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
 	30, // 42: hedgekv.JoinResponse.ZoneAddressesEntry.value:type_name -> hedgekv.ZoneAddresses
 	15, // 43: hedgekv.KV.Get:input_type -> hedgekv.GetRequest
 	17, // 44: hedgekv.KV.BatchGet:input_type -> hedgekv.BatchGetRequest
@@ -3159,25 +3280,27 @@ var file_hedgekv_proto_depIdxs = []int32{
 	38, // 53: hedgekv.Admin.AddPeer:input_type -> hedgekv.AddPeerRequest
 	40, // 54: hedgekv.Admin.RemovePeer:input_type -> hedgekv.RemovePeerRequest
 	42, // 55: hedgekv.Admin.Join:input_type -> hedgekv.JoinRequest
-	46, // 56: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
-	47, // 57: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
-	16, // 58: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
-	18, // 59: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
-	20, // 60: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
-	22, // 61: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
-	24, // 62: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
-	27, // 63: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
-	31, // 64: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
-	33, // 65: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
-	35, // 66: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
-	37, // 67: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
-	39, // 68: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
-	41, // 69: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
-	43, // 70: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
-	48, // 71: hedgekv.Raft.Stream:output_type -> hedgekv.Done
-	48, // 72: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
-	58, // [58:73] is the sub-list for method output_type
-	43, // [43:58] is the sub-list for method input_type
+	44, // 56: hedgekv.Admin.Fault:input_type -> hedgekv.FaultRequest
+	48, // 57: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
+	49, // 58: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
+	16, // 59: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
+	18, // 60: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
+	20, // 61: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
+	22, // 62: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
+	24, // 63: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
+	27, // 64: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
+	31, // 65: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
+	33, // 66: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
+	35, // 67: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
+	37, // 68: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
+	39, // 69: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
+	41, // 70: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
+	43, // 71: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
+	45, // 72: hedgekv.Admin.Fault:output_type -> hedgekv.FaultResponse
+	50, // 73: hedgekv.Raft.Stream:output_type -> hedgekv.Done
+	50, // 74: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
+	59, // [59:75] is the sub-list for method output_type
+	43, // [43:59] is the sub-list for method input_type
 	43, // [43:43] is the sub-list for extension type_name
 	43, // [43:43] is the sub-list for extension extendee
 	0,  // [0:43] is the sub-list for field type_name
@@ -3194,7 +3317,7 @@ func file_hedgekv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hedgekv_proto_rawDesc), len(file_hedgekv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   55,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

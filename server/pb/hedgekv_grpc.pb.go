@@ -284,6 +284,7 @@ const (
 	Admin_AddPeer_FullMethodName        = "/hedgekv.Admin/AddPeer"
 	Admin_RemovePeer_FullMethodName     = "/hedgekv.Admin/RemovePeer"
 	Admin_Join_FullMethodName           = "/hedgekv.Admin/Join"
+	Admin_Fault_FullMethodName          = "/hedgekv.Admin/Fault"
 )
 
 // AdminClient is the client API for Admin service.
@@ -298,6 +299,10 @@ type AdminClient interface {
 	AddPeer(ctx context.Context, in *AddPeerRequest, opts ...grpc.CallOption) (*AddPeerResponse, error)
 	RemovePeer(ctx context.Context, in *RemovePeerRequest, opts ...grpc.CallOption) (*RemovePeerResponse, error)
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
+	// Fault injects a fault into this store (only on a server started with
+	// --allow-faults; PermissionDenied otherwise). Faults live in the
+	// process only: a restart clears them.
+	Fault(ctx context.Context, in *FaultRequest, opts ...grpc.CallOption) (*FaultResponse, error)
 }
 
 type adminClient struct {
@@ -388,6 +393,16 @@ func (c *adminClient) Join(ctx context.Context, in *JoinRequest, opts ...grpc.Ca
 	return out, nil
 }
 
+func (c *adminClient) Fault(ctx context.Context, in *FaultRequest, opts ...grpc.CallOption) (*FaultResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FaultResponse)
+	err := c.cc.Invoke(ctx, Admin_Fault_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -400,6 +415,10 @@ type AdminServer interface {
 	AddPeer(context.Context, *AddPeerRequest) (*AddPeerResponse, error)
 	RemovePeer(context.Context, *RemovePeerRequest) (*RemovePeerResponse, error)
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
+	// Fault injects a fault into this store (only on a server started with
+	// --allow-faults; PermissionDenied otherwise). Faults live in the
+	// process only: a restart clears them.
+	Fault(context.Context, *FaultRequest) (*FaultResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -433,6 +452,9 @@ func (UnimplementedAdminServer) RemovePeer(context.Context, *RemovePeerRequest) 
 }
 func (UnimplementedAdminServer) Join(context.Context, *JoinRequest) (*JoinResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Join not implemented")
+}
+func (UnimplementedAdminServer) Fault(context.Context, *FaultRequest) (*FaultResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Fault not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -599,6 +621,24 @@ func _Admin_Join_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Fault_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FaultRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Fault(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Fault_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Fault(ctx, req.(*FaultRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -637,6 +677,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Join",
 			Handler:    _Admin_Join_Handler,
+		},
+		{
+			MethodName: "Fault",
+			Handler:    _Admin_Fault_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
