@@ -5,17 +5,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/hedgekv/hedgekv/bench/netsim"
 )
 
 // ErrEtcdNotFound says no etcd binary was found.
@@ -56,15 +64,38 @@ type EtcdClusterConfig struct {
 	Dir          string
 	ReadyTimeout time.Duration // default 30s
 	Logger       *slog.Logger
+
+	// Topology, if set, runs one member per store of the topology, named
+	// m<store>, in the store's zone, behind a simulated WAN (package
+	// netsim), and Members is ignored. Two networks of (zone → member)
+	// links are started, one in front of the members' client ports, one in
+	// front of their peer ports. A client in zone Z reaches member S at
+	// ZoneEndpoint(Z, S). For peer traffic see etcdPeerFront: a member
+	// advertises one peer URL, the same for every viewer, so that URL is a
+	// router which sends each connection through the link from its
+	// sender's zone, read from the X-PeerURLs header etcd puts on every
+	// raft request.
+	Topology *netsim.Topology
 }
 
 // EtcdCluster is a local etcd cluster of child processes on loopback ports.
 type EtcdCluster struct {
+	// Endpoints are the members' own client URLs, in member order (behind a
+	// WAN they bypass it; see ZoneEndpoint).
 	Endpoints []string
 	members   []*etcdMember
 	dir       string
 	ownDir    bool
 	logger    *slog.Logger
+
+	// Behind a topology: the members' store ids and zones (in member
+	// order), the two networks and the peer routers.
+	topo      *netsim.Topology
+	stores    []uint64
+	zones     []string
+	clientNet *netsim.Network
+	peerNet   *netsim.Network
+	fronts    []*etcdPeerFront
 }
 
 type etcdMember struct {
@@ -77,7 +108,22 @@ type etcdMember struct {
 
 // StartEtcdCluster starts cfg.Members etcd processes forming one cluster on
 // free 127.0.0.1 ports and waits until it has a leader and serves reads.
-func StartEtcdCluster(ctx context.Context, cfg EtcdClusterConfig) (_ *EtcdCluster, err error) {
+// A member that finds its port taken (free when picked, bound by another
+// process before the member started) makes it start over on new ports, up
+// to three times, when the data directory is its own.
+func StartEtcdCluster(ctx context.Context, cfg EtcdClusterConfig) (*EtcdCluster, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := startEtcdCluster(ctx, cfg)
+		if err == nil || cfg.Dir != "" || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return c, err
+		}
+		if cfg.Logger != nil {
+			cfg.Logger.Info("etcd cluster: a port was taken; starting again on new ports", "err", err)
+		}
+	}
+}
+
+func startEtcdCluster(ctx context.Context, cfg EtcdClusterConfig) (_ *EtcdCluster, err error) {
 	if cfg.Members <= 0 {
 		cfg.Members = 3
 	}
@@ -105,25 +151,64 @@ func StartEtcdCluster(ctx context.Context, cfg EtcdClusterConfig) (_ *EtcdCluste
 		}
 	}()
 
-	ports, err := freePorts(2 * cfg.Members)
+	if cfg.Topology != nil {
+		if err := cfg.Topology.Validate(); err != nil {
+			return nil, fmt.Errorf("etcd cluster: %w", err)
+		}
+		c.topo = cfg.Topology
+		c.stores = cfg.Topology.Stores()
+		if len(c.stores) == 0 {
+			return nil, errors.New("etcd cluster: the topology has no store")
+		}
+		for _, s := range c.stores {
+			z, _ := cfg.Topology.ZoneOf(s)
+			c.zones = append(c.zones, z)
+		}
+		cfg.Members = len(c.stores)
+	} else {
+		for i := range cfg.Members {
+			c.stores = append(c.stores, uint64(i+1))
+		}
+	}
+
+	// The members' ports stay reserved (bound) until the members start:
+	// the WAN's proxies and routers, bound meanwhile on ports the kernel
+	// picks, could otherwise take one.
+	ports, release, err := reservePorts(2 * cfg.Members)
 	if err != nil {
 		return nil, fmt.Errorf("etcd cluster: %w", err)
 	}
+	defer release()
+	clientURL := func(i int) string { return fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]) }
+	peerURL := func(i int) string { return fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]) }
+	// advertised[i] is the peer URL the other members dial to reach member
+	// i: its own listen URL, or its router behind a WAN.
+	advertised := make([]string, cfg.Members)
+	for i := range cfg.Members {
+		advertised[i] = peerURL(i)
+	}
+	if c.topo != nil {
+		if err := c.startWAN(ports); err != nil {
+			return nil, err
+		}
+		for i, f := range c.fronts {
+			advertised[i] = "http://" + f.addr()
+		}
+	}
 	var initial []string
 	for i := range cfg.Members {
-		initial = append(initial, fmt.Sprintf("m%d=http://127.0.0.1:%d", i+1, ports[2*i+1]))
+		initial = append(initial, c.memberName(i)+"="+advertised[i])
 	}
+	release()
 	for i := range cfg.Members {
-		name := fmt.Sprintf("m%d", i+1)
-		client := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i])
-		peer := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1])
+		name := c.memberName(i)
 		args := []string{
 			"--name", name,
 			"--data-dir", filepath.Join(c.dir, name),
-			"--listen-client-urls", client,
-			"--advertise-client-urls", client,
-			"--listen-peer-urls", peer,
-			"--initial-advertise-peer-urls", peer,
+			"--listen-client-urls", clientURL(i),
+			"--advertise-client-urls", clientURL(i),
+			"--listen-peer-urls", peerURL(i),
+			"--initial-advertise-peer-urls", advertised[i],
 			"--initial-cluster", strings.Join(initial, ","),
 			"--initial-cluster-token", "hedgekv-bench",
 			"--initial-cluster-state", "new",
@@ -136,13 +221,64 @@ func StartEtcdCluster(ctx context.Context, cfg EtcdClusterConfig) (_ *EtcdCluste
 			return nil, err
 		}
 		c.members = append(c.members, m)
-		c.Endpoints = append(c.Endpoints, client)
+		c.Endpoints = append(c.Endpoints, clientURL(i))
 	}
-	cfg.Logger.Info("etcd cluster starting", "members", cfg.Members, "endpoints", strings.Join(c.Endpoints, ","), "dir", c.dir)
+	cfg.Logger.Info("etcd cluster starting", "members", cfg.Members, "endpoints", strings.Join(c.Endpoints, ","), "dir", c.dir, "wan", c.topo != nil)
 	if err := c.waitReady(ctx, cfg.ReadyTimeout); err != nil {
 		return nil, err
 	}
+	if c.topo != nil && len(slices.Compact(slices.Sorted(slices.Values(c.zones)))) > 1 && c.peerNet.WANBytes() == 0 {
+		return nil, errors.New("etcd cluster: the members elected a leader without a byte crossing the simulated WAN")
+	}
 	return c, nil
+}
+
+// memberName is member i's name: m<store id>.
+func (c *EtcdCluster) memberName(i int) string { return "m" + strconv.FormatUint(c.stores[i], 10) }
+
+// startWAN starts the client and peer networks in front of the members'
+// ports (ports[2i] client, ports[2i+1] peer of member i) and a peer router
+// per member.
+func (c *EtcdCluster) startWAN(ports []int) error {
+	clientUp := make(map[uint64]string, len(c.stores))
+	peerUp := make(map[uint64]string, len(c.stores))
+	for i, s := range c.stores {
+		clientUp[s] = fmt.Sprintf("127.0.0.1:%d", ports[2*i])
+		peerUp[s] = fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])
+	}
+	var err error
+	if c.clientNet, err = netsim.Start(c.topo, clientUp, netsim.Options{}); err != nil {
+		return fmt.Errorf("etcd cluster: client links: %w", err)
+	}
+	if c.peerNet, err = netsim.Start(c.topo, peerUp, netsim.Options{}); err != nil {
+		return fmt.Errorf("etcd cluster: peer links: %w", err)
+	}
+	// The routers listen first: each needs every member's advertised URL
+	// to tell who is calling.
+	for i, s := range c.stores {
+		// Who calls without saying so: only other members dial a peer
+		// URL, so the first other member in another zone stands for them.
+		fallback := c.zones[i]
+		for _, z := range c.zones {
+			if z != c.zones[i] {
+				fallback = z
+				break
+			}
+		}
+		f, err := listenEtcdPeerFront(s, fallback, c.peerNet, c.logger)
+		if err != nil {
+			return fmt.Errorf("etcd cluster: %w", err)
+		}
+		c.fronts = append(c.fronts, f)
+	}
+	senders := make(map[string]string, len(c.fronts)) // advertised host:port → zone
+	for i, f := range c.fronts {
+		senders[f.addr()] = c.zones[i]
+	}
+	for _, f := range c.fronts {
+		f.serve(senders)
+	}
+	return nil
 }
 
 func startEtcdMember(binary, name string, args []string, logPath string) (*etcdMember, error) {
@@ -255,31 +391,45 @@ func (c *EtcdCluster) Stop() {
 		}
 	}
 	c.members = nil
+	for _, f := range c.fronts {
+		f.close()
+	}
+	c.fronts = nil
+	for _, n := range []*netsim.Network{c.peerNet, c.clientNet} {
+		if n != nil {
+			if err := n.Close(); err != nil {
+				c.logger.Warn("etcd cluster: closing the simulated WAN", "err", err)
+			}
+		}
+	}
+	c.peerNet, c.clientNet = nil, nil
 	if c.ownDir && c.dir != "" {
 		_ = os.RemoveAll(c.dir)
 		c.dir = ""
 	}
 }
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1 (free when
-// asked: another process could take one before it is used).
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
+// reservePorts returns n distinct free TCP ports on 127.0.0.1, held
+// (bound) until release, which may be called more than once. Once released
+// they are free only as long as nobody else binds them.
+func reservePorts(n int) (ports []int, release func(), err error) {
 	var ls []net.Listener
-	defer func() {
+	release = func() {
 		for _, l := range ls {
 			_ = l.Close()
 		}
-	}()
+		ls = nil
+	}
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return nil, fmt.Errorf("find a free port: %w", err)
+			release()
+			return nil, func() {}, fmt.Errorf("find a free port: %w", err)
 		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	return ports, nil
+	return ports, release, nil
 }
 
 // tail returns the last n lines of a file.
@@ -293,4 +443,349 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// Stores are the members' store ids, in member order (1..Members without a
+// topology).
+func (c *EtcdCluster) Stores() []uint64 { return slices.Clone(c.stores) }
+
+// Zone is the zone of the member of store, "" without a topology or for
+// an unknown store.
+func (c *EtcdCluster) Zone(store uint64) string {
+	if i := slices.Index(c.stores, store); i >= 0 && i < len(c.zones) {
+		return c.zones[i]
+	}
+	return ""
+}
+
+// ZoneEndpoint is the client URL a client in zone dials to reach the
+// member of store: through the zone's link to it, or the member's own URL
+// without a topology. "" for an unknown store or zone.
+func (c *EtcdCluster) ZoneEndpoint(zone string, store uint64) string {
+	i := slices.Index(c.stores, store)
+	switch {
+	case i < 0 || i >= len(c.Endpoints):
+		return ""
+	case c.clientNet == nil:
+		return c.Endpoints[i]
+	}
+	if a := c.clientNet.Addr(zone, store); a != "" {
+		return "http://" + a
+	}
+	return ""
+}
+
+// WANBytes is the number of bytes that crossed a link between two zones,
+// client and peer traffic, both directions, since the cluster started (0
+// without a topology).
+func (c *EtcdCluster) WANBytes() uint64 {
+	var n uint64
+	for _, net := range []*netsim.Network{c.clientNet, c.peerNet} {
+		if net != nil {
+			n += net.WANBytes()
+		}
+	}
+	return n
+}
+
+// PeerConnections counts the connections the peer routers passed on:
+// attributed to their sender's zone, and not (no X-PeerURLs header on the
+// first request: etcd's probes), which went through the link from another
+// member's zone (see etcdPeerFront).
+func (c *EtcdCluster) PeerConnections() (attributed, unattributed int64) {
+	for _, f := range c.fronts {
+		attributed += f.attributed.Load()
+		unattributed += f.unattributed.Load()
+	}
+	return attributed, unattributed
+}
+
+// memberIDs maps member ids to store ids, and returns a client of the
+// members' own URLs (the caller closes it).
+func (c *EtcdCluster) memberIDs(ctx context.Context) (map[uint64]uint64, *clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("etcd cluster: client: %w", err)
+	}
+	resp, err := cli.MemberList(ctx)
+	if err != nil {
+		_ = cli.Close()
+		return nil, nil, fmt.Errorf("etcd cluster: member list: %w", err)
+	}
+	ids := make(map[uint64]uint64, len(resp.Members))
+	for _, m := range resp.Members {
+		for i := range c.stores {
+			if m.Name == c.memberName(i) {
+				ids[m.ID] = c.stores[i]
+			}
+		}
+	}
+	return ids, cli, nil
+}
+
+// Leader is the store id of the member every member names as leader; 0
+// with a nil error while they disagree or have none.
+func (c *EtcdCluster) Leader(ctx context.Context) (uint64, error) {
+	ids, cli, err := c.memberIDs(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	return c.agreedLeader(ctx, cli, ids)
+}
+
+func (c *EtcdCluster) agreedLeader(ctx context.Context, cli *clientv3.Client, ids map[uint64]uint64) (uint64, error) {
+	var leader uint64
+	for _, ep := range c.Endpoints {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := cli.Status(sctx, ep)
+		cancel()
+		if err != nil {
+			return 0, fmt.Errorf("etcd cluster: status of %s: %w", ep, err)
+		}
+		if st.Leader == 0 || (leader != 0 && st.Leader != leader) {
+			return 0, nil
+		}
+		leader = st.Leader
+	}
+	return ids[leader], nil
+}
+
+// MoveLeader makes the member of store the leader (clientv3's
+// Maintenance.MoveLeader, sent to the current leader) and waits until every
+// member agrees.
+func (c *EtcdCluster) MoveLeader(ctx context.Context, store uint64) error {
+	ids, cli, err := c.memberIDs(ctx)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	var target uint64
+	for id, s := range ids {
+		if s == store {
+			target = id
+		}
+	}
+	if target == 0 {
+		return fmt.Errorf("etcd cluster: no member for store %d", store)
+	}
+	for {
+		now, err := c.agreedLeader(ctx, cli, ids)
+		if err != nil {
+			return err
+		}
+		if now == store {
+			return nil
+		}
+		if now != 0 {
+			lcli, err := clientv3.New(clientv3.Config{
+				Endpoints: []string{c.Endpoints[slices.Index(c.stores, now)]}, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
+			})
+			if err != nil {
+				return fmt.Errorf("etcd cluster: client of the leader: %w", err)
+			}
+			mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err = lcli.MoveLeader(mctx, target)
+			cancel()
+			_ = lcli.Close()
+			if err != nil {
+				c.logger.Debug("etcd cluster: move leader", "to", store, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("etcd cluster: moving the leader to store %d: %w", store, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// etcdPeerFront is the peer URL a member advertises behind a simulated
+// WAN. etcd gives every member one list of peer URLs, the same for every
+// member that dials it, so it cannot be told "dial m1 at dc-b's link to
+// m1". The front learns who dials instead: every raft request etcd sends
+// (stream GETs and pipeline POSTs of package rafthttp) carries the
+// sender's advertised peer URLs in its X-PeerURLs header, and a
+// connection's requests all come from one member. So the front reads the
+// first request's header block, finds the sender, and splices the
+// connection, those bytes first, into the netsim link from the sender's
+// zone to this member; both directions then pay that link's latency and
+// bandwidth, as a store's connections through netsim do. A connection
+// whose first request names no sender (rafthttp's /raft/probing RTT
+// probes, the leader's /version probes: nothing that carries raft
+// messages once the streams are up) must still come from another member,
+// so it goes through the link from fallback, the zone of the first member
+// outside this member's zone: exact when every other member's zone has the
+// same link to this one (the default topology), and counted.
+type etcdPeerFront struct {
+	store        uint64
+	fallback     string
+	net          *netsim.Network
+	ln           net.Listener
+	logger       *slog.Logger
+	attributed   atomic.Int64
+	unattributed atomic.Int64
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// peekLimit bounds the header block a front reads before routing.
+const peekLimit = 64 << 10
+
+func listenEtcdPeerFront(store uint64, fallback string, n *netsim.Network, logger *slog.Logger) (*etcdPeerFront, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("peer router of store %d: %w", store, err)
+	}
+	return &etcdPeerFront{store: store, fallback: fallback, net: n, ln: ln, logger: logger, conns: map[net.Conn]struct{}{}}, nil
+}
+
+func (f *etcdPeerFront) addr() string { return f.ln.Addr().String() }
+
+// serve accepts connections until close; senders maps every member's
+// advertised host:port to its zone.
+func (f *etcdPeerFront) serve(senders map[string]string) {
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		for {
+			conn, err := f.ln.Accept()
+			if err != nil {
+				return
+			}
+			if !f.track(conn) {
+				_ = conn.Close()
+				return
+			}
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				defer f.untrack(conn)
+				f.handle(conn, senders)
+			}()
+		}
+	}()
+}
+
+func (f *etcdPeerFront) track(c net.Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.conns[c] = struct{}{}
+	return true
+}
+
+func (f *etcdPeerFront) untrack(c net.Conn) {
+	f.mu.Lock()
+	delete(f.conns, c)
+	f.mu.Unlock()
+	_ = c.Close()
+}
+
+func (f *etcdPeerFront) handle(down net.Conn, senders map[string]string) {
+	head := peekHeader(down, 10*time.Second)
+	zone, ok := senderZone(head, senders)
+	if ok {
+		f.attributed.Add(1)
+	} else {
+		zone = f.fallback
+		f.unattributed.Add(1)
+	}
+	up, err := net.DialTimeout("tcp", f.net.Addr(zone, f.store), 5*time.Second)
+	if err != nil {
+		f.logger.Debug("etcd peer router: dial link", "store", f.store, "zone", zone, "err", err)
+		return
+	}
+	if !f.track(up) {
+		_ = up.Close()
+		return
+	}
+	defer f.untrack(up)
+	if _, err := up.Write(head); err != nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(up, down)
+		closeWrite(up)
+	}()
+	_, _ = io.Copy(down, up)
+	closeWrite(down)
+	<-done
+}
+
+func closeWrite(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+		return
+	}
+	_ = c.Close()
+}
+
+// peekHeader reads from c until the end of an HTTP header block
+// ("\r\n\r\n"), peekLimit bytes, an error or the timeout, and returns what
+// it read.
+func peekHeader(c net.Conn, timeout time.Duration) []byte {
+	_ = c.SetReadDeadline(time.Now().Add(timeout))
+	defer func() { _ = c.SetReadDeadline(time.Time{}) }()
+	buf := make([]byte, 0, 4096)
+	for len(buf) < peekLimit && !bytes.Contains(buf, []byte("\r\n\r\n")) {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, len(buf))
+		}
+		n, err := c.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			break
+		}
+	}
+	return buf
+}
+
+// senderZone finds the X-PeerURLs header in an HTTP header block and the
+// zone of the first of its URLs that names a member.
+func senderZone(head []byte, senders map[string]string) (string, bool) {
+	end := bytes.Index(head, []byte("\r\n\r\n"))
+	if end < 0 {
+		return "", false
+	}
+	for _, line := range strings.Split(string(head[:end]), "\r\n")[1:] {
+		name, value, ok := strings.Cut(line, ":")
+		if !ok || !strings.EqualFold(strings.TrimSpace(name), "X-PeerURLs") {
+			continue
+		}
+		for _, u := range strings.Split(value, ",") {
+			pu, err := url.Parse(strings.TrimSpace(u))
+			if err != nil {
+				continue
+			}
+			if z, ok := senders[pu.Host]; ok {
+				return z, true
+			}
+		}
+	}
+	return "", false
+}
+
+// close stops accepting, closes every connection and waits for the
+// router's goroutines.
+func (f *etcdPeerFront) close() {
+	f.mu.Lock()
+	f.closed = true
+	conns := make([]net.Conn, 0, len(f.conns))
+	for c := range f.conns {
+		conns = append(conns, c)
+	}
+	f.mu.Unlock()
+	_ = f.ln.Close()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	f.wg.Wait()
 }

@@ -1,14 +1,21 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/hedgekv/hedgekv/bench/netsim"
 )
 
 func TestPeerEtcdWithoutEtcdBinary(t *testing.T) {
@@ -102,5 +109,198 @@ func TestPeerEtcdWithEtcd(t *testing.T) {
 	report, err := os.ReadFile(filepath.Join(dir, "peer-etcd", "report.md"))
 	if err != nil || !strings.Contains(string(report), "hedgekv-leader vs etcd-linearizable") {
 		t.Fatalf("report.md: %v\n%s", err, report)
+	}
+}
+
+func TestPeerEtcdWANConfig(t *testing.T) {
+	for _, cfg := range []PeerEtcdConfig{
+		{Topology: netsim.Default(), HedgeKVEndpoints: []string{"127.0.0.1:1"}},
+		{Topology: netsim.Default(), ScanLengths: []int{0}},
+		{Topology: netsim.Default(), LeaderZone: "dc-b", ClientZone: "dc-b"},
+		{Topology: netsim.Default(), ClientZone: "nowhere"},
+	} {
+		cfg.Logger = quietLogger()
+		if err := cfg.setDefaults(); err == nil {
+			t.Errorf("%+v accepted", cfg)
+		}
+	}
+	cfg := PeerEtcdConfig{Quick: true, Topology: netsim.Default()}
+	if err := cfg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LeaderZone != "dc-a" || cfg.ClientZone != "dc-b" || cfg.Threads != 32 || cfg.Records != 2000 ||
+		fmt.Sprint(cfg.ScanLengths) != "[10 100]" || cfg.RunDuration != 3*time.Second || cfg.MaxStaleness != 10*time.Second ||
+		fmt.Sprint(cfg.Workloads) != "[scan]" || len(cfg.Variants) != len(PeerVariants) {
+		t.Fatalf("quick WAN defaults: %+v", cfg)
+	}
+}
+
+// TestPeerEtcdGoYCSBBindingScans runs scans (workloads scan and e) through
+// go-ycsb's own etcd binding, as corrected by etcddb.GoYCSB: none may
+// fail. Skipped without etcd.
+func TestPeerEtcdGoYCSBBindingScans(t *testing.T) {
+	if _, err := exec.LookPath("etcd"); err != nil {
+		t.Skip("no etcd on PATH (apt-get install etcd-server)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := RunPeerEtcd(ctx, PeerEtcdConfig{
+		Records: 100, Ops: 200, Threads: 4, Workloads: []string{"scan", "e"}, EtcdBinding: EtcdBindingGoYCSB,
+		Variants: []string{"etcd-linearizable"}, OutDir: t.TempDir(), Logger: quietLogger(), ProgressInterval: -1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 2 {
+		t.Fatalf("rows %+v", res.Rows)
+	}
+	for _, r := range res.Runs {
+		if r.Phase.Row.Ops != 200 || r.Phase.Row.Failed != 0 {
+			t.Errorf("%s: %+v", r.Workload, r.Phase.Row)
+		}
+		var scans int64
+		for _, o := range r.Phase.Ops {
+			if o.Op == "SCAN" {
+				scans = o.Ops
+			}
+		}
+		if scans < 100 {
+			t.Errorf("%s: %d successful scans of 200 operations", r.Workload, scans)
+		}
+	}
+}
+
+// TestEtcdClusterBehindWAN starts etcd behind the default topology and
+// checks that its traffic crosses the WAN where it should: a serializable
+// read at the client's zone's member stays local, a linearizable one there
+// pays round trips to the leader in dc-a, a read at a remote member pays
+// the client's own round trip. Skipped without etcd.
+func TestEtcdClusterBehindWAN(t *testing.T) {
+	if _, err := exec.LookPath("etcd"); err != nil {
+		t.Skip("no etcd on PATH (apt-get install etcd-server)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := StartEtcdCluster(ctx, EtcdClusterConfig{Topology: netsim.Default(), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	if err := c.MoveLeader(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := c.Leader(ctx); err != nil || l != 1 {
+		t.Fatalf("leader %d, %v; want m1", l, err)
+	}
+	if got := fmt.Sprintf("%v %s %s %s", c.Stores(), c.Zone(1), c.Zone(2), c.Zone(3)); got != "[1 2 3] dc-a dc-b dc-c" {
+		t.Fatalf("members: %s", got)
+	}
+	if attributed, unattributed := c.PeerConnections(); attributed < 6 {
+		t.Fatalf("peer routers placed %d connections by sender (%d without): every pair of members holds streams both ways", attributed, unattributed)
+	}
+	client := func(store uint64) *clientv3.Client {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.ZoneEndpoint("dc-b", store)}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cli.Close() })
+		return cli
+	}
+	local, remote := client(2), client(1)
+	if _, err := local.Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	// The fastest of a few reads: what the path costs, not the scheduler.
+	fastest := func(cli *clientv3.Client, opts ...clientv3.OpOption) time.Duration {
+		best := time.Hour
+		for range 5 {
+			start := time.Now()
+			if _, err := cli.Get(ctx, "k", opts...); err != nil {
+				t.Fatal(err)
+			}
+			best = min(best, time.Since(start))
+		}
+		return best
+	}
+	wanBefore := c.WANBytes()
+	ser := fastest(local, clientv3.WithSerializable())
+	lin := fastest(local)
+	far := fastest(remote, clientv3.WithSerializable())
+	t.Logf("from dc-b: serializable at m2 %v, linearizable at m2 %v, serializable at m1 %v", ser, lin, far)
+	if ser >= 10*time.Millisecond {
+		t.Errorf("serializable read at the local member took %v: it should not cross the WAN", ser)
+	}
+	if lin < 28*time.Millisecond {
+		t.Errorf("linearizable read at the local member took %v: less than a round trip to the leader", lin)
+	}
+	if far < 28*time.Millisecond {
+		t.Errorf("read at the remote member took %v: less than the client's round trip", far)
+	}
+	if c.WANBytes() == wanBefore {
+		t.Error("no byte crossed the WAN")
+	}
+}
+
+// TestPeerEtcdWANTiny runs the scenario behind the default topology, tiny:
+// every variant produces its row and no operation fails (nothing here
+// checks timing). Skipped without etcd.
+func TestPeerEtcdWANTiny(t *testing.T) {
+	if _, err := exec.LookPath("etcd"); err != nil {
+		t.Skip("no etcd on PATH (apt-get install etcd-server)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	var out, progress bytes.Buffer
+	res, err := RunPeerEtcd(ctx, PeerEtcdConfig{
+		Topology: netsim.Default(), TopologyName: netsim.DefaultTopology,
+		Records: 60, Threads: 4, ScanLengths: []int{10}, MaxOps: 40, RunDuration: time.Minute, Warmup: -1,
+		OutDir: dir, Logger: quietLogger(), Out: &out, Progress: &progress,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Runs) != len(PeerVariants) {
+		t.Fatalf("%d rows, want one per variant (%d): %+v", len(res.Runs), len(PeerVariants), res.Rows)
+	}
+	for i, r := range res.Runs {
+		row := r.Phase.Row
+		if row.Variant != PeerVariants[i].Name || row.Param != "10" || row.Ops != 40 || row.Failed != 0 || row.QPS <= 0 || row.WANBytesPerOp == nil {
+			t.Errorf("row %+v", row)
+		}
+		if r.LeaderMoved != "" {
+			t.Errorf("%s: %s", row.Variant, r.LeaderMoved)
+		}
+		switch row.Variant {
+		case "etcd-linearizable", "etcd-serializable":
+			if !strings.HasPrefix(r.ServedBy, "member m2 (dc-b)") {
+				t.Errorf("%s served by %s", row.Variant, r.ServedBy)
+			}
+		case "hedgekv-leader":
+			if !strings.HasPrefix(r.ServedBy, "store 1 (dc-a) 100%") || *row.WANBytesPerOp < 10*1000 {
+				t.Errorf("hedgekv-leader served by %s, %v WAN bytes per scan of ten 1 KB rows", r.ServedBy, *row.WANBytesPerOp)
+			}
+		case "hedgekv-follower":
+			if !strings.Contains(r.ServedBy, "store 2 (dc-b) 100%: read-index 100%") {
+				t.Errorf("hedgekv-follower served by %s", r.ServedBy)
+			}
+		}
+	}
+	if res.Loads[SystemEtcd] == nil || res.Loads[SystemHedgeKV] == nil {
+		t.Errorf("loads %+v", res.Loads)
+	}
+	doc, err := ReadResults(filepath.Join(dir, "peer-etcd", "results.json"))
+	if err != nil || doc.Scenario != "peer-etcd" || len(doc.Rows) != len(PeerVariants) {
+		t.Fatalf("results.json: %+v %v", doc, err)
+	}
+	report, err := os.ReadFile(filepath.Join(dir, "peer-etcd", "report.md"))
+	if err != nil || !strings.Contains(string(report), "| 10 | hedgekv-follower vs etcd-serializable |") || !strings.Contains(string(report), "X-PeerURLs") {
+		t.Fatalf("report.md: %v\n%s", err, report)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "peer-etcd", "cdf-scan-10.png")); err != nil {
+		t.Error(err)
+	}
+	if !strings.Contains(progress.String(), "etcd-serializable      scan 10") || !strings.Contains(progress.String(), "done in") {
+		t.Errorf("progress:\n%s", progress.String())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,5 +110,67 @@ func TestAgainstEtcd(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestGoYCSBScan shows go-ycsb v1.0.1's own etcd binding failing a scan
+// that GoYCSB, the same binding with Scan replaced, answers; skipped when
+// no etcd binary is installed.
+func TestGoYCSBScan(t *testing.T) {
+	if _, err := exec.LookPath("etcd"); err != nil {
+		t.Skip("no etcd on PATH (apt-get install etcd-server)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cluster, err := bench.StartEtcdCluster(ctx, bench.EtcdClusterConfig{Members: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Stop()
+	p := properties.NewProperties()
+	_, _, _ = p.Set("etcd.endpoints", cluster.Endpoints[0])
+	open := func(name string) ycsb.DB {
+		db, err := ycsb.GetDBCreator(name).Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		return db
+	}
+	upstream, fixed := open("etcd"), open(etcddb.GoYCSBName)
+	rec := func(i int) map[string][]byte {
+		return map[string][]byte{"field0": fmt.Appendf(nil, "a%d", i), "field1": fmt.Appendf(nil, "b%d", i)}
+	}
+	for i := range 5 {
+		if err := fixed.Insert(ctx, "gy", fmt.Sprintf("k%d", i), rec(i)); err != nil { // go-ycsb's Insert
+			t.Fatal(err)
+		}
+	}
+	if err := fixed.Insert(ctx, "gz", "k0", rec(9)); err != nil { // the next table
+		t.Fatal(err)
+	}
+	// Five keys from gy:k1 to the end of the keyspace, four of them gy's:
+	// go-ycsb compares that count (5) with the limit (2).
+	if _, err := upstream.Scan(ctx, "gy", "k1", 2, nil); err == nil || !strings.Contains(err.Error(), "expected 2 but was 5") {
+		t.Fatalf("go-ycsb's own scan: %v (the bug is gone? then GoYCSB is not needed)", err)
+	}
+	got, err := fixed.Scan(ctx, "gy", "k1", 2, nil)
+	if err != nil || len(got) != 2 || string(got[0]["field0"]) != "a1" || string(got[1]["field1"]) != "b2" {
+		t.Fatalf("scan k1, 2: %q %v", got, err)
+	}
+	got, err = fixed.Scan(ctx, "gy", "k3", 10, []string{"field1"})
+	if err != nil || len(got) != 2 || len(got[0]) != 1 || string(got[1]["field1"]) != "b4" {
+		t.Fatalf("scan stays in the table and keeps the fields asked for: %q %v", got, err)
+	}
+	r, err := fixed.Read(ctx, "gy", "k4", nil)
+	if err != nil || string(r["field0"]) != "a4" {
+		t.Fatalf("read: %q %v", r, err)
+	}
+	if _, err := ycsb.GetDBCreator(etcddb.GoYCSBName).Create(func() *properties.Properties {
+		q := properties.NewProperties()
+		_, _, _ = q.Set("etcd.endpoints", "https://127.0.0.1:1")
+		return q
+	}()); err == nil {
+		t.Fatal("https endpoints accepted")
 	}
 }

@@ -201,20 +201,28 @@ Workloads: a (50% read, 50% update), b (95/5), c (read only), d (read latest,
 func newBenchPeerEtcdCmd() *cobra.Command {
 	var (
 		workloads, variants, etcdBin, binding, out string
+		topology, leaderZone, clientZone, scanLens string
 		records, ops                               int64
 		threads                                    int
-		quick                                      bool
-		maxStale, duration, progress               time.Duration
+		quick, noPlots                             bool
+		maxStale, duration, warmup, progress       time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "peer-etcd [--quick] [--records 20000 --ops 50000 --threads 32 --workloads a,c]",
+		Use:   "peer-etcd [--quick] [--records 20000 --ops 50000 --threads 32 --workloads a,c] [--topology FILE|default [--scan-lengths 10,100]]",
 		Short: "Compare hedgekv with a local three-member etcd under the same YCSB workloads",
 		Long: `Start a three-member etcd on loopback ports (the etcd binary from PATH or --etcd;
 Debian: apt-get install etcd-server), load it and run each workload with
 linearizable and serializable reads; then do the same against hedgekv, three
 stores started in this process (or the running cluster given with --endpoints),
 with leader, follower and bounded-staleness follower reads. Prints a side-by-side
-table and writes OUT/peer-etcd/{results.json,report.md}.`,
+table and writes OUT/peer-etcd/{results.json,report.md}.
+
+With --topology (a topology file, or 'default': dc-a, dc-b, dc-c, 14 ms one
+way), both run behind the simulated WAN instead, one member or store per zone,
+each leader in the first zone, the client in the second, and the variants read
+scans of --scan-lengths ~1 KB rows for --duration each: etcd's local member
+(linearizable and serializable) against hedgekv's remote leader, local
+follower and bounded-staleness local follower; it also writes latency CDFs.`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
 			env, err := newBenchEnv(cmd)
@@ -234,6 +242,34 @@ table and writes OUT/peer-etcd/{results.json,report.md}.`,
 			}
 			if records < 0 || ops < 0 || threads < 0 {
 				return usagef("--records, --ops and --threads must not be negative")
+			}
+			if topology != "" {
+				for _, name := range []string{"workloads", "workload", "ops"} {
+					if cmd.Flags().Changed(name) {
+						return usagef("--%s does not apply with --topology (scans of --scan-lengths)", name)
+					}
+				}
+				if env.endpointsSet {
+					return usagef("--endpoints does not apply with --topology: it starts hedgekv behind the WAN itself")
+				}
+				topo, name, err := loadTopology(topology)
+				if err != nil {
+					return err
+				}
+				lengths, err := parseInts(scanLens)
+				if err != nil {
+					return usagef("--scan-lengths: %v", err)
+				}
+				cfg.Topology, cfg.TopologyName, cfg.LeaderZone, cfg.ClientZone = topo, name, leaderZone, clientZone
+				cfg.ScanLengths, cfg.RunDuration, cfg.Warmup, cfg.MaxDuration = lengths, duration, warmup, 0
+				cfg.NoPlots, cfg.Command, cfg.Progress, cfg.Logger = noPlots, commandLine(cmd), cmd.ErrOrStderr(), wanLogger(cmd)
+				cfg.Workloads = nil
+			} else {
+				for _, name := range []string{"leader-zone", "client-zone", "scan-lengths", "warmup", "no-plots"} {
+					if cmd.Flags().Changed(name) {
+						return usagef("--%s applies with --topology only", name)
+					}
+				}
 			}
 			for _, w := range cfg.Workloads {
 				if _, err := bench.WorkloadProperties(w); err != nil {
@@ -258,11 +294,17 @@ table and writes OUT/peer-etcd/{results.json,report.md}.`,
 	}
 	f.StringVar(&variants, "variants", "", "comma list of variants to run (default all: "+strings.Join(names, ",")+")")
 	f.StringVar(&etcdBin, "etcd", "", "etcd binary (default: etcd on PATH)")
-	f.StringVar(&binding, "etcd-binding", bench.EtcdBindingNative, "etcd YCSB binding: etcdkv (same encoding as hedgekv) or go-ycsb (go-ycsb's own; linearizable only, its scans fail)")
-	f.DurationVar(&maxStale, "max-staleness", time.Second, "staleness bound of hedgekv-follower-stale")
-	f.DurationVar(&duration, "duration", 0, "stop each run after this long (default: none; --quick: 5s)")
+	f.StringVar(&binding, "etcd-binding", bench.EtcdBindingNative, "etcd YCSB binding: etcdkv (same encoding as hedgekv) or go-ycsb (go-ycsb's own with its scans corrected; linearizable only)")
+	f.DurationVar(&maxStale, "max-staleness", 0, "staleness bound of hedgekv-follower-stale (default 1s; with --topology 10s)")
+	f.DurationVar(&duration, "duration", 0, "stop each run after this long (default: none; --quick: 5s); with --topology the length of each run (default 15s; --quick 3s)")
 	f.StringVar(&out, "out", "results", "results directory (writes OUT/peer-etcd/)")
 	f.DurationVar(&progress, "progress", 5*time.Second, "interval of progress lines on stderr (negative: none)")
+	f.StringVar(&topology, "topology", "", "run both behind the simulated WAN: a topology file (docs/topology.md) or 'default'")
+	f.StringVar(&leaderZone, "leader-zone", "", "with --topology: zone of both leaders (default: the first zone)")
+	f.StringVar(&clientZone, "client-zone", "", "with --topology: zone of the client (default: the second zone)")
+	f.StringVar(&scanLens, "scan-lengths", "", "with --topology: comma list of keys per scan (default 10,100)")
+	f.DurationVar(&warmup, "warmup", 0, "with --topology: unmeasured warm-up before each run (default 1s; --quick 500ms; negative: none)")
+	f.BoolVar(&noPlots, "no-plots", false, "with --topology: write no PNG plots")
 	return cmd
 }
 

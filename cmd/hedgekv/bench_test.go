@@ -19,6 +19,10 @@ func TestBenchWANFlags(t *testing.T) {
 		{[]string{"bench", "follower-read-dc", "--threads", "-1"}, "must not be negative"},
 		{[]string{"bench", "hot-region", "--topology", "default", "--link-mbit", "10"}, "--link-mbit"},
 		{[]string{"bench", "hot-region", "--scan-length", "-5"}, "must not be negative"},
+		{[]string{"bench", "peer-etcd", "--topology", filepath.Join(t.TempDir(), "missing.toml")}, "--topology"},
+		{[]string{"bench", "peer-etcd", "--topology", "default", "--workloads", "a"}, "--workloads"},
+		{[]string{"bench", "peer-etcd", "--topology", "default", "--scan-lengths", "10,x"}, "--scan-lengths"},
+		{[]string{"bench", "peer-etcd", "--scan-lengths", "10"}, "--scan-lengths applies with --topology only"},
 	} {
 		code, stdout, stderr := runCLI(t, tt.args...)
 		if code != exitUsage || stdout != "" || !strings.Contains(stderr, tt.want) {
