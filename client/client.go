@@ -50,6 +50,7 @@ type Client struct {
 	stats    *statsTable
 	selector *replicaSelector
 	leader   *Session
+	hedges   hedgeCounters // every session's hedging, for HedgeStats
 
 	mu        sync.Mutex
 	endpoints []string // Config.Endpoints, the last one that answered first
@@ -194,8 +195,21 @@ func (c *Client) Close() error {
 // Session returns a handle whose reads follow p. Sessions are cheap and
 // share the client's connections, cache and statistics; any number with
 // different policies may be used concurrently.
+//
+// A session that hedges has its own hedge budget and counters
+// (Session.HedgeStats); Client.HedgeStats sums them over all sessions.
 func (c *Client) Session(p ReadPolicy) *Session {
-	return &Session{c: c, policy: p}
+	s := &Session{c: c, policy: p}
+	if !p.Hedge.Off() {
+		s.hedger = newHedger(p, &c.hedges)
+	}
+	return s
+}
+
+// HedgeStats returns the hedging counters of every session of this client
+// taken together.
+func (c *Client) HedgeStats() HedgeStats {
+	return c.hedges.snapshot()
 }
 
 // Get reads key from its region's leader. A missing key is ErrNotFound.

@@ -13,6 +13,23 @@
 // (store_stats.go), and the zones stores report. Connections are one gRPC
 // ClientConn per store address, dialled lazily (conn.go).
 //
+// # Hedged reads
+//
+// A session whose ReadPolicy has a Hedge (hedge.go) races its reads (Get,
+// BatchGet, Scan; never writes): when the attempt the policy chose has not
+// answered within the hedge delay, the same read goes to another replica,
+// picked by the replica selector with the first one's store excluded; the
+// first good answer wins and the others are cancelled through their
+// contexts. The delay is fixed, a percentile of the recent read latency of
+// the first attempt's store (a sliding-window HDR histogram per store), or
+// the min / max of the two. A hedge to a follower is a ReadIndex read, so
+// it stays linearizable, unless the session's MaxStaleness permits a stale
+// one. A region error on one attempt does not end the race while another
+// is outstanding. A token bucket per session (each primary earns
+// HedgeBudget tokens, each hedge spends one) caps the extra requests; the
+// counters are Session.HedgeStats and, over all sessions, Client.HedgeStats.
+// ReadInfo.HedgeWon says whether an answer came from a hedge.
+//
 // # Which address a store is dialled at
 //
 // Config.Endpoints only bootstrap the client: New asks each endpoint which

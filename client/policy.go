@@ -61,6 +61,21 @@ type ReadPolicy struct {
 	// writes committed within this bound (bounded-staleness read). Zero keeps
 	// reads linearizable.
 	MaxStaleness time.Duration
+	// Hedge says when a read (Get, BatchGet, Scan; never a write) not yet
+	// answered is sent again to another replica, the first answer winning.
+	// A hedge to a follower is a ReadIndex read, so it stays linearizable,
+	// unless MaxStaleness > 0 permits a stale one. The zero value is
+	// HedgeOff.
+	Hedge Hedge
+	// HedgeBudget caps hedges at this fraction of primaries (a token bucket:
+	// each primary earns HedgeBudget tokens, up to 10 saved, each hedge
+	// spends one). Zero means DefaultHedgeBudget (5%), so that naming a
+	// Hedge is enough; a negative value is a budget of zero: no hedge is
+	// ever sent, each one due counted as denied. Values above 1 count as 1.
+	HedgeBudget float64
+	// HedgeMaxAttempts is how many attempts of one read may be in flight
+	// at once, the primary included; zero means DefaultHedgeMaxAttempts (2).
+	HedgeMaxAttempts int
 }
 
 // ReadInfo says who served a read and how, so tests and benchmarks can count.
@@ -70,6 +85,10 @@ type ReadInfo struct {
 	Mode string
 	// StalenessBound is how stale a "stale" answer may be; zero otherwise.
 	StalenessBound time.Duration
-	// Attempts is the number of RPCs the read took, retries included.
+	// Attempts is the number of tries the read took, retries included
+	// (a primary and its hedges count as one try).
 	Attempts int
+	// HedgeWon says the answer came from a hedge (a backup request sent
+	// because the primary was late), not from the primary.
+	HedgeWon bool
 }

@@ -33,6 +33,9 @@ type regionRequest struct {
 	// attemptTimeout's share: the operation (adding a replica, which waits
 	// for it to catch up) may take that long on a healthy leader.
 	longRunning bool
+	// hedger, for reads of a session with a hedge policy, races a backup
+	// attempt against a slow one (hedge.go). nil: never hedged.
+	hedger *hedger
 	// rpc performs one attempt against the chosen replica. It returns the
 	// load the store reported, if any, and the RPC's error untouched.
 	rpc func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*pb.Load, error)
@@ -47,6 +50,11 @@ type attempt struct {
 	// replicaRead and maxStaleness qualify reads; see ReadContext.
 	replicaRead  bool
 	maxStaleness time.Duration
+	// hedge marks a backup attempt sent by the race.
+	hedge bool
+	// resp is what the rpc answered on this attempt (set by the rpc func),
+	// so concurrent attempts of one request never share a variable.
+	resp any
 }
 
 func (a *attempt) readContext() *pb.ReadContext {
@@ -307,9 +315,25 @@ func (c *Client) tryOnce(ctx context.Context, req *regionRequest, excluded store
 		}
 	}
 	a.addr = st.addr
+	if req.hedger != nil && !req.write && !req.hedger.policy.Off() {
+		a, err = c.race(ctx, req, loc, excluded, a)
+	} else {
+		err = c.runAttempt(ctx, req, a)
+	}
+	var fe *fatalError
+	if errors.As(err, &fe) {
+		return false, nil, err
+	}
+	return false, a, err
+}
+
+// runAttempt sends one attempt to the store a names and classifies its
+// error: a region error as such, anything else as a storeError. A read's
+// latency feeds the store's window for percentile hedges.
+func (c *Client) runAttempt(ctx context.Context, req *regionRequest, a *attempt) error {
 	cc, err := c.conns.get(a.addr)
 	if err != nil {
-		return false, nil, &fatalError{err}
+		return &fatalError{err}
 	}
 	actx, cancel := attemptTimeout(ctx)
 	if req.longRunning {
@@ -317,18 +341,24 @@ func (c *Client) tryOnce(ctx context.Context, req *regionRequest, excluded store
 		actx, cancel = context.WithCancel(ctx)
 	}
 	defer cancel()
-	done := c.stats.get(a.storeID).start()
+	ss := c.stats.get(a.storeID)
+	done := ss.start()
+	begin := time.Now()
 	load, err := req.rpc(actx, cc, a)
 	done(err == nil, load)
 	if err == nil {
-		return false, a, nil
+		if !req.write {
+			now := time.Now()
+			ss.readWindow().record(now.Sub(begin), now)
+		}
+		return nil
 	}
 	// A region error a newer server sends and this client does not know
 	// is not one: it falls through as a plain store error.
 	if re := pb.RegionErrorFromStatus(err).ToError(); region.IsRegionError(re) {
-		return false, a, fmt.Errorf("store %d: %w", a.storeID, re)
+		return fmt.Errorf("store %d: %w", a.storeID, re)
 	}
-	return false, a, &storeError{storeID: a.storeID, addr: a.addr, err: err}
+	return &storeError{storeID: a.storeID, addr: a.addr, err: err}
 }
 
 // errNoStore: a region names a store no endpoint knows the address of.

@@ -16,11 +16,21 @@ import (
 // limit); longer scans are paged.
 const maxScanPage = 10000
 
-// Session reads with one ReadPolicy. It holds no state of its own beyond
-// the policy, so it is safe for concurrent use.
+// Session reads with one ReadPolicy. Its only state of its own is its
+// hedging (budget and counters, see HedgeStats); it is safe for concurrent
+// use.
 type Session struct {
 	c      *Client
 	policy ReadPolicy
+	hedger *hedger // nil when the policy never hedges
+}
+
+// HedgeStats returns the session's hedging counters so far.
+func (s *Session) HedgeStats() HedgeStats {
+	if s.hedger == nil {
+		return HedgeStats{}
+	}
+	return s.hedger.stats.snapshot()
 }
 
 // Get reads key under the session's policy. A missing key is ErrNotFound.
@@ -35,23 +45,24 @@ func (s *Session) GetWithInfo(ctx context.Context, key []byte) ([]byte, ReadInfo
 	if len(key) == 0 {
 		return nil, ReadInfo{}, fmt.Errorf("get: %w", errEmptyKey)
 	}
-	var resp *pb.GetResponse
 	res, err := s.c.send(ctx, &regionRequest{
 		op:     "get",
 		key:    key,
 		policy: s.policy,
+		hedger: s.hedger,
 		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*pb.Load, error) {
 			r, err := pb.NewKVClient(cc).Get(ctx, &pb.GetRequest{Context: a.readContext(), Key: key})
 			if err != nil {
 				return nil, err
 			}
-			resp = r
+			a.resp = r
 			return r.GetLoad(), nil
 		},
 	})
 	if err != nil {
 		return nil, ReadInfo{Attempts: res.attempts}, err
 	}
+	resp, _ := res.final.resp.(*pb.GetResponse)
 	info := readInfo(resp.GetReadInfo(), res)
 	if resp.GetNotFound() {
 		return nil, info, ErrNotFound
@@ -68,8 +79,11 @@ func readInfo(ri *pb.ReadInfo, res result) ReadInfo {
 		StalenessBound: time.Duration(ri.GetStalenessBoundMs()) * time.Millisecond,
 		Attempts:       res.attempts,
 	}
-	if info.StoreID == 0 && res.final != nil {
-		info.StoreID = res.final.storeID
+	if res.final != nil {
+		if info.StoreID == 0 {
+			info.StoreID = res.final.storeID
+		}
+		info.HedgeWon = res.final.hedge
 	}
 	return info
 }
@@ -179,14 +193,15 @@ func (s *Session) groupByRegion(ctx context.Context, keys [][]byte) [][][]byte {
 // group's first key routes to. It returns the found pairs and the keys it
 // covered.
 func (s *Session) batchGetRegion(ctx context.Context, keys [][]byte) ([]*pb.KvPair, [][]byte, error) {
-	var (
+	type answer struct {
 		pairs []*pb.KvPair
 		sent  [][]byte
-	)
-	_, err := s.c.send(ctx, &regionRequest{
+	}
+	res, err := s.c.send(ctx, &regionRequest{
 		op:     "batch get",
 		key:    keys[0],
 		policy: s.policy,
+		hedger: s.hedger,
 		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*pb.Load, error) {
 			in := make([][]byte, 0, len(keys))
 			for _, k := range keys {
@@ -198,14 +213,15 @@ func (s *Session) batchGetRegion(ctx context.Context, keys [][]byte) ([]*pb.KvPa
 			if err != nil {
 				return nil, err
 			}
-			pairs, sent = r.GetPairs(), in
+			a.resp = answer{r.GetPairs(), in}
 			return r.GetLoad(), nil
 		},
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	return pairs, sent, nil
+	ans, _ := res.final.resp.(answer)
+	return ans.pairs, ans.sent, nil
 }
 
 // Scan returns up to limit pairs with start <= key < end in key order. An
@@ -226,11 +242,11 @@ func (s *Session) Scan(ctx context.Context, start, end []byte, limit int) ([]KV,
 		if limit > 0 {
 			page = min(page, limit-len(out))
 		}
-		var resp *pb.ScanResponse
-		_, err := s.c.send(ctx, &regionRequest{
+		res, err := s.c.send(ctx, &regionRequest{
 			op:     "scan",
 			key:    cur,
 			policy: s.policy,
+			hedger: s.hedger,
 			rpc: func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*pb.Load, error) {
 				r, err := pb.NewKVClient(cc).Scan(ctx, &pb.ScanRequest{
 					Context:  a.readContext(),
@@ -241,13 +257,14 @@ func (s *Session) Scan(ctx context.Context, start, end []byte, limit int) ([]KV,
 				if err != nil {
 					return nil, err
 				}
-				resp = r
+				a.resp = r
 				return r.GetLoad(), nil
 			},
 		})
 		if err != nil {
 			return nil, err
 		}
+		resp, _ := res.final.resp.(*pb.ScanResponse)
 		pairs := resp.GetPairs()
 		for _, p := range pairs {
 			// Defensive: a store must clamp to [cur, end), but a pair out

@@ -37,7 +37,13 @@ type storeStats struct {
 	loadInflight atomic.Uint32
 	loadWaitUs   atomic.Uint64
 	loadAt       atomic.Int64 // unix nanos
+
+	// reads is the sliding window of read latencies for percentile hedges.
+	reads latencyWindow
 }
+
+// readWindow is the store's read-latency window.
+func (s *storeStats) readWindow() *latencyWindow { return &s.reads }
 
 // statsTable maps store id to its stats, created on first use.
 type statsTable struct {

@@ -4,9 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,12 +15,14 @@ import (
 type readFlags struct {
 	read         string
 	hedge        string
+	hedgeBudget  float64
 	maxStaleness time.Duration
 }
 
 func (f *readFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.read, "read", "leader", "replica to read from: leader, follower, mixed, closest or prefer-leader")
-	cmd.Flags().StringVar(&f.hedge, "hedge", "off", "backup request after a delay: off, a duration (10ms) or a latency percentile (p99)")
+	cmd.Flags().StringVar(&f.hedge, "hedge", "off", "backup request to another replica after a delay: off, a duration (10ms), a latency percentile (p99, p999) or min(p99,50ms) / max(p99,5ms)")
+	cmd.Flags().Float64Var(&f.hedgeBudget, "hedge-budget", client.DefaultHedgeBudget, "at most this fraction of reads may be hedged, in [0,1]")
 	cmd.Flags().DurationVar(&f.maxStaleness, "max-staleness", 0, "permit reads this stale (e.g. 5s); 0 keeps reads linearizable")
 }
 
@@ -36,56 +35,18 @@ func (f *readFlags) policy() (client.ReadPolicy, error) {
 	if f.maxStaleness < 0 {
 		return client.ReadPolicy{}, usagef("--max-staleness must not be negative, got %v", f.maxStaleness)
 	}
-	h, err := parseHedge(f.hedge)
+	h, err := client.ParseHedge(f.hedge)
 	if err != nil {
-		return client.ReadPolicy{}, usageError{err}
+		return client.ReadPolicy{}, usageError{fmt.Errorf("--%w", err)}
 	}
-	if !h.off {
-		// The syntax is the contract's; the client's hedging arrives in a
-		// later change. Refuse rather than silently not hedging.
-		return client.ReadPolicy{}, usagef("--hedge %s: hedging is not available in this build yet (only \"off\")", f.hedge)
+	if !(f.hedgeBudget >= 0 && f.hedgeBudget <= 1) {
+		return client.ReadPolicy{}, usagef("--hedge-budget must be between 0 and 1, got %v", f.hedgeBudget)
 	}
-	return client.ReadPolicy{Replica: replica, MaxStaleness: f.maxStaleness}, nil
-}
-
-// hedgeSpec is a parsed --hedge value.
-type hedgeSpec struct {
-	off        bool
-	delay      time.Duration // fixed delay, if > 0
-	percentile float64       // e.g. 0.99 for p99, if > 0
-}
-
-var percentileRE = regexp.MustCompile(`^p(\d+)(\.\d+)?$`)
-
-// parseHedge accepts "off", a positive duration ("10ms") or a percentile
-// ("p99" = 0.99, "p999" = 0.999, "p99.9" = 0.999, "p50" = 0.5).
-func parseHedge(s string) (hedgeSpec, error) {
-	if s == "off" {
-		return hedgeSpec{off: true}, nil
+	budget := f.hedgeBudget
+	if budget == 0 {
+		budget = -1 // the client's way of saying "no budget"; 0 means its default
 	}
-	if m := percentileRE.FindStringSubmatch(s); m != nil {
-		var (
-			q   float64
-			err error
-		)
-		switch {
-		case m[2] == "" && len(m[1]) > 2 && strings.Trim(m[1], "9") == "":
-			// Three or more nines read as in p999 = 0.999, p9999 = 0.9999.
-			q, err = strconv.ParseFloat("0."+m[1], 64)
-		default:
-			q, err = strconv.ParseFloat(m[1]+m[2], 64)
-			q /= 100
-		}
-		if err != nil || q <= 0 || q >= 1 {
-			return hedgeSpec{}, fmt.Errorf("--hedge %q: percentile must be strictly between p0 and p100", s)
-		}
-		return hedgeSpec{percentile: q}, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return hedgeSpec{}, fmt.Errorf("--hedge %q: want off, a positive duration (10ms) or a percentile (p99)", s)
-	}
-	return hedgeSpec{delay: d}, nil
+	return client.ReadPolicy{Replica: replica, MaxStaleness: f.maxStaleness, Hedge: h, HedgeBudget: budget}, nil
 }
 
 func newPutCmd(a *app) *cobra.Command {
@@ -155,7 +116,7 @@ func newGetCmd(a *app) *cobra.Command {
 			}
 			if verbose {
 				fmt.Fprintln(a.stderr, servedBy(info))
-				fmt.Fprintln(a.stderr, "hedge: no")
+				fmt.Fprintln(a.stderr, hedgeLine(info))
 			}
 			if errors.Is(err, client.ErrNotFound) {
 				fmt.Fprintln(a.stderr, client.ErrNotFound.Error())
@@ -180,6 +141,15 @@ func servedBy(info client.ReadInfo) string {
 		s += fmt.Sprintf(" after %d attempts", info.Attempts)
 	}
 	return s
+}
+
+// hedgeLine is get -v's line about hedging: whether a hedge answered (the
+// line before says which store did).
+func hedgeLine(info client.ReadInfo) string {
+	if info.HedgeWon {
+		return "hedge: won"
+	}
+	return "hedge: no"
 }
 
 func newScanCmd(a *app) *cobra.Command {

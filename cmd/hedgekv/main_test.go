@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
-	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -137,6 +136,31 @@ func TestKVCommands(t *testing.T) {
 				t.Errorf("%v: stderr %q does not contain %q", s.args, stderr, w)
 			}
 		}
+	}
+}
+
+func TestGetHedgeWon(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	cl.Put("a", "1")
+	// The leader (store 1) never answers a Get: only a hedge can.
+	cl.SetHook(func(ctx context.Context, s uint64, m string) error {
+		if s == 1 && m == "Get" {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	})
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+	code, stdout, stderr := runCLI(t, "get", "a", "-v", "--hedge", "10ms", ep)
+	if code != 0 || stdout != "1\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "via read-index") || !strings.Contains(stderr, "hedge: won\n") || strings.Contains(stderr, "store 1 ") {
+		t.Errorf("stderr %q, want a read-index read from a follower and hedge: won", stderr)
+	}
+	code, _, stderr = runCLI(t, "get", "a", "--hedge", "10ms", "--hedge-budget", "2", ep)
+	if code != exitUsage || !strings.Contains(stderr, "--hedge-budget") {
+		t.Errorf("--hedge-budget 2: exit %d, stderr %q", code, stderr)
 	}
 }
 
@@ -324,15 +348,17 @@ func TestUnreachableCluster(t *testing.T) {
 func TestParseHedge(t *testing.T) {
 	tests := []struct {
 		in      string
-		want    hedgeSpec
+		want    string // String() of the result
 		wantErr bool
 	}{
-		{in: "off", want: hedgeSpec{off: true}},
-		{in: "10ms", want: hedgeSpec{delay: 10 * time.Millisecond}},
-		{in: "p99", want: hedgeSpec{percentile: 0.99}},
-		{in: "p999", want: hedgeSpec{percentile: 0.999}},
-		{in: "p99.9", want: hedgeSpec{percentile: 0.999}},
-		{in: "p50", want: hedgeSpec{percentile: 0.5}},
+		{in: "off", want: "off"},
+		{in: "10ms", want: "10ms"},
+		{in: "p99", want: "p99"},
+		{in: "p999", want: "p999"},
+		{in: "p99.9", want: "p999"},
+		{in: "p50", want: "p50"},
+		{in: "min(p99,50ms)", want: "min(p99,50ms)"},
+		{in: "max(p99,5ms)", want: "max(p99,5ms)"},
 		{in: "p100", wantErr: true},
 		{in: "p0", wantErr: true},
 		{in: "0s", wantErr: true},
@@ -341,13 +367,14 @@ func TestParseHedge(t *testing.T) {
 		{in: "p", wantErr: true},
 	}
 	for _, tt := range tests {
-		got, err := parseHedge(tt.in)
+		f := readFlags{read: "leader", hedge: tt.in, hedgeBudget: 0.05}
+		got, err := f.policy()
 		if (err != nil) != tt.wantErr {
-			t.Errorf("parseHedge(%q) error %v, want error %v", tt.in, err, tt.wantErr)
+			t.Errorf("--hedge %q: error %v, want error %v", tt.in, err, tt.wantErr)
 			continue
 		}
-		if err == nil && (got.off != tt.want.off || got.delay != tt.want.delay || math.Abs(got.percentile-tt.want.percentile) > 1e-9) {
-			t.Errorf("parseHedge(%q) = %+v, want %+v", tt.in, got, tt.want)
+		if err == nil && got.Hedge.String() != tt.want {
+			t.Errorf("--hedge %q = %v, want %v", tt.in, got.Hedge, tt.want)
 		}
 	}
 }

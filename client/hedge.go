@@ -1,0 +1,484 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Hedging: a read that has not been answered within the hedge delay is sent
+// again to another replica; the first good answer wins and the other
+// attempt is cancelled through its context. Only reads (Get, BatchGet,
+// Scan) are hedged, never writes. A token bucket per session caps the extra
+// requests at ReadPolicy.HedgeBudget of the primaries.
+
+const (
+	// DefaultHedgeBudget is the fraction of primaries that may be hedged
+	// when ReadPolicy.HedgeBudget is zero.
+	DefaultHedgeBudget = 0.05
+	// DefaultHedgeMaxAttempts is how many attempts of one read may be in
+	// flight at once (the primary and one hedge) when
+	// ReadPolicy.HedgeMaxAttempts is zero.
+	DefaultHedgeMaxAttempts = 2
+
+	// hedgeBucketCap caps the tokens a session may save up, so that a long
+	// quiet spell does not allow a burst of hedges.
+	hedgeBucketCap = 10.0
+	// Latency window per store for percentile hedges: hedgeWindows
+	// histograms, the oldest replaced every hedgeRotateEvery, so the
+	// percentiles describe the last 6–8 seconds.
+	hedgeWindows     = 4
+	hedgeRotateEvery = 2 * time.Second
+	// hedgeMinSamples is how many reads a store must have answered in the
+	// window before its percentile is believed; until then the delay is
+	// defaultHedgeDelay.
+	hedgeMinSamples   = 20
+	defaultHedgeDelay = 10 * time.Millisecond
+	// hedgeMergeEvery bounds how often the window's histograms are merged
+	// to answer a percentile (merging on every read would cost more than
+	// the read).
+	hedgeMergeEvery = 100 * time.Millisecond
+	// Histogram range, in microseconds: 1µs to 1 minute, 2 significant
+	// figures.
+	hedgeHistMax = int64(time.Minute / time.Microsecond)
+)
+
+type hedgeKind uint8
+
+const (
+	hedgeOff hedgeKind = iota
+	hedgeFixed
+	hedgePercentile
+	hedgeMinOf // min(percentile, delay)
+	hedgeMaxOf // max(percentile, delay)
+)
+
+// Hedge says when a read is hedged: never (HedgeOff), after a fixed delay,
+// after a percentile of the recent latency of the store the primary went
+// to, or the min or max of the two (Cassandra's hybrids). The zero value is
+// HedgeOff.
+type Hedge struct {
+	kind  hedgeKind
+	q     float64       // percentile, in (0,1)
+	delay time.Duration // fixed delay, > 0
+}
+
+// HedgeOff never hedges.
+var HedgeOff = Hedge{}
+
+// HedgeAfter hedges a read not answered within d. A d <= 0 is HedgeOff.
+func HedgeAfter(d time.Duration) Hedge {
+	if d <= 0 {
+		return HedgeOff
+	}
+	return Hedge{kind: hedgeFixed, delay: d}
+}
+
+// HedgeAfterPercentile hedges a read not answered within the q-quantile
+// (0.99 for p99) of the recent read latency of the store it went to. A q
+// outside (0,1) is HedgeOff.
+func HedgeAfterPercentile(q float64) Hedge {
+	if !(q > 0 && q < 1) {
+		return HedgeOff
+	}
+	return Hedge{kind: hedgePercentile, q: q}
+}
+
+// HedgeMin hedges after min(the q-quantile, d): "min(p99,50ms)".
+func HedgeMin(q float64, d time.Duration) Hedge {
+	if !(q > 0 && q < 1) || d <= 0 {
+		return HedgeOff
+	}
+	return Hedge{kind: hedgeMinOf, q: q, delay: d}
+}
+
+// HedgeMax hedges after max(the q-quantile, d): "max(p99,5ms)".
+func HedgeMax(q float64, d time.Duration) Hedge {
+	if !(q > 0 && q < 1) || d <= 0 {
+		return HedgeOff
+	}
+	return Hedge{kind: hedgeMaxOf, q: q, delay: d}
+}
+
+// Off reports whether h never hedges.
+func (h Hedge) Off() bool { return h.kind == hedgeOff }
+
+// String returns the form ParseHedge accepts: off, 10ms, p99, p999,
+// min(p99,50ms), max(p99,5ms).
+func (h Hedge) String() string {
+	switch h.kind {
+	case hedgeFixed:
+		return h.delay.String()
+	case hedgePercentile:
+		return percentileString(h.q)
+	case hedgeMinOf:
+		return fmt.Sprintf("min(%s,%s)", percentileString(h.q), h.delay)
+	case hedgeMaxOf:
+		return fmt.Sprintf("max(%s,%s)", percentileString(h.q), h.delay)
+	}
+	return "off"
+}
+
+// delayFor is the hedge delay of a read whose primary went to a store with
+// this latency window.
+func (h Hedge) delayFor(w *latencyWindow) time.Duration {
+	switch h.kind {
+	case hedgeFixed:
+		return h.delay
+	case hedgePercentile:
+		return w.quantile(h.q, time.Now())
+	case hedgeMinOf:
+		return min(w.quantile(h.q, time.Now()), h.delay)
+	case hedgeMaxOf:
+		return max(w.quantile(h.q, time.Now()), h.delay)
+	}
+	return 0
+}
+
+func percentileString(q float64) string {
+	for k := 3; k <= 6; k++ {
+		if math.Abs(q-(1-math.Pow10(-k))) < 1e-12 {
+			return "p" + strings.Repeat("9", k)
+		}
+	}
+	return "p" + strconv.FormatFloat(math.Round(q*1e8)/1e6, 'f', -1, 64)
+}
+
+var (
+	hedgePctRE    = regexp.MustCompile(`^p(\d+)(\.\d+)?$`)
+	hedgeHybridRE = regexp.MustCompile(`^(min|max)\(\s*([^,\s]+)\s*,\s*([^,\s)]+)\s*\)$`)
+)
+
+// ParseHedge parses a hedge policy: "off"; a positive duration ("10ms");
+// a percentile ("p90", "p99", "p999" = 0.999, "p99.9" = 0.999); or a
+// hybrid "min(p99,50ms)" / "max(p99,5ms)". Errors are one line.
+func ParseHedge(s string) (Hedge, error) {
+	s = strings.TrimSpace(s)
+	if s == "off" {
+		return HedgeOff, nil
+	}
+	if m := hedgeHybridRE.FindStringSubmatch(s); m != nil {
+		q, err := parsePercentile(m[2])
+		if err != nil {
+			return HedgeOff, fmt.Errorf("hedge %q: %v", s, err)
+		}
+		d, err := parseHedgeDelay(m[3])
+		if err != nil {
+			return HedgeOff, fmt.Errorf("hedge %q: %v", s, err)
+		}
+		if m[1] == "min" {
+			return HedgeMin(q, d), nil
+		}
+		return HedgeMax(q, d), nil
+	}
+	if strings.HasPrefix(s, "p") {
+		q, err := parsePercentile(s)
+		if err != nil {
+			return HedgeOff, fmt.Errorf("hedge %q: %v", s, err)
+		}
+		return HedgeAfterPercentile(q), nil
+	}
+	d, err := parseHedgeDelay(s)
+	if err != nil {
+		return HedgeOff, fmt.Errorf("hedge %q: want off, a positive duration (10ms), a percentile (p99) or min(p99,50ms) / max(p99,5ms)", s)
+	}
+	return HedgeAfter(d), nil
+}
+
+func parsePercentile(s string) (float64, error) {
+	m := hedgePctRE.FindStringSubmatch(s)
+	if m == nil {
+		return 0, fmt.Errorf("%q is not a percentile (want e.g. p90, p99, p999)", s)
+	}
+	var (
+		q   float64
+		err error
+	)
+	if m[2] == "" && len(m[1]) > 2 && strings.Trim(m[1], "9") == "" {
+		// Three or more nines read as in p999 = 0.999, p9999 = 0.9999.
+		q, err = strconv.ParseFloat("0."+m[1], 64)
+	} else {
+		q, err = strconv.ParseFloat(m[1]+m[2], 64)
+		q /= 100
+	}
+	if err != nil || q <= 0 || q >= 1 {
+		return 0, fmt.Errorf("percentile %s must be strictly between p0 and p100", s)
+	}
+	return q, nil
+}
+
+func parseHedgeDelay(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (want e.g. 10ms)", s)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("delay %s must be positive", s)
+	}
+	return d, nil
+}
+
+// ---- latency window -------------------------------------------------------
+
+// latencyWindow is a sliding-window histogram of one store's read
+// latencies, for percentile hedges.
+type latencyWindow struct {
+	mu       sync.Mutex
+	w        *hdrhistogram.WindowedHistogram
+	rotated  time.Time
+	merged   *hdrhistogram.Histogram // w's merge as of mergedAt
+	mergedAt time.Time
+}
+
+func (l *latencyWindow) rotateLocked(now time.Time) {
+	if l.w == nil {
+		l.w = hdrhistogram.NewWindowed(hedgeWindows, 1, hedgeHistMax, 2)
+		l.rotated = now
+		return
+	}
+	for n := 0; now.Sub(l.rotated) >= hedgeRotateEvery; n++ {
+		if n >= hedgeWindows {
+			l.rotated = now
+			break
+		}
+		l.w.Rotate()
+		l.rotated = l.rotated.Add(hedgeRotateEvery)
+		l.merged = nil
+	}
+}
+
+// record adds one read latency.
+func (l *latencyWindow) record(d time.Duration, now time.Time) {
+	us := max(int64(d/time.Microsecond), 1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rotateLocked(now)
+	_ = l.w.Current.RecordValue(min(us, hedgeHistMax))
+}
+
+// quantile returns the q-quantile of the window, or defaultHedgeDelay
+// while the window holds fewer than hedgeMinSamples reads.
+func (l *latencyWindow) quantile(q float64, now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rotateLocked(now)
+	if l.merged == nil || now.Sub(l.mergedAt) >= hedgeMergeEvery {
+		l.merged = l.w.Merge()
+		l.mergedAt = now
+	}
+	if l.merged.TotalCount() < hedgeMinSamples {
+		return defaultHedgeDelay
+	}
+	return time.Duration(l.merged.ValueAtQuantile(q*100)) * time.Microsecond
+}
+
+// ---- budget ---------------------------------------------------------------
+
+// hedgeBucket is the token bucket that caps hedges: each primary earns
+// rate tokens (up to hedgeBucketCap), each hedge spends one. It starts
+// full, so that the first slow reads of a fresh session may be hedged; a
+// rate of zero never has a token.
+type hedgeBucket struct {
+	mu     sync.Mutex
+	rate   float64
+	tokens float64
+}
+
+func newHedgeBucket(rate float64) *hedgeBucket {
+	b := &hedgeBucket{rate: rate}
+	if rate > 0 {
+		b.tokens = hedgeBucketCap
+	}
+	return b
+}
+
+func (b *hedgeBucket) earn() {
+	b.mu.Lock()
+	b.tokens = min(b.tokens+b.rate, hedgeBucketCap)
+	b.mu.Unlock()
+}
+
+// take spends a token if there is one.
+func (b *hedgeBucket) take() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rate <= 0 || b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// ---- stats ----------------------------------------------------------------
+
+// HedgeStats counts a session's (or, from Client.HedgeStats, every
+// session's) hedging.
+type HedgeStats struct {
+	// Primaries is the reads sent under a hedging policy (first attempts of
+	// each try; retries after a region error count again).
+	Primaries uint64
+	// HedgesSent is the backup requests sent; HedgesWon those that answered
+	// first.
+	HedgesSent, HedgesWon uint64
+	// DeniedByBudget is the hedges not sent for want of a token.
+	DeniedByBudget uint64
+}
+
+// ExtraRequestRatio is HedgesSent / Primaries (0 without primaries).
+func (s HedgeStats) ExtraRequestRatio() float64 {
+	if s.Primaries == 0 {
+		return 0
+	}
+	return float64(s.HedgesSent) / float64(s.Primaries)
+}
+
+type hedgeCounters struct {
+	primaries, sent, won, denied atomic.Uint64
+}
+
+func (c *hedgeCounters) snapshot() HedgeStats {
+	return HedgeStats{Primaries: c.primaries.Load(), HedgesSent: c.sent.Load(), HedgesWon: c.won.Load(), DeniedByBudget: c.denied.Load()}
+}
+
+// hedger is a session's hedging state; nil for a session that never hedges.
+type hedger struct {
+	policy      Hedge
+	maxAttempts int
+	bucket      *hedgeBucket
+	stats       hedgeCounters
+	all         *hedgeCounters // the client's aggregate
+}
+
+func newHedger(p ReadPolicy, all *hedgeCounters) *hedger {
+	budget := p.HedgeBudget
+	switch {
+	case budget == 0:
+		budget = DefaultHedgeBudget
+	case budget < 0:
+		budget = 0
+	case budget > 1:
+		budget = 1
+	}
+	n := p.HedgeMaxAttempts
+	if n <= 0 {
+		n = DefaultHedgeMaxAttempts
+	}
+	return &hedger{policy: p.Hedge, maxAttempts: n, bucket: newHedgeBucket(budget), all: all}
+}
+
+func (h *hedger) count(f func(*hedgeCounters) *atomic.Uint64) {
+	f(&h.stats).Add(1)
+	f(h.all).Add(1)
+}
+
+// ---- the race -------------------------------------------------------------
+
+// race sends primary, and after the hedge delay without an answer the same
+// read to another replica (at most maxAttempts in flight, each hedge paid
+// for by a token). The first success wins and the others are cancelled. A
+// failed attempt ends the race only when no other is outstanding; the
+// error returned then is the primary's if it failed, so the retry loop acts
+// on it as on an unhedged attempt.
+func (c *Client) race(ctx context.Context, req *regionRequest, loc cachedRegion, excluded storeSet, primary *attempt) (*attempt, error) {
+	h := req.hedger
+	h.count(func(s *hedgeCounters) *atomic.Uint64 { return &s.primaries })
+	h.bucket.earn()
+
+	rctx, cancelAll := context.WithCancel(ctx)
+	defer cancelAll()
+	type outcome struct {
+		a   *attempt
+		err error
+	}
+	ch := make(chan outcome, h.maxAttempts)
+	launch := func(a *attempt) {
+		go func() { ch <- outcome{a, c.runAttempt(rctx, req, a)} }()
+	}
+	launch(primary)
+	pending := 1
+	tried := storeSet{primary.storeID: {}}
+	delay := h.policy.delayFor(c.stats.get(primary.storeID).readWindow())
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	timerC := timer.C
+	var primaryErr, lastErr error
+	var lastFailed *attempt
+	for {
+		select {
+		case o := <-ch:
+			pending--
+			if o.err == nil {
+				if o.a.hedge {
+					h.count(func(s *hedgeCounters) *atomic.Uint64 { return &s.won })
+				}
+				return o.a, nil
+			}
+			if o.a == primary {
+				primaryErr = o.err
+			} else if isUnreachable(ctx, o.err) {
+				// The retry loop sees only one error; remember that this
+				// store failed so the selector avoids it.
+				c.stats.get(o.a.storeID).markFailure()
+			}
+			lastFailed, lastErr = o.a, o.err
+			if pending == 0 {
+				if primaryErr != nil {
+					return primary, primaryErr
+				}
+				return lastFailed, lastErr
+			}
+		case <-timerC:
+			timerC = nil
+			if pending >= h.maxAttempts {
+				continue
+			}
+			ex := storeSet{}
+			for id := range excluded {
+				ex[id] = struct{}{}
+			}
+			for id := range tried {
+				ex[id] = struct{}{}
+			}
+			sel, ok := c.selector.pick(&loc, ReplicaMixed, false, ex)
+			if !ok {
+				continue // no other replica: nothing to hedge to
+			}
+			st, ok := c.cache.store(sel.peer.StoreID)
+			if !ok {
+				continue
+			}
+			if !h.bucket.take() {
+				h.count(func(s *hedgeCounters) *atomic.Uint64 { return &s.denied })
+				continue
+			}
+			a := &attempt{
+				region:       loc,
+				peer:         sel.peer,
+				storeID:      sel.peer.StoreID,
+				replicaRead:  true,
+				maxStaleness: req.policy.MaxStaleness,
+				hedge:        true,
+			}
+			a.addr = st.addr
+			tried[a.storeID] = struct{}{}
+			h.count(func(s *hedgeCounters) *atomic.Uint64 { return &s.sent })
+			c.log.Debug("hedging", "op", req.op, "region", loc.ID, "primary", primary.storeID, "hedge", a.storeID, "after", delay)
+			launch(a)
+			pending++
+			if pending < h.maxAttempts {
+				timer.Reset(delay)
+				timerC = timer.C
+			}
+		case <-ctx.Done():
+			return primary, ctx.Err()
+		}
+	}
+}
