@@ -9,6 +9,8 @@
 //	hedgekv.zone             the client's zone label, used by the "closest" policy
 //	hedgekv.read             leader | follower | mixed | closest | prefer-leader (default leader)
 //	hedgekv.max_staleness    Go duration; > 0 permits bounded-staleness reads (default 0: linearizable)
+//	hedgekv.hedge            off | 10ms | p90 | p99 | p999 | min(p99,50ms) | max(p99,5ms) (default off)
+//	hedgekv.hedge_budget     at most this fraction of reads hedged, in [0,1] (default 0.05)
 //	hedgekv.dial_timeout     Go duration (default 5s)
 //	hedgekv.request_timeout  Go duration, per operation (default 10s)
 //
@@ -33,6 +35,7 @@ package ycsbdb
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +54,8 @@ const (
 	PropZone           = "hedgekv.zone"
 	PropRead           = "hedgekv.read"
 	PropMaxStaleness   = "hedgekv.max_staleness"
+	PropHedge          = "hedgekv.hedge"
+	PropHedgeBudget    = "hedgekv.hedge_budget"
 	PropDialTimeout    = "hedgekv.dial_timeout"
 	PropRequestTimeout = "hedgekv.request_timeout"
 )
@@ -94,6 +99,17 @@ func OptionsFromProperties(p *properties.Properties) (Options, error) {
 	if o.Read.MaxStaleness, err = durationProp(p, PropMaxStaleness, 0); err != nil {
 		return Options{}, err
 	}
+	if o.Read.Hedge, err = client.ParseHedge(p.GetString(PropHedge, "off")); err != nil {
+		return Options{}, fmt.Errorf("%s: %w", PropHedge, err)
+	}
+	budget, err := strconv.ParseFloat(strings.TrimSpace(p.GetString(PropHedgeBudget, strconv.FormatFloat(client.DefaultHedgeBudget, 'g', -1, 64))), 64)
+	if err != nil || budget < 0 || budget > 1 {
+		return Options{}, fmt.Errorf("%s: want a fraction in [0,1], got %q", PropHedgeBudget, p.GetString(PropHedgeBudget, ""))
+	}
+	if budget == 0 {
+		budget = -1 // the client's "no hedges"; its zero means the default
+	}
+	o.Read.HedgeBudget = budget
 	if o.DialTimeout, err = durationProp(p, PropDialTimeout, 5*time.Second); err != nil {
 		return Options{}, err
 	}

@@ -36,19 +36,24 @@ func TestRowKeyAndProperties(t *testing.T) {
 		ycsbdb.PropZone:         "dc-b",
 		ycsbdb.PropRead:         "closest",
 		ycsbdb.PropMaxStaleness: "250ms",
+		ycsbdb.PropHedge:        "min(p99,50ms)",
+		ycsbdb.PropHedgeBudget:  "0.01",
 	} {
 		_, _, _ = p.Set(k, v)
 	}
 	if o, err = ycsbdb.OptionsFromProperties(p); err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(o.Endpoints) != "[a:1 b:2]" || o.Zone != "dc-b" || o.Read.Replica != client.ReplicaClosest || o.Read.MaxStaleness != 250*time.Millisecond {
+	if fmt.Sprint(o.Endpoints) != "[a:1 b:2]" || o.Zone != "dc-b" || o.Read.Replica != client.ReplicaClosest || o.Read.MaxStaleness != 250*time.Millisecond ||
+		o.Read.Hedge.String() != "min(p99,50ms)" || o.Read.HedgeBudget != 0.01 {
 		t.Fatalf("parsed: %+v", o)
 	}
 	for k, v := range map[string]string{
 		ycsbdb.PropRead:         "nearest",
 		ycsbdb.PropMaxStaleness: "5 parsecs",
 		ycsbdb.PropEndpoints:    ",",
+		ycsbdb.PropHedge:        "sometimes",
+		ycsbdb.PropHedgeBudget:  "1.5",
 	} {
 		bad := properties.NewProperties()
 		_, _, _ = bad.Set(k, v)
