@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// Row is one line of a scenario's results.json (DESIGN.md, "Benchmarks").
+// Row is one line of a scenario's results.json (docs/BENCHMARKS.md).
 // Latencies are those of successful operations; failed operations are
 // counted in Failed and in Ops. QPS is successful operations per second of
 // the phase's wall-clock time.

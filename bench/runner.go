@@ -1,5 +1,5 @@
 // Package bench drives hedgekv (and, for comparison, etcd) with go-ycsb's core
-// workloads and writes the scenarios' reports (DESIGN.md, "Benchmarks").
+// workloads and writes the scenarios' reports (docs/BENCHMARKS.md).
 //
 // Run executes one YCSB workload against any DB registered with go-ycsb's
 // registry: the hedgekv binding (package bench/ycsbdb, "hedgekv"), the etcd

@@ -304,7 +304,7 @@ func TestBuildPropertiesValidation(t *testing.T) {
 }
 
 // TestResultsFiles runs the ycsb scenario against the in-memory DB and checks
-// the results.json shape of DESIGN.md.
+// the results.json shape (docs/BENCHMARKS.md).
 func TestResultsFiles(t *testing.T) {
 	dir := t.TempDir()
 	cfg := YCSBScenario{

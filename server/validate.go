@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Limits on request contents (DESIGN.md, "Bad input"). Requests beyond them
+// Limits on request contents (docs/design.md; the CLI and gRPC contract). Requests beyond them
 // are refused with InvalidArgument before they reach the store, so a bad
 // request never changes anything.
 const (

@@ -289,7 +289,7 @@ func parseID(name, s string) (uint64, error) {
 	return v, nil
 }
 
-// ---- output formats (the contract in DESIGN.md, "CLI") ----------------------
+// ---- output formats (a fixed contract: scripts parse them) ----------------------
 
 type storeJSON struct {
 	ID          uint64 `json:"id"`
