@@ -49,6 +49,9 @@ type LocalClusterConfig struct {
 	// StatusHTTP serves each store's status endpoint (/metrics, /status)
 	// on a free port (see StatusAddr).
 	StatusHTTP bool
+	// AllowFaults lets clients inject faults into the stores (Admin
+	// Fault; server.Config.AllowFaults).
+	AllowFaults bool
 }
 
 // LocalCluster is a hedgekv cluster of in-process servers on loopback ports.
@@ -170,7 +173,7 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (_ *LocalClu
 				peers[p] = c.net.Addr(c.zones[i], p)
 			}
 		}
-		scfg := server.Config{Store: sc, Listener: lis[i], Peers: peers}
+		scfg := server.Config{Store: sc, Listener: lis[i], Peers: peers, AllowFaults: cfg.AllowFaults}
 		if cfg.StatusHTTP {
 			scfg.StatusListener = statusLis[i]
 		}

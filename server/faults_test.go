@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/server/pb"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -275,4 +276,27 @@ func TestWithStoreFaultStallRaft(t *testing.T) {
 	}
 	waitFor(t, 15*time.Second, "a replica read on the follower after the stall", func() bool { return replicaRead() == nil })
 	waitFor(t, 15*time.Second, "the follower to catch up after the stall", func() bool { return applied(follower) >= applied(leader) })
+}
+
+func TestObserveReadFailedCountsCancelledOnly(t *testing.T) {
+	m := newMetrics(func() float64 { return 0 })
+	live := context.Background()
+	m.observeReadFailed(live) // a failure not caused by the caller
+	expired, cancel1 := context.WithTimeout(live, 0)
+	defer cancel1()
+	<-expired.Done()
+	m.observeReadFailed(expired) // a deadline is not a cancel
+	cancelled, cancel2 := context.WithCancel(live)
+	cancel2()
+	m.observeReadFailed(cancelled)
+	if got := m.readsCancelledN.Load(); got != 1 {
+		t.Fatalf("reads cancelled = %d, want 1", got)
+	}
+	var pm dto.Metric
+	if err := m.readsCancelled.Write(&pm); err != nil {
+		t.Fatal(err)
+	}
+	if got := pm.GetCounter().GetValue(); got != 1 {
+		t.Fatalf("hedgekv_reads_cancelled_total = %v, want 1", got)
+	}
 }

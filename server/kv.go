@@ -23,12 +23,14 @@ func (s *kvService) Get(ctx context.Context, req *pb.GetRequest) (*pb.GetRespons
 		return nil, err
 	}
 	if err := s.faults.delayRead(ctx); err != nil {
+		s.metrics.observeReadFailed(ctx)
 		return nil, err
 	}
 	start := s.load.begin()
 	value, found, info, err := s.store.Get(ctx, readOptions(req.GetContext()), req.GetKey())
 	s.load.end(start)
 	if err != nil {
+		s.metrics.observeReadFailed(ctx)
 		return nil, toStatus(err)
 	}
 	s.metrics.observeRead(info.Mode)
@@ -44,12 +46,14 @@ func (s *kvService) BatchGet(ctx context.Context, req *pb.BatchGetRequest) (*pb.
 		return &pb.BatchGetResponse{Load: s.load.load()}, nil
 	}
 	if err := s.faults.delayRead(ctx); err != nil {
+		s.metrics.observeReadFailed(ctx)
 		return nil, err
 	}
 	start := s.load.begin()
 	kvs, info, err := s.store.BatchGet(ctx, readOptions(req.GetContext()), req.GetKeys())
 	s.load.end(start)
 	if err != nil {
+		s.metrics.observeReadFailed(ctx)
 		return nil, toStatus(err)
 	}
 	s.metrics.observeRead(info.Mode)
@@ -62,12 +66,14 @@ func (s *kvService) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanResp
 		return nil, err
 	}
 	if err := s.faults.delayRead(ctx); err != nil {
+		s.metrics.observeReadFailed(ctx)
 		return nil, err
 	}
 	start := s.load.begin()
 	kvs, r, info, err := s.store.Scan(ctx, readOptions(req.GetContext()), req.GetStartKey(), req.GetEndKey(), limit)
 	s.load.end(start)
 	if err != nil {
+		s.metrics.observeReadFailed(ctx)
 		return nil, toStatus(err)
 	}
 	s.metrics.observeRead(info.Mode)

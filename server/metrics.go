@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"strings"
@@ -31,6 +32,11 @@ type metrics struct {
 	// Injected faults (see faults.go).
 	faultReadsDelayed prometheus.Counter
 	faultStalls       prometheus.Counter
+	// KV reads that ended because the caller cancelled them (a client
+	// cancels the losing request of a hedged read), and the same count for
+	// in-process readers (Server.ReadsCancelled).
+	readsCancelled  prometheus.Counter
+	readsCancelledN atomic.Uint64
 }
 
 func newMetrics(inflightReads func() float64) *metrics {
@@ -77,9 +83,13 @@ func newMetrics(inflightReads func() float64) *metrics {
 			Name: "hedgekv_fault_stalls_total",
 			Help: "Stalls injected into this store.",
 		}),
+		readsCancelled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hedgekv_reads_cancelled_total",
+			Help: "KV reads (Get, BatchGet, Scan) that ended because the caller cancelled them, such as the losing request of a hedged read.",
+		}),
 	}
 	m.reg.MustRegister(m.requests, m.latency, m.reads, m.inflight, m.raftSent, m.raftDropped, m.snapshots,
-		m.faultReadsDelayed, m.faultStalls,
+		m.faultReadsDelayed, m.faultStalls, m.readsCancelled,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the read modes so dashboards see zeros rather than gaps.
 	for _, mode := range []raftstore.ReadMode{raftstore.ReadModeLease, raftstore.ReadModeReadIndex, raftstore.ReadModeStale} {
@@ -90,6 +100,16 @@ func newMetrics(inflightReads func() float64) *metrics {
 
 func (m *metrics) observeRead(mode raftstore.ReadMode) {
 	m.reads.WithLabelValues(mode.String()).Inc()
+}
+
+// observeReadFailed counts a failed KV read whose context was cancelled:
+// the caller gave up on it (context.Canceled, not a deadline), so the
+// server stopped serving it.
+func (m *metrics) observeReadFailed(ctx context.Context) {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		m.readsCancelled.Inc()
+		m.readsCancelledN.Add(1)
+	}
 }
 
 // unaryInterceptor records every request's code and latency and logs

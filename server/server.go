@@ -374,6 +374,16 @@ func (s *Server) statusAddrLocked() string {
 // Store is the underlying store.
 func (s *Server) Store() *raftstore.Store { return s.store }
 
+// ReadsCancelled is the number of KV reads (Get, BatchGet, Scan) that
+// ended because their caller cancelled them, such as the losing request of
+// a hedged read (hedgekv_reads_cancelled_total on /metrics).
+func (s *Server) ReadsCancelled() uint64 {
+	if s.metrics == nil {
+		return 0
+	}
+	return s.metrics.readsCancelledN.Load()
+}
+
 // advertiseAddr is the address other stores and clients reach this store
 // at: the configured peer address if any (it may be a proxy's), else the
 // listen address.

@@ -1,0 +1,123 @@
+package hedge_test
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/hedgekv/hedgekv/client"
+)
+
+var _ = Describe("hedged reads", func() {
+	It("beats a leader whose read path is slow, and the loser stops on the server", func() {
+		c := startCluster()
+		cl := newClient(c)
+		key, value := []byte("hedge-key"), []byte("hedge-value")
+		Expect(cl.Put(ctxFor(10*time.Second), key, value)).To(Succeed())
+		leader := leaderOf(c)
+
+		// Warm the region cache and connections before the fault, so the
+		// timed reads measure the read path only. A budget of 1 (a token
+		// per primary) lets every read be hedged: the default 5% would run
+		// dry after the bucket's 10 saved tokens (the next spec's subject).
+		hedged := cl.Session(client.ReadPolicy{Replica: client.ReplicaLeader, Hedge: client.HedgeAfter(20 * time.Millisecond), HedgeBudget: 1})
+		plain := cl.Session(client.ReadPolicy{Replica: client.ReplicaLeader})
+		for _, s := range []*client.Session{hedged, plain} {
+			got, err := s.Get(ctxFor(10*time.Second), key)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(got).To(Equal(value))
+		}
+		before := hedged.HedgeStats()
+		cancelledBefore := c.Server(leader).ReadsCancelled()
+
+		// Every KV read on the leader's store is held 300ms; raft stays live.
+		Expect(cl.Fault(ctxFor(10*time.Second), leader, client.Fault{Delay: 300 * time.Millisecond, Prob: 1})).To(Succeed())
+
+		for i := range 20 {
+			start := time.Now()
+			got, info, err := hedged.GetWithInfo(ctxFor(10*time.Second), key)
+			took := time.Since(start)
+			Expect(err).NotTo(HaveOccurred(), "read %d", i)
+			Expect(got).To(Equal(value), "read %d", i)
+			// A functional bound far from the fault's 300ms: the hedge goes
+			// out after 20ms and a follower's ReadIndex read takes a few ms.
+			Expect(took).To(BeNumerically("<", 250*time.Millisecond), "read %d took %v", i, took)
+			Expect(info.HedgeWon).To(BeTrue(), "read %d was answered by store %d", i, info.StoreID)
+			Expect(info.StoreID).NotTo(Equal(leader), "read %d", i)
+		}
+		st := hedged.HedgeStats()
+		sent, won := st.HedgesSent-before.HedgesSent, st.HedgesWon-before.HedgesWon
+		Expect(sent).To(BeNumerically(">", 0))
+		Expect(won).To(Equal(sent), "every hedge beat the held primary: %+v", st)
+
+		// The losing primaries were cancelled by the client and stopped on
+		// the leader's server instead of running out the 300ms.
+		Eventually(func() uint64 {
+			return c.Server(leader).ReadsCancelled() - cancelledBefore
+		}).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(BeNumerically(">", 0))
+		Eventually(func() (float64, error) {
+			return metric(c, leader, "hedgekv_reads_cancelled_total")
+		}).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).Should(BeNumerically(">", 0))
+
+		// Without hedging the read waits out the fault.
+		start := time.Now()
+		got, err := plain.Get(ctxFor(10*time.Second), key)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(got).To(Equal(value))
+		Expect(time.Since(start)).To(BeNumerically(">=", 300*time.Millisecond))
+	})
+
+	It("keeps extra requests within the budget", func() {
+		c := startCluster()
+		cl := newClient(c)
+		const keys = 16
+		for i := range keys {
+			Expect(cl.Put(ctxFor(10*time.Second), fmt.Appendf(nil, "budget-%02d", i), []byte("v"))).To(Succeed())
+		}
+		leader := leaderOf(c)
+
+		const budget = 0.05
+		s := cl.Session(client.ReadPolicy{Replica: client.ReplicaLeader, Hedge: client.HedgeAfter(5 * time.Millisecond), HedgeBudget: budget})
+		// Half the leader's reads are held 50ms, ten times the hedge delay,
+		// so about half the primaries are due a hedge: far more than the
+		// budget allows.
+		Expect(cl.Fault(ctxFor(10*time.Second), leader, client.Fault{Delay: 50 * time.Millisecond, Prob: 0.5})).To(Succeed())
+
+		// 1000 reads by 10 workers sharing the session (and its bucket):
+		// about 500 are held 50ms, so this takes ~2.5s, not 25s.
+		const workers, perWorker = 10, 100
+		ctx := ctxFor(60 * time.Second)
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := range workers {
+			wg.Go(func() {
+				for i := range perWorker {
+					key := fmt.Appendf(nil, "budget-%02d", (w*perWorker+i)%keys)
+					if _, err := s.Get(ctx, key); err != nil {
+						errs <- fmt.Errorf("worker %d read %d: %w", w, i, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			Expect(err).NotTo(HaveOccurred())
+		}
+
+		st := s.HedgeStats()
+		GinkgoWriter.Printf("hedge stats: %+v (extra request ratio %.3f)\n", st, st.ExtraRequestRatio())
+		Expect(st.Primaries).To(BeNumerically(">=", workers*perWorker))
+		// Tolerance: the bucket starts full with its cap of 10 tokens and
+		// each primary earns budget tokens, so at most budget*primaries + 10
+		// hedges can ever be sent; nothing else is allowed on top.
+		Expect(float64(st.HedgesSent)).To(BeNumerically("<=", budget*float64(st.Primaries)+10), "%+v", st)
+		// The budget was the limit, not a lack of slow reads.
+		Expect(st.DeniedByBudget).To(BeNumerically(">", 0), "%+v", st)
+		Expect(st.HedgesSent).To(BeNumerically(">", 0), "%+v", st)
+	})
+})
