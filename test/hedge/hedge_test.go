@@ -1,6 +1,8 @@
 package hedge_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -119,5 +121,114 @@ var _ = Describe("hedged reads", func() {
 		// The budget was the limit, not a lack of slow reads.
 		Expect(st.DeniedByBudget).To(BeNumerically(">", 0), "%+v", st)
 		Expect(st.HedgesSent).To(BeNumerically(">", 0), "%+v", st)
+	})
+
+	It("answers through a stale hedge while the leader's store is stalled", func() {
+		c := startCluster()
+		cl := newClient(c)
+		key, value := []byte("stall-key"), []byte("stall-value")
+		leader := leaderOf(c)
+
+		hedged := cl.Session(client.ReadPolicy{Replica: client.ReplicaLeader, Hedge: client.HedgeAfter(20 * time.Millisecond), HedgeBudget: 1, MaxStaleness: 5 * time.Second})
+		plain := cl.Session(client.ReadPolicy{Replica: client.ReplicaLeader})
+		follower := cl.Session(client.ReadPolicy{Replica: client.ReplicaFollower, MaxStaleness: 5 * time.Second})
+		// Writes and reads before the stall warm the region cache and
+		// connections.
+		for i := range 5 {
+			Expect(cl.Put(ctxFor(10*time.Second), key, value)).To(Succeed(), "put %d", i)
+			for _, s := range []*client.Session{hedged, plain, follower} {
+				got, err := s.Get(ctxFor(10*time.Second), key)
+				Expect(err).NotTo(HaveOccurred())
+				Expect(got).To(Equal(value))
+			}
+		}
+
+		// A follower has safe points only once its stale reads nudged the
+		// leader into stamping them (raftstore/stale.go): wait until a
+		// follower serves a stale read itself.
+		Eventually(func() (client.ReadInfo, error) {
+			_, info, err := follower.GetWithInfo(ctxFor(10*time.Second), key)
+			return info, err
+		}).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).Should(And(
+			HaveField("Mode", "stale"), Not(HaveField("StoreID", leader))))
+		// The leader's whole store answers nothing for 1.5s (raft included).
+		const stall = 1500 * time.Millisecond
+		DeferCleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			Expect(cl.Fault(ctx, leader, client.Fault{Clear: true})).To(Succeed())
+		})
+		issued := time.Now()
+		Expect(cl.Fault(ctxFor(10*time.Second), leader, client.Fault{Stall: stall})).To(Succeed())
+		// The stall started no earlier than issued, so it ends no earlier
+		// than stallEnd.
+		stallEnd := issued.Add(stall)
+
+		for i := range 5 {
+			start := time.Now()
+			got, info, err := hedged.GetWithInfo(ctxFor(10*time.Second), key)
+			took := time.Since(start)
+			Expect(err).NotTo(HaveOccurred(), "read %d", i)
+			Expect(got).To(Equal(value), "read %d", i)
+			Expect(took).To(BeNumerically("<", 500*time.Millisecond), "read %d took %v: %+v, %+v", i, took, info, hedged.HedgeStats())
+			Expect(info.StoreID).NotTo(Equal(leader), "read %d", i)
+			Expect(info.HedgeWon).To(BeTrue(), "read %d", i)
+			Expect(info.Mode).To(Equal("stale"), "read %d: %+v", i, info)
+		}
+		Expect(time.Now()).To(BeTemporally("<", stallEnd), "the hedged reads outlasted the stall, so they proved nothing")
+
+		// A linearizable read without hedging waits at the stalled leader.
+		start := time.Now()
+		remaining := stallEnd.Sub(start)
+		_, err := plain.Get(ctxFor(10*time.Second), key)
+		took := time.Since(start)
+		if err == nil {
+			Expect(took).To(BeNumerically(">=", remaining), "took %v with %v of stall left", took, remaining)
+		} else {
+			Expect(err).To(MatchError(context.DeadlineExceeded))
+		}
+	})
+
+	It("fails no read when the leader's store is killed, with a staleness bound", func() {
+		c := startCluster()
+		cl := newClient(c)
+		key, value := []byte("kill-key"), []byte("kill-value")
+		Expect(cl.Put(ctxFor(10*time.Second), key, value)).To(Succeed())
+		leader := leaderOf(c)
+
+		s := cl.Session(client.ReadPolicy{Replica: client.ReplicaLeader, Hedge: client.HedgeAfter(20 * time.Millisecond), HedgeBudget: 1, MaxStaleness: 5 * time.Second})
+		// Warm the region cache and connections before the kill.
+		for i := range 5 {
+			Expect(cl.Put(ctxFor(10*time.Second), key, value)).To(Succeed(), "put %d", i)
+			got, err := s.Get(ctxFor(10*time.Second), key)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(got).To(Equal(value))
+		}
+
+		var reads, failed int
+		var errs []error
+		read := func() {
+			reads++
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			got, err := s.Get(ctx, key)
+			cancel()
+			if err == nil && string(got) != string(value) {
+				err = fmt.Errorf("read %q, want %q", got, value)
+			}
+			if err != nil {
+				failed++
+				errs = append(errs, err)
+			}
+		}
+		for range 20 {
+			read()
+		}
+		c.Server(leader).Stop() // safe to call again from c.Stop
+		killed := time.Now()
+		for time.Since(killed) < 2*time.Second {
+			read()
+		}
+		GinkgoWriter.Printf("%d reads, %d failed, hedge stats %+v\n", reads, failed, s.HedgeStats())
+		Expect(errors.Join(errs...)).NotTo(HaveOccurred(), "%d of %d reads failed", failed, reads)
 	})
 })
