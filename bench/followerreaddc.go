@@ -103,29 +103,10 @@ func (cfg *FollowerReadDCConfig) setDefaults() error {
 	if err := cfg.Topology.Validate(); err != nil {
 		return err
 	}
-	var withStores []string
-	for _, z := range cfg.Topology.Zones {
-		if len(z.Stores) > 0 {
-			withStores = append(withStores, z.Name)
-		}
-	}
-	if len(withStores) < 2 {
-		return errors.New("the topology needs two zones with stores: one for the leader, one for the client and its follower")
-	}
-	if cfg.LeaderZone == "" {
-		cfg.LeaderZone = withStores[0]
-	}
-	if cfg.ClientZone == "" {
-		for _, z := range withStores {
-			if z != cfg.LeaderZone {
-				cfg.ClientZone = z
-				break
-			}
-		}
-	}
-	if !slices.Contains(withStores, cfg.LeaderZone) || !slices.Contains(withStores, cfg.ClientZone) || cfg.LeaderZone == cfg.ClientZone {
-		return fmt.Errorf("leader zone %q and client zone %q must be two different zones with stores (%s)",
-			cfg.LeaderZone, cfg.ClientZone, strings.Join(withStores, ", "))
+	var err error
+	if cfg.LeaderZone, cfg.ClientZone, err = pickZones(cfg.Topology, cfg.LeaderZone, cfg.ClientZone,
+		"one for the leader, one for the client and its follower"); err != nil {
+		return err
 	}
 	if cfg.Records <= 0 {
 		cfg.Records = map[bool]int64{false: 20000, true: 2000}[cfg.Quick]

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -256,4 +257,36 @@ func loadRows(ctx context.Context, db *ycsbdb.DB, records int64, threads int, pr
 		return res.Load, fmt.Errorf("load: %d of %d inserts failed; first error: %s", res.Load.Row.Failed, records, res.Load.Total.FirstErr)
 	}
 	return res.Load, nil
+}
+
+// pickZones checks a scenario's leader and client zones against topo,
+// defaulting the leader to the first zone with stores and the client to the
+// next: both must be distinct zones holding stores. roles says what the two
+// zones are for, in the error when the topology has too few.
+func pickZones(topo *netsim.Topology, leader, client, roles string) (string, string, error) {
+	var withStores []string
+	for _, z := range topo.Zones {
+		if len(z.Stores) > 0 {
+			withStores = append(withStores, z.Name)
+		}
+	}
+	if len(withStores) < 2 {
+		return "", "", errors.New("the topology needs two zones with stores: " + roles)
+	}
+	if leader == "" {
+		leader = withStores[0]
+	}
+	if client == "" {
+		for _, z := range withStores {
+			if z != leader {
+				client = z
+				break
+			}
+		}
+	}
+	if !slices.Contains(withStores, leader) || !slices.Contains(withStores, client) || leader == client {
+		return "", "", fmt.Errorf("leader zone %q and client zone %q must be two different zones with stores (%s)",
+			leader, client, strings.Join(withStores, ", "))
+	}
+	return leader, client, nil
 }
