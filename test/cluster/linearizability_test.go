@@ -22,64 +22,16 @@ import (
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
 	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/test/kvmodel"
 )
 
-// A register-per-key model: puts and gets over a few keys, partitioned by
-// key so porcupine checks each key's history alone.
+// The model lives in test/kvmodel, shared with the other linearizability specs.
+type (
+	kvInput  = kvmodel.Input
+	kvOutput = kvmodel.Output
+)
 
-type kvInput struct {
-	Put   bool
-	Key   string
-	Value string
-	Mode  string // how a get asked to be served: leader | follower
-}
-
-type kvOutput struct {
-	Value   string
-	Found   bool
-	Unknown bool // a put whose outcome the client never learned
-}
-
-var kvModel = porcupine.Model{
-	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		for _, op := range history {
-			k := op.Input.(kvInput).Key
-			byKey[k] = append(byKey[k], op)
-		}
-		keys := make([]string, 0, len(byKey))
-		for k := range byKey {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		out := make([][]porcupine.Operation, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, byKey[k])
-		}
-		return out
-	},
-	Init: func() any { return kvOutput{} },
-	Step: func(state, input, output any) (bool, any) {
-		st, in, out := state.(kvOutput), input.(kvInput), output.(kvOutput)
-		if in.Put {
-			return true, kvOutput{Value: in.Value, Found: true}
-		}
-		return out.Found == st.Found && out.Value == st.Value, st
-	},
-	DescribeOperation: func(input, output any) string {
-		in, out := input.(kvInput), output.(kvOutput)
-		if in.Put {
-			if out.Unknown {
-				return fmt.Sprintf("put(%s, %s) -> ?", in.Key, in.Value)
-			}
-			return fmt.Sprintf("put(%s, %s)", in.Key, in.Value)
-		}
-		if !out.Found {
-			return fmt.Sprintf("get[%s](%s) -> none", in.Mode, in.Key)
-		}
-		return fmt.Sprintf("get[%s](%s) -> %s", in.Mode, in.Key, out.Value)
-	},
-}
+var kvModel = kvmodel.Model
 
 // history records operations from many goroutines against one clock.
 type history struct {

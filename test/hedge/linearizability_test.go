@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"sync"
 	"time"
 
@@ -13,62 +12,16 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/test/kvmodel"
 )
 
-// A register per key (the model of test/cluster's linearizability specs,
-// cut down): puts and gets, partitioned by key.
+// The model lives in test/kvmodel, shared with the other linearizability specs.
+type (
+	kvInput  = kvmodel.Input
+	kvOutput = kvmodel.Output
+)
 
-type kvInput struct {
-	Put   bool
-	Key   string
-	Value string
-}
-
-type kvOutput struct {
-	Value   string
-	Found   bool
-	Unknown bool // a put whose outcome the client never learned
-}
-
-var kvModel = porcupine.Model{
-	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		for _, op := range history {
-			k := op.Input.(kvInput).Key
-			byKey[k] = append(byKey[k], op)
-		}
-		keys := make([]string, 0, len(byKey))
-		for k := range byKey {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		out := make([][]porcupine.Operation, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, byKey[k])
-		}
-		return out
-	},
-	Init: func() any { return kvOutput{} },
-	Step: func(state, input, output any) (bool, any) {
-		st, in, out := state.(kvOutput), input.(kvInput), output.(kvOutput)
-		if in.Put {
-			return true, kvOutput{Value: in.Value, Found: true}
-		}
-		return out.Found == st.Found && out.Value == st.Value, st
-	},
-	DescribeOperation: func(input, output any) string {
-		in, out := input.(kvInput), output.(kvOutput)
-		switch {
-		case in.Put && out.Unknown:
-			return fmt.Sprintf("put(%s, %s) -> ?", in.Key, in.Value)
-		case in.Put:
-			return fmt.Sprintf("put(%s, %s)", in.Key, in.Value)
-		case !out.Found:
-			return fmt.Sprintf("get(%s) -> none", in.Key)
-		}
-		return fmt.Sprintf("get(%s) -> %s", in.Key, out.Value)
-	},
-}
+var kvModel = kvmodel.Model
 
 var _ = Describe("hedged reads", func() {
 	It("stays linearizable with hedging on", func() {

@@ -1,0 +1,71 @@
+// Package kvmodel is the porcupine model the linearizability specs check
+// histories against: a register per key, puts and gets, partitioned by key
+// so that each key's history is checked alone.
+package kvmodel
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Input is one operation as the client issued it.
+type Input struct {
+	Put   bool
+	Key   string
+	Value string
+	Mode  string // how a get asked to be served (leader, follower, ...); "" if not said
+}
+
+// Output is what the operation returned.
+type Output struct {
+	Value   string
+	Found   bool
+	Unknown bool // a put whose outcome the client never learned
+}
+
+// Model checks histories of Input/Output operations.
+var Model = porcupine.Model{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byKey := map[string][]porcupine.Operation{}
+		for _, op := range history {
+			k := op.Input.(Input).Key
+			byKey[k] = append(byKey[k], op)
+		}
+		keys := make([]string, 0, len(byKey))
+		for k := range byKey {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, byKey[k])
+		}
+		return out
+	},
+	Init: func() any { return Output{} },
+	Step: func(state, input, output any) (bool, any) {
+		st, in, out := state.(Output), input.(Input), output.(Output)
+		if in.Put {
+			return true, Output{Value: in.Value, Found: true}
+		}
+		return out.Found == st.Found && out.Value == st.Value, st
+	},
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(Input), output.(Output)
+		get := "get"
+		if in.Mode != "" {
+			get = fmt.Sprintf("get[%s]", in.Mode)
+		}
+		switch {
+		case in.Put && out.Unknown:
+			return fmt.Sprintf("put(%s, %s) -> ?", in.Key, in.Value)
+		case in.Put:
+			return fmt.Sprintf("put(%s, %s)", in.Key, in.Value)
+		case !out.Found:
+			return fmt.Sprintf("%s(%s) -> none", get, in.Key)
+		}
+		return fmt.Sprintf("%s(%s) -> %s", get, in.Key, out.Value)
+	},
+}
