@@ -26,6 +26,11 @@ const (
 	// ReplicaPreferLeader reads from the leader unless its store failed
 	// recently, then from a follower.
 	ReplicaPreferLeader
+	// ReplicaRoundRobin reads from every replica in turn, blind to load:
+	// the baseline power of two choices is measured against (ScyllaDB's
+	// token-aware round-robin). Stores that failed recently are skipped
+	// while others remain, as for the other policies.
+	ReplicaRoundRobin
 )
 
 var replicaPolicyNames = [...]string{
@@ -34,6 +39,7 @@ var replicaPolicyNames = [...]string{
 	ReplicaMixed:        "mixed",
 	ReplicaClosest:      "closest",
 	ReplicaPreferLeader: "prefer-leader",
+	ReplicaRoundRobin:   "round-robin",
 }
 
 // ParseReplicaPolicy parses the names the CLI's --read flag takes.
@@ -43,7 +49,7 @@ func ParseReplicaPolicy(s string) (ReplicaPolicy, error) {
 			return ReplicaPolicy(p), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown replica policy %q (want leader, follower, mixed, closest or prefer-leader)", s)
+	return 0, fmt.Errorf("unknown replica policy %q (want leader, follower, mixed, closest, prefer-leader or round-robin)", s)
 }
 
 // String returns the name ParseReplicaPolicy accepts.
@@ -76,6 +82,13 @@ type ReadPolicy struct {
 	// HedgeMaxAttempts is how many attempts of one read may be in flight
 	// at once, the primary included; zero means DefaultHedgeMaxAttempts (2).
 	HedgeMaxAttempts int
+	// BusyThreshold > 0 lets a store refuse a read at once with
+	// ServerIsBusy when its estimated wait for a new read exceeds this, so
+	// the client tries another replica instead of queueing behind a slow
+	// one (TiKV's load-based replica read). When every replica is busy the
+	// read goes, without the threshold, to the one that reported the
+	// shortest wait. Zero: never refused for load.
+	BusyThreshold time.Duration
 }
 
 // ReadInfo says who served a read and how, so tests and benchmarks can count.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"math/rand/v2"
+	"sync/atomic"
 
 	"github.com/hedgekv/hedgekv/region"
 )
@@ -14,6 +15,9 @@ type replicaSelector struct {
 	stats *statsTable // in-flight, latency, failures per store
 	// zoneOf returns a store's zone ("" if unknown).
 	zoneOf func(storeID uint64) string
+	// rr is ReplicaRoundRobin's turn counter, shared by the client's
+	// sessions as a driver's load-balancing policy is.
+	rr atomic.Uint64
 }
 
 // selection is where one attempt goes.
@@ -45,8 +49,9 @@ func (s storeSet) has(id uint64) bool { _, ok := s[id]; return ok }
 //     (never-measured stores first, so each gets measured once).
 //  5. PreferLeader: the leader unless its store failed recently, else as
 //     Follower.
+//  6. RoundRobin: every replica in turn.
 //
-// For 2–5, stores that failed recently are avoided while others remain, so
+// For 2–6, stores that failed recently are avoided while others remain, so
 // a dead store costs one failed attempt per recentFailure window, not one
 // per request.
 func (s *replicaSelector) pick(r *cachedRegion, policy ReplicaPolicy, write bool, excluded storeSet) (selection, bool) {
@@ -83,6 +88,8 @@ func (s *replicaSelector) pick(r *cachedRegion, policy ReplicaPolicy, write bool
 			return selection{peer: leader, replicaRead: true}, true
 		}
 		return s.followerOrLeader(r, excluded), true
+	case ReplicaRoundRobin:
+		return selection{peer: cands[(s.rr.Add(1)-1)%uint64(len(cands))], replicaRead: true}, true
 	}
 	p, ok := s.leaderOrNext(r, excluded)
 	return selection{peer: p}, ok

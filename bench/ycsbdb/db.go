@@ -7,7 +7,7 @@
 //
 //	hedgekv.endpoints        comma-separated store addresses (default: the local cluster, 127.0.0.1:20161-20163)
 //	hedgekv.zone             the client's zone label, used by the "closest" policy
-//	hedgekv.read             leader | follower | mixed | closest | prefer-leader (default leader)
+//	hedgekv.read             leader | follower | mixed | closest | prefer-leader | round-robin (default leader)
 //	hedgekv.max_staleness    Go duration; > 0 permits bounded-staleness reads (default 0: linearizable)
 //	hedgekv.hedge            off | 10ms | p90 | p99 | p999 | min(p99,50ms) | max(p99,5ms) (default off)
 //	hedgekv.hedge_budget     at most this fraction of reads hedged, in [0,1] (default 0.05)

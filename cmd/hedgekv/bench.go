@@ -182,7 +182,7 @@ Workloads: a (50% read, 50% update), b (95/5), c (read only), d (read latest,
 	f.Int64Var(&records, "records", 10000, "records to load (and the key space the workload reads)")
 	f.Int64Var(&ops, "ops", 20000, "operations per workload run")
 	f.IntVar(&threads, "threads", 16, "client threads")
-	f.StringVar(&reads, "read", "leader", "read policy: leader, follower, mixed, closest, prefer-leader; a comma list runs each")
+	f.StringVar(&reads, "read", "leader", "read policy: leader, follower, mixed, closest, prefer-leader, round-robin; a comma list runs each")
 	f.DurationVar(&maxStale, "max-staleness", 0, "permit bounded-staleness reads up to this old (0: linearizable)")
 	f.BoolVar(&load, "load", true, "load the records before running")
 	f.StringVar(&out, "out", "results", "results directory (writes OUT/ycsb/)")

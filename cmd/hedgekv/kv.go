@@ -20,7 +20,7 @@ type readFlags struct {
 }
 
 func (f *readFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.read, "read", "leader", "replica to read from: leader, follower, mixed, closest or prefer-leader")
+	cmd.Flags().StringVar(&f.read, "read", "leader", "replica to read from: leader, follower, mixed, closest, prefer-leader or round-robin")
 	cmd.Flags().StringVar(&f.hedge, "hedge", "off", "backup request to another replica after a delay: off, a duration (10ms), a latency percentile (p99, p999) or min(p99,50ms) / max(p99,5ms)")
 	cmd.Flags().Float64Var(&f.hedgeBudget, "hedge-budget", client.DefaultHedgeBudget, "at most this fraction of reads may be hedged, in [0,1]")
 	cmd.Flags().DurationVar(&f.maxStaleness, "max-staleness", 0, "permit reads this stale (e.g. 5s); 0 keeps reads linearizable")
