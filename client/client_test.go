@@ -741,3 +741,119 @@ func TestScanPagesLargeRegions(t *testing.T) {
 		}
 	}
 }
+
+func TestServerIsBusy(t *testing.T) {
+	busy := func(store uint64) error {
+		return clienttest.RegionError(codes.ResourceExhausted, &pb.RegionError{ServerIsBusy: &pb.ServerIsBusy{StoreId: store, EstimatedWaitUs: 80000}})
+	}
+	t.Run("a busy leader sends the read to a follower", func(t *testing.T) {
+		cl := clienttest.NewCluster(t, threeZones...)
+		cl.Put("k", "v")
+		c := newTestClient(t, cl, "")
+		warm(t, c)
+		cl.SetHook(func(_ context.Context, s uint64, m string) error {
+			if s == 1 && m == "Get" {
+				return busy(s)
+			}
+			return nil
+		})
+		cl.ResetRequests()
+		_, info, err := c.Session(ReadPolicy{Replica: ReplicaLeader, BusyThreshold: 10 * time.Millisecond}).GetWithInfo(context.Background(), []byte("k"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.StoreID == 1 || info.Mode != "read-index" || info.Attempts != 2 {
+			t.Errorf("served by store %d (%s) after %d attempts, want a follower's read-index read after 2", info.StoreID, info.Mode, info.Attempts)
+		}
+		for _, r := range cl.Requests() {
+			if r.Method == "Get" && r.BusyThresholdMs != 10 {
+				t.Errorf("request to store %d carried busy threshold %dms, want 10ms", r.StoreID, r.BusyThresholdMs)
+			}
+		}
+		// The reported wait counts against the store in replica selection.
+		if got := c.stats.get(1).score(); got < float64(80*time.Millisecond) {
+			t.Errorf("store 1 score %v after reporting an 80ms wait", time.Duration(got))
+		}
+	})
+	t.Run("when every replica is busy the read waits at one without the threshold", func(t *testing.T) {
+		cl := clienttest.NewCluster(t, threeZones...)
+		cl.Put("k", "v")
+		c := newTestClient(t, cl, "")
+		warm(t, c)
+		var (
+			mu      sync.Mutex
+			refused = map[uint64]int{}
+		)
+		cl.SetHook(func(_ context.Context, s uint64, m string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if n := len(refused); m == "Get" && n < 3 {
+				refused[s]++
+				return busy(s)
+			}
+			return nil
+		})
+		cl.ResetRequests()
+		v, info, err := c.Session(ReadPolicy{Replica: ReplicaMixed, BusyThreshold: 10 * time.Millisecond}).GetWithInfo(context.Background(), []byte("k"))
+		if err != nil || string(v) != "v" {
+			t.Fatalf("get: %q, %v", v, err)
+		}
+		if info.Attempts != 4 {
+			t.Errorf("%d attempts, want 4 (three refused, then one without a threshold)", info.Attempts)
+		}
+		// Refused requests never reach the fake's log: only the last did.
+		reqs := cl.Requests()
+		if len(reqs) != 1 || reqs[0].BusyThresholdMs != 0 {
+			t.Errorf("requests served %+v: want one, without a busy threshold", reqs)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(refused) != 3 {
+			t.Errorf("refused on stores %v: want each of the three once", refused)
+		}
+	})
+}
+
+func TestStoreBackoffAndProbe(t *testing.T) {
+	var s storeStats
+	if !s.usable() {
+		t.Fatal("a store never failed is not usable")
+	}
+	s.markFailure()
+	if s.usable() || !s.failedRecently() {
+		t.Fatal("a store that just failed is usable")
+	}
+	// Let the back-off pass (it is at most failureBackoff after one failure).
+	s.avoidUntil.Store(time.Now().Add(-time.Millisecond).UnixNano())
+	if !s.usable() {
+		t.Fatal("no probe allowed after the back-off")
+	}
+	if s.usable() {
+		t.Fatal("a second request allowed while the first probes")
+	}
+	// The probe fails: the back-off doubles.
+	s.markFailure()
+	if got := time.Until(time.Unix(0, s.avoidUntil.Load())); got < failureBackoff/2 || got > 2*failureBackoff {
+		t.Errorf("second back-off %v, want within [%v, %v]", got, failureBackoff/2, 2*failureBackoff)
+	}
+	// A success ends the back-off at once.
+	done := s.start()
+	done(true, nil)
+	if !s.usable() || s.failedRecently() {
+		t.Fatal("a store that answered is still avoided")
+	}
+}
+
+func TestLatencyFades(t *testing.T) {
+	var s storeStats
+	s.observeLatency(200 * time.Millisecond)
+	if lat, _ := s.latency(); lat < 190*time.Millisecond {
+		t.Fatalf("fresh latency %v, want about 200ms", lat)
+	}
+	// Measured eight half-lives ago: nearly back to the default, so power
+	// of two choices tries the store again.
+	s.latencyAt.Store(time.Now().Add(-8 * latencyHalfLife).UnixNano())
+	if lat, measured := s.latency(); !measured || lat > 2*defaultLatency {
+		t.Fatalf("latency %v (measured %v) after 8 half-lives, want under %v", lat, measured, 2*defaultLatency)
+	}
+}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/hedgekv/hedgekv/region"
 )
 
 // Hedging: a read that has not been answered within the hedge delay is sent
@@ -423,10 +426,16 @@ func (c *Client) race(ctx context.Context, req *regionRequest, loc cachedRegion,
 			}
 			if o.a == primary {
 				primaryErr = o.err
-			} else if isUnreachable(ctx, o.err) {
-				// The retry loop sees only one error; remember that this
-				// store failed so the selector avoids it.
-				c.stats.get(o.a.storeID).markFailure()
+			} else {
+				// The retry loop sees only the primary's error; remember
+				// what this store said so the selector avoids it.
+				var sb *region.ServerIsBusyError
+				switch {
+				case errors.As(o.err, &sb):
+					c.stats.get(o.a.storeID).observeBusy(sb.EstimatedWait)
+				case isUnreachable(ctx, o.err):
+					c.stats.get(o.a.storeID).markFailure()
+				}
 			}
 			lastFailed, lastErr = o.a, o.err
 			if pending == 0 {
@@ -466,6 +475,9 @@ func (c *Client) race(ctx context.Context, req *regionRequest, loc cachedRegion,
 				replicaRead:  true,
 				maxStaleness: req.policy.MaxStaleness,
 				hedge:        true,
+			}
+			if !req.noBusy {
+				a.busyThreshold = req.policy.BusyThreshold
 			}
 			a.addr = st.addr
 			tried[a.storeID] = struct{}{}

@@ -19,17 +19,6 @@ type cachedRegion struct {
 	leaderStoreID uint64
 }
 
-// followers returns the peers not on the leader's store.
-func (r *cachedRegion) followers() []region.Peer {
-	out := make([]region.Peer, 0, len(r.Peers))
-	for _, p := range r.Peers {
-		if p.StoreID != r.leaderStoreID {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // storeInfo is what the client knows of a store: where to dial it (see
 // regionCache.dialAddrLocked) and its zone (for ReplicaClosest).
 type storeInfo struct {

@@ -52,8 +52,8 @@ func (s storeSet) has(id uint64) bool { _, ok := s[id]; return ok }
 //  6. RoundRobin: every replica in turn.
 //
 // For 2–6, stores that failed recently are avoided while others remain, so
-// a dead store costs one failed attempt per recentFailure window, not one
-// per request.
+// a dead store costs one failed attempt per back-off (failureBackoff,
+// doubling to maxFailureBackoff), not one per request.
 func (s *replicaSelector) pick(r *cachedRegion, policy ReplicaPolicy, write bool, excluded storeSet) (selection, bool) {
 	if write || policy == ReplicaLeader {
 		p, ok := s.leaderOrNext(r, excluded)
@@ -67,7 +67,7 @@ func (s *replicaSelector) pick(r *cachedRegion, policy ReplicaPolicy, write bool
 	leaderOK = leaderOK && r.leaderStoreID != 0 && !excluded.has(leader.StoreID)
 	switch policy {
 	case ReplicaFollower:
-		return s.followerOrLeader(r, excluded), true
+		return s.followerOrLeader(r, cands, excluded), true
 	case ReplicaMixed:
 		return selection{peer: s.p2c(cands), replicaRead: true}, true
 	case ReplicaClosest:
@@ -87,7 +87,7 @@ func (s *replicaSelector) pick(r *cachedRegion, policy ReplicaPolicy, write bool
 		if leaderOK && !s.stats.get(leader.StoreID).failedRecently() {
 			return selection{peer: leader, replicaRead: true}, true
 		}
-		return s.followerOrLeader(r, excluded), true
+		return s.followerOrLeader(r, cands, excluded), true
 	case ReplicaRoundRobin:
 		return selection{peer: cands[(s.rr.Add(1)-1)%uint64(len(cands))], replicaRead: true}, true
 	}
@@ -115,10 +115,17 @@ func (s *replicaSelector) leaderOrNext(r *cachedRegion, excluded storeSet) (regi
 	return region.Peer{}, false
 }
 
-// followerOrLeader is ReplicaFollower: a follower if one is usable, else
-// the leader. The caller has checked that some peer is not excluded.
-func (s *replicaSelector) followerOrLeader(r *cachedRegion, excluded storeSet) selection {
-	if fs := s.candidates(r.followers(), excluded); len(fs) > 0 {
+// followerOrLeader is ReplicaFollower: a follower among cands (the
+// region's candidates) if there is one, else the leader. The caller has
+// checked that some peer is not excluded.
+func (s *replicaSelector) followerOrLeader(r *cachedRegion, cands []region.Peer, excluded storeSet) selection {
+	var fs []region.Peer
+	for _, p := range cands {
+		if p.StoreID != r.leaderStoreID {
+			fs = append(fs, p)
+		}
+	}
+	if len(fs) > 0 {
 		return selection{peer: s.p2c(fs), replicaRead: true}
 	}
 	p, _ := s.leaderOrNext(r, excluded)
@@ -126,7 +133,8 @@ func (s *replicaSelector) followerOrLeader(r *cachedRegion, excluded storeSet) s
 }
 
 // candidates filters out excluded stores and, while others remain, stores
-// that failed recently.
+// in their back-off after a failure (see storeStats.usable: once the
+// back-off has passed, one request at a time probes the store).
 func (s *replicaSelector) candidates(peers []region.Peer, excluded storeSet) []region.Peer {
 	var usable, healthy []region.Peer
 	for _, p := range peers {
@@ -134,7 +142,7 @@ func (s *replicaSelector) candidates(peers []region.Peer, excluded storeSet) []r
 			continue
 		}
 		usable = append(usable, p)
-		if !s.stats.get(p.StoreID).failedRecently() {
+		if s.stats.get(p.StoreID).usable() {
 			healthy = append(healthy, p)
 		}
 	}

@@ -39,6 +39,14 @@ type regionRequest struct {
 	// rpc performs one attempt against the chosen replica. It returns the
 	// load the store reported, if any, and the RPC's error untouched.
 	rpc func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*pb.Load, error)
+
+	// Set by send's retry loop after a ServerIsBusy answer (policy's
+	// BusyThreshold): busyAvoid reads from any other replica by power of
+	// two choices, even under ReplicaLeader (a linearizable ReadIndex read
+	// on a follower, as TiKV's load-based replica read does); noBusy drops
+	// the threshold once every replica was busy, so the read waits at the
+	// least loaded one instead of going round.
+	busyAvoid, noBusy bool
 }
 
 // attempt is where one try of a request goes and what it carries.
@@ -52,6 +60,9 @@ type attempt struct {
 	maxStaleness time.Duration
 	// hedge marks a backup attempt sent by the race.
 	hedge bool
+	// busyThreshold, if > 0, lets the store refuse the read with
+	// ServerIsBusy when its estimated wait is longer.
+	busyThreshold time.Duration
 	// resp is what the rpc answered on this attempt (set by the rpc func),
 	// so concurrent attempts of one request never share a variable.
 	resp any
@@ -62,6 +73,10 @@ func (a *attempt) readContext() *pb.ReadContext {
 		RegionId:    a.region.ID,
 		RegionEpoch: pb.FromEpoch(a.region.Epoch),
 		ReplicaRead: a.replicaRead,
+		Hedge:       a.hedge,
+	}
+	if a.busyThreshold > 0 {
+		rc.BusyThresholdMs = uint64(max((a.busyThreshold+time.Millisecond-1)/time.Millisecond, 1))
 	}
 	if a.maxStaleness > 0 {
 		// Round up so that a sub-millisecond bound still permits a stale
@@ -150,6 +165,9 @@ func attemptTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 //     reloaded from a store.
 //   - DataIsNotReady (stale reads): at another replica, and in the end at
 //     the leader, which can always serve.
+//   - ServerIsBusy (a read with a busy threshold): at once at another
+//     replica; once every replica was busy, without the threshold at the
+//     one with the least load.
 //   - Unavailable (store down, connection refused) and an attempt that timed
 //     out while the request's deadline had not: at another replica, the
 //     store marked as failed for this request and for replica selection.
@@ -187,6 +205,7 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 			rn *region.RegionNotFoundError
 			kn *region.KeyNotInRegionError
 			dr *region.DataIsNotReadyError
+			sb *region.ServerIsBusyError
 			fe *fatalError
 		)
 		var sleep time.Duration
@@ -231,6 +250,14 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 				// then go round again.
 				clear(excluded)
 				sleep = bo.next(boNotReady)
+			}
+		case errors.As(err, &sb):
+			c.stats.get(a.storeID).observeBusy(sb.EstimatedWait)
+			excluded[a.storeID] = struct{}{}
+			req.busyAvoid = true
+			if len(excluded) >= len(a.region.Peers) {
+				clear(excluded)
+				req.busyAvoid, req.noBusy = false, true
 			}
 		case isUnreachable(ctx, err):
 			c.stats.get(a.storeID).markFailure()
@@ -293,7 +320,11 @@ func (c *Client) tryOnce(ctx context.Context, req *regionRequest, excluded store
 		}
 		return false, nil, &fatalError{err}
 	}
-	sel, ok := c.selector.pick(&loc, req.policy.Replica, req.write, excluded)
+	policy := req.policy.Replica
+	if req.busyAvoid && !req.write {
+		policy = ReplicaMixed
+	}
+	sel, ok := c.selector.pick(&loc, policy, req.write, excluded)
 	if !ok {
 		clear(excluded)
 		return true, nil, fmt.Errorf("region %d: no usable replica", loc.ID)
@@ -301,6 +332,9 @@ func (c *Client) tryOnce(ctx context.Context, req *regionRequest, excluded store
 	a = &attempt{region: loc, peer: sel.peer, storeID: sel.peer.StoreID, replicaRead: sel.replicaRead && !req.write}
 	if !req.write {
 		a.maxStaleness = req.policy.MaxStaleness
+		if !req.noBusy {
+			a.busyThreshold = req.policy.BusyThreshold
+		}
 	}
 	st, ok := c.cache.store(a.storeID)
 	if !ok {

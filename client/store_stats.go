@@ -1,6 +1,8 @@
 package client
 
 import (
+	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,10 +18,22 @@ const (
 	// loadFreshness is how long a store's self-reported load is believed;
 	// older reports describe a queue that has long drained or grown.
 	loadFreshness = 500 * time.Millisecond
-	// recentFailure is how long a store counts as "failed recently" for
-	// ReplicaPreferLeader: long enough to cover a leader election, short
-	// enough that reads return to the leader soon after it recovers.
-	recentFailure = 5 * time.Second
+	// A store that failed (unreachable, timed out) is avoided for a
+	// back-off that doubles with each failure in a row, from failureBackoff
+	// up to maxFailureBackoff (long enough to cover a leader election,
+	// short enough that reads return soon after it recovers). Once the
+	// back-off has passed, one request probes it; the others keep avoiding
+	// it for probeHold, so a store that hangs costs one timed-out attempt
+	// per probe rather than one per request.
+	failureBackoff    = 200 * time.Millisecond
+	maxFailureBackoff = 5 * time.Second
+	probeHold         = 500 * time.Millisecond
+	// latencyHalfLife is how fast a store's latency estimate fades back to
+	// defaultLatency while no request measures it. Power of two choices
+	// never picks a store that looks slow, so without fading a store that
+	// was slow once would never be measured, or used, again; with it, a
+	// store slowed by 200x is tried again after about eight half-lives.
+	latencyHalfLife = time.Second
 	// defaultLatency stands in for a store never measured, so scores stay
 	// comparable; it is a LAN round trip plus a little work.
 	defaultLatency = time.Millisecond
@@ -29,9 +43,13 @@ const (
 // touched on every request, so they are atomics rather than behind the
 // cache's lock.
 type storeStats struct {
-	inflight    atomic.Int64
-	latencyNs   atomic.Int64 // EWMA of successful request latency; 0: never measured
-	lastFailure atomic.Int64 // unix nanos of the last unreachable/timeout; 0: none
+	inflight  atomic.Int64
+	latencyNs atomic.Int64 // EWMA of successful request latency; 0: never measured
+	latencyAt atomic.Int64 // unix nanos of the last latency sample
+	// failures counts failures in a row; avoidUntil (unix nanos) ends the
+	// current back-off, or the hold of a probe under way.
+	failures   atomic.Int32
+	avoidUntil atomic.Int64
 
 	// Load the store reported in its last answer.
 	loadInflight atomic.Uint32
@@ -69,6 +87,10 @@ func (s *storeStats) start() (done func(ok bool, load *pb.Load)) {
 		if !ok {
 			return
 		}
+		if s.failures.Load() != 0 {
+			s.failures.Store(0)
+			s.avoidUntil.Store(0)
+		}
 		s.observeLatency(now.Sub(begin))
 		if load != nil {
 			s.loadInflight.Store(load.GetInflightReads())
@@ -89,26 +111,70 @@ func (s *storeStats) observeLatency(d time.Duration) {
 			next = 1
 		}
 		if s.latencyNs.CompareAndSwap(old, next) {
+			s.latencyAt.Store(time.Now().UnixNano())
 			return
 		}
 	}
 }
 
-func (s *storeStats) markFailure() { s.lastFailure.Store(time.Now().UnixNano()) }
-
-// failedRecently reports a failure within the recentFailure window.
-func (s *storeStats) failedRecently() bool {
-	t := s.lastFailure.Load()
-	return t != 0 && time.Since(time.Unix(0, t)) < recentFailure
+// markFailure starts (or doubles) the store's back-off.
+func (s *storeStats) markFailure() {
+	n := s.failures.Add(1)
+	d := failureBackoff << min(max(n-1, 0), 16)
+	if d > maxFailureBackoff || d <= 0 {
+		d = maxFailureBackoff
+	}
+	// Jitter, so that clients that saw the same failure do not all probe
+	// at the same moment.
+	d = d/2 + rand.N(d/2+1)
+	s.avoidUntil.Store(time.Now().Add(d).UnixNano())
 }
 
-// latency returns the EWMA, and whether the store was ever measured.
+// observeBusy records a ServerIsBusy answer: the store's own estimate of
+// its wait, which the score then charges like a reported load.
+func (s *storeStats) observeBusy(wait time.Duration) {
+	s.loadWaitUs.Store(uint64(max(wait, 0) / time.Microsecond))
+	s.loadAt.Store(time.Now().UnixNano())
+}
+
+// failedRecently reports a store in its back-off after a failure (or
+// being probed by another request).
+func (s *storeStats) failedRecently() bool {
+	return s.failures.Load() != 0 && time.Now().UnixNano() < s.avoidUntil.Load()
+}
+
+// usable reports whether a request may go to the store: yes unless it is
+// in its back-off. A store past its back-off but not yet seen to work
+// again admits one probe: the first caller to ask claims it and the
+// store is held back from others for probeHold, until an answer resets it.
+func (s *storeStats) usable() bool {
+	if s.failures.Load() == 0 {
+		return true
+	}
+	now := time.Now().UnixNano()
+	until := s.avoidUntil.Load()
+	if now < until {
+		return false
+	}
+	return s.avoidUntil.CompareAndSwap(until, now+int64(probeHold))
+}
+
+// latency returns the EWMA, faded towards defaultLatency by the time since
+// it was last measured (see latencyHalfLife), and whether the store was
+// ever measured.
 func (s *storeStats) latency() (time.Duration, bool) {
 	ns := s.latencyNs.Load()
 	if ns == 0 {
 		return defaultLatency, false
 	}
-	return time.Duration(ns), true
+	lat := time.Duration(ns)
+	if at := s.latencyAt.Load(); at != 0 && lat > defaultLatency {
+		if age := time.Since(time.Unix(0, at)); age > 0 {
+			fade := math.Exp2(-float64(age) / float64(latencyHalfLife))
+			lat = defaultLatency + time.Duration(float64(lat-defaultLatency)*fade)
+		}
+	}
+	return lat, true
 }
 
 // score estimates how long a new request to this store would take: our own

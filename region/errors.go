@@ -3,6 +3,7 @@ package region
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // The typed region errors. They tell a client that its routing is stale and
@@ -67,6 +68,18 @@ func (e *DataIsNotReadyError) Error() string {
 	return fmt.Sprintf("region %d peer %d: data is not ready (safe point age %dms)", e.RegionID, e.PeerID, e.SafeAge)
 }
 
+// ServerIsBusyError: the store refused a read because its estimated wait
+// for a new read exceeded the threshold the read carried; nothing was read.
+// The client tries another replica.
+type ServerIsBusyError struct {
+	StoreID       uint64
+	EstimatedWait time.Duration
+}
+
+func (e *ServerIsBusyError) Error() string {
+	return fmt.Sprintf("store %d: server is busy (estimated wait %v)", e.StoreID, e.EstimatedWait)
+}
+
 // IsRegionError reports whether err (or anything it wraps) is one of the
 // typed region errors, all of which mean "refresh routing and retry".
 func IsRegionError(err error) bool {
@@ -76,6 +89,8 @@ func IsRegionError(err error) bool {
 		rn *RegionNotFoundError
 		kn *KeyNotInRegionError
 		dr *DataIsNotReadyError
+		sb *ServerIsBusyError
 	)
-	return errors.As(err, &nl) || errors.As(err, &en) || errors.As(err, &rn) || errors.As(err, &kn) || errors.As(err, &dr)
+	return errors.As(err, &nl) || errors.As(err, &en) || errors.As(err, &rn) || errors.As(err, &kn) || errors.As(err, &dr) ||
+		errors.As(err, &sb)
 }

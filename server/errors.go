@@ -45,17 +45,20 @@ func toStatus(err error) error {
 
 // regionErrorCode picks the status code of a region error: NotFound when the
 // store has no such region, Unavailable when this replica cannot serve yet,
-// FailedPrecondition when the request was routed with stale metadata.
+// ResourceExhausted when it refused a read for load, FailedPrecondition when the request was routed with stale metadata.
 func regionErrorCode(err error) codes.Code {
 	var (
 		rn *region.RegionNotFoundError
 		dr *region.DataIsNotReadyError
+		sb *region.ServerIsBusyError
 	)
 	switch {
 	case errors.As(err, &rn):
 		return codes.NotFound
 	case errors.As(err, &dr):
 		return codes.Unavailable
+	case errors.As(err, &sb):
+		return codes.ResourceExhausted
 	}
 	return codes.FailedPrecondition
 }

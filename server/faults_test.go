@@ -281,22 +281,26 @@ func TestWithStoreFaultStallRaft(t *testing.T) {
 func TestObserveReadFailedCountsCancelledOnly(t *testing.T) {
 	m := newMetrics(func() float64 { return 0 })
 	live := context.Background()
-	m.observeReadFailed(live) // a failure not caused by the caller
+	m.observeReadFailed(live, true) // a failure not caused by the caller
 	expired, cancel1 := context.WithTimeout(live, 0)
 	defer cancel1()
 	<-expired.Done()
-	m.observeReadFailed(expired) // a deadline is not a cancel
+	m.observeReadFailed(expired, true) // a deadline is not a cancel
 	cancelled, cancel2 := context.WithCancel(live)
 	cancel2()
-	m.observeReadFailed(cancelled)
-	if got := m.readsCancelledN.Load(); got != 1 {
-		t.Fatalf("reads cancelled = %d, want 1", got)
+	m.observeReadFailed(cancelled, false)
+	m.observeReadFailed(cancelled, true) // a cancelled hedge counts in both
+	if got := m.readsCancelledN.Load(); got != 2 {
+		t.Fatalf("reads cancelled = %d, want 2", got)
+	}
+	if got := m.hedgeReadsCancelledN.Load(); got != 1 {
+		t.Fatalf("hedge reads cancelled = %d, want 1", got)
 	}
 	var pm dto.Metric
 	if err := m.readsCancelled.Write(&pm); err != nil {
 		t.Fatal(err)
 	}
-	if got := pm.GetCounter().GetValue(); got != 1 {
-		t.Fatalf("hedgekv_reads_cancelled_total = %v, want 1", got)
+	if got := pm.GetCounter().GetValue(); got != 2 {
+		t.Fatalf("hedgekv_reads_cancelled_total = %v, want 2", got)
 	}
 }

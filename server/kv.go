@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/server/pb"
 )
 
@@ -22,19 +23,18 @@ func (s *kvService) Get(ctx context.Context, req *pb.GetRequest) (*pb.GetRespons
 	if err := validateKey("key", req.GetKey()); err != nil {
 		return nil, err
 	}
-	if err := s.faults.delayRead(ctx); err != nil {
-		s.metrics.observeReadFailed(ctx)
+	var (
+		value []byte
+		found bool
+	)
+	info, load, err := s.serveRead(ctx, req.GetContext(), func(ctx context.Context) (info raftstore.ReadInfo, err error) {
+		value, found, info, err = s.store.Get(ctx, readOptions(req.GetContext()), req.GetKey())
+		return info, err
+	})
+	if err != nil {
 		return nil, err
 	}
-	start := s.load.begin()
-	value, found, info, err := s.store.Get(ctx, readOptions(req.GetContext()), req.GetKey())
-	s.load.end(start)
-	if err != nil {
-		s.metrics.observeReadFailed(ctx)
-		return nil, toStatus(err)
-	}
-	s.metrics.observeRead(info.Mode)
-	return &pb.GetResponse{Value: value, NotFound: !found, ReadInfo: fromReadInfo(info), Load: s.load.load()}, nil
+	return &pb.GetResponse{Value: value, NotFound: !found, ReadInfo: info, Load: load}, nil
 }
 
 func (s *kvService) BatchGet(ctx context.Context, req *pb.BatchGetRequest) (*pb.BatchGetResponse, error) {
@@ -45,19 +45,15 @@ func (s *kvService) BatchGet(ctx context.Context, req *pb.BatchGetRequest) (*pb.
 		// Nothing to read and no region to route to.
 		return &pb.BatchGetResponse{Load: s.load.load()}, nil
 	}
-	if err := s.faults.delayRead(ctx); err != nil {
-		s.metrics.observeReadFailed(ctx)
+	var kvs []raftstore.KV
+	info, load, err := s.serveRead(ctx, req.GetContext(), func(ctx context.Context) (info raftstore.ReadInfo, err error) {
+		kvs, info, err = s.store.BatchGet(ctx, readOptions(req.GetContext()), req.GetKeys())
+		return info, err
+	})
+	if err != nil {
 		return nil, err
 	}
-	start := s.load.begin()
-	kvs, info, err := s.store.BatchGet(ctx, readOptions(req.GetContext()), req.GetKeys())
-	s.load.end(start)
-	if err != nil {
-		s.metrics.observeReadFailed(ctx)
-		return nil, toStatus(err)
-	}
-	s.metrics.observeRead(info.Mode)
-	return &pb.BatchGetResponse{Pairs: fromKVs(kvs), ReadInfo: fromReadInfo(info), Load: s.load.load()}, nil
+	return &pb.BatchGetResponse{Pairs: fromKVs(kvs), ReadInfo: info, Load: load}, nil
 }
 
 func (s *kvService) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanResponse, error) {
@@ -65,24 +61,53 @@ func (s *kvService) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanResp
 	if err != nil {
 		return nil, err
 	}
-	if err := s.faults.delayRead(ctx); err != nil {
-		s.metrics.observeReadFailed(ctx)
+	var (
+		kvs []raftstore.KV
+		r   region.Region
+	)
+	info, load, err := s.serveRead(ctx, req.GetContext(), func(ctx context.Context) (info raftstore.ReadInfo, err error) {
+		kvs, r, info, err = s.store.Scan(ctx, readOptions(req.GetContext()), req.GetStartKey(), req.GetEndKey(), limit)
+		return info, err
+	})
+	if err != nil {
 		return nil, err
 	}
-	start := s.load.begin()
-	kvs, r, info, err := s.store.Scan(ctx, readOptions(req.GetContext()), req.GetStartKey(), req.GetEndKey(), limit)
-	s.load.end(start)
-	if err != nil {
-		s.metrics.observeReadFailed(ctx)
-		return nil, toStatus(err)
-	}
-	s.metrics.observeRead(info.Mode)
 	return &pb.ScanResponse{
 		Pairs:        fromKVs(kvs),
-		ReadInfo:     fromReadInfo(info),
-		Load:         s.load.load(),
+		ReadInfo:     info,
+		Load:         load,
 		RegionEndKey: r.EndKey,
 	}, nil
+}
+
+// serveRead runs one validated KV read: it refuses the read as busy if the
+// request's threshold is below this store's estimated wait, applies an
+// injected read delay, and counts the read in the load every answer
+// reports (the injected delay included, so that clients see a slow store
+// as slow) and in the metrics.
+func (s *kvService) serveRead(ctx context.Context, rc *pb.ReadContext, read func(context.Context) (raftstore.ReadInfo, error)) (*pb.ReadInfo, *pb.Load, error) {
+	hedge := rc.GetHedge()
+	s.metrics.observeReadStart(hedge)
+	if th := msDuration(rc.GetBusyThresholdMs()); th > 0 {
+		if wait := s.load.estimatedWait(time.Now()); wait > th {
+			s.metrics.observeReadBusy()
+			return nil, nil, toStatus(&region.ServerIsBusyError{StoreID: s.store.ID(), EstimatedWait: wait})
+		}
+	}
+	start := s.load.begin()
+	err := s.faults.delayRead(ctx)
+	var info raftstore.ReadInfo
+	if err == nil {
+		info, err = read(ctx)
+		err = toStatus(err)
+	}
+	s.load.end(start)
+	if err != nil {
+		s.metrics.observeReadFailed(ctx, hedge)
+		return nil, nil, err
+	}
+	s.metrics.observeRead(info.Mode)
+	return fromReadInfo(info), s.load.load(), nil
 }
 
 func (s *kvService) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {

@@ -37,6 +37,14 @@ type metrics struct {
 	// in-process readers (Server.ReadsCancelled).
 	readsCancelled  prometheus.Counter
 	readsCancelledN atomic.Uint64
+	// Reads that clients marked as hedges (backup requests), those of them
+	// cancelled, and reads refused as busy (ServerIsBusy).
+	hedgeReads           prometheus.Counter
+	hedgeReadsN          atomic.Uint64
+	hedgeReadsCancelled  prometheus.Counter
+	hedgeReadsCancelledN atomic.Uint64
+	readsBusy            prometheus.Counter
+	readsBusyN           atomic.Uint64
 }
 
 func newMetrics(inflightReads func() float64) *metrics {
@@ -87,9 +95,21 @@ func newMetrics(inflightReads func() float64) *metrics {
 			Name: "hedgekv_reads_cancelled_total",
 			Help: "KV reads (Get, BatchGet, Scan) that ended because the caller cancelled them, such as the losing request of a hedged read.",
 		}),
+		hedgeReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hedgekv_hedge_reads_total",
+			Help: "KV reads received that a client sent as a hedge (a backup request for a read answered late elsewhere).",
+		}),
+		hedgeReadsCancelled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hedgekv_hedge_reads_cancelled_total",
+			Help: "Hedge reads that ended because the client cancelled them (the other attempt won).",
+		}),
+		readsBusy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "hedgekv_reads_refused_busy_total",
+			Help: "KV reads refused with ServerIsBusy: the estimated wait exceeded the busy threshold the read carried.",
+		}),
 	}
 	m.reg.MustRegister(m.requests, m.latency, m.reads, m.inflight, m.raftSent, m.raftDropped, m.snapshots,
-		m.faultReadsDelayed, m.faultStalls, m.readsCancelled,
+		m.faultReadsDelayed, m.faultStalls, m.readsCancelled, m.hedgeReads, m.hedgeReadsCancelled, m.readsBusy,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the read modes so dashboards see zeros rather than gaps.
 	for _, mode := range []raftstore.ReadMode{raftstore.ReadModeLease, raftstore.ReadModeReadIndex, raftstore.ReadModeStale} {
@@ -102,13 +122,32 @@ func (m *metrics) observeRead(mode raftstore.ReadMode) {
 	m.reads.WithLabelValues(mode.String()).Inc()
 }
 
+// observeReadStart counts a KV read received, as a hedge if so marked.
+func (m *metrics) observeReadStart(hedge bool) {
+	if hedge {
+		m.hedgeReads.Inc()
+		m.hedgeReadsN.Add(1)
+	}
+}
+
+// observeReadBusy counts a read refused with ServerIsBusy.
+func (m *metrics) observeReadBusy() {
+	m.readsBusy.Inc()
+	m.readsBusyN.Add(1)
+}
+
 // observeReadFailed counts a failed KV read whose context was cancelled:
 // the caller gave up on it (context.Canceled, not a deadline), so the
 // server stopped serving it.
-func (m *metrics) observeReadFailed(ctx context.Context) {
-	if errors.Is(ctx.Err(), context.Canceled) {
-		m.readsCancelled.Inc()
-		m.readsCancelledN.Add(1)
+func (m *metrics) observeReadFailed(ctx context.Context, hedge bool) {
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		return
+	}
+	m.readsCancelled.Inc()
+	m.readsCancelledN.Add(1)
+	if hedge {
+		m.hedgeReadsCancelled.Inc()
+		m.hedgeReadsCancelledN.Add(1)
 	}
 }
 

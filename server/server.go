@@ -384,6 +384,33 @@ func (s *Server) ReadsCancelled() uint64 {
 	return s.metrics.readsCancelledN.Load()
 }
 
+// ReadCounters are a server's counts of KV reads by how they ended, for
+// in-process readers (tests, benchmarks); /metrics has the same.
+type ReadCounters struct {
+	// Cancelled reads ended because their caller cancelled them, such as
+	// the losing attempt of a hedged read.
+	Cancelled uint64
+	// Hedges are reads a client marked as hedges; HedgesCancelled those of
+	// them it cancelled.
+	Hedges, HedgesCancelled uint64
+	// RefusedBusy reads were refused with ServerIsBusy.
+	RefusedBusy uint64
+}
+
+// ReadCounters returns the server's read counters so far.
+func (s *Server) ReadCounters() ReadCounters {
+	if s.metrics == nil {
+		return ReadCounters{}
+	}
+	m := s.metrics
+	return ReadCounters{
+		Cancelled:       m.readsCancelledN.Load(),
+		Hedges:          m.hedgeReadsN.Load(),
+		HedgesCancelled: m.hedgeReadsCancelledN.Load(),
+		RefusedBusy:     m.readsBusyN.Load(),
+	}
+}
+
 // advertiseAddr is the address other stores and clients reach this store
 // at: the configured peer address if any (it may be a proxy's), else the
 // listen address.

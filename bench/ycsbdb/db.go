@@ -11,6 +11,7 @@
 //	hedgekv.max_staleness    Go duration; > 0 permits bounded-staleness reads (default 0: linearizable)
 //	hedgekv.hedge            off | 10ms | p90 | p99 | p999 | min(p99,50ms) | max(p99,5ms) (default off)
 //	hedgekv.hedge_budget     at most this fraction of reads hedged, in [0,1] (default 0.05)
+//	hedgekv.busy_threshold   Go duration; > 0 lets a store whose estimated wait is longer refuse a read so it goes elsewhere (default 0)
 //	hedgekv.dial_timeout     Go duration (default 5s)
 //	hedgekv.request_timeout  Go duration, per operation (default 10s)
 //
@@ -56,6 +57,7 @@ const (
 	PropMaxStaleness   = "hedgekv.max_staleness"
 	PropHedge          = "hedgekv.hedge"
 	PropHedgeBudget    = "hedgekv.hedge_budget"
+	PropBusyThreshold  = "hedgekv.busy_threshold"
 	PropDialTimeout    = "hedgekv.dial_timeout"
 	PropRequestTimeout = "hedgekv.request_timeout"
 )
@@ -110,6 +112,9 @@ func OptionsFromProperties(p *properties.Properties) (Options, error) {
 		budget = -1 // the client's "no hedges"; its zero means the default
 	}
 	o.Read.HedgeBudget = budget
+	if o.Read.BusyThreshold, err = durationProp(p, PropBusyThreshold, 0); err != nil {
+		return Options{}, err
+	}
 	if o.DialTimeout, err = durationProp(p, PropDialTimeout, 5*time.Second); err != nil {
 		return Options{}, err
 	}

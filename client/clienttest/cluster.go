@@ -37,6 +37,9 @@ type Request struct {
 	RegionID       uint64
 	ReplicaRead    bool
 	MaxStalenessMs uint64
+	// BusyThresholdMs and Hedge are what the read's context carried.
+	BusyThresholdMs uint64
+	Hedge           bool
 }
 
 // Cluster is the fake cluster.
@@ -368,7 +371,10 @@ func (c *Cluster) routeLocked(storeID, regionID uint64, epoch *pb.Epoch, keys ..
 // replica_read is set and there is a leader; any replica from local state
 // when staleness is permitted and it is ready.
 func (c *Cluster) readLocked(storeID uint64, method string, rs *regionState, rc *pb.ReadContext) (*pb.ReadInfo, error) {
-	c.requests = append(c.requests, Request{StoreID: storeID, Method: method, RegionID: rc.GetRegionId(), ReplicaRead: rc.GetReplicaRead(), MaxStalenessMs: rc.GetMaxStalenessMs()})
+	c.requests = append(c.requests, Request{
+		StoreID: storeID, Method: method, RegionID: rc.GetRegionId(), ReplicaRead: rc.GetReplicaRead(),
+		MaxStalenessMs: rc.GetMaxStalenessMs(), BusyThresholdMs: rc.GetBusyThresholdMs(), Hedge: rc.GetHedge(),
+	})
 	peer, _ := rs.r.PeerOnStore(storeID)
 	info := &pb.ReadInfo{StoreId: storeID, PeerId: peer.ID}
 	switch {

@@ -17,6 +17,7 @@ type readFlags struct {
 	hedge        string
 	hedgeBudget  float64
 	maxStaleness time.Duration
+	busy         time.Duration
 }
 
 func (f *readFlags) register(cmd *cobra.Command) {
@@ -24,6 +25,7 @@ func (f *readFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.hedge, "hedge", "off", "backup request to another replica after a delay: off, a duration (10ms), a latency percentile (p99, p999) or min(p99,50ms) / max(p99,5ms)")
 	cmd.Flags().Float64Var(&f.hedgeBudget, "hedge-budget", client.DefaultHedgeBudget, "at most this fraction of reads may be hedged, in [0,1]")
 	cmd.Flags().DurationVar(&f.maxStaleness, "max-staleness", 0, "permit reads this stale (e.g. 5s); 0 keeps reads linearizable")
+	cmd.Flags().DurationVar(&f.busy, "busy-threshold", 0, "a store expecting to take longer than this refuses the read and another replica serves it (e.g. 50ms); 0: never")
 }
 
 // policy turns the flags into a client.ReadPolicy.
@@ -34,6 +36,9 @@ func (f *readFlags) policy() (client.ReadPolicy, error) {
 	}
 	if f.maxStaleness < 0 {
 		return client.ReadPolicy{}, usagef("--max-staleness must not be negative, got %v", f.maxStaleness)
+	}
+	if f.busy < 0 {
+		return client.ReadPolicy{}, usagef("--busy-threshold must not be negative, got %v", f.busy)
 	}
 	h, err := client.ParseHedge(f.hedge)
 	if err != nil {
@@ -46,7 +51,7 @@ func (f *readFlags) policy() (client.ReadPolicy, error) {
 	if budget == 0 {
 		budget = -1 // the client's way of saying "no budget"; 0 means its default
 	}
-	return client.ReadPolicy{Replica: replica, MaxStaleness: f.maxStaleness, Hedge: h, HedgeBudget: budget}, nil
+	return client.ReadPolicy{Replica: replica, MaxStaleness: f.maxStaleness, Hedge: h, HedgeBudget: budget, BusyThreshold: f.busy}, nil
 }
 
 func newPutCmd(a *app) *cobra.Command {

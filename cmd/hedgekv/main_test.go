@@ -162,6 +162,10 @@ func TestGetHedgeWon(t *testing.T) {
 	if code != exitUsage || !strings.Contains(stderr, "--hedge-budget") {
 		t.Errorf("--hedge-budget 2: exit %d, stderr %q", code, stderr)
 	}
+	code, _, stderr = runCLI(t, "get", "a", "--busy-threshold", "-5ms", ep)
+	if code != exitUsage || !strings.Contains(stderr, "--busy-threshold") || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("--busy-threshold -5ms: exit %d, stderr %q", code, stderr)
+	}
 }
 
 func TestCtlJSON(t *testing.T) {

@@ -3,6 +3,8 @@ package pb
 import (
 	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/hedgekv/hedgekv/region"
 	"google.golang.org/grpc/status"
@@ -88,6 +90,7 @@ func RegionErrorFromError(err error) *RegionError {
 		rn *region.RegionNotFoundError
 		kn *region.KeyNotInRegionError
 		dr *region.DataIsNotReadyError
+		sb *region.ServerIsBusyError
 	)
 	out := &RegionError{Message: err.Error()}
 	switch {
@@ -113,6 +116,8 @@ func RegionErrorFromError(err error) *RegionError {
 		}
 	case errors.As(err, &dr):
 		out.DataIsNotReady = &DataIsNotReady{RegionId: dr.RegionID, PeerId: dr.PeerID, SafeAgeMs: dr.SafeAge}
+	case errors.As(err, &sb):
+		out.ServerIsBusy = &ServerIsBusy{StoreId: sb.StoreID, EstimatedWaitUs: uint64(max(sb.EstimatedWait, 0) / time.Microsecond)}
 	default:
 		return nil
 	}
@@ -156,6 +161,10 @@ func (e *RegionError) ToError() error {
 	case e.DataIsNotReady != nil:
 		d := e.DataIsNotReady
 		return &region.DataIsNotReadyError{RegionID: d.RegionId, PeerID: d.PeerId, SafeAge: d.SafeAgeMs}
+	case e.ServerIsBusy != nil:
+		b := e.ServerIsBusy
+		wait := time.Duration(min(b.EstimatedWaitUs, uint64(math.MaxInt64/int64(time.Microsecond)))) * time.Microsecond
+		return &region.ServerIsBusyError{StoreID: b.StoreId, EstimatedWait: wait}
 	}
 	return fmt.Errorf("region error: %s", e.Message)
 }

@@ -272,6 +272,7 @@ type RegionError struct {
 	RegionNotFound *RegionNotFound        `protobuf:"bytes,4,opt,name=region_not_found,json=regionNotFound,proto3" json:"region_not_found,omitempty"`
 	KeyNotInRegion *KeyNotInRegion        `protobuf:"bytes,5,opt,name=key_not_in_region,json=keyNotInRegion,proto3" json:"key_not_in_region,omitempty"`
 	DataIsNotReady *DataIsNotReady        `protobuf:"bytes,6,opt,name=data_is_not_ready,json=dataIsNotReady,proto3" json:"data_is_not_ready,omitempty"`
+	ServerIsBusy   *ServerIsBusy          `protobuf:"bytes,7,opt,name=server_is_busy,json=serverIsBusy,proto3" json:"server_is_busy,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -344,6 +345,13 @@ func (x *RegionError) GetKeyNotInRegion() *KeyNotInRegion {
 func (x *RegionError) GetDataIsNotReady() *DataIsNotReady {
 	if x != nil {
 		return x.DataIsNotReady
+	}
+	return nil
+}
+
+func (x *RegionError) GetServerIsBusy() *ServerIsBusy {
+	if x != nil {
+		return x.ServerIsBusy
 	}
 	return nil
 }
@@ -624,6 +632,61 @@ func (x *DataIsNotReady) GetSafeAgeMs() uint64 {
 	return 0
 }
 
+// ServerIsBusy: the read carried a busy threshold and this store's estimated
+// wait for a new read exceeds it; nothing was read. The client goes to
+// another replica at once.
+type ServerIsBusy struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	StoreId         uint64                 `protobuf:"varint,1,opt,name=store_id,json=storeId,proto3" json:"store_id,omitempty"`
+	EstimatedWaitUs uint64                 `protobuf:"varint,2,opt,name=estimated_wait_us,json=estimatedWaitUs,proto3" json:"estimated_wait_us,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ServerIsBusy) Reset() {
+	*x = ServerIsBusy{}
+	mi := &file_hedgekv_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServerIsBusy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServerIsBusy) ProtoMessage() {}
+
+func (x *ServerIsBusy) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServerIsBusy.ProtoReflect.Descriptor instead.
+func (*ServerIsBusy) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ServerIsBusy) GetStoreId() uint64 {
+	if x != nil {
+		return x.StoreId
+	}
+	return 0
+}
+
+func (x *ServerIsBusy) GetEstimatedWaitUs() uint64 {
+	if x != nil {
+		return x.EstimatedWaitUs
+	}
+	return 0
+}
+
 // ReadContext routes a read. region_id 0 means "the region holding the key
 // (or the scan's start key) on this store".
 type ReadContext struct {
@@ -636,13 +699,21 @@ type ReadContext struct {
 	// max_staleness_ms > 0 lets any replica answer from local state no older
 	// than this bound (bounded-staleness read).
 	MaxStalenessMs uint64 `protobuf:"varint,4,opt,name=max_staleness_ms,json=maxStalenessMs,proto3" json:"max_staleness_ms,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// busy_threshold_ms > 0: refuse the read at once with ServerIsBusy if this
+	// store's estimated wait for a new read is longer (load-based replica
+	// read).
+	BusyThresholdMs uint64 `protobuf:"varint,5,opt,name=busy_threshold_ms,json=busyThresholdMs,proto3" json:"busy_threshold_ms,omitempty"`
+	// hedge marks a client's backup request (sent because an earlier attempt
+	// of the same read was late), so stores can count hedges and their
+	// cancellations.
+	Hedge         bool `protobuf:"varint,6,opt,name=hedge,proto3" json:"hedge,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadContext) Reset() {
 	*x = ReadContext{}
-	mi := &file_hedgekv_proto_msgTypes[9]
+	mi := &file_hedgekv_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +725,7 @@ func (x *ReadContext) String() string {
 func (*ReadContext) ProtoMessage() {}
 
 func (x *ReadContext) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[9]
+	mi := &file_hedgekv_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +738,7 @@ func (x *ReadContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadContext.ProtoReflect.Descriptor instead.
 func (*ReadContext) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{9}
+	return file_hedgekv_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReadContext) GetRegionId() uint64 {
@@ -698,6 +769,20 @@ func (x *ReadContext) GetMaxStalenessMs() uint64 {
 	return 0
 }
 
+func (x *ReadContext) GetBusyThresholdMs() uint64 {
+	if x != nil {
+		return x.BusyThresholdMs
+	}
+	return 0
+}
+
+func (x *ReadContext) GetHedge() bool {
+	if x != nil {
+		return x.Hedge
+	}
+	return false
+}
+
 type WriteContext struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	RegionId    uint64                 `protobuf:"varint,1,opt,name=region_id,json=regionId,proto3" json:"region_id,omitempty"`
@@ -711,7 +796,7 @@ type WriteContext struct {
 
 func (x *WriteContext) Reset() {
 	*x = WriteContext{}
-	mi := &file_hedgekv_proto_msgTypes[10]
+	mi := &file_hedgekv_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +808,7 @@ func (x *WriteContext) String() string {
 func (*WriteContext) ProtoMessage() {}
 
 func (x *WriteContext) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[10]
+	mi := &file_hedgekv_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +821,7 @@ func (x *WriteContext) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteContext.ProtoReflect.Descriptor instead.
 func (*WriteContext) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{10}
+	return file_hedgekv_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WriteContext) GetRegionId() uint64 {
@@ -773,7 +858,7 @@ type ReadInfo struct {
 
 func (x *ReadInfo) Reset() {
 	*x = ReadInfo{}
-	mi := &file_hedgekv_proto_msgTypes[11]
+	mi := &file_hedgekv_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +870,7 @@ func (x *ReadInfo) String() string {
 func (*ReadInfo) ProtoMessage() {}
 
 func (x *ReadInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[11]
+	mi := &file_hedgekv_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +883,7 @@ func (x *ReadInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadInfo.ProtoReflect.Descriptor instead.
 func (*ReadInfo) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{11}
+	return file_hedgekv_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReadInfo) GetStoreId() uint64 {
@@ -841,7 +926,7 @@ type Load struct {
 
 func (x *Load) Reset() {
 	*x = Load{}
-	mi := &file_hedgekv_proto_msgTypes[12]
+	mi := &file_hedgekv_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +938,7 @@ func (x *Load) String() string {
 func (*Load) ProtoMessage() {}
 
 func (x *Load) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[12]
+	mi := &file_hedgekv_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +951,7 @@ func (x *Load) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Load.ProtoReflect.Descriptor instead.
 func (*Load) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{12}
+	return file_hedgekv_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Load) GetInflightReads() uint32 {
@@ -893,7 +978,7 @@ type KvPair struct {
 
 func (x *KvPair) Reset() {
 	*x = KvPair{}
-	mi := &file_hedgekv_proto_msgTypes[13]
+	mi := &file_hedgekv_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +990,7 @@ func (x *KvPair) String() string {
 func (*KvPair) ProtoMessage() {}
 
 func (x *KvPair) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[13]
+	mi := &file_hedgekv_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1003,7 @@ func (x *KvPair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvPair.ProtoReflect.Descriptor instead.
 func (*KvPair) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{13}
+	return file_hedgekv_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KvPair) GetKey() []byte {
@@ -945,7 +1030,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_hedgekv_proto_msgTypes[14]
+	mi := &file_hedgekv_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1042,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[14]
+	mi := &file_hedgekv_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1055,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{14}
+	return file_hedgekv_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetRequest) GetContext() *ReadContext {
@@ -999,7 +1084,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_hedgekv_proto_msgTypes[15]
+	mi := &file_hedgekv_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1096,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[15]
+	mi := &file_hedgekv_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1109,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{15}
+	return file_hedgekv_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetResponse) GetValue() []byte {
@@ -1065,7 +1150,7 @@ type BatchGetRequest struct {
 
 func (x *BatchGetRequest) Reset() {
 	*x = BatchGetRequest{}
-	mi := &file_hedgekv_proto_msgTypes[16]
+	mi := &file_hedgekv_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1162,7 @@ func (x *BatchGetRequest) String() string {
 func (*BatchGetRequest) ProtoMessage() {}
 
 func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[16]
+	mi := &file_hedgekv_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1175,7 @@ func (x *BatchGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetRequest.ProtoReflect.Descriptor instead.
 func (*BatchGetRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{16}
+	return file_hedgekv_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BatchGetRequest) GetContext() *ReadContext {
@@ -1118,7 +1203,7 @@ type BatchGetResponse struct {
 
 func (x *BatchGetResponse) Reset() {
 	*x = BatchGetResponse{}
-	mi := &file_hedgekv_proto_msgTypes[17]
+	mi := &file_hedgekv_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1215,7 @@ func (x *BatchGetResponse) String() string {
 func (*BatchGetResponse) ProtoMessage() {}
 
 func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[17]
+	mi := &file_hedgekv_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1228,7 @@ func (x *BatchGetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{17}
+	return file_hedgekv_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BatchGetResponse) GetPairs() []*KvPair {
@@ -1181,7 +1266,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_hedgekv_proto_msgTypes[18]
+	mi := &file_hedgekv_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1278,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[18]
+	mi := &file_hedgekv_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1291,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{18}
+	return file_hedgekv_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ScanRequest) GetContext() *ReadContext {
@@ -1249,7 +1334,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_hedgekv_proto_msgTypes[19]
+	mi := &file_hedgekv_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1346,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[19]
+	mi := &file_hedgekv_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1359,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{19}
+	return file_hedgekv_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ScanResponse) GetPairs() []*KvPair {
@@ -1316,7 +1401,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_hedgekv_proto_msgTypes[20]
+	mi := &file_hedgekv_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1413,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[20]
+	mi := &file_hedgekv_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1426,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{20}
+	return file_hedgekv_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PutRequest) GetContext() *WriteContext {
@@ -1373,7 +1458,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_hedgekv_proto_msgTypes[21]
+	mi := &file_hedgekv_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1470,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[21]
+	mi := &file_hedgekv_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1483,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{21}
+	return file_hedgekv_proto_rawDescGZIP(), []int{22}
 }
 
 type DeleteRequest struct {
@@ -1411,7 +1496,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_hedgekv_proto_msgTypes[22]
+	mi := &file_hedgekv_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1508,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[22]
+	mi := &file_hedgekv_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1521,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{22}
+	return file_hedgekv_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteRequest) GetContext() *WriteContext {
@@ -1461,7 +1546,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_hedgekv_proto_msgTypes[23]
+	mi := &file_hedgekv_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1558,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[23]
+	mi := &file_hedgekv_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1571,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{23}
+	return file_hedgekv_proto_rawDescGZIP(), []int{24}
 }
 
 type StatusRequest struct {
@@ -1497,7 +1582,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_hedgekv_proto_msgTypes[24]
+	mi := &file_hedgekv_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1594,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[24]
+	mi := &file_hedgekv_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1607,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{24}
+	return file_hedgekv_proto_rawDescGZIP(), []int{25}
 }
 
 type RegionInfo struct {
@@ -1539,7 +1624,7 @@ type RegionInfo struct {
 
 func (x *RegionInfo) Reset() {
 	*x = RegionInfo{}
-	mi := &file_hedgekv_proto_msgTypes[25]
+	mi := &file_hedgekv_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1636,7 @@ func (x *RegionInfo) String() string {
 func (*RegionInfo) ProtoMessage() {}
 
 func (x *RegionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[25]
+	mi := &file_hedgekv_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1649,7 @@ func (x *RegionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionInfo.ProtoReflect.Descriptor instead.
 func (*RegionInfo) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{25}
+	return file_hedgekv_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RegionInfo) GetRegion() *Region {
@@ -1631,7 +1716,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_hedgekv_proto_msgTypes[26]
+	mi := &file_hedgekv_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1728,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[26]
+	mi := &file_hedgekv_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1741,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{26}
+	return file_hedgekv_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StatusResponse) GetStoreId() uint64 {
@@ -1716,7 +1801,7 @@ type StoresRequest struct {
 
 func (x *StoresRequest) Reset() {
 	*x = StoresRequest{}
-	mi := &file_hedgekv_proto_msgTypes[27]
+	mi := &file_hedgekv_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +1813,7 @@ func (x *StoresRequest) String() string {
 func (*StoresRequest) ProtoMessage() {}
 
 func (x *StoresRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[27]
+	mi := &file_hedgekv_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +1826,7 @@ func (x *StoresRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoresRequest.ProtoReflect.Descriptor instead.
 func (*StoresRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{27}
+	return file_hedgekv_proto_rawDescGZIP(), []int{28}
 }
 
 type Store struct {
@@ -1761,7 +1846,7 @@ type Store struct {
 
 func (x *Store) Reset() {
 	*x = Store{}
-	mi := &file_hedgekv_proto_msgTypes[28]
+	mi := &file_hedgekv_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1858,7 @@ func (x *Store) String() string {
 func (*Store) ProtoMessage() {}
 
 func (x *Store) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[28]
+	mi := &file_hedgekv_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1871,7 @@ func (x *Store) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Store.ProtoReflect.Descriptor instead.
 func (*Store) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{28}
+	return file_hedgekv_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Store) GetId() uint64 {
@@ -1848,7 +1933,7 @@ type ZoneAddresses struct {
 
 func (x *ZoneAddresses) Reset() {
 	*x = ZoneAddresses{}
-	mi := &file_hedgekv_proto_msgTypes[29]
+	mi := &file_hedgekv_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1860,7 +1945,7 @@ func (x *ZoneAddresses) String() string {
 func (*ZoneAddresses) ProtoMessage() {}
 
 func (x *ZoneAddresses) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[29]
+	mi := &file_hedgekv_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1873,7 +1958,7 @@ func (x *ZoneAddresses) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneAddresses.ProtoReflect.Descriptor instead.
 func (*ZoneAddresses) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{29}
+	return file_hedgekv_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ZoneAddresses) GetAddresses() map[string]string {
@@ -1892,7 +1977,7 @@ type StoresResponse struct {
 
 func (x *StoresResponse) Reset() {
 	*x = StoresResponse{}
-	mi := &file_hedgekv_proto_msgTypes[30]
+	mi := &file_hedgekv_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +1989,7 @@ func (x *StoresResponse) String() string {
 func (*StoresResponse) ProtoMessage() {}
 
 func (x *StoresResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[30]
+	mi := &file_hedgekv_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2002,7 @@ func (x *StoresResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoresResponse.ProtoReflect.Descriptor instead.
 func (*StoresResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{30}
+	return file_hedgekv_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StoresResponse) GetStores() []*Store {
@@ -1938,7 +2023,7 @@ type RegionsRequest struct {
 
 func (x *RegionsRequest) Reset() {
 	*x = RegionsRequest{}
-	mi := &file_hedgekv_proto_msgTypes[31]
+	mi := &file_hedgekv_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2035,7 @@ func (x *RegionsRequest) String() string {
 func (*RegionsRequest) ProtoMessage() {}
 
 func (x *RegionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[31]
+	mi := &file_hedgekv_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2048,7 @@ func (x *RegionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionsRequest.ProtoReflect.Descriptor instead.
 func (*RegionsRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{31}
+	return file_hedgekv_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RegionsRequest) GetKey() []byte {
@@ -1989,7 +2074,7 @@ type RegionsResponse struct {
 
 func (x *RegionsResponse) Reset() {
 	*x = RegionsResponse{}
-	mi := &file_hedgekv_proto_msgTypes[32]
+	mi := &file_hedgekv_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2086,7 @@ func (x *RegionsResponse) String() string {
 func (*RegionsResponse) ProtoMessage() {}
 
 func (x *RegionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[32]
+	mi := &file_hedgekv_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2099,7 @@ func (x *RegionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionsResponse.ProtoReflect.Descriptor instead.
 func (*RegionsResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{32}
+	return file_hedgekv_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RegionsResponse) GetRegions() []*RegionInfo {
@@ -2034,7 +2119,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_hedgekv_proto_msgTypes[33]
+	mi := &file_hedgekv_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +2131,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[33]
+	mi := &file_hedgekv_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +2144,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{33}
+	return file_hedgekv_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TransferLeaderRequest) GetRegionId() uint64 {
@@ -2084,7 +2169,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_hedgekv_proto_msgTypes[34]
+	mi := &file_hedgekv_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2181,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[34]
+	mi := &file_hedgekv_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2194,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{34}
+	return file_hedgekv_proto_rawDescGZIP(), []int{35}
 }
 
 // SplitRequest splits the region holding key at key; it must reach that
@@ -2123,7 +2208,7 @@ type SplitRequest struct {
 
 func (x *SplitRequest) Reset() {
 	*x = SplitRequest{}
-	mi := &file_hedgekv_proto_msgTypes[35]
+	mi := &file_hedgekv_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2220,7 @@ func (x *SplitRequest) String() string {
 func (*SplitRequest) ProtoMessage() {}
 
 func (x *SplitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[35]
+	mi := &file_hedgekv_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2233,7 @@ func (x *SplitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitRequest.ProtoReflect.Descriptor instead.
 func (*SplitRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{35}
+	return file_hedgekv_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SplitRequest) GetKey() []byte {
@@ -2168,7 +2253,7 @@ type SplitResponse struct {
 
 func (x *SplitResponse) Reset() {
 	*x = SplitResponse{}
-	mi := &file_hedgekv_proto_msgTypes[36]
+	mi := &file_hedgekv_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2265,7 @@ func (x *SplitResponse) String() string {
 func (*SplitResponse) ProtoMessage() {}
 
 func (x *SplitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[36]
+	mi := &file_hedgekv_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2278,7 @@ func (x *SplitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SplitResponse.ProtoReflect.Descriptor instead.
 func (*SplitResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{36}
+	return file_hedgekv_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SplitResponse) GetLeft() *Region {
@@ -2222,7 +2307,7 @@ type AddPeerRequest struct {
 
 func (x *AddPeerRequest) Reset() {
 	*x = AddPeerRequest{}
-	mi := &file_hedgekv_proto_msgTypes[37]
+	mi := &file_hedgekv_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2234,7 +2319,7 @@ func (x *AddPeerRequest) String() string {
 func (*AddPeerRequest) ProtoMessage() {}
 
 func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[37]
+	mi := &file_hedgekv_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2247,7 +2332,7 @@ func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddPeerRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{37}
+	return file_hedgekv_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AddPeerRequest) GetRegionId() uint64 {
@@ -2272,7 +2357,7 @@ type AddPeerResponse struct {
 
 func (x *AddPeerResponse) Reset() {
 	*x = AddPeerResponse{}
-	mi := &file_hedgekv_proto_msgTypes[38]
+	mi := &file_hedgekv_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2369,7 @@ func (x *AddPeerResponse) String() string {
 func (*AddPeerResponse) ProtoMessage() {}
 
 func (x *AddPeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[38]
+	mi := &file_hedgekv_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2382,7 @@ func (x *AddPeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerResponse.ProtoReflect.Descriptor instead.
 func (*AddPeerResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{38}
+	return file_hedgekv_proto_rawDescGZIP(), []int{39}
 }
 
 // RemovePeerRequest removes the replica of region_id on store_id; it must
@@ -2313,7 +2398,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_hedgekv_proto_msgTypes[39]
+	mi := &file_hedgekv_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2325,7 +2410,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[39]
+	mi := &file_hedgekv_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2338,7 +2423,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{39}
+	return file_hedgekv_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemovePeerRequest) GetRegionId() uint64 {
@@ -2363,7 +2448,7 @@ type RemovePeerResponse struct {
 
 func (x *RemovePeerResponse) Reset() {
 	*x = RemovePeerResponse{}
-	mi := &file_hedgekv_proto_msgTypes[40]
+	mi := &file_hedgekv_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2460,7 @@ func (x *RemovePeerResponse) String() string {
 func (*RemovePeerResponse) ProtoMessage() {}
 
 func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[40]
+	mi := &file_hedgekv_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2473,7 @@ func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{40}
+	return file_hedgekv_proto_rawDescGZIP(), []int{41}
 }
 
 // JoinRequest announces a new store. The store contacted records it and
@@ -2409,7 +2494,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_hedgekv_proto_msgTypes[41]
+	mi := &file_hedgekv_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2506,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[41]
+	mi := &file_hedgekv_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2519,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{41}
+	return file_hedgekv_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *JoinRequest) GetStoreId() uint64 {
@@ -2486,7 +2571,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_hedgekv_proto_msgTypes[42]
+	mi := &file_hedgekv_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2583,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[42]
+	mi := &file_hedgekv_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2596,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{42}
+	return file_hedgekv_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *JoinResponse) GetPeers() map[uint64]string {
@@ -2546,7 +2631,7 @@ type FaultRequest struct {
 
 func (x *FaultRequest) Reset() {
 	*x = FaultRequest{}
-	mi := &file_hedgekv_proto_msgTypes[43]
+	mi := &file_hedgekv_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2558,7 +2643,7 @@ func (x *FaultRequest) String() string {
 func (*FaultRequest) ProtoMessage() {}
 
 func (x *FaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[43]
+	mi := &file_hedgekv_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2571,7 +2656,7 @@ func (x *FaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultRequest.ProtoReflect.Descriptor instead.
 func (*FaultRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{43}
+	return file_hedgekv_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FaultRequest) GetDelayNanos() int64 {
@@ -2610,7 +2695,7 @@ type FaultResponse struct {
 
 func (x *FaultResponse) Reset() {
 	*x = FaultResponse{}
-	mi := &file_hedgekv_proto_msgTypes[44]
+	mi := &file_hedgekv_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2707,7 @@ func (x *FaultResponse) String() string {
 func (*FaultResponse) ProtoMessage() {}
 
 func (x *FaultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[44]
+	mi := &file_hedgekv_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2720,7 @@ func (x *FaultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultResponse.ProtoReflect.Descriptor instead.
 func (*FaultResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{44}
+	return file_hedgekv_proto_rawDescGZIP(), []int{45}
 }
 
 // RaftMessage is one etcd-io/raft message addressed to a region's peer.
@@ -2654,7 +2739,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_hedgekv_proto_msgTypes[45]
+	mi := &file_hedgekv_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2751,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[45]
+	mi := &file_hedgekv_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2764,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{45}
+	return file_hedgekv_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RaftMessage) GetRegionId() uint64 {
@@ -2728,7 +2813,7 @@ type SafePoint struct {
 
 func (x *SafePoint) Reset() {
 	*x = SafePoint{}
-	mi := &file_hedgekv_proto_msgTypes[46]
+	mi := &file_hedgekv_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2740,7 +2825,7 @@ func (x *SafePoint) String() string {
 func (*SafePoint) ProtoMessage() {}
 
 func (x *SafePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[46]
+	mi := &file_hedgekv_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2753,7 +2838,7 @@ func (x *SafePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SafePoint.ProtoReflect.Descriptor instead.
 func (*SafePoint) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{46}
+	return file_hedgekv_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SafePoint) GetTerm() uint64 {
@@ -2786,7 +2871,7 @@ type RaftMessageBatch struct {
 
 func (x *RaftMessageBatch) Reset() {
 	*x = RaftMessageBatch{}
-	mi := &file_hedgekv_proto_msgTypes[47]
+	mi := &file_hedgekv_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +2883,7 @@ func (x *RaftMessageBatch) String() string {
 func (*RaftMessageBatch) ProtoMessage() {}
 
 func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[47]
+	mi := &file_hedgekv_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +2896,7 @@ func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatch.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatch) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{47}
+	return file_hedgekv_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RaftMessageBatch) GetMsgs() []*RaftMessage {
@@ -2834,7 +2919,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_hedgekv_proto_msgTypes[48]
+	mi := &file_hedgekv_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2846,7 +2931,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[48]
+	mi := &file_hedgekv_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2859,7 +2944,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{48}
+	return file_hedgekv_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SnapshotChunk) GetHeader() *RaftMessage {
@@ -2884,7 +2969,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_hedgekv_proto_msgTypes[49]
+	mi := &file_hedgekv_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2896,7 +2981,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[49]
+	mi := &file_hedgekv_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2909,7 +2994,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{49}
+	return file_hedgekv_proto_rawDescGZIP(), []int{50}
 }
 
 var File_hedgekv_proto protoreflect.FileDescriptor
@@ -2930,7 +3015,7 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\tstart_key\x18\x02 \x01(\fR\bstartKey\x12\x17\n" +
 	"\aend_key\x18\x03 \x01(\fR\x06endKey\x12$\n" +
 	"\x05epoch\x18\x04 \x01(\v2\x0e.hedgekv.EpochR\x05epoch\x12#\n" +
-	"\x05peers\x18\x05 \x03(\v2\r.hedgekv.PeerR\x05peers\"\xe5\x02\n" +
+	"\x05peers\x18\x05 \x03(\v2\r.hedgekv.PeerR\x05peers\"\xa2\x03\n" +
 	"\vRegionError\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x121\n" +
 	"\n" +
@@ -2938,7 +3023,8 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x0fepoch_not_match\x18\x03 \x01(\v2\x16.hedgekv.EpochNotMatchR\repochNotMatch\x12A\n" +
 	"\x10region_not_found\x18\x04 \x01(\v2\x17.hedgekv.RegionNotFoundR\x0eregionNotFound\x12B\n" +
 	"\x11key_not_in_region\x18\x05 \x01(\v2\x17.hedgekv.KeyNotInRegionR\x0ekeyNotInRegion\x12B\n" +
-	"\x11data_is_not_ready\x18\x06 \x01(\v2\x17.hedgekv.DataIsNotReadyR\x0edataIsNotReady\"O\n" +
+	"\x11data_is_not_ready\x18\x06 \x01(\v2\x17.hedgekv.DataIsNotReadyR\x0edataIsNotReady\x12;\n" +
+	"\x0eserver_is_busy\x18\a \x01(\v2\x15.hedgekv.ServerIsBusyR\fserverIsBusy\"O\n" +
 	"\tNotLeader\x12\x1b\n" +
 	"\tregion_id\x18\x01 \x01(\x04R\bregionId\x12%\n" +
 	"\x06leader\x18\x02 \x01(\v2\r.hedgekv.PeerR\x06leader\"f\n" +
@@ -2955,12 +3041,17 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x0eDataIsNotReady\x12\x1b\n" +
 	"\tregion_id\x18\x01 \x01(\x04R\bregionId\x12\x17\n" +
 	"\apeer_id\x18\x02 \x01(\x04R\x06peerId\x12\x1e\n" +
-	"\vsafe_age_ms\x18\x03 \x01(\x04R\tsafeAgeMs\"\xaa\x01\n" +
+	"\vsafe_age_ms\x18\x03 \x01(\x04R\tsafeAgeMs\"U\n" +
+	"\fServerIsBusy\x12\x19\n" +
+	"\bstore_id\x18\x01 \x01(\x04R\astoreId\x12*\n" +
+	"\x11estimated_wait_us\x18\x02 \x01(\x04R\x0festimatedWaitUs\"\xec\x01\n" +
 	"\vReadContext\x12\x1b\n" +
 	"\tregion_id\x18\x01 \x01(\x04R\bregionId\x121\n" +
 	"\fregion_epoch\x18\x02 \x01(\v2\x0e.hedgekv.EpochR\vregionEpoch\x12!\n" +
 	"\freplica_read\x18\x03 \x01(\bR\vreplicaRead\x12(\n" +
-	"\x10max_staleness_ms\x18\x04 \x01(\x04R\x0emaxStalenessMs\"}\n" +
+	"\x10max_staleness_ms\x18\x04 \x01(\x04R\x0emaxStalenessMs\x12*\n" +
+	"\x11busy_threshold_ms\x18\x05 \x01(\x04R\x0fbusyThresholdMs\x12\x14\n" +
+	"\x05hedge\x18\x06 \x01(\bR\x05hedge\"}\n" +
 	"\fWriteContext\x12\x1b\n" +
 	"\tregion_id\x18\x01 \x01(\x04R\bregionId\x121\n" +
 	"\fregion_epoch\x18\x02 \x01(\v2\x0e.hedgekv.EpochR\vregionEpoch\x12\x1d\n" +
@@ -3162,7 +3253,7 @@ func file_hedgekv_proto_rawDescGZIP() []byte {
 }
 
 var file_hedgekv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_hedgekv_proto_goTypes = []any{
 	(ReadMode)(0),                  // 0: hedgekv.ReadMode
 	(*Epoch)(nil),                  // 1: hedgekv.Epoch
@@ -3174,54 +3265,55 @@ var file_hedgekv_proto_goTypes = []any{
 	(*RegionNotFound)(nil),         // 7: hedgekv.RegionNotFound
 	(*KeyNotInRegion)(nil),         // 8: hedgekv.KeyNotInRegion
 	(*DataIsNotReady)(nil),         // 9: hedgekv.DataIsNotReady
-	(*ReadContext)(nil),            // 10: hedgekv.ReadContext
-	(*WriteContext)(nil),           // 11: hedgekv.WriteContext
-	(*ReadInfo)(nil),               // 12: hedgekv.ReadInfo
-	(*Load)(nil),                   // 13: hedgekv.Load
-	(*KvPair)(nil),                 // 14: hedgekv.KvPair
-	(*GetRequest)(nil),             // 15: hedgekv.GetRequest
-	(*GetResponse)(nil),            // 16: hedgekv.GetResponse
-	(*BatchGetRequest)(nil),        // 17: hedgekv.BatchGetRequest
-	(*BatchGetResponse)(nil),       // 18: hedgekv.BatchGetResponse
-	(*ScanRequest)(nil),            // 19: hedgekv.ScanRequest
-	(*ScanResponse)(nil),           // 20: hedgekv.ScanResponse
-	(*PutRequest)(nil),             // 21: hedgekv.PutRequest
-	(*PutResponse)(nil),            // 22: hedgekv.PutResponse
-	(*DeleteRequest)(nil),          // 23: hedgekv.DeleteRequest
-	(*DeleteResponse)(nil),         // 24: hedgekv.DeleteResponse
-	(*StatusRequest)(nil),          // 25: hedgekv.StatusRequest
-	(*RegionInfo)(nil),             // 26: hedgekv.RegionInfo
-	(*StatusResponse)(nil),         // 27: hedgekv.StatusResponse
-	(*StoresRequest)(nil),          // 28: hedgekv.StoresRequest
-	(*Store)(nil),                  // 29: hedgekv.Store
-	(*ZoneAddresses)(nil),          // 30: hedgekv.ZoneAddresses
-	(*StoresResponse)(nil),         // 31: hedgekv.StoresResponse
-	(*RegionsRequest)(nil),         // 32: hedgekv.RegionsRequest
-	(*RegionsResponse)(nil),        // 33: hedgekv.RegionsResponse
-	(*TransferLeaderRequest)(nil),  // 34: hedgekv.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 35: hedgekv.TransferLeaderResponse
-	(*SplitRequest)(nil),           // 36: hedgekv.SplitRequest
-	(*SplitResponse)(nil),          // 37: hedgekv.SplitResponse
-	(*AddPeerRequest)(nil),         // 38: hedgekv.AddPeerRequest
-	(*AddPeerResponse)(nil),        // 39: hedgekv.AddPeerResponse
-	(*RemovePeerRequest)(nil),      // 40: hedgekv.RemovePeerRequest
-	(*RemovePeerResponse)(nil),     // 41: hedgekv.RemovePeerResponse
-	(*JoinRequest)(nil),            // 42: hedgekv.JoinRequest
-	(*JoinResponse)(nil),           // 43: hedgekv.JoinResponse
-	(*FaultRequest)(nil),           // 44: hedgekv.FaultRequest
-	(*FaultResponse)(nil),          // 45: hedgekv.FaultResponse
-	(*RaftMessage)(nil),            // 46: hedgekv.RaftMessage
-	(*SafePoint)(nil),              // 47: hedgekv.SafePoint
-	(*RaftMessageBatch)(nil),       // 48: hedgekv.RaftMessageBatch
-	(*SnapshotChunk)(nil),          // 49: hedgekv.SnapshotChunk
-	(*Done)(nil),                   // 50: hedgekv.Done
-	nil,                            // 51: hedgekv.StatusResponse.PeersEntry
-	nil,                            // 52: hedgekv.StatusResponse.ZoneAddressesEntry
-	nil,                            // 53: hedgekv.Store.ZoneAddressesEntry
-	nil,                            // 54: hedgekv.ZoneAddresses.AddressesEntry
-	nil,                            // 55: hedgekv.JoinRequest.ZoneAddressesEntry
-	nil,                            // 56: hedgekv.JoinResponse.PeersEntry
-	nil,                            // 57: hedgekv.JoinResponse.ZoneAddressesEntry
+	(*ServerIsBusy)(nil),           // 10: hedgekv.ServerIsBusy
+	(*ReadContext)(nil),            // 11: hedgekv.ReadContext
+	(*WriteContext)(nil),           // 12: hedgekv.WriteContext
+	(*ReadInfo)(nil),               // 13: hedgekv.ReadInfo
+	(*Load)(nil),                   // 14: hedgekv.Load
+	(*KvPair)(nil),                 // 15: hedgekv.KvPair
+	(*GetRequest)(nil),             // 16: hedgekv.GetRequest
+	(*GetResponse)(nil),            // 17: hedgekv.GetResponse
+	(*BatchGetRequest)(nil),        // 18: hedgekv.BatchGetRequest
+	(*BatchGetResponse)(nil),       // 19: hedgekv.BatchGetResponse
+	(*ScanRequest)(nil),            // 20: hedgekv.ScanRequest
+	(*ScanResponse)(nil),           // 21: hedgekv.ScanResponse
+	(*PutRequest)(nil),             // 22: hedgekv.PutRequest
+	(*PutResponse)(nil),            // 23: hedgekv.PutResponse
+	(*DeleteRequest)(nil),          // 24: hedgekv.DeleteRequest
+	(*DeleteResponse)(nil),         // 25: hedgekv.DeleteResponse
+	(*StatusRequest)(nil),          // 26: hedgekv.StatusRequest
+	(*RegionInfo)(nil),             // 27: hedgekv.RegionInfo
+	(*StatusResponse)(nil),         // 28: hedgekv.StatusResponse
+	(*StoresRequest)(nil),          // 29: hedgekv.StoresRequest
+	(*Store)(nil),                  // 30: hedgekv.Store
+	(*ZoneAddresses)(nil),          // 31: hedgekv.ZoneAddresses
+	(*StoresResponse)(nil),         // 32: hedgekv.StoresResponse
+	(*RegionsRequest)(nil),         // 33: hedgekv.RegionsRequest
+	(*RegionsResponse)(nil),        // 34: hedgekv.RegionsResponse
+	(*TransferLeaderRequest)(nil),  // 35: hedgekv.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 36: hedgekv.TransferLeaderResponse
+	(*SplitRequest)(nil),           // 37: hedgekv.SplitRequest
+	(*SplitResponse)(nil),          // 38: hedgekv.SplitResponse
+	(*AddPeerRequest)(nil),         // 39: hedgekv.AddPeerRequest
+	(*AddPeerResponse)(nil),        // 40: hedgekv.AddPeerResponse
+	(*RemovePeerRequest)(nil),      // 41: hedgekv.RemovePeerRequest
+	(*RemovePeerResponse)(nil),     // 42: hedgekv.RemovePeerResponse
+	(*JoinRequest)(nil),            // 43: hedgekv.JoinRequest
+	(*JoinResponse)(nil),           // 44: hedgekv.JoinResponse
+	(*FaultRequest)(nil),           // 45: hedgekv.FaultRequest
+	(*FaultResponse)(nil),          // 46: hedgekv.FaultResponse
+	(*RaftMessage)(nil),            // 47: hedgekv.RaftMessage
+	(*SafePoint)(nil),              // 48: hedgekv.SafePoint
+	(*RaftMessageBatch)(nil),       // 49: hedgekv.RaftMessageBatch
+	(*SnapshotChunk)(nil),          // 50: hedgekv.SnapshotChunk
+	(*Done)(nil),                   // 51: hedgekv.Done
+	nil,                            // 52: hedgekv.StatusResponse.PeersEntry
+	nil,                            // 53: hedgekv.StatusResponse.ZoneAddressesEntry
+	nil,                            // 54: hedgekv.Store.ZoneAddressesEntry
+	nil,                            // 55: hedgekv.ZoneAddresses.AddressesEntry
+	nil,                            // 56: hedgekv.JoinRequest.ZoneAddressesEntry
+	nil,                            // 57: hedgekv.JoinResponse.PeersEntry
+	nil,                            // 58: hedgekv.JoinResponse.ZoneAddressesEntry
 }
 var file_hedgekv_proto_depIdxs = []int32{
 	1,  // 0: hedgekv.Region.epoch:type_name -> hedgekv.Epoch
@@ -3231,79 +3323,80 @@ var file_hedgekv_proto_depIdxs = []int32{
 	7,  // 4: hedgekv.RegionError.region_not_found:type_name -> hedgekv.RegionNotFound
 	8,  // 5: hedgekv.RegionError.key_not_in_region:type_name -> hedgekv.KeyNotInRegion
 	9,  // 6: hedgekv.RegionError.data_is_not_ready:type_name -> hedgekv.DataIsNotReady
-	2,  // 7: hedgekv.NotLeader.leader:type_name -> hedgekv.Peer
-	3,  // 8: hedgekv.EpochNotMatch.current_regions:type_name -> hedgekv.Region
-	1,  // 9: hedgekv.ReadContext.region_epoch:type_name -> hedgekv.Epoch
-	1,  // 10: hedgekv.WriteContext.region_epoch:type_name -> hedgekv.Epoch
-	0,  // 11: hedgekv.ReadInfo.mode:type_name -> hedgekv.ReadMode
-	10, // 12: hedgekv.GetRequest.context:type_name -> hedgekv.ReadContext
-	12, // 13: hedgekv.GetResponse.read_info:type_name -> hedgekv.ReadInfo
-	13, // 14: hedgekv.GetResponse.load:type_name -> hedgekv.Load
-	10, // 15: hedgekv.BatchGetRequest.context:type_name -> hedgekv.ReadContext
-	14, // 16: hedgekv.BatchGetResponse.pairs:type_name -> hedgekv.KvPair
-	12, // 17: hedgekv.BatchGetResponse.read_info:type_name -> hedgekv.ReadInfo
-	13, // 18: hedgekv.BatchGetResponse.load:type_name -> hedgekv.Load
-	10, // 19: hedgekv.ScanRequest.context:type_name -> hedgekv.ReadContext
-	14, // 20: hedgekv.ScanResponse.pairs:type_name -> hedgekv.KvPair
-	12, // 21: hedgekv.ScanResponse.read_info:type_name -> hedgekv.ReadInfo
-	13, // 22: hedgekv.ScanResponse.load:type_name -> hedgekv.Load
-	11, // 23: hedgekv.PutRequest.context:type_name -> hedgekv.WriteContext
-	11, // 24: hedgekv.DeleteRequest.context:type_name -> hedgekv.WriteContext
-	3,  // 25: hedgekv.RegionInfo.region:type_name -> hedgekv.Region
-	2,  // 26: hedgekv.RegionInfo.leader:type_name -> hedgekv.Peer
-	26, // 27: hedgekv.StatusResponse.regions:type_name -> hedgekv.RegionInfo
-	51, // 28: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
-	52, // 29: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
-	53, // 30: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
-	54, // 31: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
-	29, // 32: hedgekv.StoresResponse.stores:type_name -> hedgekv.Store
-	26, // 33: hedgekv.RegionsResponse.regions:type_name -> hedgekv.RegionInfo
-	3,  // 34: hedgekv.SplitResponse.left:type_name -> hedgekv.Region
-	3,  // 35: hedgekv.SplitResponse.right:type_name -> hedgekv.Region
-	55, // 36: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
-	56, // 37: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
-	57, // 38: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
-	47, // 39: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
-	46, // 40: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
-	46, // 41: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
-	30, // 42: hedgekv.JoinResponse.ZoneAddressesEntry.value:type_name -> hedgekv.ZoneAddresses
-	15, // 43: hedgekv.KV.Get:input_type -> hedgekv.GetRequest
-	17, // 44: hedgekv.KV.BatchGet:input_type -> hedgekv.BatchGetRequest
-	19, // 45: hedgekv.KV.Scan:input_type -> hedgekv.ScanRequest
-	21, // 46: hedgekv.KV.Put:input_type -> hedgekv.PutRequest
-	23, // 47: hedgekv.KV.Delete:input_type -> hedgekv.DeleteRequest
-	25, // 48: hedgekv.Admin.Status:input_type -> hedgekv.StatusRequest
-	28, // 49: hedgekv.Admin.Stores:input_type -> hedgekv.StoresRequest
-	32, // 50: hedgekv.Admin.Regions:input_type -> hedgekv.RegionsRequest
-	34, // 51: hedgekv.Admin.TransferLeader:input_type -> hedgekv.TransferLeaderRequest
-	36, // 52: hedgekv.Admin.Split:input_type -> hedgekv.SplitRequest
-	38, // 53: hedgekv.Admin.AddPeer:input_type -> hedgekv.AddPeerRequest
-	40, // 54: hedgekv.Admin.RemovePeer:input_type -> hedgekv.RemovePeerRequest
-	42, // 55: hedgekv.Admin.Join:input_type -> hedgekv.JoinRequest
-	44, // 56: hedgekv.Admin.Fault:input_type -> hedgekv.FaultRequest
-	48, // 57: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
-	49, // 58: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
-	16, // 59: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
-	18, // 60: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
-	20, // 61: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
-	22, // 62: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
-	24, // 63: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
-	27, // 64: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
-	31, // 65: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
-	33, // 66: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
-	35, // 67: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
-	37, // 68: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
-	39, // 69: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
-	41, // 70: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
-	43, // 71: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
-	45, // 72: hedgekv.Admin.Fault:output_type -> hedgekv.FaultResponse
-	50, // 73: hedgekv.Raft.Stream:output_type -> hedgekv.Done
-	50, // 74: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
-	59, // [59:75] is the sub-list for method output_type
-	43, // [43:59] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	10, // 7: hedgekv.RegionError.server_is_busy:type_name -> hedgekv.ServerIsBusy
+	2,  // 8: hedgekv.NotLeader.leader:type_name -> hedgekv.Peer
+	3,  // 9: hedgekv.EpochNotMatch.current_regions:type_name -> hedgekv.Region
+	1,  // 10: hedgekv.ReadContext.region_epoch:type_name -> hedgekv.Epoch
+	1,  // 11: hedgekv.WriteContext.region_epoch:type_name -> hedgekv.Epoch
+	0,  // 12: hedgekv.ReadInfo.mode:type_name -> hedgekv.ReadMode
+	11, // 13: hedgekv.GetRequest.context:type_name -> hedgekv.ReadContext
+	13, // 14: hedgekv.GetResponse.read_info:type_name -> hedgekv.ReadInfo
+	14, // 15: hedgekv.GetResponse.load:type_name -> hedgekv.Load
+	11, // 16: hedgekv.BatchGetRequest.context:type_name -> hedgekv.ReadContext
+	15, // 17: hedgekv.BatchGetResponse.pairs:type_name -> hedgekv.KvPair
+	13, // 18: hedgekv.BatchGetResponse.read_info:type_name -> hedgekv.ReadInfo
+	14, // 19: hedgekv.BatchGetResponse.load:type_name -> hedgekv.Load
+	11, // 20: hedgekv.ScanRequest.context:type_name -> hedgekv.ReadContext
+	15, // 21: hedgekv.ScanResponse.pairs:type_name -> hedgekv.KvPair
+	13, // 22: hedgekv.ScanResponse.read_info:type_name -> hedgekv.ReadInfo
+	14, // 23: hedgekv.ScanResponse.load:type_name -> hedgekv.Load
+	12, // 24: hedgekv.PutRequest.context:type_name -> hedgekv.WriteContext
+	12, // 25: hedgekv.DeleteRequest.context:type_name -> hedgekv.WriteContext
+	3,  // 26: hedgekv.RegionInfo.region:type_name -> hedgekv.Region
+	2,  // 27: hedgekv.RegionInfo.leader:type_name -> hedgekv.Peer
+	27, // 28: hedgekv.StatusResponse.regions:type_name -> hedgekv.RegionInfo
+	52, // 29: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
+	53, // 30: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
+	54, // 31: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
+	55, // 32: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
+	30, // 33: hedgekv.StoresResponse.stores:type_name -> hedgekv.Store
+	27, // 34: hedgekv.RegionsResponse.regions:type_name -> hedgekv.RegionInfo
+	3,  // 35: hedgekv.SplitResponse.left:type_name -> hedgekv.Region
+	3,  // 36: hedgekv.SplitResponse.right:type_name -> hedgekv.Region
+	56, // 37: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
+	57, // 38: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
+	58, // 39: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
+	48, // 40: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
+	47, // 41: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
+	47, // 42: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
+	31, // 43: hedgekv.JoinResponse.ZoneAddressesEntry.value:type_name -> hedgekv.ZoneAddresses
+	16, // 44: hedgekv.KV.Get:input_type -> hedgekv.GetRequest
+	18, // 45: hedgekv.KV.BatchGet:input_type -> hedgekv.BatchGetRequest
+	20, // 46: hedgekv.KV.Scan:input_type -> hedgekv.ScanRequest
+	22, // 47: hedgekv.KV.Put:input_type -> hedgekv.PutRequest
+	24, // 48: hedgekv.KV.Delete:input_type -> hedgekv.DeleteRequest
+	26, // 49: hedgekv.Admin.Status:input_type -> hedgekv.StatusRequest
+	29, // 50: hedgekv.Admin.Stores:input_type -> hedgekv.StoresRequest
+	33, // 51: hedgekv.Admin.Regions:input_type -> hedgekv.RegionsRequest
+	35, // 52: hedgekv.Admin.TransferLeader:input_type -> hedgekv.TransferLeaderRequest
+	37, // 53: hedgekv.Admin.Split:input_type -> hedgekv.SplitRequest
+	39, // 54: hedgekv.Admin.AddPeer:input_type -> hedgekv.AddPeerRequest
+	41, // 55: hedgekv.Admin.RemovePeer:input_type -> hedgekv.RemovePeerRequest
+	43, // 56: hedgekv.Admin.Join:input_type -> hedgekv.JoinRequest
+	45, // 57: hedgekv.Admin.Fault:input_type -> hedgekv.FaultRequest
+	49, // 58: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
+	50, // 59: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
+	17, // 60: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
+	19, // 61: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
+	21, // 62: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
+	23, // 63: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
+	25, // 64: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
+	28, // 65: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
+	32, // 66: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
+	34, // 67: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
+	36, // 68: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
+	38, // 69: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
+	40, // 70: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
+	42, // 71: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
+	44, // 72: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
+	46, // 73: hedgekv.Admin.Fault:output_type -> hedgekv.FaultResponse
+	51, // 74: hedgekv.Raft.Stream:output_type -> hedgekv.Done
+	51, // 75: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
+	60, // [60:76] is the sub-list for method output_type
+	44, // [44:60] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_hedgekv_proto_init() }
@@ -3317,7 +3410,7 @@ func file_hedgekv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hedgekv_proto_rawDesc), len(file_hedgekv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   57,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
