@@ -1,0 +1,488 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/hedgekv/hedgekv/server/pb"
+)
+
+// ProcClusterConfig configures StartProcCluster.
+type ProcClusterConfig struct {
+	// Binary is the hedgekv binary whose `server` command runs each store.
+	Binary string
+	// Dir holds each store's data directory and log; "" makes a temporary
+	// directory that Stop removes.
+	Dir string
+	// Zones, one per store (default dc-a, dc-b, dc-c: three stores).
+	Zones []string
+	// Tick is the servers' --tick (0: the server's default, 50ms).
+	Tick time.Duration
+	// BalanceInterval is the servers' --balance-interval (0: the server's
+	// default; negative: no store moves leaders or replicas).
+	BalanceInterval time.Duration
+	// LogLevel of the servers (default warn).
+	LogLevel     string
+	ReadyTimeout time.Duration // default 30s
+	Logger       *slog.Logger
+}
+
+// ProcCluster is a hedgekv cluster of `hedgekv server` child processes on
+// free 127.0.0.1 ports, which a benchmark can kill -9 and restart one by
+// one. Safe for concurrent use.
+type ProcCluster struct {
+	// Endpoints are the stores' gRPC addresses, in store id order.
+	Endpoints []string
+	// StatusAddrs are the stores' status HTTP addresses, in the same order.
+	StatusAddrs []string
+	ids         []uint64
+	binary      string
+	dir         string
+	ownDir      bool
+	logger      *slog.Logger
+
+	mu      sync.Mutex
+	stopped bool
+	pids    []int        // of every process started
+	procs   []*storeProc // by index into ids
+	admins  map[uint64]*grpc.ClientConn
+}
+
+// storeProc is one store: its flags, and its current process (replaced,
+// under ProcCluster.mu, when the store is restarted).
+type storeProc struct {
+	id      uint64
+	args    []string
+	logPath string
+	run     *procRun
+}
+
+// procRun is one process of a store.
+type procRun struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error // set before exited is closed
+}
+
+func (r *procRun) running() bool {
+	if r == nil {
+		return false
+	}
+	select {
+	case <-r.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// StartProcCluster starts one server process per zone, stores 1..N
+// bootstrapping region 1 together, and waits until every store reports the
+// same leader for every region. A store that finds its port taken (free
+// when picked, bound by someone else before the store started) makes it
+// start over on new ports, up to three times, when the directory is its own.
+func StartProcCluster(ctx context.Context, cfg ProcClusterConfig) (*ProcCluster, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := startProcCluster(ctx, cfg)
+		if err == nil || cfg.Dir != "" || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return c, err
+		}
+		if cfg.Logger != nil {
+			cfg.Logger.Info("process cluster: a port was taken; starting again on new ports", "err", err)
+		}
+	}
+}
+
+func startProcCluster(ctx context.Context, cfg ProcClusterConfig) (_ *ProcCluster, err error) {
+	if cfg.Binary == "" {
+		return nil, errors.New("process cluster: no hedgekv binary given")
+	}
+	if len(cfg.Zones) == 0 {
+		cfg.Zones = []string{"dc-a", "dc-b", "dc-c"}
+	}
+	if cfg.LogLevel == "" {
+		cfg.LogLevel = "warn"
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	bin, err := filepath.Abs(cfg.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("process cluster: %w", err)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("process cluster: hedgekv binary: %w", err)
+	}
+	c := &ProcCluster{binary: bin, dir: cfg.Dir, logger: cfg.Logger, admins: map[uint64]*grpc.ClientConn{}}
+	if c.dir == "" {
+		if c.dir, err = os.MkdirTemp("", "hedgekv-bench-procs-*"); err != nil {
+			return nil, fmt.Errorf("process cluster: %w", err)
+		}
+		c.ownDir = true
+	}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	n := len(cfg.Zones)
+	ports, release, err := reservePorts(2 * n)
+	if err != nil {
+		return nil, fmt.Errorf("process cluster: %w", err)
+	}
+	var peers []string
+	for i := range n {
+		c.ids = append(c.ids, uint64(i+1))
+		c.Endpoints = append(c.Endpoints, fmt.Sprintf("127.0.0.1:%d", ports[2*i]))
+		c.StatusAddrs = append(c.StatusAddrs, fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]))
+		peers = append(peers, fmt.Sprintf("%d=%s", i+1, c.Endpoints[i]))
+	}
+	// Held until now so that nothing else picks them meanwhile.
+	release()
+	c.procs = make([]*storeProc, n)
+	for i, id := range c.ids {
+		args := []string{"server",
+			"--id", strconv.FormatUint(id, 10),
+			"--listen", c.Endpoints[i],
+			"--status", c.StatusAddrs[i],
+			"--peers", strings.Join(peers, ","),
+			"--zone", cfg.Zones[i],
+			"--data-dir", filepath.Join(c.dir, fmt.Sprintf("store%d", id)),
+			"--log-level", cfg.LogLevel,
+		}
+		if cfg.Tick > 0 {
+			args = append(args, "--tick="+cfg.Tick.String())
+		}
+		if cfg.BalanceInterval != 0 {
+			args = append(args, "--balance-interval="+cfg.BalanceInterval.String())
+		}
+		c.procs[i] = &storeProc{id: id, args: args, logPath: filepath.Join(c.dir, fmt.Sprintf("store%d.log", id))}
+		if err := c.launch(c.procs[i]); err != nil {
+			return nil, err
+		}
+	}
+	c.logger.Info("process cluster starting", "binary", bin, "endpoints", strings.Join(c.Endpoints, ","), "dir", c.dir)
+	wctx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
+	defer cancel()
+	if _, err := c.WaitSettled(wctx, 0); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// launch starts p's process (its log appended to, so a restart keeps the
+// first run's lines).
+func (c *ProcCluster) launch(p *storeProc) error {
+	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("store %d: %w", p.id, err)
+	}
+	cmd := exec.Command(c.binary, p.args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Killed with us if this process dies without stopping it.
+	setChildAttrs(cmd)
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return fmt.Errorf("store %d: start %s: %w", p.id, c.binary, err)
+	}
+	r := &procRun{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		r.err = cmd.Wait()
+		_ = logFile.Close()
+		close(r.exited)
+	}()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		// Stop ran meanwhile and will not see this process: end it here.
+		_ = cmd.Process.Kill()
+		<-r.exited
+		return fmt.Errorf("store %d: the cluster was stopped", p.id)
+	}
+	p.run = r
+	c.pids = append(c.pids, cmd.Process.Pid)
+	return nil
+}
+
+// PIDs are the process ids of every server process the cluster started,
+// restarts included.
+func (c *ProcCluster) PIDs() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.pids)
+}
+
+// StoreIDs are the stores' ids, ascending.
+func (c *ProcCluster) StoreIDs() []uint64 { return slices.Clone(c.ids) }
+
+// Dir is where the stores keep their data and logs.
+func (c *ProcCluster) Dir() string { return c.dir }
+
+// LogPath is a store's log file ("" for an unknown store).
+func (c *ProcCluster) LogPath(store uint64) string {
+	if p, _ := c.proc(store); p != nil {
+		return p.logPath
+	}
+	return ""
+}
+
+// proc returns a store and its current process (nil if none).
+func (c *ProcCluster) proc(store uint64) (*storeProc, *procRun) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i := slices.Index(c.ids, store); i >= 0 && i < len(c.procs) && c.procs[i] != nil {
+		return c.procs[i], c.procs[i].run
+	}
+	return nil, nil
+}
+
+// Running reports whether the store's process is alive.
+func (c *ProcCluster) Running(store uint64) bool {
+	_, r := c.proc(store)
+	return r.running()
+}
+
+// PID is the process id of a store's current process (0 if none).
+func (c *ProcCluster) PID(store uint64) int {
+	if _, r := c.proc(store); r != nil {
+		return r.cmd.Process.Pid
+	}
+	return 0
+}
+
+// Kill sends the store's process SIGKILL (kill -9: no shutdown, sockets
+// closed by the kernel) and waits until it has exited.
+func (c *ProcCluster) Kill(store uint64) error {
+	p, r := c.proc(store)
+	if p == nil {
+		return fmt.Errorf("process cluster: no store %d", store)
+	}
+	if !r.running() {
+		return fmt.Errorf("process cluster: store %d is not running", store)
+	}
+	if err := r.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("process cluster: kill -9 store %d (pid %d): %w", store, r.cmd.Process.Pid, err)
+	}
+	<-r.exited
+	return nil
+}
+
+// Restart starts a stopped store again with the same flags and data
+// directory and waits until every store agrees on every region's leader
+// and has applied its commit index.
+func (c *ProcCluster) Restart(ctx context.Context, store uint64) error {
+	p, r := c.proc(store)
+	if p == nil {
+		return fmt.Errorf("process cluster: no store %d", store)
+	}
+	if r.running() {
+		return fmt.Errorf("process cluster: store %d is still running", store)
+	}
+	if err := c.launch(p); err != nil {
+		return fmt.Errorf("process cluster: restart: %w", err)
+	}
+	if _, err := c.WaitSettled(ctx, 0); err != nil {
+		return fmt.Errorf("process cluster: after restarting store %d: %w", store, err)
+	}
+	return nil
+}
+
+// admin returns a connection to a store's admin service (kept for reuse:
+// gRPC reconnects by itself after a restart).
+func (c *ProcCluster) admin(store uint64) (pb.AdminClient, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cc := c.admins[store]
+	if cc == nil {
+		i := slices.Index(c.ids, store)
+		if i < 0 {
+			return nil, fmt.Errorf("no store %d", store)
+		}
+		var err error
+		cc, err = grpc.NewClient(c.Endpoints[i], grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, fmt.Errorf("store %d: %w", store, err)
+		}
+		c.admins[store] = cc
+	}
+	return pb.NewAdminClient(cc), nil
+}
+
+// storeRegions asks one store which regions it hosts and whom it takes
+// for their leaders.
+func (c *ProcCluster) storeRegions(ctx context.Context, store uint64) ([]*pb.RegionInfo, error) {
+	a, err := c.admin(store)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := a.Regions(ctx, &pb.RegionsRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("store %d: regions: %w", store, err)
+	}
+	return resp.GetRegions(), nil
+}
+
+// LeaderOf is the store that claims leadership of regionID in its own
+// view (the highest term if several do), 0 if no running store does.
+// Asking the stores, not a client's cache, tells a real election from a
+// cache catching up.
+func (c *ProcCluster) LeaderOf(ctx context.Context, regionID uint64) uint64 {
+	var leader, term uint64
+	for _, id := range c.ids {
+		if !c.Running(id) {
+			continue
+		}
+		infos, err := c.storeRegions(ctx, id)
+		if err != nil {
+			continue
+		}
+		for _, info := range infos {
+			if info.GetRegion().GetId() == regionID && info.GetLeaderStoreId() == id && info.GetTerm() >= term {
+				leader, term = id, info.GetTerm()
+			}
+		}
+	}
+	return leader
+}
+
+// settled reports whether every store is running and hosts at least one
+// region, and for each region every store names the same running leader
+// in the same term and has applied that leader's commit index. regionID,
+// if not 0, must be among them.
+func (c *ProcCluster) settled(ctx context.Context, regionID uint64) (leader uint64, why error) {
+	type view struct {
+		leader, term, commit uint64
+		minApplied           uint64
+	}
+	views := map[uint64]*view{}
+	for _, id := range c.ids {
+		p, r := c.proc(id)
+		if p == nil {
+			return 0, fmt.Errorf("store %d: cluster stopped", id)
+		}
+		if !r.running() {
+			return 0, fmt.Errorf("store %d exited (%v); its log ends with:\n%s", id, r.err, tail(p.logPath, 20))
+		}
+		infos, err := c.storeRegions(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		if len(infos) == 0 {
+			return 0, fmt.Errorf("store %d hosts no region yet", id)
+		}
+		for _, info := range infos {
+			rid := info.GetRegion().GetId()
+			l := info.GetLeaderStoreId()
+			v := views[rid]
+			if v == nil {
+				v = &view{leader: l, term: info.GetTerm(), minApplied: info.GetAppliedIndex()}
+				views[rid] = v
+			}
+			if l == 0 || l != v.leader || info.GetTerm() != v.term {
+				return 0, fmt.Errorf("region %d: stores disagree about the leader (store %d says %d in term %d)", rid, id, l, info.GetTerm())
+			}
+			if l == id {
+				v.commit = info.GetCommitIndex()
+			}
+			v.minApplied = min(v.minApplied, info.GetAppliedIndex())
+		}
+	}
+	if regionID != 0 && views[regionID] == nil {
+		return 0, fmt.Errorf("no store hosts region %d", regionID)
+	}
+	for rid, v := range views {
+		if v.minApplied < v.commit {
+			return 0, fmt.Errorf("region %d: a replica has applied %d of the leader's %d", rid, v.minApplied, v.commit)
+		}
+	}
+	if v := views[regionID]; v != nil {
+		return v.leader, nil
+	}
+	return 0, nil
+}
+
+// WaitSettled waits until the cluster is settled (see settled) and returns
+// regionID's leader (0 when regionID is 0).
+func (c *ProcCluster) WaitSettled(ctx context.Context, regionID uint64) (uint64, error) {
+	t := time.NewTicker(25 * time.Millisecond)
+	defer t.Stop()
+	for {
+		leader, why := c.settled(ctx, regionID)
+		if why == nil {
+			return leader, nil
+		}
+		if strings.Contains(why.Error(), "exited") {
+			return 0, fmt.Errorf("process cluster: %w", why)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("process cluster: not settled: %w (%w)", why, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Stop terminates every store (SIGTERM, then SIGKILL after 3s) and removes
+// a temporary directory. Safe to call more than once and concurrently.
+func (c *ProcCluster) Stop() {
+	c.mu.Lock()
+	var runs []*procRun
+	for _, p := range c.procs {
+		if p != nil && p.run != nil {
+			runs = append(runs, p.run)
+		}
+	}
+	c.procs, c.stopped = nil, true
+	admins := c.admins
+	c.admins = map[uint64]*grpc.ClientConn{}
+	c.mu.Unlock()
+	for _, cc := range admins {
+		_ = cc.Close()
+	}
+	for _, r := range runs {
+		if r.running() {
+			_ = r.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	deadline := time.NewTimer(3 * time.Second)
+	defer deadline.Stop()
+	expired := false
+	for _, r := range runs {
+		if !expired {
+			select {
+			case <-r.exited:
+				continue
+			case <-deadline.C:
+				expired = true
+			}
+		}
+		if r.running() {
+			c.logger.Debug("store still running 3s after SIGTERM; killing it", "pid", r.cmd.Process.Pid)
+			_ = r.cmd.Process.Kill()
+			<-r.exited
+		}
+	}
+	if c.ownDir && c.dir != "" {
+		_ = os.RemoveAll(c.dir)
+		c.dir = ""
+	}
+}
