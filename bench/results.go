@@ -27,6 +27,8 @@ type Row struct {
 	Failed  int64   `json:"failed"`
 
 	// Only where they apply.
+	// P95Ms: overloaded-replica (ScyllaDB quotes p95 beside p99).
+	P95Ms             *float64        `json:"p95_ms,omitempty"`
 	ServerP99Ms       *float64        `json:"server_p99_ms,omitempty"`
 	ExtraRequestRatio *float64        `json:"extra_request_ratio,omitempty"`
 	HedgesWon         *int64          `json:"hedges_won,omitempty"`

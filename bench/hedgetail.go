@@ -1,0 +1,888 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+
+	"github.com/hedgekv/hedgekv/client"
+)
+
+// hedge-tail reproduces Pegasus's backup request and Bailis's "doing
+// redundant work": the store holding region 1's leader pauses now and then
+// (as a compaction or a GC pause would), and reads sent to the leader are
+// hedged to a follower after a fixed delay or a percentile of recent
+// latency. What is measured is the far tail (p99.99) against the extra
+// requests the hedges cost.
+//
+// Two faults, each with the hedge that can beat it (the client's design):
+//   - read-pause: the `delay` fault on the leader's store with prob 1 for
+//     the length of the pause, then cleared, so a read arriving during the
+//     pause waits until its end. The leader's raft loop stays live, so a
+//     linearizable hedge (a ReadIndex read at a follower) answers.
+//   - stall-stale: the `stall` fault: the whole store freezes (reads,
+//     writes, raft). A ReadIndex hedge would wait for the frozen leader
+//     too, so the session allows bounded staleness and the hedge is a
+//     stale read at a follower.
+
+// HedgeTailVariant is one hedging policy of hedge-tail.
+type HedgeTailVariant struct {
+	Name  string
+	Hedge client.Hedge
+	Doc   string
+}
+
+// HedgeTailVariants are hedge-tail's variants, in run order.
+var HedgeTailVariants = []HedgeTailVariant{
+	{Name: "hedge-off", Hedge: client.HedgeOff, Doc: "no hedging: the baseline"},
+	{Name: "hedge-10ms", Hedge: client.HedgeAfter(10 * time.Millisecond), Doc: "a backup request after a fixed 10 ms (Dean's BigTable setting)"},
+	{Name: "hedge-p99", Hedge: client.HedgeAfterPercentile(0.99), Doc: "a backup request after the leader's recent p99 (Cassandra's default)"},
+	{Name: "hedge-p999", Hedge: client.HedgeAfterPercentile(0.999), Doc: "a backup request after the leader's recent p99.9 (Pegasus's setting)"},
+}
+
+// Fault kinds of hedge-tail.
+const (
+	FaultReadPause  = "read-pause"
+	FaultStallStale = "stall-stale"
+)
+
+// HedgeTailFaults are the fault kinds, in run order.
+var HedgeTailFaults = []string{FaultReadPause, FaultStallStale}
+
+// HedgeTailConfig configures RunHedgeTail.
+type HedgeTailConfig struct {
+	// Quick: 3 s runs with one pause each, well under a minute on 2 cores
+	// (the pauses then touch ~2% of reads, so the extra-request figures
+	// are not the published ones). Explicit values below still win.
+	Quick    bool
+	Variants []string // default all
+	Faults   []string // default both
+	Keys     int      // keys read, uniformly (default 1,000)
+	// ValueSize of each key's value (default 128 bytes).
+	ValueSize int
+	// Rate is the open loop's reads per second (default 2,000).
+	Rate float64
+	// RunDuration of each measured run (default 25s; quick 3s).
+	RunDuration time.Duration
+	// Warmup before each run, unmeasured, so that the percentile
+	// hedges have a latency window (default 2s; quick 1s; negative: none).
+	Warmup time.Duration
+	// PauseLen is how long each pause lasts (default 100ms).
+	PauseLen time.Duration
+	// Pauses per run, evenly spaced (default 1).
+	Pauses int
+	// HedgeBudget of the hedging sessions (default 1: no cap; see the
+	// report for why).
+	HedgeBudget float64
+	// MaxStaleness of stall-stale's session (default 10s).
+	MaxStaleness time.Duration
+	OutDir       string // results root: writes OutDir/hedge-tail
+	NoPlots      bool
+	Command      string
+	Progress     io.Writer
+	Logger       *slog.Logger
+	Out          io.Writer
+}
+
+func (cfg *HedgeTailConfig) setDefaults() error {
+	if len(cfg.Variants) == 0 {
+		for _, v := range HedgeTailVariants {
+			cfg.Variants = append(cfg.Variants, v.Name)
+		}
+	}
+	for _, name := range cfg.Variants {
+		if !slices.ContainsFunc(HedgeTailVariants, func(v HedgeTailVariant) bool { return v.Name == name }) {
+			return fmt.Errorf("unknown variant %q", name)
+		}
+	}
+	if len(cfg.Faults) == 0 {
+		cfg.Faults = slices.Clone(HedgeTailFaults)
+	}
+	for _, f := range cfg.Faults {
+		if !slices.Contains(HedgeTailFaults, f) {
+			return fmt.Errorf("unknown fault %q (want %s)", f, strings.Join(HedgeTailFaults, " or "))
+		}
+	}
+	if cfg.Keys <= 0 {
+		cfg.Keys = 1000
+	}
+	if cfg.ValueSize <= 0 {
+		cfg.ValueSize = 128
+	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = 2000
+	}
+	if cfg.RunDuration <= 0 {
+		cfg.RunDuration = map[bool]time.Duration{false: 25 * time.Second, true: 3 * time.Second}[cfg.Quick]
+	}
+	if cfg.Warmup == 0 {
+		cfg.Warmup = map[bool]time.Duration{false: 2 * time.Second, true: time.Second}[cfg.Quick]
+	}
+	if cfg.PauseLen <= 0 {
+		cfg.PauseLen = 100 * time.Millisecond
+	}
+	if cfg.Pauses <= 0 {
+		cfg.Pauses = 1
+	}
+	if time.Duration(cfg.Pauses)*cfg.PauseLen >= cfg.RunDuration {
+		return fmt.Errorf("%d pauses of %v do not fit in a %v run", cfg.Pauses, cfg.PauseLen, cfg.RunDuration)
+	}
+	if cfg.HedgeBudget == 0 {
+		cfg.HedgeBudget = 1
+	}
+	if cfg.HedgeBudget < 0 || cfg.HedgeBudget > 1 {
+		return fmt.Errorf("hedge budget %v outside (0, 1]", cfg.HedgeBudget)
+	}
+	if cfg.MaxStaleness <= 0 {
+		cfg.MaxStaleness = 10 * time.Second
+	}
+	if cfg.OutDir == "" {
+		cfg.OutDir = "results"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Out = discardIfNil(cfg.Out)
+	return nil
+}
+
+// HedgeTailRun is one measured run: a variant under a fault.
+type HedgeTailRun struct {
+	Variant HedgeTailVariant
+	Fault   string
+	Row     Row
+	Latency *hdrhistogram.Histogram
+	Stats   client.HedgeStats
+	// PausesInjected and PausedFor: what the fault schedule did.
+	PausesInjected int
+	PausedFor      time.Duration
+	MaxLag         time.Duration
+	FirstErr       string
+	LeaderMoved    string
+}
+
+// HedgeTailResult is what RunHedgeTail measured.
+type HedgeTailResult struct {
+	Rows        []Row
+	Runs        []HedgeTailRun
+	LeaderStore uint64
+	Dir         string
+	Plots       []string
+}
+
+// hedgeTailRegion holds every key (splits are off).
+const hedgeTailRegion = 1
+
+// RunHedgeTail runs the scenario and writes
+// OutDir/hedge-tail/{results.json,report.md,*.png}.
+func RunHedgeTail(ctx context.Context, cfg HedgeTailConfig) (*HedgeTailResult, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("hedge-tail: %w", err)
+	}
+	started := time.Now()
+	var variants []HedgeTailVariant
+	for _, v := range HedgeTailVariants {
+		if slices.Contains(cfg.Variants, v.Name) {
+			variants = append(variants, v)
+		}
+	}
+	var faults []string
+	for _, f := range HedgeTailFaults {
+		if slices.Contains(cfg.Faults, f) {
+			faults = append(faults, f)
+		}
+	}
+	var prog *Progress
+	if cfg.Progress != nil {
+		prog = NewProgress(cfg.Progress, "hedge-tail", 1+len(variants)*len(faults), 0)
+	}
+	defer prog.Done()
+
+	prog.Printf("hedge-tail: starting 3 stores")
+	lc, admin, err := startFaultCluster(ctx, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("hedge-tail: %w", err)
+	}
+	defer lc.Stop()
+	defer func() { _ = admin.Close() }()
+	const leader = 1
+	res := &HedgeTailResult{LeaderStore: leader, Dir: filepath.Join(cfg.OutDir, "hedge-tail")}
+	keys, err := loadKeys(ctx, admin, "hedge-tail", cfg.Keys, cfg.ValueSize, prog)
+	if err != nil {
+		return nil, fmt.Errorf("hedge-tail: %w", err)
+	}
+
+	var errs []error
+	for _, f := range faults {
+		for _, v := range variants {
+			run, err := cfg.measure(ctx, lc, admin, leader, keys, v, f, prog)
+			if run != nil {
+				res.Runs = append(res.Runs, *run)
+				res.Rows = append(res.Rows, run.Row)
+				prog.Printf("%-11s %-11s p50 %6.2f ms  p99 %7.2f ms  p99.9 %7.2f ms  p99.99 %7.2f ms  extra %.2f%%  %s",
+					v.Name, f, run.Row.P50Ms, run.Row.P99Ms, run.Row.P999Ms, run.Row.P9999Ms,
+					100*run.Stats.ExtraRequestRatio(), failedNote(run.Row.Failed))
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("hedge-tail: %s under %s: %w", v.Name, f, err))
+				if ctx.Err() != nil {
+					break
+				}
+			}
+		}
+	}
+	prog.Done()
+	return res, errors.Join(append(errs, cfg.write(res, started))...)
+}
+
+// startFaultCluster starts three in-process stores on loopback ports that
+// accept faults (balancer paused, splits off), puts region 1's leader on
+// store 1, and connects an admin client (loads, faults) to every store.
+func startFaultCluster(ctx context.Context, logger *slog.Logger) (*LocalCluster, *client.Client, error) {
+	lc, err := StartLocalCluster(ctx, LocalClusterConfig{
+		NoSync: true, DisableBalancing: true, DisableSplit: true, AllowFaults: true,
+		Logger: quietStores(logger),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := lc.MoveLeader(mctx, hedgeTailRegion, 1); err != nil {
+		lc.Stop()
+		return nil, nil, err
+	}
+	admin, err := client.New(ctx, client.Config{Endpoints: lc.Endpoints, RequestTimeout: 10 * time.Second})
+	if err != nil {
+		lc.Stop()
+		return nil, nil, fmt.Errorf("admin client: %w", err)
+	}
+	return lc, admin, nil
+}
+
+// loadKeys writes n keys of size-byte values (prefix/00000 ...) and returns
+// the keys.
+func loadKeys(ctx context.Context, cli *client.Client, prefix string, n, size int, prog *Progress) ([][]byte, error) {
+	prog.Step(fmt.Sprintf("load %d keys", n), int64(n), 0)
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "%s/%05d", prefix, i)
+	}
+	value := make([]byte, size)
+	for i := range value {
+		value[i] = byte('a' + i%26)
+	}
+	const workers = 16
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		done  int64
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				err := cli.Put(ctx, keys[i], value)
+				mu.Lock()
+				if err != nil && first == nil {
+					first = fmt.Errorf("load %s: %w", keys[i], err)
+				}
+				done++
+				prog.Update(done, 0)
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return keys, first
+}
+
+// newRunClient connects a fresh client: each run starts with empty latency
+// windows and load estimates, so no run inherits another's.
+func newRunClient(ctx context.Context, lc *LocalCluster) (*client.Client, error) {
+	cli, err := client.New(ctx, client.Config{Endpoints: lc.Endpoints, RequestTimeout: 10 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	// Dial every store and learn the region before anything is timed.
+	warm := cli.Session(client.ReadPolicy{Replica: client.ReplicaRoundRobin})
+	for i := range 6 {
+		if _, err := warm.Get(ctx, []byte("hedge-tail/warm-"+strconv.Itoa(i))); err != nil && !errors.Is(err, client.ErrNotFound) {
+			_ = cli.Close()
+			return nil, fmt.Errorf("warm-up read: %w", err)
+		}
+	}
+	return cli, nil
+}
+
+func (cfg *HedgeTailConfig) policy(v HedgeTailVariant, fault string) client.ReadPolicy {
+	p := client.ReadPolicy{Replica: client.ReplicaLeader, Hedge: v.Hedge, HedgeBudget: cfg.HedgeBudget}
+	if fault == FaultStallStale {
+		p.MaxStaleness = cfg.MaxStaleness
+	}
+	return p
+}
+
+func (cfg *HedgeTailConfig) measure(ctx context.Context, lc *LocalCluster, admin *client.Client, leader uint64, keys [][]byte,
+	v HedgeTailVariant, fault string, prog *Progress) (*HedgeTailRun, error) {
+	cli, err := newRunClient(ctx, lc)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = cli.Close() }()
+	label := v.Name + " " + fault
+	target := int64(cfg.Rate * cfg.RunDuration.Seconds())
+	prog.Step(label, target, max(cfg.Warmup, 0)+cfg.RunDuration)
+	read := func(s *client.Session) func(context.Context, int64) (client.ReadInfo, error) {
+		return func(ctx context.Context, _ int64) (client.ReadInfo, error) {
+			_, info, err := s.GetWithInfo(ctx, keys[rand.IntN(len(keys))])
+			return info, err
+		}
+	}
+	if cfg.Warmup > 0 {
+		prog.SetLabel(label + " warm-up")
+		// The warm-up's own session: the measured one starts with clean
+		// hedge counters, but the client's latency windows are warm.
+		runOpenLoop(ctx, openLoopSpec{Rate: cfg.Rate, Duration: cfg.Warmup, Timeout: 10 * time.Second, Read: read(cli.Session(cfg.policy(v, fault)))})
+		prog.SetLabel(label)
+	}
+	sess := cli.Session(cfg.policy(v, fault))
+	sched := pauseSchedule{store: leader, fault: fault, length: cfg.PauseLen, count: cfg.Pauses, within: cfg.RunDuration}
+	var (
+		fwg  sync.WaitGroup
+		ferr error
+		n    int
+	)
+	fctx, fcancel := context.WithCancel(ctx)
+	fwg.Go(func() { n, ferr = sched.run(fctx, admin) })
+	r := runOpenLoop(ctx, openLoopSpec{Rate: cfg.Rate, Duration: cfg.RunDuration, Timeout: 10 * time.Second, Read: read(sess), OnProgress: prog.Update})
+	fcancel()
+	fwg.Wait()
+	// Whatever happened, leave no fault behind for the next run.
+	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+	cerr := admin.Fault(cctx, leader, client.Fault{Clear: true})
+	ccancel()
+	st := sess.HedgeStats()
+	run := &HedgeTailRun{
+		Variant: v, Fault: fault, Row: r.row(v.Name, fault), Latency: r.Latency, Stats: st,
+		PausesInjected: n, PausedFor: time.Duration(n) * cfg.PauseLen, MaxLag: r.MaxLag, FirstErr: r.FirstErr,
+	}
+	run.Row.P95Ms = nil // not this scenario's figure
+	if !v.Hedge.Off() {
+		run.Row.ExtraRequestRatio = ptr(round(st.ExtraRequestRatio(), 5))
+		run.Row.HedgesWon = ptr(int64(st.HedgesWon))
+	}
+	if now := lc.LeaderStore(hedgeTailRegion); now != leader {
+		run.LeaderMoved = fmt.Sprintf("region %d's leader was on store %d, not %d, after the run", hedgeTailRegion, now, leader)
+		mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := lc.MoveLeader(mctx, hedgeTailRegion, leader); err != nil {
+			run.LeaderMoved += "; moving it back failed: " + err.Error()
+		} else {
+			run.LeaderMoved += "; moved back"
+		}
+		cancel()
+	}
+	if ferr != nil && ctx.Err() == nil {
+		return run, fmt.Errorf("fault schedule: %w", ferr)
+	}
+	if cerr != nil {
+		return run, fmt.Errorf("clear faults: %w", cerr)
+	}
+	if r.Failed > 0 {
+		return run, fmt.Errorf("%d of %d reads failed; first: %s", r.Failed, r.OK+r.Failed, r.FirstErr)
+	}
+	return run, nil
+}
+
+// pauseSchedule injects count pauses of length into a store, evenly spaced
+// over a run of within: pause k starts at (k+½)·within/count, so no pause
+// touches the run's first or last moments.
+type pauseSchedule struct {
+	store  uint64
+	fault  string
+	length time.Duration
+	count  int
+	within time.Duration
+}
+
+// run injects the pauses through the admin Fault call, as `hedgekv ctl
+// fault` does, and returns how many it injected.
+func (s pauseSchedule) run(ctx context.Context, admin *client.Client) (int, error) {
+	start := time.Now()
+	every := s.within / time.Duration(s.count)
+	n := 0
+	for k := range s.count {
+		at := start.Add(every/2 + time.Duration(k)*every)
+		if err := sleepUntil(ctx, at); err != nil {
+			return n, nil
+		}
+		switch s.fault {
+		case FaultReadPause:
+			// Every read arriving in the pause is held until the clear
+			// ends it (the delay is the pause's length, so none is held
+			// longer even if the clear is late).
+			if err := admin.Fault(ctx, s.store, client.Fault{Delay: s.length, Prob: 1}); err != nil {
+				return n, err
+			}
+			end := time.Now().Add(s.length)
+			_ = sleepUntil(ctx, end)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			err := admin.Fault(cctx, s.store, client.Fault{Clear: true})
+			cancel()
+			if err != nil {
+				return n, err
+			}
+		case FaultStallStale:
+			if err := admin.Fault(ctx, s.store, client.Fault{Stall: s.length}); err != nil {
+				return n, err
+			}
+		}
+		n++
+	}
+	return n, nil
+}
+
+func sleepUntil(ctx context.Context, at time.Time) error {
+	t := time.NewTimer(time.Until(at))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// hedgeTailCut is a variant's p99.99 cut against hedge-off's under the
+// same fault (0 if either is missing).
+func hedgeTailCut(runs []HedgeTailRun, r HedgeTailRun) float64 {
+	for _, b := range runs {
+		if b.Fault == r.Fault && b.Variant.Name == "hedge-off" && r.Row.P9999Ms > 0 {
+			return b.Row.P9999Ms / r.Row.P9999Ms
+		}
+	}
+	return 0
+}
+
+// hedgeTailMet: p99.99 at least 10x lower than unhedged for at most 1%
+// extra requests.
+func hedgeTailMet(cut, extra float64) bool { return cut >= 10 && extra <= 0.01 }
+
+func (cfg *HedgeTailConfig) table(res *HedgeTailResult, fault string) string {
+	var cells [][]string
+	for _, r := range res.Runs {
+		if r.Fault != fault {
+			continue
+		}
+		row := r.Row
+		cut, extra, won, denied, met := "–", "–", "–", "–", "–"
+		if c := hedgeTailCut(res.Runs, r); c > 0 && r.Variant.Name != "hedge-off" {
+			cut = FormatFloat(c, 1) + "×"
+			met = "no"
+			if hedgeTailMet(c, r.Stats.ExtraRequestRatio()) {
+				met = "**yes**"
+			}
+		}
+		if row.ExtraRequestRatio != nil {
+			extra = FormatFloat(100**row.ExtraRequestRatio, 2) + "%"
+			won = fmt.Sprintf("%d of %d", r.Stats.HedgesWon, r.Stats.HedgesSent)
+			denied = strconv.FormatUint(r.Stats.DeniedByBudget, 10)
+		}
+		cells = append(cells, []string{row.Variant, strconv.FormatInt(row.Ops, 10), FormatFloat(row.QPS, 0),
+			FormatFloat(row.P50Ms, 2), FormatFloat(row.P99Ms, 2), FormatFloat(row.P999Ms, 2), FormatFloat(row.P9999Ms, 2),
+			cut, extra, won, denied, strconv.FormatInt(row.Failed, 10), met})
+	}
+	return MarkdownTable([]string{"variant", "reads", "reads/s", "p50 ms", "p99 ms", "p99.9 ms", "p99.99 ms",
+		"p99.99 cut vs off", "extra requests", "hedges won", "denied by budget", "failed", "≥10× for ≤1%"}, cells)
+}
+
+func (cfg *HedgeTailConfig) write(res *HedgeTailResult, started time.Time) error {
+	if len(res.Runs) == 0 {
+		return nil
+	}
+	var errs []error
+	if err := os.MkdirAll(res.Dir, 0o755); err != nil {
+		return fmt.Errorf("hedge-tail: %w", err)
+	}
+	if !cfg.NoPlots {
+		var names []string
+		for _, v := range HedgeTailVariants {
+			names = append(names, v.Name)
+		}
+		for _, f := range HedgeTailFaults {
+			var hists []*hdrhistogram.Histogram
+			var labels, notes []string
+			var p9999 []float64
+			for _, r := range res.Runs {
+				if r.Fault == f {
+					hists = append(hists, r.Latency)
+					labels = append(labels, r.Variant.Name)
+					p9999 = append(p9999, r.Row.P9999Ms)
+					note := ""
+					if r.Row.ExtraRequestRatio != nil {
+						note = FormatFloat(100**r.Row.ExtraRequestRatio, 2) + "% extra"
+					}
+					notes = append(notes, note)
+				}
+			}
+			if len(hists) == 0 {
+				continue
+			}
+			if file, err := percentilePlot(res.Dir, "percentiles-"+f+".png", "hedge-tail: latency by percentile, "+f, names, hists, labels); err != nil {
+				errs = append(errs, err)
+			} else if file != "" {
+				res.Plots = append(res.Plots, file)
+			}
+			if file, err := barPlot(res.Dir, "p9999-"+f+".png", "hedge-tail: p99.99 by hedging policy, "+f, "p99.99 latency (ms)", labels, p9999, notes); err != nil {
+				errs = append(errs, err)
+			} else {
+				res.Plots = append(res.Plots, file)
+			}
+		}
+	}
+	report := cfg.report(res, started)
+	if err := WriteResults(res.Dir, Results{Scenario: "hedge-tail", Rows: res.Rows}, report); err != nil {
+		errs = append(errs, err)
+	}
+	for _, f := range HedgeTailFaults {
+		if slices.Contains(cfg.Faults, f) {
+			fmt.Fprintf(cfg.Out, "\n%s (%s):\n\n%s", f, faultDoc(f, cfg), cfg.table(res, f))
+		}
+	}
+	fmt.Fprintf(cfg.Out, "\nwrote %s, %s", filepath.Join(res.Dir, "results.json"), filepath.Join(res.Dir, "report.md"))
+	if len(res.Plots) > 0 {
+		fmt.Fprintf(cfg.Out, " and %s", strings.Join(res.Plots, ", "))
+	}
+	fmt.Fprintln(cfg.Out)
+	return errors.Join(errs...)
+}
+
+func faultDoc(fault string, cfg *HedgeTailConfig) string {
+	if fault == FaultReadPause {
+		return fmt.Sprintf("`delay=%v,prob=1` on the leader's store for %v, then `clear`: its KV reads wait out the pause, its raft loop stays live; hedges are linearizable ReadIndex reads at a follower", cfg.PauseLen, cfg.PauseLen)
+	}
+	return fmt.Sprintf("`stall=%v` on the leader's store: reads, writes and raft all freeze; the session allows %v of staleness, so hedges are stale reads at a follower", cfg.PauseLen, cfg.MaxStaleness)
+}
+
+func (cfg *HedgeTailConfig) report(res *HedgeTailResult, started time.Time) string {
+	var b strings.Builder
+	host, _ := os.Hostname()
+	b.WriteString("# hedge-tail: hedged reads against a leader that pauses now and then\n\n")
+	fmt.Fprintf(&b, "Run %s on %s (%d CPUs, %s), in %v.\n\n", started.UTC().Format(time.RFC3339), host, runtime.NumCPU(),
+		runtime.Version(), time.Since(started).Round(time.Second))
+	if cfg.Command != "" {
+		fmt.Fprintf(&b, "```\n%s\n```\n\n", cfg.Command)
+	}
+	hit := float64(cfg.Pauses) * cfg.PauseLen.Seconds() / cfg.RunDuration.Seconds()
+	fmt.Fprintf(&b, "- Three stores in this process on loopback ports (no simulated WAN), balancer paused, splits off: region %d holds all %d keys (%d-byte values), its leader on store %d.\n",
+		hedgeTailRegion, cfg.Keys, cfg.ValueSize, res.LeaderStore)
+	fmt.Fprintf(&b, "- **Open loop**: %.0f reads/s of uniformly chosen keys, each read started on schedule in its own goroutine whatever the earlier ones do, "+
+		"so a pause delays every read that arrives during it, as it would for a server's many independent callers. (A closed loop, go-ycsb's threads, "+
+		"would stop sending while the store is paused, and a pause would touch one read per thread.) Latency is measured from each read's start.\n", cfg.Rate)
+	fmt.Fprintf(&b, "- Each run: a fresh client, a %v warm-up without faults (the percentile hedges' latency window fills), then %v measured.\n",
+		max(cfg.Warmup, 0), cfg.RunDuration)
+	fmt.Fprintf(&b, "- Every read's primary goes to the leader (`ReplicaLeader`); a hedge goes to a follower. HedgeBudget %g", cfg.HedgeBudget)
+	if cfg.HedgeBudget >= 1 {
+		b.WriteString(" (no cap): the client's token bucket saves at most 10 tokens, so a 1% budget would run dry within the first dozen reads of a pause " +
+			"and every later read in it would wait the pause out. The extra requests reported are what each hedge delay costs by itself, as in Pegasus's and Bailis's figures")
+	}
+	b.WriteString(".\n")
+	b.WriteString("\n## The pause schedule\n\n")
+	fmt.Fprintf(&b, "%d pause(s) of %v per %v run, at (k+½)·%v/%d, injected on the leader's store through the admin Fault call (what `hedgekv ctl fault` sends). ",
+		cfg.Pauses, cfg.PauseLen, cfg.RunDuration, cfg.RunDuration, cfg.Pauses)
+	fmt.Fprintf(&b, "The pauses cover %.2f%% of the run, so about %.2f%% of reads arrive during one: ", 100*hit, 100*hit)
+	b.WriteString("well over the 0.01% that p99.99 looks at (so p99.99 sees them: unhedged, it is close to the pause's length), and well under 1%, so that a hedge ")
+	b.WriteString("delay near the normal tail can cost under 1% extra requests (each read caught in a pause is hedged once; p99.9 hedging adds ~0.1% from the normal tail, p99 hedging ~1%).\n\n")
+	b.WriteString("Which fault each figure is measured under:\n\n")
+	for _, f := range HedgeTailFaults {
+		if slices.Contains(cfg.Faults, f) {
+			fmt.Fprintf(&b, "- `%s`: %s.\n", f, faultDoc(f, cfg))
+		}
+	}
+	b.WriteString("\nVariants:\n\n")
+	for _, v := range HedgeTailVariants {
+		if slices.Contains(cfg.Variants, v.Name) {
+			fmt.Fprintf(&b, "- `%s`: %s.\n", v.Name, v.Doc)
+		}
+	}
+	for _, f := range HedgeTailFaults {
+		if !slices.Contains(cfg.Faults, f) {
+			continue
+		}
+		fmt.Fprintf(&b, "\n## %s\n\n%s.\n\n", f, faultDoc(f, cfg))
+		b.WriteString(cfg.table(res, f))
+	}
+	b.WriteString("\n## Against the target and the seeds\n\n")
+	b.WriteString("Target: p99.99 at least 10× lower than unhedged for at most 1% extra requests. Each ratio below is from one run of this scenario (same cluster, same schedule).\n\n")
+	var cells [][]string
+	for _, r := range res.Runs {
+		if r.Variant.Name == "hedge-off" {
+			continue
+		}
+		c := hedgeTailCut(res.Runs, r)
+		met := "no"
+		if hedgeTailMet(c, r.Stats.ExtraRequestRatio()) {
+			met = "**met**"
+		}
+		cells = append(cells, []string{"hedgekv " + r.Variant.Name + ", " + r.Fault + " (" + map[string]string{FaultReadPause: "delay fault", FaultStallStale: "stall fault, stale hedges"}[r.Fault] + ")",
+			"p99.99 " + FormatFloat(r.Row.P9999Ms, 1) + " ms vs " + FormatFloat(r.Row.P9999Ms*c, 1) + " ms unhedged", FormatFloat(c, 1) + "×",
+			FormatFloat(100*r.Stats.ExtraRequestRatio(), 2) + "%", met})
+	}
+	cells = append(cells,
+		[]string{"Pegasus, backup delay = p99.9 (138 ms), read p99.99", "988,671 µs → 153,599 µs", "6.4×", "~0.1%", "(seed)"},
+		[]string{"Bailis (Yammer Riak model), second request after 8 ms, p99.9", "170 ms → 11.0 ms", "15×", "4.2%", "(seed)"},
+		[]string{"Dean (BigTable), backup after 10 ms, p99.9", "994 ms → 50 ms", "~20×", "5%", "(seed)"})
+	b.WriteString(MarkdownTable([]string{"", "tail", "cut", "extra requests", "target (≥10× for ≤1%)"}, cells))
+	if cfg.Quick {
+		b.WriteString("\nThis was a `--quick` run: one pause in a 3 s run covers ~3% of it, so the extra-request figures are far above a full run's.\n")
+	}
+	var notes []string
+	for _, r := range res.Runs {
+		if r.LeaderMoved != "" {
+			notes = append(notes, r.Variant.Name+" "+r.Fault+": "+r.LeaderMoved)
+		}
+		if r.PausesInjected != cfg.Pauses {
+			notes = append(notes, fmt.Sprintf("%s %s: %d of %d pauses injected", r.Variant.Name, r.Fault, r.PausesInjected, cfg.Pauses))
+		}
+		if r.FirstErr != "" {
+			notes = append(notes, fmt.Sprintf("%s %s: first error: `%s`", r.Variant.Name, r.Fault, strings.ReplaceAll(r.FirstErr, "`", "'")))
+		}
+	}
+	var lag time.Duration
+	for _, r := range res.Runs {
+		lag = max(lag, r.MaxLag)
+	}
+	notes = append(notes, fmt.Sprintf("The sender fell at most %v behind its schedule in any run.", lag.Round(100*time.Microsecond)))
+	b.WriteString("\n## Notes\n\n")
+	for _, n := range notes {
+		fmt.Fprintf(&b, "- %s\n", n)
+	}
+	if len(res.Plots) > 0 {
+		b.WriteString("\n## Plots\n\n")
+		for _, p := range res.Plots {
+			fmt.Fprintf(&b, "![%s](%s)\n\n", p, p)
+		}
+	}
+	return b.String()
+}
+
+// ---- open loop ----------------------------------------------------------
+
+// An open-loop read driver for hedge-tail and overloaded-replica. Reads are
+// sent at a fixed rate whatever the answers do, each in its own goroutine:
+// a closed loop (go-ycsb's threads) would stop sending while a store is
+// paused, so a pause would touch one read per thread and the tail would
+// depend on the thread count rather than on the pause (coordinated
+// omission). Here the fraction of reads a pause touches is its share of
+// the run's time.
+
+// openLoopSpec is one open-loop run.
+type openLoopSpec struct {
+	Rate     float64       // reads per second, evenly spaced
+	Duration time.Duration // how long reads are started
+	Timeout  time.Duration // per read
+	// Read performs read i.
+	Read func(ctx context.Context, i int64) (client.ReadInfo, error)
+	// OnProgress gets the reads done and failed so far, every 100ms.
+	OnProgress func(done, failed int64)
+}
+
+// openLoopResult is what an open-loop run measured.
+type openLoopResult struct {
+	// Latency of the successful reads, µs, from the moment each was
+	// started.
+	Latency    *hdrhistogram.Histogram
+	OK, Failed int64
+	// Elapsed runs from the first read's start to the last read's end.
+	Elapsed time.Duration
+	// ByStore counts successful reads by the store that answered.
+	ByStore  map[uint64]int64
+	FirstErr string
+	// MaxLag is how far the sender fell behind its schedule (CPU
+	// starvation would show here).
+	MaxLag time.Duration
+}
+
+// runOpenLoop sends s.Rate reads per second for s.Duration and waits for
+// them all. A read cut short by ctx counts as neither ok nor failed.
+func runOpenLoop(ctx context.Context, s openLoopSpec) *openLoopResult {
+	res := &openLoopResult{Latency: newHist(), ByStore: map[uint64]int64{}}
+	if s.Rate <= 0 || s.Duration <= 0 {
+		return res
+	}
+	interval := time.Duration(float64(time.Second) / s.Rate)
+	n := int64(s.Duration / interval)
+	var (
+		mu         sync.Mutex
+		wg         sync.WaitGroup
+		ok, failed atomic.Int64
+	)
+	stopProg := make(chan struct{})
+	var progWG sync.WaitGroup
+	if s.OnProgress != nil {
+		progWG.Go(func() {
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stopProg:
+					return
+				case <-t.C:
+					s.OnProgress(ok.Load()+failed.Load(), failed.Load())
+				}
+			}
+		})
+	}
+	start := time.Now()
+	for i := range n {
+		due := start.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		} else {
+			res.MaxLag = max(res.MaxLag, -d)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			rctx, cancel := context.WithTimeout(ctx, s.Timeout)
+			defer cancel()
+			begin := time.Now()
+			info, err := s.Read(rctx, i)
+			lat := time.Since(begin)
+			if err != nil && ctx.Err() != nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed.Add(1)
+				if res.FirstErr == "" {
+					res.FirstErr = err.Error()
+				}
+				return
+			}
+			ok.Add(1)
+			_ = res.Latency.RecordValue(min(max(lat.Microseconds(), 1), histMaxMicros))
+			res.ByStore[info.StoreID]++
+		})
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	close(stopProg)
+	progWG.Wait()
+	res.OK, res.Failed = ok.Load(), failed.Load()
+	if s.OnProgress != nil {
+		s.OnProgress(res.OK+res.Failed, res.Failed)
+	}
+	return res
+}
+
+// row turns the run into a results row (with p95).
+func (r *openLoopResult) row(variant, param string) Row {
+	q := func(p float64) float64 {
+		if r.Latency.TotalCount() == 0 {
+			return 0
+		}
+		return round(float64(r.Latency.ValueAtQuantile(p))/1000, 3)
+	}
+	row := Row{
+		Variant: variant, Param: param, Ops: r.OK + r.Failed, Failed: r.Failed,
+		P50Ms: q(50), P99Ms: q(99), P999Ms: q(99.9), P9999Ms: q(99.99),
+		P95Ms: ptr(q(95)),
+	}
+	if secs := r.Elapsed.Seconds(); secs > 0 {
+		row.QPS = round(float64(r.OK)/secs, 1)
+	}
+	return row
+}
+
+// shares is the fraction of successful reads each store answered.
+func (r *openLoopResult) shares() map[uint64]float64 {
+	out := map[uint64]float64{}
+	if r.OK == 0 {
+		return out
+	}
+	for id, n := range r.ByStore {
+		out[id] = float64(n) / float64(r.OK)
+	}
+	return out
+}
+
+// fmtShares renders shares as "store 1 33%, store 2 33%, store 3 34%".
+func fmtShares(shares map[uint64]float64, stores []uint64) string {
+	ids := slices.Sorted(maps.Keys(shares))
+	for _, id := range stores {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	var parts []string
+	for _, id := range ids {
+		parts = append(parts, fmt.Sprintf("store %d %.1f%%", id, 100*shares[id]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// percentilePlot draws latency against percentile, the tail stretched out:
+// x is -log10(1-q), so p90, p99, p99.9 and p99.99 are evenly spaced (a
+// CDF's tail is a vertical line at the top of its plot).
+func percentilePlot(dir, file, title string, names []string, hists []*hdrhistogram.Histogram, labels []string) (string, error) {
+	p := newPlot(title, "percentile", "latency (ms, log scale)")
+	var ss []series
+	lo, hi := math.Inf(1), 0.0
+	const maxNines = 4.3 // just past p99.99
+	for i, h := range hists {
+		if h == nil || h.TotalCount() == 0 {
+			continue
+		}
+		var xys plotter.XYs
+		for x := 0.0; x <= maxNines+1e-9; x += 0.05 {
+			q := 100 * (1 - math.Pow(10, -x))
+			v := max(float64(h.ValueAtQuantile(q))/1000, 0.001)
+			xys = append(xys, plotter.XY{X: x, Y: v})
+			lo, hi = min(lo, v), max(hi, v)
+		}
+		ss = append(ss, series{name: labels[i], xys: xys})
+	}
+	if len(ss) == 0 {
+		return "", nil
+	}
+	logAxis(&p.Y, lo, hi)
+	p.X.Min, p.X.Max = 0, maxNines
+	p.X.Tick.Marker = plot.ConstantTicks([]plot.Tick{
+		{Value: 0, Label: "p0"}, {Value: 1, Label: "p90"}, {Value: 2, Label: "p99"},
+		{Value: 3, Label: "p99.9"}, {Value: 4, Label: "p99.99"},
+	})
+	if err := addSeries(p, names, ss, false); err != nil {
+		return "", err
+	}
+	return savePlot(p, dir, file)
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/hedgekv/hedgekv/bench"
+)
+
+func newBenchHedgeTailCmd() *cobra.Command {
+	var (
+		out, variants, faults             string
+		keys, pauses                      int
+		rate, budget                      float64
+		quick, noPlots                    bool
+		duration, warmup, pause, maxStale time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "hedge-tail [--quick] [--out results] [--rate 2000] [--pause 100ms --pauses 1] [--duration 25s]",
+		Short: "Pegasus's backup request: p99.99 and extra requests of hedged reads while the leader pauses now and then",
+		Long: `Start three stores in this process (loopback, faults allowed), load --keys keys
+into one region led by store 1, and read them at --rate reads/s (an open loop)
+from the leader, once per hedging policy (off, 10ms, p99, p999) and fault:
+
+  read-pause   the leader's KV reads are held for --pause (delay=D,prob=1, then
+               clear); its raft loop stays live, so a linearizable hedge to a
+               follower (ReadIndex) answers
+  stall-stale  the leader's whole store stalls for --pause (stall=D); the session
+               allows --max-staleness, so a stale hedge to a follower answers
+
+--pauses pauses are spread over each --duration run. Reports p50..p99.99, the
+extra-request ratio and hedges won per variant, beside Pegasus's, Bailis's and
+Dean's figures, in OUT/hedge-tail/{results.json,report.md,*.png}. --quick runs
+3s per variant, in well under a minute.`,
+		Args: exactArgs(),
+		RunE: runE(func(cmd *cobra.Command, _ []string) error {
+			env, err := newBenchEnv(cmd)
+			if err != nil {
+				return err
+			}
+			defer env.cancel()
+			if keys < 0 || pauses < 0 || rate < 0 {
+				return usagef("--keys, --pauses and --rate must not be negative")
+			}
+			if budget < 0 || budget > 1 {
+				return usagef("--hedge-budget must be in (0, 1]")
+			}
+			_, err = bench.RunHedgeTail(env.ctx, bench.HedgeTailConfig{
+				Quick: quick, Variants: splitList(variants), Faults: splitList(faults), Keys: keys, Rate: rate,
+				RunDuration: duration, Warmup: warmup, PauseLen: pause, Pauses: pauses, HedgeBudget: budget,
+				MaxStaleness: maxStale, OutDir: out, NoPlots: noPlots, Command: commandLine(cmd),
+				Progress: cmd.ErrOrStderr(), Logger: wanLogger(cmd), Out: cmd.OutOrStdout(),
+			})
+			return err
+		}),
+	}
+	f := cmd.Flags()
+	f.BoolVar(&quick, "quick", false, "well under a minute: 3s runs, 1s warm-ups (explicit flags win)")
+	f.StringVar(&out, "out", "results", "results directory (writes OUT/hedge-tail/)")
+	names := make([]string, 0, len(bench.HedgeTailVariants))
+	for _, v := range bench.HedgeTailVariants {
+		names = append(names, v.Name)
+	}
+	f.StringVar(&variants, "variants", "", "comma list of variants (default all: "+strings.Join(names, ",")+")")
+	f.StringVar(&faults, "faults", "", "comma list of faults (default both: "+strings.Join(bench.HedgeTailFaults, ",")+")")
+	f.IntVar(&keys, "keys", 0, "keys to load and read (default 1000)")
+	f.Float64Var(&rate, "rate", 0, "reads per second, open loop (default 2000)")
+	f.DurationVar(&duration, "duration", 0, "length of each measured run (default 25s; --quick 3s)")
+	f.DurationVar(&warmup, "warmup", 0, "unmeasured warm-up before each run (default 2s; --quick 1s; negative: none)")
+	f.DurationVar(&pause, "pause", 0, "length of each pause of the leader's store (default 100ms)")
+	f.IntVar(&pauses, "pauses", 0, "pauses per run, evenly spaced (default 1)")
+	f.Float64Var(&budget, "hedge-budget", 0, "HedgeBudget of the hedging sessions, in (0,1] (default 1: no cap)")
+	f.DurationVar(&maxStale, "max-staleness", 0, "staleness bound of stall-stale's session (default 10s)")
+	f.BoolVar(&noPlots, "no-plots", false, "write no PNG plots")
+	return cmd
+}
