@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -349,7 +350,7 @@ func TestSnapshotCarriesTheDedupTable(t *testing.T) {
 	if d := records(t, dst, 1); len(d) != 0 {
 		t.Errorf("another region's records travelled: %v", d)
 	}
-	kvs, err := dst.scan(nil, nil, 100)
+	kvs, err := dst.scan(context.Background(), nil, nil, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -293,10 +294,23 @@ func (e *engine) batchGet(keys [][]byte) (out []KV, err error) {
 	return out, err
 }
 
-func (e *engine) scan(start, end []byte, limit int) (out []KV, err error) {
+// scanCheckEvery is how many keys a scan reads between looks at its
+// context: often enough that a cancelled scan (the losing attempt of a
+// hedged read) stops within microseconds, rarely enough to cost nothing.
+const scanCheckEvery = 256
+
+// scan reads up to limit pairs of [start, end) in key order. It stops with
+// ctx's error once ctx ends, so a caller that gave up does not keep a
+// read transaction open over a long range.
+func (e *engine) scan(ctx context.Context, start, end []byte, limit int) (out []KV, err error) {
 	err = e.db.View(func(tx *bbolt.Tx) error {
 		c := tx.Bucket(bucketData).Cursor()
 		for k, v := c.Seek(start); k != nil && (len(end) == 0 || string(k) < string(end)) && len(out) < limit; k, v = c.Next() {
+			if len(out)%scanCheckEvery == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+			}
 			out = append(out, KV{Key: append([]byte{}, k...), Value: append([]byte{}, v...)})
 		}
 		return nil

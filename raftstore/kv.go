@@ -282,7 +282,7 @@ func (s *Store) Scan(ctx context.Context, opts ReadOptions, start, end []byte, l
 	if !ok || limit <= 0 {
 		return nil, r, info, nil
 	}
-	kvs, err := s.eng.scan(lo, hi, limit)
+	kvs, err := s.eng.scan(ctx, lo, hi, limit)
 	if err != nil {
 		return nil, r, info, fmt.Errorf("scan: %w", err)
 	}

@@ -1,7 +1,9 @@
 package raftstore
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -197,5 +199,31 @@ func TestCommandRoundTrip(t *testing.T) {
 		if _, err := decodeCommand(bad); err == nil {
 			t.Errorf("decodeCommand(%v) succeeded", bad)
 		}
+	}
+}
+
+func TestScanStopsWhenCancelled(t *testing.T) {
+	e, err := openEngine(t.TempDir(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	mustUpdate(t, e, func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketData)
+		for i := range 3 * scanCheckEvery {
+			if err := b.Put(fmt.Appendf(nil, "k%05d", i), []byte("v")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	kvs, err := e.scan(context.Background(), nil, nil, 10000)
+	if err != nil || len(kvs) != 3*scanCheckEvery {
+		t.Fatalf("scan: %d pairs, %v", len(kvs), err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := e.scan(ctx, nil, nil, 10000); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled scan: %v, want context.Canceled", err)
 	}
 }
