@@ -48,7 +48,10 @@ func TestNodeKill(t *testing.T) {
 	res, err := RunNodeKill(ctx, NodeKillConfig{
 		Binary: bin, Records: 200, Threads: 4, Variants: []string{"hedge-stale", "no-protection"},
 		Warmup: 300 * time.Millisecond, KillAfter: time.Second, RunAfterKill: 1500 * time.Millisecond,
-		Dir: t.TempDir(), OutDir: out, NoPlots: true,
+		// Longer than the benchmark's 1s: under -race, beside other
+		// packages' tests on two cores, a healthy read may take that long.
+		OpTimeout: 2 * time.Second,
+		Dir:       t.TempDir(), OutDir: out, NoPlots: true,
 	})
 	if err != nil {
 		t.Fatal(err)
