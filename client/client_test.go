@@ -857,3 +857,64 @@ func TestLatencyFades(t *testing.T) {
 		t.Fatalf("latency %v (measured %v) after 8 half-lives, want under %v", lat, measured, 2*defaultLatency)
 	}
 }
+
+func TestLeaderDownStaleReadsLearnNewLeader(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	cl.Put("k", "v")
+	c := newTestClient(t, cl, "")
+	warm(t, c)
+	s := c.Session(ReadPolicy{Replica: ReplicaLeader, MaxStaleness: 5 * time.Second})
+	// The leader's store dies; store 3 is elected, but store 2 still names
+	// the dead store 1 as leader (it has not timed out yet).
+	cl.Store(1).Stop()
+	cl.SetLeader(1, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for i := range 5 {
+		v, info, err := s.GetWithInfo(ctx, []byte("k"))
+		if err != nil || string(v) != "v" {
+			t.Fatalf("read %d: %q, %v", i, v, err)
+		}
+		if i == 4 && (info.StoreID != 3 || info.Mode != "lease") {
+			t.Errorf("read %d served by store %d (%s): the stale answers named store 3 as leader, so reads should be back on it", i, info.StoreID, info.Mode)
+		}
+	}
+}
+
+func TestHintToFailedStoreNotFollowed(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	cl.Put("k", "v")
+	c := newTestClient(t, cl, "")
+	warm(t, c)
+	// Store 1, the leader, is down (every call Unavailable). Stores 2 and
+	// 3 keep naming it as leader until store 3 wins the election 400ms
+	// later.
+	var elected atomic.Bool
+	var toDead atomic.Int32
+	cl.SetHook(func(_ context.Context, s uint64, m string) error {
+		switch {
+		case s == 1:
+			toDead.Add(1)
+			return status.Error(codes.Unavailable, "connection refused")
+		case m == "Get" && !elected.Load():
+			return clienttest.RegionError(codes.FailedPrecondition, &pb.RegionError{NotLeader: &pb.NotLeader{RegionId: 1, Leader: &pb.Peer{Id: 1, StoreId: 1}}})
+		}
+		return nil
+	})
+	time.AfterFunc(400*time.Millisecond, func() { cl.SetLeader(1, 3); elected.Store(true) })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	v, info, err := c.Session(ReadPolicy{}).GetWithInfo(ctx, []byte("k"))
+	if err != nil || string(v) != "v" {
+		t.Fatalf("get: %q, %v", v, err)
+	}
+	if info.StoreID != 3 {
+		t.Errorf("served by store %d, want 3", info.StoreID)
+	}
+	// The first refusal puts store 1 in its back-off; a hint naming it
+	// while it lasts is not followed. Only a probe after the back-off
+	// (200ms, then 400ms, jittered) may reach it again.
+	if n := toDead.Load(); n > 3 {
+		t.Errorf("%d calls to the dead store in %d attempts: hints to it were followed", n, info.Attempts)
+	}
+}

@@ -64,8 +64,10 @@ type attempt struct {
 	// ServerIsBusy when its estimated wait is longer.
 	busyThreshold time.Duration
 	// resp is what the rpc answered on this attempt (set by the rpc func),
-	// so concurrent attempts of one request never share a variable.
+	// so concurrent attempts of one request never share a variable; info is
+	// a read's ReadInfo.
 	resp any
+	info *pb.ReadInfo
 }
 
 func (a *attempt) readContext() *pb.ReadContext {
@@ -215,23 +217,37 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 		case wait:
 			sleep = bo.next(boUnreachable)
 		case errors.As(err, &nl):
-			hinted := nl.Leader != nil && nl.Leader.StoreID != a.storeID &&
-				c.cache.updateLeader(a.region.ID, nl.Leader.StoreID)
+			var hint uint64
+			if nl.Leader != nil && nl.Leader.StoreID != a.storeID {
+				hint = nl.Leader.StoreID
+			}
+			// A hint naming a store in its back-off is the follower's
+			// memory of a leader that just failed (it has not timed out
+			// yet): following it would send the request back to a dead
+			// store, so it counts as no hint, and that store stays out of
+			// this request.
+			deadHint := hint != 0 && c.stats.get(hint).failedRecently()
 			switch {
-			case hinted:
+			case hint != 0 && !deadHint && c.cache.updateLeader(a.region.ID, hint):
 				// The hinted store may have failed an earlier attempt of
 				// this request; it is the leader now, so try it again.
-				delete(excluded, nl.Leader.StoreID)
+				delete(excluded, hint)
 				// Hints are followed at once, but a cluster whose replicas
 				// disagree about the leader must not be hammered.
 				if hints++; hints > 2 {
 					sleep = bo.next(boNoLeader)
 				}
-			case nl.Leader != nil && nl.Leader.StoreID != a.storeID:
+			case hint != 0 && !deadHint:
 				// The hinted store hosts no peer we know of: our peer
 				// list is stale (a conf change). Reload the region.
 				c.cache.drop(a.region.ID)
 			default:
+				if deadHint {
+					excluded[hint] = struct{}{}
+					if len(excluded) >= len(a.region.Peers) {
+						clear(excluded)
+					}
+				}
 				c.cache.switchLeaderFrom(a.region.ID, a.storeID)
 				sleep = bo.next(boNoLeader)
 			}
@@ -384,6 +400,12 @@ func (c *Client) runAttempt(ctx context.Context, req *regionRequest, a *attempt)
 		if !req.write {
 			now := time.Now()
 			ss.readWindow().record(now.Sub(begin), now)
+		}
+		// A stale read names the leader its replica knows: the only way a
+		// session that reads stale from followers while its cached leader
+		// is down learns of the new one.
+		if l := a.info.GetLeaderStoreId(); l != 0 && l != a.region.leaderStoreID {
+			c.cache.updateLeader(a.region.ID, l)
 		}
 		return nil
 	}

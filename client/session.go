@@ -55,7 +55,7 @@ func (s *Session) GetWithInfo(ctx context.Context, key []byte) ([]byte, ReadInfo
 			if err != nil {
 				return nil, err
 			}
-			a.resp = r
+			a.resp, a.info = r, r.GetReadInfo()
 			return r.GetLoad(), nil
 		},
 	})
@@ -213,7 +213,7 @@ func (s *Session) batchGetRegion(ctx context.Context, keys [][]byte) ([]*pb.KvPa
 			if err != nil {
 				return nil, err
 			}
-			a.resp = answer{r.GetPairs(), in}
+			a.resp, a.info = answer{r.GetPairs(), in}, r.GetReadInfo()
 			return r.GetLoad(), nil
 		},
 	})
@@ -257,7 +257,7 @@ func (s *Session) Scan(ctx context.Context, start, end []byte, limit int) ([]KV,
 				if err != nil {
 					return nil, err
 				}
-				a.resp = r
+				a.resp, a.info = r, r.GetReadInfo()
 				return r.GetLoad(), nil
 			},
 		})

@@ -146,6 +146,10 @@ type ReadInfo struct {
 	PeerID         uint64
 	Mode           ReadMode
 	StalenessBound time.Duration
+	// LeaderStoreID is the store of the region's leader as this replica
+	// knows it (0: unknown), set on stale reads: a client that reads stale
+	// from followers would otherwise never hear of a new leader.
+	LeaderStoreID uint64
 }
 
 // KV is one key-value pair.

@@ -170,6 +170,9 @@ func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions, keys
 		if err == nil {
 			// No wait: the keys were checked under this same lock.
 			r := p.region.Clone()
+			if lp := p.leaderPeerLocked(); lp != nil {
+				info.LeaderStoreID = lp.StoreID
+			}
 			p.mu.Unlock()
 			if nudge != nil {
 				s.sendNow(p, *nudge)

@@ -134,7 +134,7 @@ func (s *kvService) Delete(ctx context.Context, req *pb.DeleteRequest) (*pb.Dele
 }
 
 func fromReadInfo(info raftstore.ReadInfo) *pb.ReadInfo {
-	out := &pb.ReadInfo{StoreId: info.StoreID, PeerId: info.PeerID, Mode: fromReadMode(info.Mode)}
+	out := &pb.ReadInfo{StoreId: info.StoreID, PeerId: info.PeerID, Mode: fromReadMode(info.Mode), LeaderStoreId: info.LeaderStoreID}
 	if info.Mode == raftstore.ReadModeStale {
 		// Round up: a bound under 1ms must not read as "not stale at all".
 		d := max(info.StalenessBound, 0)

@@ -386,6 +386,7 @@ func (c *Cluster) readLocked(storeID uint64, method string, rs *regionState, rc 
 		}
 		info.Mode = pb.ReadMode_READ_MODE_STALE
 		info.StalenessBoundMs = rc.GetMaxStalenessMs()
+		info.LeaderStoreId = rs.leader
 	case rc.GetReplicaRead() && rs.leader != 0:
 		info.Mode = pb.ReadMode_READ_MODE_READ_INDEX
 	default:

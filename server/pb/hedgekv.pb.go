@@ -852,8 +852,11 @@ type ReadInfo struct {
 	PeerId           uint64                 `protobuf:"varint,2,opt,name=peer_id,json=peerId,proto3" json:"peer_id,omitempty"`
 	Mode             ReadMode               `protobuf:"varint,3,opt,name=mode,proto3,enum=hedgekv.ReadMode" json:"mode,omitempty"`
 	StalenessBoundMs uint64                 `protobuf:"varint,4,opt,name=staleness_bound_ms,json=stalenessBoundMs,proto3" json:"staleness_bound_ms,omitempty"` // only for READ_MODE_STALE
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// leader_store_id is the store of the region's leader as the serving
+	// replica knows it (0: unknown); set on stale reads.
+	LeaderStoreId uint64 `protobuf:"varint,5,opt,name=leader_store_id,json=leaderStoreId,proto3" json:"leader_store_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadInfo) Reset() {
@@ -910,6 +913,13 @@ func (x *ReadInfo) GetMode() ReadMode {
 func (x *ReadInfo) GetStalenessBoundMs() uint64 {
 	if x != nil {
 		return x.StalenessBoundMs
+	}
+	return 0
+}
+
+func (x *ReadInfo) GetLeaderStoreId() uint64 {
+	if x != nil {
+		return x.LeaderStoreId
 	}
 	return 0
 }
@@ -3056,12 +3066,13 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\tregion_id\x18\x01 \x01(\x04R\bregionId\x121\n" +
 	"\fregion_epoch\x18\x02 \x01(\v2\x0e.hedgekv.EpochR\vregionEpoch\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\x04R\trequestId\"\x93\x01\n" +
+	"request_id\x18\x03 \x01(\x04R\trequestId\"\xbb\x01\n" +
 	"\bReadInfo\x12\x19\n" +
 	"\bstore_id\x18\x01 \x01(\x04R\astoreId\x12\x17\n" +
 	"\apeer_id\x18\x02 \x01(\x04R\x06peerId\x12%\n" +
 	"\x04mode\x18\x03 \x01(\x0e2\x11.hedgekv.ReadModeR\x04mode\x12,\n" +
-	"\x12staleness_bound_ms\x18\x04 \x01(\x04R\x10stalenessBoundMs\"M\n" +
+	"\x12staleness_bound_ms\x18\x04 \x01(\x04R\x10stalenessBoundMs\x12&\n" +
+	"\x0fleader_store_id\x18\x05 \x01(\x04R\rleaderStoreId\"M\n" +
 	"\x04Load\x12%\n" +
 	"\x0einflight_reads\x18\x01 \x01(\rR\rinflightReads\x12\x1e\n" +
 	"\vest_wait_us\x18\x02 \x01(\x04R\testWaitUs\"0\n" +
