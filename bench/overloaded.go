@@ -143,6 +143,8 @@ type OverloadedResult struct {
 	Stores []uint64
 	Dir    string
 	Plots  []string
+	// LoadBefore is the machine's load average as the scenario started.
+	LoadBefore string
 }
 
 // RunOverloaded runs the scenario and writes
@@ -151,7 +153,7 @@ func RunOverloaded(ctx context.Context, cfg OverloadedConfig) (*OverloadedResult
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("overloaded-replica: %w", err)
 	}
-	started := time.Now()
+	started, load := time.Now(), loadAvg()
 	var variants []OverloadedVariant
 	for _, v := range OverloadedVariants {
 		if slices.Contains(cfg.Variants, v.Name) {
@@ -171,7 +173,7 @@ func RunOverloaded(ctx context.Context, cfg OverloadedConfig) (*OverloadedResult
 	}
 	defer lc.Stop()
 	defer func() { _ = admin.Close() }()
-	res := &OverloadedResult{Stores: lc.StoreIDs(), Dir: filepath.Join(cfg.OutDir, "overloaded-replica")}
+	res := &OverloadedResult{Stores: lc.StoreIDs(), Dir: filepath.Join(cfg.OutDir, "overloaded-replica"), LoadBefore: load}
 	keys, err := loadKeys(ctx, admin, "overloaded", cfg.Keys, cfg.ValueSize, prog)
 	if err != nil {
 		return nil, fmt.Errorf("overloaded-replica: %w", err)
@@ -339,6 +341,7 @@ func (cfg *OverloadedConfig) report(res *OverloadedResult, started time.Time, ta
 	if cfg.Command != "" {
 		fmt.Fprintf(&b, "```\n%s\n```\n\n", cfg.Command)
 	}
+	b.WriteString(loadNote(res.LoadBefore))
 	fmt.Fprintf(&b, "- Three stores in this process on loopback ports (no simulated WAN), balancer paused, splits off: region %d holds all %d keys (%d-byte values), its leader on store 1.\n",
 		hedgeTailRegion, cfg.Keys, cfg.ValueSize)
 	fmt.Fprintf(&b, "- **The overloaded store**: store %d gets `delay=%v,prob=%g` (what `hedgekv ctl fault %d delay=%v,prob=%g` sends) as each measured run starts, and `clear` after it: ",

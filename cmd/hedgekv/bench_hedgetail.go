@@ -18,7 +18,7 @@ func newBenchHedgeTailCmd() *cobra.Command {
 		duration, warmup, pause, maxStale time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "hedge-tail [--quick] [--out results] [--rate 2000] [--pause 100ms --pauses 1] [--duration 25s]",
+		Use:   "hedge-tail [--quick] [--out results] [--rate 2000] [--pause 150ms --pauses 1] [--duration 25s]",
 		Short: "Pegasus's backup request: p99.99 and extra requests of hedged reads while the leader pauses now and then",
 		Long: `Start three stores in this process (loopback, faults allowed), load --keys keys
 into one region led by store 1, and read them at --rate reads/s (an open loop)
@@ -68,8 +68,8 @@ Dean's figures, in OUT/hedge-tail/{results.json,report.md,*.png}. --quick runs
 	f.IntVar(&keys, "keys", 0, "keys to load and read (default 1000)")
 	f.Float64Var(&rate, "rate", 0, "reads per second, open loop (default 2000)")
 	f.DurationVar(&duration, "duration", 0, "length of each measured run (default 25s; --quick 3s)")
-	f.DurationVar(&warmup, "warmup", 0, "unmeasured warm-up before each run (default 2s; --quick 1s; negative: none)")
-	f.DurationVar(&pause, "pause", 0, "length of each pause of the leader's store (default 100ms)")
+	f.DurationVar(&warmup, "warmup", 0, "unmeasured warm-up before each run (default 3s; --quick 1s; negative: none)")
+	f.DurationVar(&pause, "pause", 0, "length of each pause of the leader's store (default 150ms)")
 	f.IntVar(&pauses, "pauses", 0, "pauses per run, evenly spaced (default 1)")
 	f.Float64Var(&budget, "hedge-budget", 0, "HedgeBudget of the hedging sessions, in (0,1] (default 1: no cap)")
 	f.DurationVar(&maxStale, "max-staleness", 0, "staleness bound of stall-stale's session (default 10s)")
