@@ -94,7 +94,7 @@ type ReadPolicy struct {
 // ReadInfo says who served a read and how, so tests and benchmarks can count.
 type ReadInfo struct {
 	StoreID uint64
-	// Mode is "lease", "read-index" or "stale".
+	// Mode is "lease", "read-index", "follower-lease" or "stale".
 	Mode string
 	// StalenessBound is how stale a "stale" answer may be; zero otherwise.
 	StalenessBound time.Duration

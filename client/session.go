@@ -97,6 +97,8 @@ func readModeString(m pb.ReadMode) string {
 		return "read-index"
 	case pb.ReadMode_READ_MODE_STALE:
 		return "stale"
+	case pb.ReadMode_READ_MODE_FOLLOWER_LEASE:
+		return "follower-lease"
 	}
 	return "unknown"
 }

@@ -25,6 +25,18 @@ type Config struct {
 	ElectionTicks    int           // default 10
 	HeartbeatTicks   int           // default 2
 	LeaseDriftMargin float64       // fraction of the election timeout given up for clock drift; default 0.1
+	// FollowerLeases lets followers hold read leases and serve
+	// linearizable reads locally with no round trip (followerlease.go).
+	// Every store of a cluster must agree on it: a leader with it off
+	// neither grants nor caps, and one with it on defers its first commits.
+	FollowerLeases bool
+	// FollowerLeaseDuration is the longest follower lease a leader grants
+	// (default, and at most: the leader lease, (ElectionTicks-2) ticks less
+	// the drift margin). Writes wait at most this long for a holder that
+	// stopped acking, and a new leader holds its first commit back for it.
+	FollowerLeaseDuration time.Duration
+	// FollowerLeaseStores, if set, are the only stores granted leases.
+	FollowerLeaseStores []uint64
 	// LogGCThreshold: compact a region's raft log once more than this many
 	// applied entries sit in it. Default 5000; tests use tiny values.
 	LogGCThreshold uint64
@@ -68,6 +80,8 @@ type Message struct {
 	Msg       raftpb.Message
 	// SafePoint rides on a leaseholder's heartbeats (see stale.go).
 	SafePoint *SafePoint
+	// Lease rides on follower-lease notices (followerlease.go).
+	Lease *LeaseMsg
 }
 
 // SafePoint is a leader's promise, made while it holds a valid lease: every
@@ -105,6 +119,9 @@ const (
 	ReadModeLease ReadMode = iota + 1
 	ReadModeReadIndex
 	ReadModeStale
+	// ReadModeFollowerLease: a follower served the read from its read
+	// lease, with no round trip (followerlease.go).
+	ReadModeFollowerLease
 )
 
 func (m ReadMode) String() string {
@@ -115,6 +132,8 @@ func (m ReadMode) String() string {
 		return "read-index"
 	case ReadModeStale:
 		return "stale"
+	case ReadModeFollowerLease:
+		return "follower-lease"
 	}
 	return "unknown"
 }
@@ -129,6 +148,11 @@ type ReadOptions struct {
 	ReplicaRead bool
 	// MaxStaleness > 0 permits a bounded-staleness local read.
 	MaxStaleness time.Duration
+
+	// scan and scanEnd: the read is a scan of [its key, scanEnd); a
+	// follower-lease read waits for pending writes in that range.
+	scan    bool
+	scanEnd []byte
 }
 
 // WriteOptions routes one write.

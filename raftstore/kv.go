@@ -161,6 +161,10 @@ func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions, keys
 		return info, r, nil
 	}
 	leader := p.isLeaderLocked()
+	if !leader && opts.ReplicaRead && s.cfg.FollowerLeases && p.followerLeaseValidLocked(s.now()) {
+		// Linearizable and local: better than a stale read too.
+		return s.followerLeaseRead(ctx, p, opts, sc, info) // unlocks p.mu
+	}
 	if opts.MaxStaleness > 0 {
 		bound, err := p.staleReadLocked(now, opts.MaxStaleness)
 		var nudge *raftpb.Message
@@ -195,7 +199,59 @@ func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions, keys
 		return info, region.Region{}, err
 	}
 	p.mu.Unlock()
+	return s.readIndexRead(ctx, p, sc, info)
+}
 
+// followerLeaseRead serves a follower read from the follower's lease when
+// it is valid: it waits for the grant's commit index (checked by the
+// validity) and every pending entry of its log that writes what the read
+// reads, for at most what is left of the lease; otherwise, and if that
+// wait runs out, it is a ReadIndex read. Called with p.mu held; unlocks it.
+//
+// No second look at the lease after reading: at the moment of the check
+// (now, read under p.mu, so the log cannot change in between) every write
+// committed so far is in this log, and applied here once the wait is over;
+// whatever committed later and is read or not, the answer is the latest
+// committed value at some moment within the read (docs/design.md).
+func (s *Store) followerLeaseRead(ctx context.Context, p *Peer, opts ReadOptions, sc *readScope, info ReadInfo) (ReadInfo, region.Region, error) {
+	now := s.now()
+	if !p.followerLeaseValidLocked(now) {
+		p.mu.Unlock()
+		return s.readIndexRead(ctx, p, sc, info)
+	}
+	var idx uint64
+	if opts.scan {
+		lo, hi, _ := p.region.ClampRange(sc.keys[0], opts.scanEnd)
+		idx = p.fl.pending.waitIndex(nil, true, lo, hi)
+	} else {
+		idx = p.fl.pending.waitIndex(sc.keys, false, nil, nil)
+	}
+	left := p.fl.held.until.Sub(now)
+	applied := p.waitAppliedLocked(idx)
+	p.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, left)
+	err := s.waitApplied(wctx, p, applied)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return info, region.Region{}, err
+		}
+		// The entry did not apply within the lease (it may never commit):
+		// the round trip it is, then.
+		return s.readIndexRead(ctx, p, sc, info)
+	}
+	r, err := s.recheck(p, sc)
+	if err != nil {
+		return info, r, err
+	}
+	info.Mode = ReadModeFollowerLease
+	s.stats.readsFollowerLease.Add(1)
+	return info, r, nil
+}
+
+// readIndexRead is a linearizable read through a ReadIndex round (sent to
+// the leader from a follower) and a wait for its index to apply here.
+func (s *Store) readIndexRead(ctx context.Context, p *Peer, sc *readScope, info ReadInfo) (ReadInfo, region.Region, error) {
 	idx, err := s.readIndex(ctx, p)
 	if err != nil {
 		return info, region.Region{}, err
@@ -277,6 +333,7 @@ func (s *Store) Scan(ctx context.Context, opts ReadOptions, start, end []byte, l
 	if err != nil {
 		return nil, region.Region{}, ReadInfo{}, err
 	}
+	opts.scan, opts.scanEnd = true, end
 	info, r, err := s.prepareRead(ctx, p, opts, start)
 	if err != nil {
 		return nil, region.Region{}, info, err

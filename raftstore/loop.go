@@ -83,6 +83,12 @@ func (s *Store) tick() {
 	readTimeout := 2 * time.Duration(s.cfg.ElectionTicks) * s.cfg.TickInterval
 	peers := s.allPeers()
 	ticked, flush := peers[:0], false
+	type leaseReq struct {
+		p  *Peer
+		m  raftpb.Message
+		lm *LeaseMsg
+	}
+	var leaseReqs []leaseReq
 	for _, p := range peers {
 		p.mu.Lock()
 		if p.hibernating {
@@ -100,8 +106,19 @@ func (s *Store) tick() {
 		p.rn.Tick()
 		p.idleTicks++
 		p.expireReadsLocked(now, readTimeout)
+		if s.cfg.FollowerLeases {
+			// Follower: ask for (or renew) a lease. Leader: step the acks
+			// a holder's expiry or the end of the deferral released.
+			if m, lm, ok := p.leaseRequestLocked(now); ok {
+				leaseReqs = append(leaseReqs, leaseReq{p, m, lm})
+			}
+			p.restepAcksLocked(now)
+		}
 		p.mu.Unlock()
 		ticked = append(ticked, p)
+	}
+	for _, r := range leaseReqs {
+		s.sendNotice(r.p, r.m, r.lm)
 	}
 	if flush {
 		s.trans.Flush()
@@ -407,6 +424,20 @@ func (s *Store) publish(rp *readyPeer) error {
 		p.commit = rd.HardState.Commit
 	}
 	p.applied, p.appliedTerm = rp.applied, rp.appliedTerm
+	if s.cfg.FollowerLeases {
+		// Before this round's acks go out (step 5): the leader counts them
+		// only once the keys their entries write are known here.
+		if rp.snapApplied {
+			p.fl.pending.reset()
+		}
+		p.fl.pending.append(rd.Entries, p.applied)
+		p.fl.pending.trim(p.applied)
+		// A lease covers the region as granted: a split (both halves), a
+		// membership change or a snapshot ends it; the follower asks anew.
+		if rp.snapApplied || rp.regionChanged || len(rp.created) > 0 {
+			p.revokeFollowerLeaseLocked()
+		}
+	}
 	// Only an entry committed in the term it was proposed in proves quorum
 	// contact at its proposal time, so only that renews the lease.
 	for _, a := range rp.acked {

@@ -321,6 +321,24 @@ func (s *Store) proposeConfChange(ctx context.Context, p *Peer, cc raftpb.ConfCh
 			p.mu.Unlock()
 			return fmt.Errorf("region %d: a membership change is still being applied: %w", p.regionID, ErrProposalDropped)
 		}
+		// A peer leaving the region must hold no follower lease: once it
+		// is gone no ack of its can lift the cap, and the lease would
+		// stall writes until it ends anyway. It gets no renewal from now.
+		if until := p.removedHolderUntilLocked(cc, s.now()); !until.IsZero() {
+			p.mu.Unlock()
+			t := time.NewTimer(until.Sub(s.now()) + time.Millisecond)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("region %d: wait for a removed peer's follower lease to end: %w", p.regionID, ctx.Err())
+			case <-s.stopc:
+				t.Stop()
+				return ErrStopped
+			}
+			p.mu.Lock()
+			continue
+		}
 		st := p.rn.Status()
 		if p.appliedTerm == st.Term && st.Applied >= p.applied {
 			break

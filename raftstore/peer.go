@@ -65,6 +65,9 @@ type Peer struct {
 	// lastNudge is when this follower last asked its leader for fresh safe
 	// points (stale.go).
 	lastNudge time.Time
+	// fl is the follower-lease state: this follower's lease, the leader's
+	// grants, and the keys the unapplied log writes (followerlease.go).
+	fl followerLeaseState
 }
 
 type proposal struct {

@@ -19,12 +19,17 @@ type Stats struct {
 	// SafePointsRefused: safe points from a clock further ahead than
 	// MaxClockOffset allows (stale.go).
 	SafePointsRefused uint64
+	// ReadsFollowerLease: reads a follower served from its read lease;
+	// FollowerLeaseGrants: leases this store's followers took (renewals of
+	// a valid lease not counted).
+	ReadsFollowerLease, FollowerLeaseGrants uint64
 }
 
 type stats struct {
 	readsLease, readsReadIndex, readsStale, readIndexBatches atomic.Uint64
 	proposals, snapshotsBuilt, snapshotsApplied, readyRounds atomic.Uint64
 	votesRefused, safePointsRefused                          atomic.Uint64
+	readsFollowerLease, followerLeaseGrants                  atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -40,5 +45,8 @@ func (s *Store) Stats() Stats {
 		ReadyRounds:       s.stats.readyRounds.Load(),
 		VotesRefused:      s.stats.votesRefused.Load(),
 		SafePointsRefused: s.stats.safePointsRefused.Load(),
+
+		ReadsFollowerLease:  s.stats.readsFollowerLease.Load(),
+		FollowerLeaseGrants: s.stats.followerLeaseGrants.Load(),
 	}
 }

@@ -256,6 +256,12 @@ func (s *Store) createPeer(pp persistedPeer) (*Peer, error) {
 		// before a restart must not resolve a batch of this one.
 		reads: readQueue{nextID: mrand.Uint64()},
 	}
+	if last > p.applied {
+		// Entries persisted before this peer was created were never seen
+		// by its pending-writes record: count them as writing every key
+		// (followerlease.go).
+		p.fl.pending.coverAll(last)
+	}
 	if !s.started.Load() {
 		// Loaded at start: whatever leader it acked before is forgotten.
 		p.refuseVotesForElectionLocked(s.now())
@@ -398,6 +404,9 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 		s.mu.Unlock()
 		ok = false
 	}
+	if !ok && isLeaseNotice(m.Msg) {
+		return nil // nothing to grant or hold for a region not here
+	}
 	if !ok {
 		var err error
 		if p, err = s.maybeCreatePeer(m); err != nil {
@@ -445,6 +454,22 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 		p.mu.Unlock()
 		s.markDirty(p)
 		return nil
+	case isNotice(m.Msg, leaseReqCtx):
+		grant, lm, ok := p.onLeaseRequestLocked(m.Msg, m.Lease, s.now())
+		p.mu.Unlock()
+		s.markDirty(p) // the request may have made the lease due a renewal
+		if ok {
+			s.sendNotice(p, grant, lm)
+		}
+		return nil
+	case isNotice(m.Msg, leaseGrantCtx):
+		p.onLeaseGrantLocked(m.Msg, m.Lease, s.now())
+		p.mu.Unlock()
+		return nil
+	case isNotice(m.Msg, leaseRevokeCtx):
+		p.onLeaseRevokeLocked(m.Msg)
+		p.mu.Unlock()
+		return nil
 	case m.Msg.Type == raftpb.MsgHeartbeat || m.Msg.Type == raftpb.MsgHeartbeatResp:
 		// Heartbeats keep a peer awake but are not traffic.
 		p.hibernating = false
@@ -474,9 +499,13 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 		}
 		return nil
 	}
+	holderRose := p.capAckLocked(&m.Msg, now)
 	err := p.rn.Step(m.Msg)
 	if err == nil && m.SafePoint != nil && m.Msg.Type == raftpb.MsgHeartbeat {
 		p.recordSafePointLocked(*m.SafePoint, now)
+	}
+	if holderRose {
+		p.restepAcksLocked(now)
 	}
 	p.mu.Unlock()
 	if err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
@@ -512,18 +541,24 @@ func (s *Store) ReportSnapshot(regionID, toPeerID uint64, ok bool) {
 
 // sendNow sends one message outside the Ready loop and flushes it, on the
 // caller's goroutine if the transport can (directSender).
-func (s *Store) sendNow(p *Peer, m raftpb.Message) {
-	if ds, ok := s.trans.(directSender); ok {
-		p.mu.Lock()
-		to, found := p.region.PeerByID(m.To)
-		r := p.regionID
-		p.mu.Unlock()
-		if found {
-			ds.SendNow(&Message{RegionID: r, FromStore: s.cfg.StoreID, ToStore: to.StoreID, Msg: m})
-		}
+func (s *Store) sendNow(p *Peer, m raftpb.Message) { s.sendNotice(p, m, nil) }
+
+// sendNotice is sendNow for a message that may carry a follower-lease
+// payload beside it.
+func (s *Store) sendNotice(p *Peer, m raftpb.Message, lease *LeaseMsg) {
+	p.mu.Lock()
+	to, found := p.region.PeerByID(m.To)
+	r := p.regionID
+	p.mu.Unlock()
+	if !found {
 		return
 	}
-	s.send(p, []raftpb.Message{m})
+	msg := &Message{RegionID: r, FromStore: s.cfg.StoreID, ToStore: to.StoreID, Msg: m, Lease: lease}
+	if ds, ok := s.trans.(directSender); ok {
+		ds.SendNow(msg)
+		return
+	}
+	s.trans.Send(msg)
 	s.trans.Flush()
 }
 
@@ -650,8 +685,14 @@ func (s *Store) TransferLeader(ctx context.Context, regionID, toStoreID uint64) 
 			// No read may join a ReadIndex batch while the transfer runs
 			// (tikv#4680): fail what is queued; clients retry.
 			p.failPendingReadsLocked(p.notLeaderLocked())
+			// Holders stop serving now rather than at expiry; the new
+			// leader's deferral is what makes either safe.
+			revokes := p.revokeNoticesLocked(s.now())
 			p.rn.TransferLeader(target.ID)
 			p.mu.Unlock()
+			for _, m := range revokes {
+				s.sendNow(p, m)
+			}
 			s.markDirty(p)
 		} else {
 			// Stepped down: wait until we hear who leads now.

@@ -143,6 +143,10 @@ func (t *inmemTransport) Send(m *Message) {
 		sp.Time = time.Unix(0, sp.Time.UnixNano()) // wall clock only, as on a wire
 		c.SafePoint = &sp
 	}
+	if m.Lease != nil {
+		l := *m.Lease
+		c.Lease = &l
+	}
 	if err := c.Msg.Unmarshal(data); err != nil {
 		return
 	}

@@ -43,6 +43,8 @@
 #                     `bin/hedgekv ctl transfer-leader REGION STORE` stays there
 #                     (BALANCE=DURATION, e.g. 1s, sets the interval; default 5s)
 #   FAULTS=1          start servers with --allow-faults
+#   FOLLOWER_LEASES=1 start servers with --follower-leases (followers serve
+#                     linearizable reads locally from read leases)
 #   TICK              pass --tick TICK to the servers (e.g. 50ms)
 #   START_TIMEOUT     seconds `start`/`restart` wait for leaders (default: 30)
 #   STOP_TIMEOUT      seconds `stop` waits after SIGTERM before SIGKILL (default: 10)
@@ -311,6 +313,7 @@ server_args() {
 	fi
 	if [[ -n ${TICK:-} ]]; then SERVER_ARGS+=(--tick "$TICK"); fi
 	if [[ ${FAULTS:-0} == 1 ]]; then SERVER_ARGS+=(--allow-faults); fi
+	if [[ ${FOLLOWER_LEASES:-0} == 1 ]]; then SERVER_ARGS+=(--follower-leases); fi
 	if [[ -n $BALANCE_FLAG ]]; then SERVER_ARGS+=(--balance-interval "$BALANCE_FLAG"); fi
 }
 

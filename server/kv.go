@@ -154,6 +154,8 @@ func fromReadMode(m raftstore.ReadMode) pb.ReadMode {
 		return pb.ReadMode_READ_MODE_READ_INDEX
 	case raftstore.ReadModeStale:
 		return pb.ReadMode_READ_MODE_STALE
+	case raftstore.ReadModeFollowerLease:
+		return pb.ReadMode_READ_MODE_FOLLOWER_LEASE
 	}
 	return pb.ReadMode_READ_MODE_UNSPECIFIED
 }

@@ -65,7 +65,7 @@ func newMetrics(inflightReads func() float64) *metrics {
 		}, []string{"method"}),
 		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hedgekv_server_reads_total",
-			Help: "Reads served, by how they were served (lease, read-index, stale).",
+			Help: "Reads served, by how they were served (lease, read-index, stale, follower-lease).",
 		}, []string{"mode"}),
 		inflight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "hedgekv_server_inflight_reads",
@@ -112,7 +112,7 @@ func newMetrics(inflightReads func() float64) *metrics {
 		m.faultReadsDelayed, m.faultStalls, m.readsCancelled, m.hedgeReads, m.hedgeReadsCancelled, m.readsBusy,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the read modes so dashboards see zeros rather than gaps.
-	for _, mode := range []raftstore.ReadMode{raftstore.ReadModeLease, raftstore.ReadModeReadIndex, raftstore.ReadModeStale} {
+	for _, mode := range []raftstore.ReadMode{raftstore.ReadModeLease, raftstore.ReadModeReadIndex, raftstore.ReadModeStale, raftstore.ReadModeFollowerLease} {
 		m.reads.WithLabelValues(mode.String())
 	}
 	return m

@@ -563,6 +563,9 @@ func (p *peerSender) send(msgs []*raftstore.Message) {
 		if sp := m.SafePoint; sp != nil {
 			rm.SafePoint = &pb.SafePoint{Term: sp.Term, Commit: sp.Commit, TimeUnixNano: sp.Time.UnixNano()}
 		}
+		if l := m.Lease; l != nil {
+			rm.Lease = &pb.LeaseMsg{Seq: l.Seq, Commit: l.Commit, DurationNanos: uint64(max(l.Duration, 0))}
+		}
 		batch.Msgs = append(batch.Msgs, rm)
 		inBatch = append(inBatch, m)
 		size += len(data)

@@ -35,6 +35,11 @@ type serverFlags struct {
 	zoneAddrs string
 	// allowFaults is --allow-faults: accept ctl fault.
 	allowFaults bool
+	// followerLeases is --follower-leases; leaseDuration and leaseStores
+	// refine it.
+	followerLeases bool
+	leaseDuration  time.Duration
+	leaseStores    string
 }
 
 func newServerCmd(a *app) *cobra.Command {
@@ -95,6 +100,9 @@ this store reaches each peer at the peer's address for its own --zone. Its
 	fl.DurationVar(&f.balanceInterval, "balance-interval", 0, "how often the store balances replicas and leaders (0: default 5s, negative: never)")
 	fl.DurationVar(&f.maxStoreDownTime, "max-store-down-time", 0, "how long a store may be down before its replicas are replaced elsewhere (0: default 30s)")
 	fl.BoolVar(&f.allowFaults, "allow-faults", false, "accept fault injection (ctl fault: delays, stalls); for tests and benchmarks")
+	fl.BoolVar(&f.followerLeases, "follower-leases", false, "followers hold read leases and serve linearizable reads locally, with no round trip; writes then also wait for every lease holder (every store of the cluster must agree)")
+	fl.DurationVar(&f.leaseDuration, "follower-lease-duration", 0, "longest follower read lease a leader grants (0: the leader lease, (10-2) ticks less 10%: 360ms at the default tick); also the longest a write waits for a holder that stopped answering")
+	fl.StringVar(&f.leaseStores, "follower-lease-stores", "", "only these store ids (comma-separated) hold follower leases (default: every store)")
 	return cmd
 }
 
@@ -105,22 +113,67 @@ func (f *serverFlags) config() (server.Config, slog.Level, error) {
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return server.Config{}, 0, usagef("--log-level %q: want debug, info, warn or error", f.logLevel)
 	}
+	cfg, err := f.baseConfig(level)
+	if err != nil {
+		return server.Config{}, 0, err
+	}
+	leases, err := f.leaseConfig()
+	if err != nil {
+		return server.Config{}, 0, err
+	}
+	cfg.Store.FollowerLeases, cfg.Store.FollowerLeaseDuration, cfg.Store.FollowerLeaseStores = leases.FollowerLeases, leases.FollowerLeaseDuration, leases.FollowerLeaseStores
+	return cfg, level, nil
+}
+
+// leaseConfig validates the follower-lease flags.
+func (f *serverFlags) leaseConfig() (raftstore.Config, error) {
+	var c raftstore.Config
+	if !f.followerLeases {
+		if f.leaseDuration != 0 || f.leaseStores != "" {
+			return c, usagef("--follower-lease-duration and --follower-lease-stores need --follower-leases")
+		}
+		return c, nil
+	}
+	c.FollowerLeases = true
+	if f.leaseDuration < 0 {
+		return c, usagef("--follower-lease-duration must not be negative, got %v", f.leaseDuration)
+	}
+	if limit := 8 * f.tick * 9 / 10; f.leaseDuration > limit {
+		return c, usagef("--follower-lease-duration %v is longer than the leader lease (%v at --tick %v)", f.leaseDuration, limit, f.tick)
+	}
+	c.FollowerLeaseDuration = f.leaseDuration
+	for _, s := range strings.Split(f.leaseStores, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		id, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || id == 0 {
+			return c, usagef("--follower-lease-stores: %q is not a store id", s)
+		}
+		c.FollowerLeaseStores = append(c.FollowerLeaseStores, id)
+	}
+	return c, nil
+}
+
+// baseConfig builds the server's config from every flag but the lease ones.
+func (f *serverFlags) baseConfig(level slog.Level) (server.Config, error) {
 	if strings.TrimSpace(f.join) != "" {
-		return f.joinConfig(level)
+		cfg, _, err := f.joinConfig(level)
+		return cfg, err
 	}
 	peers, err := parsePeers(f.peers)
 	if err != nil {
-		return server.Config{}, 0, err
+		return server.Config{}, err
 	}
 	zoneAddrs, err := parseZoneAddrs(f.zoneAddrs)
 	if err != nil {
-		return server.Config{}, 0, err
+		return server.Config{}, err
 	}
 	if err := f.checkCommon(); err != nil {
-		return server.Config{}, 0, err
+		return server.Config{}, err
 	}
 	if _, ok := peers[f.id]; !ok {
-		return server.Config{}, 0, usagef("--id %d is not among --peers %s", f.id, f.peers)
+		return server.Config{}, usagef("--id %d is not among --peers %s", f.id, f.peers)
 	}
 	listen := f.listen
 	if listen == "" {
@@ -140,7 +193,7 @@ func (f *serverFlags) config() (server.Config, slog.Level, error) {
 		StatusAddr: f.status,
 		Peers:      peers,
 		ZoneAddrs:  zoneAddrs,
-	}, level, nil
+	}, nil
 }
 
 // joinConfig is the config of a store joining a running cluster: no

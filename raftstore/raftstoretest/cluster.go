@@ -42,8 +42,12 @@ type Options struct {
 	DedupWindow uint64
 	// HibernateAfter, 0 for never (the store's default is 10s).
 	HibernateAfter time.Duration
-	Dir            string    // required: a temp dir the cluster owns
-	LogOutput      io.Writer // default: discard
+	// FollowerLeases turns follower read leases on in every store;
+	// FollowerLeaseDuration is their longest grant (0: the store's default).
+	FollowerLeases        bool
+	FollowerLeaseDuration time.Duration
+	Dir                   string    // required: a temp dir the cluster owns
+	LogOutput             io.Writer // default: discard
 }
 
 // Cluster is N in-process stores.
@@ -116,9 +120,12 @@ func (c *Cluster) StartStore(id uint64) error {
 		BalanceInterval:    -1,
 		MaxStoreDownTime:   c.opts.MaxStoreDownTime,
 		HibernateAfter:     c.opts.HibernateAfter,
-		DedupWindow:        c.opts.DedupWindow,
-		NoSync:             true,
-		Logger:             log,
+		FollowerLeases:     c.opts.FollowerLeases,
+
+		FollowerLeaseDuration: c.opts.FollowerLeaseDuration,
+		DedupWindow:           c.opts.DedupWindow,
+		NoSync:                true,
+		Logger:                log,
 	}
 	if t, ok := c.opts.StoreElectionTicks[id]; ok {
 		cfg.ElectionTicks = t

@@ -27,10 +27,11 @@ const (
 type ReadMode int32
 
 const (
-	ReadMode_READ_MODE_UNSPECIFIED ReadMode = 0
-	ReadMode_READ_MODE_LEASE       ReadMode = 1
-	ReadMode_READ_MODE_READ_INDEX  ReadMode = 2
-	ReadMode_READ_MODE_STALE       ReadMode = 3
+	ReadMode_READ_MODE_UNSPECIFIED    ReadMode = 0
+	ReadMode_READ_MODE_LEASE          ReadMode = 1
+	ReadMode_READ_MODE_READ_INDEX     ReadMode = 2
+	ReadMode_READ_MODE_STALE          ReadMode = 3
+	ReadMode_READ_MODE_FOLLOWER_LEASE ReadMode = 4
 )
 
 // Enum value maps for ReadMode.
@@ -40,12 +41,14 @@ var (
 		1: "READ_MODE_LEASE",
 		2: "READ_MODE_READ_INDEX",
 		3: "READ_MODE_STALE",
+		4: "READ_MODE_FOLLOWER_LEASE",
 	}
 	ReadMode_value = map[string]int32{
-		"READ_MODE_UNSPECIFIED": 0,
-		"READ_MODE_LEASE":       1,
-		"READ_MODE_READ_INDEX":  2,
-		"READ_MODE_STALE":       3,
+		"READ_MODE_UNSPECIFIED":    0,
+		"READ_MODE_LEASE":          1,
+		"READ_MODE_READ_INDEX":     2,
+		"READ_MODE_STALE":          3,
+		"READ_MODE_FOLLOWER_LEASE": 4,
 	}
 )
 
@@ -2742,7 +2745,10 @@ type RaftMessage struct {
 	Message   []byte                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"` // raftpb.Message, marshalled
 	// safe_point rides on a leaseholder's heartbeats: every write acknowledged
 	// before safe_point_time_unix_nano has index <= safe_point_commit.
-	SafePoint     *SafePoint `protobuf:"bytes,5,opt,name=safe_point,json=safePoint,proto3" json:"safe_point,omitempty"`
+	SafePoint *SafePoint `protobuf:"bytes,5,opt,name=safe_point,json=safePoint,proto3" json:"safe_point,omitempty"`
+	// lease rides on follower-lease notices: a follower's request (seq), a
+	// leader's grant (seq answered, its commit index, the lease length).
+	Lease         *LeaseMsg `protobuf:"bytes,6,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2812,6 +2818,73 @@ func (x *RaftMessage) GetSafePoint() *SafePoint {
 	return nil
 }
 
+func (x *RaftMessage) GetLease() *LeaseMsg {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+type LeaseMsg struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Commit        uint64                 `protobuf:"varint,2,opt,name=commit,proto3" json:"commit,omitempty"`
+	DurationNanos uint64                 `protobuf:"varint,3,opt,name=duration_nanos,json=durationNanos,proto3" json:"duration_nanos,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseMsg) Reset() {
+	*x = LeaseMsg{}
+	mi := &file_hedgekv_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseMsg) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseMsg) ProtoMessage() {}
+
+func (x *LeaseMsg) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseMsg.ProtoReflect.Descriptor instead.
+func (*LeaseMsg) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *LeaseMsg) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *LeaseMsg) GetCommit() uint64 {
+	if x != nil {
+		return x.Commit
+	}
+	return 0
+}
+
+func (x *LeaseMsg) GetDurationNanos() uint64 {
+	if x != nil {
+		return x.DurationNanos
+	}
+	return 0
+}
+
 type SafePoint struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Term          uint64                 `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
@@ -2823,7 +2896,7 @@ type SafePoint struct {
 
 func (x *SafePoint) Reset() {
 	*x = SafePoint{}
-	mi := &file_hedgekv_proto_msgTypes[47]
+	mi := &file_hedgekv_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +2908,7 @@ func (x *SafePoint) String() string {
 func (*SafePoint) ProtoMessage() {}
 
 func (x *SafePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[47]
+	mi := &file_hedgekv_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +2921,7 @@ func (x *SafePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SafePoint.ProtoReflect.Descriptor instead.
 func (*SafePoint) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{47}
+	return file_hedgekv_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SafePoint) GetTerm() uint64 {
@@ -2881,7 +2954,7 @@ type RaftMessageBatch struct {
 
 func (x *RaftMessageBatch) Reset() {
 	*x = RaftMessageBatch{}
-	mi := &file_hedgekv_proto_msgTypes[48]
+	mi := &file_hedgekv_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2893,7 +2966,7 @@ func (x *RaftMessageBatch) String() string {
 func (*RaftMessageBatch) ProtoMessage() {}
 
 func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[48]
+	mi := &file_hedgekv_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2906,7 +2979,7 @@ func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatch.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatch) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{48}
+	return file_hedgekv_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RaftMessageBatch) GetMsgs() []*RaftMessage {
@@ -2929,7 +3002,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_hedgekv_proto_msgTypes[49]
+	mi := &file_hedgekv_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2941,7 +3014,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[49]
+	mi := &file_hedgekv_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2954,7 +3027,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{49}
+	return file_hedgekv_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SnapshotChunk) GetHeader() *RaftMessage {
@@ -2979,7 +3052,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_hedgekv_proto_msgTypes[50]
+	mi := &file_hedgekv_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3064,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[50]
+	mi := &file_hedgekv_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3077,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{50}
+	return file_hedgekv_proto_rawDescGZIP(), []int{51}
 }
 
 var File_hedgekv_proto protoreflect.FileDescriptor
@@ -3206,7 +3279,7 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\vstall_nanos\x18\x03 \x01(\x03R\n" +
 	"stallNanos\x12\x14\n" +
 	"\x05clear\x18\x04 \x01(\bR\x05clear\"\x0f\n" +
-	"\rFaultResponse\"\xb1\x01\n" +
+	"\rFaultResponse\"\xda\x01\n" +
 	"\vRaftMessage\x12\x1b\n" +
 	"\tregion_id\x18\x01 \x01(\x04R\bregionId\x12\x1d\n" +
 	"\n" +
@@ -3214,7 +3287,12 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\bto_store\x18\x03 \x01(\x04R\atoStore\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\fR\amessage\x121\n" +
 	"\n" +
-	"safe_point\x18\x05 \x01(\v2\x12.hedgekv.SafePointR\tsafePoint\"]\n" +
+	"safe_point\x18\x05 \x01(\v2\x12.hedgekv.SafePointR\tsafePoint\x12'\n" +
+	"\x05lease\x18\x06 \x01(\v2\x11.hedgekv.LeaseMsgR\x05lease\"[\n" +
+	"\bLeaseMsg\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06commit\x18\x02 \x01(\x04R\x06commit\x12%\n" +
+	"\x0eduration_nanos\x18\x03 \x01(\x04R\rdurationNanos\"]\n" +
 	"\tSafePoint\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x16\n" +
 	"\x06commit\x18\x02 \x01(\x04R\x06commit\x12$\n" +
@@ -3224,12 +3302,13 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\rSnapshotChunk\x12,\n" +
 	"\x06header\x18\x01 \x01(\v2\x14.hedgekv.RaftMessageR\x06header\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"\x06\n" +
-	"\x04Done*i\n" +
+	"\x04Done*\x87\x01\n" +
 	"\bReadMode\x12\x19\n" +
 	"\x15READ_MODE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fREAD_MODE_LEASE\x10\x01\x12\x18\n" +
 	"\x14READ_MODE_READ_INDEX\x10\x02\x12\x13\n" +
-	"\x0fREAD_MODE_STALE\x10\x032\x99\x02\n" +
+	"\x0fREAD_MODE_STALE\x10\x03\x12\x1c\n" +
+	"\x18READ_MODE_FOLLOWER_LEASE\x10\x042\x99\x02\n" +
 	"\x02KV\x120\n" +
 	"\x03Get\x12\x13.hedgekv.GetRequest\x1a\x14.hedgekv.GetResponse\x12?\n" +
 	"\bBatchGet\x12\x18.hedgekv.BatchGetRequest\x1a\x19.hedgekv.BatchGetResponse\x123\n" +
@@ -3264,7 +3343,7 @@ func file_hedgekv_proto_rawDescGZIP() []byte {
 }
 
 var file_hedgekv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_hedgekv_proto_goTypes = []any{
 	(ReadMode)(0),                  // 0: hedgekv.ReadMode
 	(*Epoch)(nil),                  // 1: hedgekv.Epoch
@@ -3314,17 +3393,18 @@ var file_hedgekv_proto_goTypes = []any{
 	(*FaultRequest)(nil),           // 45: hedgekv.FaultRequest
 	(*FaultResponse)(nil),          // 46: hedgekv.FaultResponse
 	(*RaftMessage)(nil),            // 47: hedgekv.RaftMessage
-	(*SafePoint)(nil),              // 48: hedgekv.SafePoint
-	(*RaftMessageBatch)(nil),       // 49: hedgekv.RaftMessageBatch
-	(*SnapshotChunk)(nil),          // 50: hedgekv.SnapshotChunk
-	(*Done)(nil),                   // 51: hedgekv.Done
-	nil,                            // 52: hedgekv.StatusResponse.PeersEntry
-	nil,                            // 53: hedgekv.StatusResponse.ZoneAddressesEntry
-	nil,                            // 54: hedgekv.Store.ZoneAddressesEntry
-	nil,                            // 55: hedgekv.ZoneAddresses.AddressesEntry
-	nil,                            // 56: hedgekv.JoinRequest.ZoneAddressesEntry
-	nil,                            // 57: hedgekv.JoinResponse.PeersEntry
-	nil,                            // 58: hedgekv.JoinResponse.ZoneAddressesEntry
+	(*LeaseMsg)(nil),               // 48: hedgekv.LeaseMsg
+	(*SafePoint)(nil),              // 49: hedgekv.SafePoint
+	(*RaftMessageBatch)(nil),       // 50: hedgekv.RaftMessageBatch
+	(*SnapshotChunk)(nil),          // 51: hedgekv.SnapshotChunk
+	(*Done)(nil),                   // 52: hedgekv.Done
+	nil,                            // 53: hedgekv.StatusResponse.PeersEntry
+	nil,                            // 54: hedgekv.StatusResponse.ZoneAddressesEntry
+	nil,                            // 55: hedgekv.Store.ZoneAddressesEntry
+	nil,                            // 56: hedgekv.ZoneAddresses.AddressesEntry
+	nil,                            // 57: hedgekv.JoinRequest.ZoneAddressesEntry
+	nil,                            // 58: hedgekv.JoinResponse.PeersEntry
+	nil,                            // 59: hedgekv.JoinResponse.ZoneAddressesEntry
 }
 var file_hedgekv_proto_depIdxs = []int32{
 	1,  // 0: hedgekv.Region.epoch:type_name -> hedgekv.Epoch
@@ -3356,58 +3436,59 @@ var file_hedgekv_proto_depIdxs = []int32{
 	3,  // 26: hedgekv.RegionInfo.region:type_name -> hedgekv.Region
 	2,  // 27: hedgekv.RegionInfo.leader:type_name -> hedgekv.Peer
 	27, // 28: hedgekv.StatusResponse.regions:type_name -> hedgekv.RegionInfo
-	52, // 29: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
-	53, // 30: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
-	54, // 31: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
-	55, // 32: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
+	53, // 29: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
+	54, // 30: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
+	55, // 31: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
+	56, // 32: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
 	30, // 33: hedgekv.StoresResponse.stores:type_name -> hedgekv.Store
 	27, // 34: hedgekv.RegionsResponse.regions:type_name -> hedgekv.RegionInfo
 	3,  // 35: hedgekv.SplitResponse.left:type_name -> hedgekv.Region
 	3,  // 36: hedgekv.SplitResponse.right:type_name -> hedgekv.Region
-	56, // 37: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
-	57, // 38: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
-	58, // 39: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
-	48, // 40: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
-	47, // 41: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
-	47, // 42: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
-	31, // 43: hedgekv.JoinResponse.ZoneAddressesEntry.value:type_name -> hedgekv.ZoneAddresses
-	16, // 44: hedgekv.KV.Get:input_type -> hedgekv.GetRequest
-	18, // 45: hedgekv.KV.BatchGet:input_type -> hedgekv.BatchGetRequest
-	20, // 46: hedgekv.KV.Scan:input_type -> hedgekv.ScanRequest
-	22, // 47: hedgekv.KV.Put:input_type -> hedgekv.PutRequest
-	24, // 48: hedgekv.KV.Delete:input_type -> hedgekv.DeleteRequest
-	26, // 49: hedgekv.Admin.Status:input_type -> hedgekv.StatusRequest
-	29, // 50: hedgekv.Admin.Stores:input_type -> hedgekv.StoresRequest
-	33, // 51: hedgekv.Admin.Regions:input_type -> hedgekv.RegionsRequest
-	35, // 52: hedgekv.Admin.TransferLeader:input_type -> hedgekv.TransferLeaderRequest
-	37, // 53: hedgekv.Admin.Split:input_type -> hedgekv.SplitRequest
-	39, // 54: hedgekv.Admin.AddPeer:input_type -> hedgekv.AddPeerRequest
-	41, // 55: hedgekv.Admin.RemovePeer:input_type -> hedgekv.RemovePeerRequest
-	43, // 56: hedgekv.Admin.Join:input_type -> hedgekv.JoinRequest
-	45, // 57: hedgekv.Admin.Fault:input_type -> hedgekv.FaultRequest
-	49, // 58: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
-	50, // 59: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
-	17, // 60: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
-	19, // 61: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
-	21, // 62: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
-	23, // 63: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
-	25, // 64: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
-	28, // 65: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
-	32, // 66: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
-	34, // 67: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
-	36, // 68: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
-	38, // 69: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
-	40, // 70: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
-	42, // 71: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
-	44, // 72: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
-	46, // 73: hedgekv.Admin.Fault:output_type -> hedgekv.FaultResponse
-	51, // 74: hedgekv.Raft.Stream:output_type -> hedgekv.Done
-	51, // 75: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
-	60, // [60:76] is the sub-list for method output_type
-	44, // [44:60] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	57, // 37: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
+	58, // 38: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
+	59, // 39: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
+	49, // 40: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
+	48, // 41: hedgekv.RaftMessage.lease:type_name -> hedgekv.LeaseMsg
+	47, // 42: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
+	47, // 43: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
+	31, // 44: hedgekv.JoinResponse.ZoneAddressesEntry.value:type_name -> hedgekv.ZoneAddresses
+	16, // 45: hedgekv.KV.Get:input_type -> hedgekv.GetRequest
+	18, // 46: hedgekv.KV.BatchGet:input_type -> hedgekv.BatchGetRequest
+	20, // 47: hedgekv.KV.Scan:input_type -> hedgekv.ScanRequest
+	22, // 48: hedgekv.KV.Put:input_type -> hedgekv.PutRequest
+	24, // 49: hedgekv.KV.Delete:input_type -> hedgekv.DeleteRequest
+	26, // 50: hedgekv.Admin.Status:input_type -> hedgekv.StatusRequest
+	29, // 51: hedgekv.Admin.Stores:input_type -> hedgekv.StoresRequest
+	33, // 52: hedgekv.Admin.Regions:input_type -> hedgekv.RegionsRequest
+	35, // 53: hedgekv.Admin.TransferLeader:input_type -> hedgekv.TransferLeaderRequest
+	37, // 54: hedgekv.Admin.Split:input_type -> hedgekv.SplitRequest
+	39, // 55: hedgekv.Admin.AddPeer:input_type -> hedgekv.AddPeerRequest
+	41, // 56: hedgekv.Admin.RemovePeer:input_type -> hedgekv.RemovePeerRequest
+	43, // 57: hedgekv.Admin.Join:input_type -> hedgekv.JoinRequest
+	45, // 58: hedgekv.Admin.Fault:input_type -> hedgekv.FaultRequest
+	50, // 59: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
+	51, // 60: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
+	17, // 61: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
+	19, // 62: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
+	21, // 63: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
+	23, // 64: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
+	25, // 65: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
+	28, // 66: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
+	32, // 67: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
+	34, // 68: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
+	36, // 69: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
+	38, // 70: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
+	40, // 71: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
+	42, // 72: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
+	44, // 73: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
+	46, // 74: hedgekv.Admin.Fault:output_type -> hedgekv.FaultResponse
+	52, // 75: hedgekv.Raft.Stream:output_type -> hedgekv.Done
+	52, // 76: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
+	61, // [61:77] is the sub-list for method output_type
+	45, // [45:61] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_hedgekv_proto_init() }
@@ -3421,7 +3502,7 @@ func file_hedgekv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hedgekv_proto_rawDesc), len(file_hedgekv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   58,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -107,6 +107,9 @@ type nemesisRun struct {
 	// recorded as two puts of unknown outcome, and replica agreement (data
 	// and dedup tables) is the oracle for how replicas decided them.
 	dedupWindow uint64
+	// followerLeases: followers hold read leases, so the follower reads
+	// below are mostly served locally with no round trip.
+	followerLeases bool
 }
 
 // nemesis injects faults, one at a time, chosen by rng, until stop closes.
@@ -661,6 +664,7 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 		LogGCThreshold:     200,
 		StoreElectionTicks: map[uint64]int{3: 6},
 		Clock:              func(id uint64) func() time.Time { return skews[id] },
+		FollowerLeases:     run.followerLeases,
 	})
 	// A fourth store, without a replica at first, for the nemesis to move
 	// replicas to.
@@ -768,8 +772,14 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 			reads++
 		}
 	}
-	GinkgoWriter.Printf("seed %d (tick %v, dedup window %d): %d operations (%d reads, %d by probes) in %v, %d regions, %s\n",
-		seed, run.tick, run.dedupWindow, len(h.ops), reads, nem.probes, duration, len(c.Regions()), faults.summary())
+	var leaseReads uint64
+	for _, id := range c.IDs() {
+		if s, ok := c.Store(id); ok {
+			leaseReads += s.Stats().ReadsFollowerLease
+		}
+	}
+	GinkgoWriter.Printf("seed %d (tick %v, dedup window %d, follower leases %v): %d operations (%d reads, %d by probes, %d follower-lease reads on the stores up now) in %v, %d regions, %s\n",
+		seed, run.tick, run.dedupWindow, run.followerLeases, len(h.ops), reads, nem.probes, leaseReads, duration, len(c.Regions()), faults.summary())
 	Expect(reads).To(BeNumerically(">", 20), "too few successful reads to check anything")
 
 	res, info := porcupine.CheckOperationsVerbose(kvModel, h.ops, 60*time.Second)
@@ -803,5 +813,7 @@ var _ = Describe("linearizability", func() {
 		Entry("seed 2", nemesisRun{seed: 2, tick: 10 * time.Millisecond}),
 		Entry("seed 3, 50ms ticks (longer leases)", nemesisRun{seed: 3, tick: 50 * time.Millisecond}),
 		Entry("seed 4, a dedup window retries outlive", nemesisRun{seed: 4, tick: 10 * time.Millisecond, dedupWindow: 100}),
+		Entry("seed 5, follower leases", nemesisRun{seed: 5, tick: 10 * time.Millisecond, followerLeases: true}),
+		Entry("seed 6, follower leases, 50ms ticks", nemesisRun{seed: 6, tick: 50 * time.Millisecond, followerLeases: true}),
 	)
 })
