@@ -1,7 +1,11 @@
 package cluster_test
 
 import (
+	"context"
+	"errors"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -55,3 +59,342 @@ var _ = Describe("follower lease read", func() {
 		}
 	})
 })
+
+// staleWatch reads key on store id (a follower read: a lease read when it
+// holds one) over and over until stop closes, and records any read that
+// began after acked was set and still returned old: a stale read.
+type staleWatch struct {
+	acked atomic.Int64 // unix nanos of the write's acknowledgement; 0: not yet
+	stale atomic.Int64
+	reads atomic.Int64
+	done  chan struct{}
+}
+
+func watchStale(c *raftstoretest.Cluster, id uint64, opts raftstore.ReadOptions, key, old string, stop <-chan struct{}) *staleWatch {
+	w := &staleWatch{done: make(chan struct{})}
+	go func() {
+		defer GinkgoRecover()
+		defer close(w.done)
+		for n := 0; n < 100000; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			acked := w.acked.Load()
+			start := time.Now().UnixNano()
+			v, _, _, err := readOn(c, id, opts, key, 50*time.Millisecond)
+			if err != nil {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			w.reads.Add(1)
+			if acked != 0 && start > acked && v == old {
+				w.stale.Add(1)
+			}
+		}
+	}()
+	return w
+}
+
+// leaseHolder waits until store id serves key from a follower lease.
+func leaseHolder(c *raftstoretest.Cluster, id uint64, key string) {
+	GinkgoHelper()
+	waitFollowerLease(c, id, key)
+}
+
+var _ = Describe("follower lease safety", func() {
+	follower := raftstore.ReadOptions{ReplicaRead: true}
+
+	It("never returns from an isolated holder a value older than a write acknowledged after it was cut off, and writes resume within the lease", func() {
+		c := startCluster(leaseOpts())
+		ctx := ctxFor(20 * time.Second)
+		Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
+		leader, _ := c.Leader(1)
+		holder := otherThan(c, leader)[0]
+		leaseHolder(c, holder, "x")
+
+		stop := make(chan struct{})
+		w := watchStale(c, holder, follower, "x", "old", stop)
+		c.Net.AddFilter(raftstore.IsolateFilter(holder))
+		start := time.Now()
+		Expect(c.Put(ctx, []byte("x"), []byte("new"))).To(Succeed())
+		w.acked.Store(time.Now().UnixNano())
+		stall := time.Since(start)
+		time.Sleep(300 * time.Millisecond) // the holder keeps being asked, on its own
+		close(stop)
+		<-w.done
+		GinkgoWriter.Printf("write stalled %v by the cut-off holder; %d reads on it\n", stall, w.reads.Load())
+		Expect(w.stale.Load()).To(BeZero(), "stale reads on the cut-off holder")
+		// A lease here is at most (10-2) ticks of 10ms less 10%: 72ms. The
+		// bound is far from "until the holder is back", and far above it.
+		Expect(stall).To(BeNumerically("<", time.Second))
+	})
+
+	It("serves nothing stale from the old leader and a holder cut off with it once the majority elects a new leader and writes", func() {
+		opts := leaseOpts()
+		opts.Stores = 5
+		c := startCluster(opts)
+		ctx := ctxFor(30 * time.Second)
+		Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
+		oldLeader, _ := c.Leader(1)
+		holder := otherThan(c, oldLeader)[0]
+		leaseHolder(c, holder, "x")
+
+		stop := make(chan struct{})
+		wl := watchStale(c, oldLeader, raftstore.ReadOptions{}, "x", "old", stop)
+		wh := watchStale(c, holder, follower, "x", "old", stop)
+		c.Net.AddFilter(raftstore.PartitionFilter(oldLeader, holder))
+		majority := otherThan(c, oldLeader, holder)
+		Eventually(func() bool {
+			for _, id := range majority {
+				if st, ok := c.Status(id, 1); ok && st.IsLeader {
+					return true
+				}
+			}
+			return false
+		}).WithTimeout(10 * time.Second).WithPolling(10 * time.Millisecond).Should(BeTrue())
+		var newLeader uint64
+		for _, id := range majority {
+			if st, ok := c.Status(id, 1); ok && st.IsLeader {
+				newLeader = id
+			}
+		}
+		Eventually(func() error {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			return mustStore(c, newLeader).Put(pctx, raftstore.WriteOptions{}, []byte("x"), []byte("new"))
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+		wl.acked.Store(time.Now().UnixNano())
+		wh.acked.Store(time.Now().UnixNano())
+		time.Sleep(300 * time.Millisecond)
+		close(stop)
+		<-wl.done
+		<-wh.done
+		Expect(wl.stale.Load()).To(BeZero(), "stale reads on the old leader")
+		Expect(wh.stale.Load()).To(BeZero(), "stale reads on the holder cut off with it")
+	})
+})
+
+var _ = Describe("follower lease expiry", func() {
+	follower := raftstore.ReadOptions{ReplicaRead: true}
+
+	It("ends on a transfer: a holder that hears neither the revoke nor the new term serves nothing stale (the new leader defers its commits)", func() {
+		c := startCluster(leaseOpts())
+		ctx := ctxFor(20 * time.Second)
+		Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
+		oldLeader, _ := c.Leader(1)
+		others := otherThan(c, oldLeader)
+		holder, target := others[0], others[1]
+		leaseHolder(c, holder, "x")
+
+		// The holder stays connected to the old leader only: the revoke
+		// notice is lost, and nothing of the target's new term reaches it.
+		c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+			between := (m.FromStore == holder && m.ToStore == target) || (m.FromStore == target && m.ToStore == holder)
+			return between || isLeaseRevoke(m), 0
+		}))
+		stop := make(chan struct{})
+		w := watchStale(c, holder, follower, "x", "old", stop)
+		Expect(mustStore(c, oldLeader).TransferLeader(ctx, 1, target)).To(Succeed())
+		Eventually(func() error {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			return mustStore(c, target).Put(pctx, raftstore.WriteOptions{}, []byte("x"), []byte("new"))
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+		w.acked.Store(time.Now().UnixNano())
+		time.Sleep(300 * time.Millisecond)
+		close(stop)
+		<-w.done
+		Expect(w.stale.Load()).To(BeZero(), "stale reads on the holder after the transfer")
+	})
+
+	It("ends on a transfer the holder hears of", func() {
+		c := startCluster(leaseOpts())
+		ctx := ctxFor(20 * time.Second)
+		Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
+		oldLeader, _ := c.Leader(1)
+		others := otherThan(c, oldLeader)
+		holder, target := others[0], others[1]
+		leaseHolder(c, holder, "x")
+		grants := mustStore(c, holder).Stats().FollowerLeaseGrants
+		Expect(mustStore(c, oldLeader).TransferLeader(ctx, 1, target)).To(Succeed())
+		Expect(c.Put(ctx, []byte("x"), []byte("new"))).To(Succeed())
+		// The new leader grants again; the first lease read after the
+		// transfer returns the new value.
+		waitFollowerLease(c, holder, "x")
+		v, _, _, err := readOn(c, holder, follower, "x", time.Second)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(v).To(Equal("new"))
+		Expect(mustStore(c, holder).Stats().FollowerLeaseGrants).To(BeNumerically(">", grants), "no new grant after the transfer")
+	})
+
+	It("ends on a term change after the leader is cut off, and a new leader grants again", func() {
+		c := startCluster(leaseOpts())
+		ctx := ctxFor(20 * time.Second)
+		Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
+		oldLeader, _ := c.Leader(1)
+		holder := otherThan(c, oldLeader)[0]
+		leaseHolder(c, holder, "x")
+		stop := make(chan struct{})
+		w := watchStale(c, holder, follower, "x", "old", stop)
+		c.Net.AddFilter(raftstore.IsolateFilter(oldLeader))
+		Eventually(func() error {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			for _, id := range otherThan(c, oldLeader) {
+				if st, ok := c.Status(id, 1); ok && st.IsLeader {
+					return mustStore(c, id).Put(pctx, raftstore.WriteOptions{}, []byte("x"), []byte("new"))
+				}
+			}
+			return errors.New("no leader yet")
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+		w.acked.Store(time.Now().UnixNano())
+		time.Sleep(200 * time.Millisecond)
+		close(stop)
+		<-w.done
+		Expect(w.stale.Load()).To(BeZero())
+		newLeader, _ := c.Leader(1)
+		if newLeader != holder {
+			waitFollowerLease(c, holder, "x")
+		}
+		v, _, _, err := readOn(c, holder, follower, "x", time.Second)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(v).To(Equal("new"))
+	})
+
+	It("is not held by a follower that restarts", func() {
+		c := startCluster(leaseOpts())
+		ctx := ctxFor(20 * time.Second)
+		Expect(c.Put(ctx, []byte("x"), []byte("v1"))).To(Succeed())
+		leader, _ := c.Leader(1)
+		holder := otherThan(c, leader)[0]
+		leaseHolder(c, holder, "x")
+		Expect(c.StopStore(holder)).To(Succeed())
+		Expect(c.Put(ctx, []byte("x"), []byte("v2"))).To(Succeed())
+		Expect(c.StartStore(holder)).To(Succeed())
+		// Before any grant, a follower read is a ReadIndex read (or fails
+		// while the peer catches up), never a lease read of old data.
+		v, _, info, err := readOn(c, holder, follower, "x", 2*time.Second)
+		if err == nil {
+			Expect(v).To(Equal("v2"))
+			Expect(mustStore(c, holder).Stats().FollowerLeaseGrants == 0 || info.Mode != raftstore.ReadModeFollowerLease).To(BeTrue())
+		}
+		waitFollowerLease(c, holder, "x")
+		v, _, _, err = readOn(c, holder, follower, "x", time.Second)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(v).To(Equal("v2"))
+	})
+
+	It("ends when the holder is removed from the region, after which writes go on without it", func() {
+		c := startCluster(leaseOpts())
+		ctx := ctxFor(20 * time.Second)
+		Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
+		leader, _ := c.Leader(1)
+		holder := otherThan(c, leader)[0]
+		leaseHolder(c, holder, "x")
+		stop := make(chan struct{})
+		w := watchStale(c, holder, follower, "x", "old", stop)
+		// The removed holder hears nothing more, as if it were cut off right
+		// as it is removed: only its lease running out protects readers.
+		Expect(mustStore(c, leader).RemovePeer(ctx, 1, holder)).To(Succeed())
+		c.Net.AddFilter(raftstore.IsolateFilter(holder))
+		start := time.Now()
+		Expect(c.Put(ctx, []byte("x"), []byte("new"))).To(Succeed())
+		w.acked.Store(time.Now().UnixNano())
+		Expect(time.Since(start)).To(BeNumerically("<", time.Second))
+		time.Sleep(200 * time.Millisecond)
+		close(stop)
+		<-w.done
+		Expect(w.stale.Load()).To(BeZero())
+	})
+
+	It("ends for both halves of a split, each granted anew", func() {
+		c := startCluster(leaseOpts())
+		ctx := ctxFor(20 * time.Second)
+		Expect(c.Put(ctx, []byte("a"), []byte("a0"))).To(Succeed())
+		Expect(c.Put(ctx, []byte("z"), []byte("z0"))).To(Succeed())
+		leader, _ := c.Leader(1)
+		holder := otherThan(c, leader)[0]
+		leaseHolder(c, holder, "a")
+		Expect(c.Split(ctx, []byte("m"))).To(Succeed())
+		Expect(c.Put(ctx, []byte("a"), []byte("a1"))).To(Succeed())
+		Expect(c.Put(ctx, []byte("z"), []byte("z1"))).To(Succeed())
+		for _, k := range []string{"a", "z"} {
+			waitFollowerLease(c, holder, k)
+			Eventually(func() string {
+				v, _, _, _ := readOn(c, holder, follower, k, time.Second)
+				return v
+			}).WithTimeout(5 * time.Second).Should(Equal(k + "1"))
+		}
+	})
+
+	It("stays safe with one store's clock fast and another's slow within the drift margin", func() {
+		opts := leaseOpts()
+		// 10% margin: rates within 1/(1-0.1) of each other are covered.
+		rates := map[uint64]float64{1: 1.04, 2: 0.96, 3: 1.0}
+		opts.Clock = func(id uint64) func() time.Time { return raftstoretest.SkewedClock(0, rates[id]) }
+		c := startCluster(opts)
+		ctx := ctxFor(30 * time.Second)
+		Expect(c.Put(ctx, []byte("x"), []byte("0"))).To(Succeed())
+		// Writes of increasing values while every store is read, and the
+		// holders are cut off in turn: a read that began after a write was
+		// acknowledged must never return an older value.
+		var acked atomic.Int64 // highest value acknowledged
+		var stale atomic.Int64
+		var reads atomic.Int64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, id := range c.IDs() {
+			wg.Add(1)
+			go func() {
+				defer GinkgoRecover()
+				defer wg.Done()
+				for n := 0; n < 100000; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					min := acked.Load()
+					v, _, _, err := readOn(c, id, follower, "x", 50*time.Millisecond)
+					if err != nil {
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					reads.Add(1)
+					if got, _ := strconv.ParseInt(v, 10, 64); got < min {
+						stale.Add(1)
+					}
+				}
+			}()
+		}
+		deadline := time.Now().Add(3 * time.Second)
+		for i := int64(1); time.Now().Before(deadline); i++ {
+			if i%20 == 0 {
+				c.Net.ClearFilters()
+				if leader, ok := c.Leader(1); ok {
+					cut := otherThan(c, leader)[int(i/20)%2]
+					c.Net.AddFilter(raftstore.IsolateFilter(cut))
+				}
+			}
+			if err := c.Put(ctx, []byte("x"), []byte(strconv.FormatInt(i, 10))); err == nil {
+				acked.Store(i)
+			}
+		}
+		close(stop)
+		wg.Wait()
+		var leaseReads uint64
+		for _, id := range c.IDs() {
+			leaseReads += mustStore(c, id).Stats().ReadsFollowerLease
+		}
+		GinkgoWriter.Printf("%d reads (%d from follower leases), last write %d\n", reads.Load(), leaseReads, acked.Load())
+		Expect(stale.Load()).To(BeZero())
+		Expect(leaseReads).To(BeNumerically(">", 0))
+	})
+})
+
+// isLeaseRevoke matches a follower-lease revoke notice.
+func isLeaseRevoke(m *raftstore.Message) bool {
+	return m.Msg.Type == raftpb.MsgHeartbeat && string(m.Msg.Context) == "hedgekv:lease-revoke"
+}
