@@ -24,8 +24,11 @@ import (
 // while the region's leader sits in another, 28 ms round trip and ~300
 // Mbit/s apart, read from the remote leader, from the local follower
 // (linearizable, one ReadIndex round trip to the leader), from the local
-// follower with bounded staleness (no round trip), and, as the baseline,
-// by a client beside the leader.
+// follower with bounded staleness (no round trip), from the local follower
+// holding a follower read lease (linearizable, no round trip; on a second
+// cluster started with follower leases, since leases are a setting of the
+// whole cluster and change how every follower read is served), and, as
+// the baseline, by a client beside the leader.
 
 // DCVariant is one way of reading in follower-read-dc.
 type DCVariant struct {
@@ -40,6 +43,11 @@ type DCVariant struct {
 	Doc   string
 	TiDB  int
 	Local bool // the reads are meant to be served in the client's zone
+	// FollowerLeases: the variant runs on a cluster whose stores have
+	// follower read leases on. With leases on, a follower holding one
+	// serves every follower read from it, bounded-staleness ones too, so
+	// the other variants cannot share that cluster.
+	FollowerLeases bool
 }
 
 // DCVariants are follower-read-dc's variants, in run order.
@@ -52,6 +60,8 @@ var DCVariants = []DCVariant{
 		Doc: "as follower-local with bounded staleness (MaxStaleness): the follower answers from its own state, nothing crosses the WAN"},
 	{Name: "same-zone", BesideLeader: true, Read: client.ReplicaLeader, TiDB: 3, Local: true,
 		Doc: "client beside the leader, leader reads (lease): the baseline without any WAN"},
+	{Name: "lease-local", Read: client.ReplicaClosest, Local: true, FollowerLeases: true,
+		Doc: "as follower-local, linearizable, on a second cluster whose stores run with follower read leases (`--follower-leases`): the follower holding a lease answers from its own state, nothing crosses the WAN"},
 }
 
 // DefaultScanLengths are TiDB's.
@@ -197,22 +207,77 @@ type FollowerReadDCResult struct {
 // RunFollowerReadDC runs the scenario and writes
 // OutDir/follower-read-dc/{results.json,report.md,*.png}. Runs measured
 // before an error are written.
+//
+// The variants run on one cluster, loaded once, except those that need
+// follower leases (lease-local): they run afterwards on a second cluster
+// started with FollowerLeases, loaded the same way, its leader on the same
+// store, once the first has stopped (so the two never share the CPUs).
+// The runs are reported in scan-length order whichever cluster ran them.
 func RunFollowerReadDC(ctx context.Context, cfg FollowerReadDCConfig) (*FollowerReadDCResult, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("follower-read-dc: %w", err)
 	}
 	started := time.Now()
 	variants := cfg.variants()
-	prog := NewProgress(cfg.Progress, "follower-read-dc", 1+len(variants)*len(cfg.ScanLengths), 0)
+	var groups [][]DCVariant // by FollowerLeases: off, then on
+	for _, leases := range []bool{false, true} {
+		var g []DCVariant
+		for _, v := range variants {
+			if v.FollowerLeases == leases {
+				g = append(g, v)
+			}
+		}
+		if len(g) > 0 {
+			groups = append(groups, g)
+		}
+	}
+	prog := NewProgress(cfg.Progress, "follower-read-dc", len(groups)+len(variants)*len(cfg.ScanLengths), 0)
 	if cfg.Progress == nil {
 		prog = nil
 	}
 	defer prog.Done()
 
-	prog.Printf("follower-read-dc: starting %d stores behind the %s topology", len(cfg.Topology.Stores()), cfg.TopologyName)
-	c, err := startWANCluster(ctx, cfg.Topology, cfg.LeaderZone, cfg.Logger)
+	res := &FollowerReadDCResult{Dir: filepath.Join(cfg.OutDir, "follower-read-dc")}
+	var (
+		notes  []string
+		errs   []error
+		leader uint64
+	)
+	for _, g := range groups {
+		lead, gerr := cfg.runGroup(ctx, g, res, &notes, prog)
+		if lead != 0 {
+			leader = lead
+		}
+		if gerr != nil {
+			errs = append(errs, gerr)
+			if !errors.Is(gerr, ErrAllFailed) {
+				break
+			}
+		}
+	}
+	order := func(r DCRun) int { return slices.Index(cfg.ScanLengths, r.ScanLength) }
+	slices.SortStableFunc(res.Runs, func(a, b DCRun) int { return order(a) - order(b) })
+	res.Rows = res.Rows[:0]
+	for _, r := range res.Runs {
+		res.Rows = append(res.Rows, r.Phase.Row)
+	}
+	prog.Done() // before the tables are printed
+	return res, errors.Join(append(errs, cfg.write(res, leader, started, notes))...)
+}
+
+// runGroup starts a cluster for variants (which agree on FollowerLeases),
+// loads it, measures every scan length of each, and stops it. It returns
+// the leader's store (0 if the cluster did not start).
+func (cfg *FollowerReadDCConfig) runGroup(ctx context.Context, variants []DCVariant, res *FollowerReadDCResult, notes *[]string, prog *Progress) (uint64, error) {
+	leases := variants[0].FollowerLeases
+	what := "follower leases off"
+	if leases {
+		what = "follower leases on"
+	}
+	prog.Printf("follower-read-dc: starting %d stores behind the %s topology, %s", len(cfg.Topology.Stores()), cfg.TopologyName, what)
+	c, err := startWANClusterWith(ctx, cfg.Topology, cfg.LeaderZone, cfg.Logger, leases)
 	if err != nil {
-		return nil, fmt.Errorf("follower-read-dc: %w", err)
+		return 0, fmt.Errorf("follower-read-dc: %s: %w", what, err)
 	}
 	defer c.Stop()
 
@@ -231,22 +296,26 @@ func RunFollowerReadDC(ctx context.Context, cfg FollowerReadDCConfig) (*Follower
 			read.MaxStaleness = cfg.MaxStaleness
 		}
 		if dbs[i], err = c.openZoneDB(ctx, cfg.clientZone(v), read); err != nil {
-			return nil, fmt.Errorf("follower-read-dc: %s: %w", v.Name, err)
+			return c.leaderStore, fmt.Errorf("follower-read-dc: %s: %w", v.Name, err)
 		}
 	}
 	loader, err := c.openZoneDB(ctx, cfg.LeaderZone, client.ReadPolicy{})
 	if err != nil {
-		return nil, fmt.Errorf("follower-read-dc: %w", err)
+		return c.leaderStore, fmt.Errorf("follower-read-dc: %w", err)
 	}
 	load, err := loadRows(ctx, loader, cfg.Records, max(cfg.Threads, 64), prog, cfg.Logger)
 	_ = loader.Close()
 	if err != nil {
-		return nil, fmt.Errorf("follower-read-dc: %w", err)
+		return c.leaderStore, fmt.Errorf("follower-read-dc: %s: %w", what, err)
 	}
-	res := &FollowerReadDCResult{Load: load, Dir: filepath.Join(cfg.OutDir, "follower-read-dc")}
-	var notes []string
+	if res.Load == nil {
+		res.Load = load
+	} else {
+		*notes = append(*notes, fmt.Sprintf("The cluster with %s was loaded the same way: %d inserts/s, p99 %.1f ms, %d failed.",
+			what, int(load.Row.QPS), load.Row.P99Ms, load.Row.Failed))
+	}
 	if moved := c.leaderCheck(ctx); moved != "" {
-		notes = append(notes, "after the load: "+moved)
+		*notes = append(*notes, "after the load ("+what+"): "+moved)
 	}
 
 	var errs []error
@@ -255,7 +324,6 @@ func RunFollowerReadDC(ctx context.Context, cfg FollowerReadDCConfig) (*Follower
 			run, err := cfg.measure(ctx, c, dbs[i], v, l, prog)
 			if run != nil {
 				res.Runs = append(res.Runs, *run)
-				res.Rows = append(res.Rows, run.Phase.Row)
 				prog.Printf("%-14s scan %-5d %8.1f ops/s  p50 %8.1f ms  p99 %8.1f ms  WAN %s/read  %s",
 					v.Name, l, run.Phase.Row.QPS, run.Phase.Row.P50Ms, run.Phase.Row.P99Ms,
 					fmtBytes(derefOr(run.Phase.Row.WANBytesPerOp, 0)), failedNote(run.Phase.Row.Failed))
@@ -263,14 +331,12 @@ func RunFollowerReadDC(ctx context.Context, cfg FollowerReadDCConfig) (*Follower
 			if err != nil {
 				errs = append(errs, fmt.Errorf("follower-read-dc: %s, scan %d: %w", v.Name, l, err))
 				if !errors.Is(err, ErrAllFailed) {
-					prog.Done()
-					return res, errors.Join(append(errs, cfg.write(res, c, started, notes))...)
+					return c.leaderStore, errors.Join(errs...)
 				}
 			}
 		}
 	}
-	prog.Done() // before the tables are printed
-	return res, errors.Join(append(errs, cfg.write(res, c, started, notes))...)
+	return c.leaderStore, errors.Join(errs...)
 }
 
 func (cfg *FollowerReadDCConfig) clientZone(v DCVariant) string {
@@ -380,7 +446,7 @@ func (cfg *FollowerReadDCConfig) dcLimits(runs []DCRun, scan, threads int) strin
 		b.WriteString("A follower sends one ReadIndex batch at a time (raftstore/read.go), so a read that arrives while a batch is in flight waits for it, then for its own: 1.5 round trips on average, 2 at worst, before the scan itself and the queue for a CPU. ")
 		fmt.Fprintf(&b, "With %d client threads each waiting that long, %d ÷ %.1f ms caps it at %.0f scans/s (measured %.0f); even at exactly one round trip per read the cap would be %.0f/s. ",
 			threads, threads, fl.ServerP50Ms, float64(threads)/fl.ServerP50Ms*1000, fl.Phase.Row.QPS, float64(threads)/rttMs*1000)
-		b.WriteString("More client threads, or reads that need no round trip (`stale-local`; follower leases), lift that cap; the machine's two cores cap everything else (`same-zone`).\n")
+		b.WriteString("More client threads, or reads that need no round trip (`stale-local`, or `lease-local` with follower leases), lift that cap; the machine's two cores cap everything else (`same-zone`).\n")
 	}
 	return b.String()
 }
@@ -409,9 +475,17 @@ type dcTarget struct {
 	Measured float64 // 0: not measured
 	Target   float64
 	TiDB     float64 // 0: TiDB has no such figure
+	// AtMost: the ratio must not exceed Target (a "within" target)
+	// rather than reach it.
+	AtMost bool
 }
 
-func (t dcTarget) met() bool { return t.Measured >= t.Target }
+func (t dcTarget) met() bool {
+	if t.AtMost {
+		return t.Measured > 0 && t.Measured <= t.Target
+	}
+	return t.Measured >= t.Target
+}
 
 // targets computes the issue's ratios from the runs.
 func dcTargets(runs []DCRun) []dcTarget {
@@ -438,10 +512,18 @@ func dcTargets(runs []DCRun) []dcTarget {
 	if fl, sl := find("follower-local", 10), find("stale-local", 10); fl != nil && sl != nil {
 		out = append(out, dcTarget{What: "follower-local client p99 ÷ stale-local client p99", Scan: 10, Measured: div(fl.P99Ms, sl.P99Ms), Target: 10})
 	}
+	// Follower leases: linearizable local reads should lose the ReadIndex
+	// round trip (as fast as stale-local, within 1.5x).
+	if fl, ll := find("follower-local", 10), find("lease-local", 10); fl != nil && ll != nil {
+		out = append(out, dcTarget{What: "follower-local client p99 ÷ lease-local client p99", Scan: 10, Measured: div(fl.P99Ms, ll.P99Ms), Target: 10})
+	}
+	if ll, sl := find("lease-local", 10), find("stale-local", 10); ll != nil && sl != nil {
+		out = append(out, dcTarget{What: "lease-local client p99 ÷ stale-local client p99", Scan: 10, Measured: div(ll.P99Ms, sl.P99Ms), Target: 1.5, AtMost: true})
+	}
 	return out
 }
 
-func (cfg *FollowerReadDCConfig) write(res *FollowerReadDCResult, c *wanCluster, started time.Time, notes []string) error {
+func (cfg *FollowerReadDCConfig) write(res *FollowerReadDCResult, leader uint64, started time.Time, notes []string) error {
 	if len(res.Runs) == 0 {
 		return nil
 	}
@@ -456,7 +538,7 @@ func (cfg *FollowerReadDCConfig) write(res *FollowerReadDCResult, c *wanCluster,
 			errs = append(errs, fmt.Errorf("plots: %w", err))
 		}
 	}
-	report := cfg.report(res, c, started, notes)
+	report := cfg.report(res, leader, started, notes)
 	if err := WriteResults(res.Dir, Results{Scenario: "follower-read-dc", Rows: res.Rows}, report); err != nil {
 		errs = append(errs, err)
 	}
@@ -527,7 +609,11 @@ func dcTargetsTable(ts []dcTarget) string {
 		if !t.met() {
 			met = "not met"
 		}
-		cells = append(cells, []string{t.What, strconv.Itoa(t.Scan), FormatFloat(t.Measured, 2) + "×", "≥ " + FormatFloat(t.Target, 1) + "×", tidb, met})
+		op := "≥ "
+		if t.AtMost {
+			op = "≤ "
+		}
+		cells = append(cells, []string{t.What, strconv.Itoa(t.Scan), FormatFloat(t.Measured, 2) + "×", op + FormatFloat(t.Target, 1) + "×", tidb, met})
 	}
 	return MarkdownTable([]string{"ratio (same run)", "scan keys", "measured", "target", "TiDB", ""}, cells)
 }
@@ -550,7 +636,7 @@ func fmtBytes(b float64) string {
 	return FormatFloat(b, 0) + " B"
 }
 
-func (cfg *FollowerReadDCConfig) report(res *FollowerReadDCResult, c *wanCluster, started time.Time, notes []string) string {
+func (cfg *FollowerReadDCConfig) report(res *FollowerReadDCResult, leader uint64, started time.Time, notes []string) string {
 	var b strings.Builder
 	host, _ := os.Hostname()
 	b.WriteString("# follower-read-dc: follower read across data centers (TiDB 3.1, scenarios 1–3)\n\n")
@@ -562,7 +648,7 @@ func (cfg *FollowerReadDCConfig) report(res *FollowerReadDCResult, c *wanCluster
 	fmt.Fprintf(&b, "- WAN (`%s`): %s. Every store and client reaches every store through its own zone's link (toxiproxy, in this process).\n",
 		cfg.TopologyName, describeTopology(cfg.Topology))
 	fmt.Fprintf(&b, "- Region %d holds every row (splits off) and its leader is on store %d in %s; the balancer is paused. The client sits in %s (`same-zone`: in %s).\n",
-		hotRegionID, c.leaderStore, cfg.LeaderZone, cfg.ClientZone, cfg.LeaderZone)
+		hotRegionID, leader, cfg.LeaderZone, cfg.ClientZone, cfg.LeaderZone)
 	fmt.Fprintf(&b, "- %d YCSB rows of %d fields × %d bytes (~1 KB), loaded by a client beside the leader (%d inserts/s, p99 %.1f ms, %d failed); ",
 		cfg.Records, rowFieldCount, rowFieldLength, int(res.Load.Row.QPS), res.Load.Row.P99Ms, res.Load.Row.Failed)
 	fmt.Fprintf(&b, "then go-ycsb's scan workload, every scan exactly N rows from a uniformly chosen key, %d client threads, ", cfg.Threads)
@@ -572,6 +658,11 @@ func (cfg *FollowerReadDCConfig) report(res *FollowerReadDCResult, c *wanCluster
 	b.WriteString("`server p99` is the stores' own `KV.Scan` latency histogram (Prometheus, buckets √2 apart from 50 µs, interpolated: within ±41%). ")
 	b.WriteString("`WAN bytes/read` is every byte that crossed a link between zones during the run (client traffic and raft, both directions) over successful scans.\n")
 	fmt.Fprintf(&b, "- `stale-local` reads with MaxStaleness %v.\n", cfg.MaxStaleness)
+	if slices.ContainsFunc(cfg.variants(), func(v DCVariant) bool { return v.FollowerLeases }) {
+		b.WriteString("- `lease-local` runs on a second cluster, started with follower read leases on (`raftstore.Config.FollowerLeases`, default lease length) after the first has stopped, ")
+		b.WriteString("loaded the same way with its leader on the same store. Leases are a setting of the whole cluster and a follower holding one serves every follower read from it, ")
+		b.WriteString("bounded-staleness ones too, so the other variants cannot share that cluster. The stores' `follower-lease` read counter says which reads the lease served.\n")
+	}
 	for _, n := range notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
@@ -645,7 +736,7 @@ func (cfg *FollowerReadDCConfig) report(res *FollowerReadDCResult, c *wanCluster
 		"same zone ops/s (S3 / ours)", "p99 ms"}, cells))
 
 	b.WriteString("\n## Where the reads were served\n\n")
-	b.WriteString("From the stores' read counters (lease, read-index, stale) over each run; a scan of one region is one read.\n\n")
+	b.WriteString("From the stores' read counters (lease, read-index, stale, follower-lease) over each run; a scan of one region is one read.\n\n")
 	cells = nil
 	var moved []string
 	for _, r := range res.Runs {
@@ -657,7 +748,7 @@ func (cfg *FollowerReadDCConfig) report(res *FollowerReadDCResult, c *wanCluster
 	}
 	b.WriteString(MarkdownTable([]string{"variant", "scan keys", "client zone", "served in the client's zone", "served by"}, cells))
 	if len(moved) == 0 {
-		fmt.Fprintf(&b, "\nRegion %d's leader was on store %d after every run.\n", hotRegionID, c.leaderStore)
+		fmt.Fprintf(&b, "\nRegion %d's leader was on store %d after every run.\n", hotRegionID, leader)
 	} else {
 		b.WriteString("\n**The leader moved:**\n\n")
 		for _, m := range moved {

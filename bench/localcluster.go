@@ -52,6 +52,15 @@ type LocalClusterConfig struct {
 	// AllowFaults lets clients inject faults into the stores (Admin
 	// Fault; server.Config.AllowFaults).
 	AllowFaults bool
+	// FollowerLeases turns follower read leases on in every store
+	// (raftstore.Config.FollowerLeases, the server's --follower-leases):
+	// all stores of a cluster must agree, so it is per cluster, and a
+	// scenario comparing leases on and off starts one cluster for each.
+	FollowerLeases bool
+	// FollowerLeaseDuration, if > 0, is every store's longest follower
+	// lease (raftstore.Config.FollowerLeaseDuration; default the leader
+	// lease).
+	FollowerLeaseDuration time.Duration
 }
 
 // LocalCluster is a hedgekv cluster of in-process servers on loopback ports.
@@ -159,6 +168,9 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (_ *LocalClu
 			InitialStores: c.ids,
 			NoSync:        cfg.NoSync,
 			Logger:        logger,
+
+			FollowerLeases:        cfg.FollowerLeases,
+			FollowerLeaseDuration: cfg.FollowerLeaseDuration,
 		}
 		if cfg.DisableBalancing {
 			sc.BalanceInterval = -1

@@ -55,6 +55,13 @@ type wanCluster struct {
 // splits off, status endpoints on) and moves region 1's leader to the
 // first store of leaderZone.
 func startWANCluster(ctx context.Context, topo *netsim.Topology, leaderZone string, logger *slog.Logger) (*wanCluster, error) {
+	return startWANClusterWith(ctx, topo, leaderZone, logger, false)
+}
+
+// startWANClusterWith is startWANCluster with the stores' follower read
+// leases on or off (a cluster-wide setting: see
+// LocalClusterConfig.FollowerLeases).
+func startWANClusterWith(ctx context.Context, topo *netsim.Topology, leaderZone string, logger *slog.Logger, followerLeases bool) (*wanCluster, error) {
 	var leader uint64
 	for _, z := range topo.Zones {
 		if z.Name == leaderZone && len(z.Stores) > 0 {
@@ -66,7 +73,7 @@ func startWANCluster(ctx context.Context, topo *netsim.Topology, leaderZone stri
 	}
 	lc, err := StartLocalCluster(ctx, LocalClusterConfig{
 		Topology: topo, NoSync: true, DisableBalancing: true, DisableSplit: true, StatusHTTP: true,
-		Logger: quietStores(logger),
+		Logger: quietStores(logger), FollowerLeases: followerLeases,
 	})
 	if err != nil {
 		return nil, err
@@ -157,12 +164,7 @@ func (c *wanCluster) delta(before, after clusterSnap) runDelta {
 		err:      after.err,
 	}
 	for id, a := range after.stats {
-		b := before.stats[id]
-		modes := map[string]uint64{
-			"lease":      a.ReadsLease - b.ReadsLease,
-			"read-index": a.ReadsReadIndex - b.ReadsReadIndex,
-			"stale":      a.ReadsStale - b.ReadsStale,
-		}
+		modes := readsByMode(before.stats[id], a)
 		var n uint64
 		for _, v := range modes {
 			n += v
@@ -170,6 +172,21 @@ func (c *wanCluster) delta(before, after clusterSnap) runDelta {
 		d.reads[id], d.byMode[id] = n, modes
 	}
 	return d
+}
+
+// readModes are the ways a store serves a read, as its counters
+// (raftstore.Stats) and hedgekv_server_reads_total name them.
+var readModes = []string{"lease", "read-index", "stale", "follower-lease"}
+
+// readsByMode is what a store's read counters rose by between two
+// snapshots, by mode.
+func readsByMode(before, after raftstore.Stats) map[string]uint64 {
+	return map[string]uint64{
+		"lease":          after.ReadsLease - before.ReadsLease,
+		"read-index":     after.ReadsReadIndex - before.ReadsReadIndex,
+		"stale":          after.ReadsStale - before.ReadsStale,
+		"follower-lease": after.ReadsFollowerLease - before.ReadsFollowerLease,
+	}
 }
 
 // servedBy describes where the run's reads were served: "store 2 (dc-b)
@@ -189,7 +206,7 @@ func (c *wanCluster) servedBy(d runDelta) string {
 			continue
 		}
 		var modes []string
-		for _, m := range []string{"lease", "read-index", "stale"} {
+		for _, m := range readModes {
 			if v := d.byMode[id][m]; v > 0 {
 				modes = append(modes, fmt.Sprintf("%s %.0f%%", m, 100*float64(v)/float64(n)))
 			}
