@@ -34,9 +34,13 @@
 //     sent only now, so nothing a message promises can be lost in a crash.
 //  6. Advance each RawNode; a peer with more to do stays dirty.
 //
-// Reads never wait for the loop when the leader holds a valid lease: they
-// read the committed bbolt state directly (see lease.go and docs/design.md
-// for the rules).
+// Reads never wait for the loop when the leader holds a valid lease, nor,
+// with follower leases on, when a follower holds a valid read lease and has
+// applied what the read needs: they read the committed bbolt state
+// directly (see lease.go, followerlease.go and docs/design.md for the
+// rules). With follower leases on, step 4 also records the keys the new
+// log entries write before step 5 acknowledges them, and the leader caps
+// followers' acknowledgements before raft sees them.
 // Writes are acknowledged in step 4, after the entry is applied, so an
 // acknowledged write is durable on a quorum and visible to every later read.
 package raftstore

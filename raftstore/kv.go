@@ -115,9 +115,11 @@ func (s *Store) recheck(p *Peer, sc *readScope) (region.Region, error) {
 }
 
 // prepareRead decides how p may serve a linearizable read and waits until
-// it can: at once under a valid leader lease, otherwise after a ReadIndex
-// round and until the peer has applied that index. A follower serves only
-// when the request allows replica reads; otherwise it says NotLeader.
+// it can: at once under a valid leader lease; on a follower holding a valid
+// read lease, once the writes of what it reads are applied
+// (followerLeaseRead); otherwise after a ReadIndex round and until the
+// peer has applied that index. A follower serves only when the request
+// allows replica reads; otherwise it says NotLeader.
 //
 // A bounded-staleness read (MaxStaleness > 0) that finds no valid lease is
 // served from local state when a safe point proves it fresh enough (see

@@ -173,10 +173,16 @@ func (n *nemesis) newLeaderOf(regionID, old uint64, within time.Duration) (uint6
 	return 0, false
 }
 
-// probeStaleLeader writes key through the current leader, then reads it on
+// probeStale writes key through the current leader, then reads it on
 // the old leader's store as a leader read, both recorded: an old leader
 // that still believes its lease answers the overwritten value.
-func (n *nemesis) probeStaleLeader(old uint64, key string) {
+func (n *nemesis) probeStale(old uint64, key string) {
+	n.probeOn(old, key, raftstore.ReadOptions{}, "old-leader")
+}
+
+// probeOn writes key through the current leader, then reads it on store
+// with opts, both recorded.
+func (n *nemesis) probeOn(store uint64, key string, opts raftstore.ReadOptions, mode string) {
 	n.seq++
 	val := fmt.Sprintf("probe.%d", n.seq)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -189,17 +195,17 @@ func (n *nemesis) probeStaleLeader(old uint64, key string) {
 		return
 	}
 	n.h.add(porcupine.Operation{ClientId: probeClient, Input: in, Call: call, Output: kvOutput{}, Return: n.h.now()})
-	s, ok := n.c.Store(old)
+	s, ok := n.c.Store(store)
 	if !ok {
 		return
 	}
 	for range 5 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 		call := n.h.now()
-		v, found, _, err := s.Get(ctx, raftstore.ReadOptions{}, []byte(key))
+		v, found, _, err := s.Get(ctx, opts, []byte(key))
 		cancel()
 		if err == nil {
-			n.h.add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Key: key, Mode: "old-leader"}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: n.h.now()})
+			n.h.add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Key: key, Mode: mode}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: n.h.now()})
 		}
 		n.probes++
 	}
@@ -248,7 +254,7 @@ func (n *nemesis) loop() {
 		}
 		rng.Shuffle(len(followers), func(i, j int) { followers[i], followers[j] = followers[j], followers[i] })
 		hold := time.Duration(200+rng.IntN(400)) * time.Millisecond
-		switch rng.IntN(13) {
+		switch rng.IntN(14) {
 		case 0:
 			if !hasLeader {
 				continue
@@ -333,8 +339,42 @@ func (n *nemesis) loop() {
 			if n.run.dedupWindow > 0 {
 				n.retryPastWindow()
 			}
+		case 13:
+			n.transferUnheard(r, leader, hasLeader, followers, hold)
 		}
 	}
+}
+
+// transferUnheard moves a region's leadership while one follower (with
+// follower leases on, a lease holder) hears neither the old leader's
+// revoke notice nor anything of the target's new term: only the new
+// leader holding its first commits back for a lease keeps that follower
+// from answering from a lease that no longer covers every commit. A write
+// through the new leader and reads on the follower are recorded.
+func (n *nemesis) transferUnheard(r region.Region, leader uint64, hasLeader bool, followers []uint64, hold time.Duration) {
+	if !hasLeader || len(followers) < 2 {
+		return
+	}
+	key, ok := n.keyIn(r)
+	s, up := n.c.Store(leader)
+	if !ok || !up {
+		return
+	}
+	holder, target := followers[0], followers[1]
+	n.log.add("transfer-unheard", "region %d %d -> %d, store %d hears nothing of it for %v", r.ID, leader, target, holder, hold)
+	heal := n.c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+		between := (m.FromStore == holder && m.ToStore == target) || (m.FromStore == target && m.ToStore == holder)
+		return between || (m.ToStore == holder && isLeaseRevoke(m)), 0
+	}))
+	defer heal()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	err := s.TransferLeader(ctx, r.ID, target)
+	cancel()
+	if err != nil {
+		return
+	}
+	n.probeOn(holder, key, raftstore.ReadOptions{ReplicaRead: true}, "unheard-follower")
+	n.sleep(hold)
 }
 
 // freeStore returns a store holding no replica of r.
@@ -406,7 +446,7 @@ func (n *nemesis) abandonedTransfer(r region.Region, leader uint64, hasLeader bo
 	}
 	if cut.Load() {
 		if _, ok := n.newLeaderOf(r.ID, leader, time.Second); ok {
-			n.probeStaleLeader(leader, key)
+			n.probeStale(leader, key)
 		}
 	}
 	n.sleep(hold)
@@ -479,7 +519,7 @@ func (n *nemesis) restartInLease(hold time.Duration) {
 		_ = c.StartStore(b)
 	}
 	if _, ok := n.newLeaderOf(r.ID, leader, 20*n.run.tick); ok {
-		n.probeStaleLeader(leader, quietKey)
+		n.probeStale(leader, quietKey)
 	}
 	n.sleep(hold)
 }
