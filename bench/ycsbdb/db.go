@@ -38,10 +38,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/magiconair/properties"
 	"github.com/pingcap/go-ycsb/pkg/ycsb"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hedgekv/hedgekv/client"
 )
@@ -168,7 +170,17 @@ type DB struct {
 	owned   bool
 	reads   *client.Session // the configured read policy
 	current *client.Session // linearizable leader reads for read-modify-write
+	// unregister takes the client's collector off Metrics.
+	unregister func()
 }
+
+// Metrics holds the hedging counters of every client Open made (labelled
+// client="1", "2", ... in the order they were opened), for a process that
+// drives workloads to serve on /metrics (hedgekv bench ycsb
+// --metrics-listen). A client leaves it when its DB is closed.
+var Metrics = prometheus.NewRegistry()
+
+var clientSeq atomic.Uint64
 
 var (
 	_ ycsb.DB      = (*DB)(nil)
@@ -188,6 +200,11 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	}
 	db := New(cli, o.Read)
 	db.owned = true
+	reg := prometheus.WrapRegistererWith(prometheus.Labels{"client": strconv.FormatUint(clientSeq.Add(1), 10)}, Metrics)
+	col := cli.Collector()
+	if err := reg.Register(col); err == nil {
+		db.unregister = func() { reg.Unregister(col) }
+	}
 	return db, nil
 }
 
@@ -218,6 +235,9 @@ func tableEnd(table string) []byte {
 func (db *DB) Close() error {
 	if !db.owned {
 		return nil
+	}
+	if db.unregister != nil {
+		db.unregister()
 	}
 	if err := db.cli.Close(); err != nil {
 		return fmt.Errorf("hedgekv ycsb: close client: %w", err)

@@ -173,4 +173,41 @@ func TestAgainstLocalCluster(t *testing.T) {
 	if res.Load.Row.Failed != 0 || res.Run.Row.Failed != 0 || res.Run.Row.Ops != 300 {
 		t.Fatalf("ycsb: load %+v run %+v (%s)", res.Load.Row, res.Run.Row, res.Run.Total.FirstErr)
 	}
+
+	// A hedging client's counters are on ycsbdb.Metrics while it is open.
+	hedged, err := ycsbdb.Open(ctx, ycsbdb.Options{
+		Endpoints:      cluster.Endpoints,
+		Read:           client.ReadPolicy{Replica: client.ReplicaLeader, Hedge: client.HedgeAfter(time.Millisecond)},
+		DialTimeout:    5 * time.Second,
+		RequestTimeout: 10 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hedged.Read(ctx, "t", "k03", nil); err != nil {
+		t.Fatal(err)
+	}
+	primaries := func() (n float64) {
+		mfs, err := ycsbdb.Metrics.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "hedgekv_client_hedge_primaries_total" {
+				for _, m := range mf.GetMetric() {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+		return n
+	}
+	if got := primaries(); got < 1 {
+		t.Fatalf("hedgekv_client_hedge_primaries_total = %v on ycsbdb.Metrics after a hedged read", got)
+	}
+	if err := hedged.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := primaries(); got != 0 {
+		t.Fatalf("hedgekv_client_hedge_primaries_total = %v after the hedging client closed", got)
+	}
 }
