@@ -39,6 +39,10 @@ type Row struct {
 	WANBytesPerOp *float64 `json:"wan_bytes_per_op,omitempty"`
 	// ServedBy: which stores served the run's reads, and how.
 	ServedBy string `json:"served_by,omitempty"`
+	// MaxStallMs: the longest time no operation completed while some were
+	// outstanding (follower-lease's write rows: a dead lease holder holds
+	// commits back until its lease ends).
+	MaxStallMs *float64 `json:"max_stall_ms,omitempty"`
 }
 
 // TimelinePoint counts the operations that completed in [t_ms, t_ms+step).

@@ -546,6 +546,12 @@ func (s *Store) sendNow(p *Peer, m raftpb.Message) { s.sendNotice(p, m, nil) }
 // sendNotice is sendNow for a message that may carry a follower-lease
 // payload beside it.
 func (s *Store) sendNotice(p *Peer, m raftpb.Message, lease *LeaseMsg) {
+	ds, direct := s.trans.(directSender)
+	if !direct && lease == nil {
+		s.send(p, []raftpb.Message{m})
+		s.trans.Flush()
+		return
+	}
 	p.mu.Lock()
 	to, found := p.region.PeerByID(m.To)
 	r := p.regionID
@@ -554,7 +560,7 @@ func (s *Store) sendNotice(p *Peer, m raftpb.Message, lease *LeaseMsg) {
 		return
 	}
 	msg := &Message{RegionID: r, FromStore: s.cfg.StoreID, ToStore: to.StoreID, Msg: m, Lease: lease}
-	if ds, ok := s.trans.(directSender); ok {
+	if direct {
 		ds.SendNow(msg)
 		return
 	}
