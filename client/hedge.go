@@ -32,9 +32,11 @@ const (
 	// ReadPolicy.HedgeMaxAttempts is zero.
 	DefaultHedgeMaxAttempts = 2
 
-	// hedgeBucketCap caps the tokens a session may save up, so that a long
+	// DefaultHedgeBurst (hedgeBucketCap) caps the tokens a session may save
+	// up when ReadPolicy.HedgeBurst is zero, so that a long
 	// quiet spell does not allow a burst of hedges.
-	hedgeBucketCap = 10.0
+	DefaultHedgeBurst = 10
+	hedgeBucketCap    = float64(DefaultHedgeBurst)
 	// Latency window per store for percentile hedges: hedgeWindows
 	// histograms, the oldest replaced every hedgeRotateEvery, so the
 	// percentiles describe the last 6–8 seconds.
@@ -286,26 +288,29 @@ func (l *latencyWindow) quantile(q float64, now time.Time) time.Duration {
 // ---- budget ---------------------------------------------------------------
 
 // hedgeBucket is the token bucket that caps hedges: each primary earns
-// rate tokens (up to hedgeBucketCap), each hedge spends one. It starts
-// full, so that the first slow reads of a fresh session may be hedged; a
-// rate of zero never has a token.
+// rate tokens (up to capacity), each hedge spends one. It starts full, so
+// that the first slow reads of a fresh session may be hedged; a rate of
+// zero never has a token.
 type hedgeBucket struct {
-	mu     sync.Mutex
-	rate   float64
-	tokens float64
+	mu       sync.Mutex
+	rate     float64
+	capacity float64
+	tokens   float64
 }
 
-func newHedgeBucket(rate float64) *hedgeBucket {
-	b := &hedgeBucket{rate: rate}
+func newHedgeBucket(rate float64) *hedgeBucket { return newHedgeBucketCap(rate, hedgeBucketCap) }
+
+func newHedgeBucketCap(rate, capacity float64) *hedgeBucket {
+	b := &hedgeBucket{rate: rate, capacity: capacity}
 	if rate > 0 {
-		b.tokens = hedgeBucketCap
+		b.tokens = capacity
 	}
 	return b
 }
 
 func (b *hedgeBucket) earn() {
 	b.mu.Lock()
-	b.tokens = min(b.tokens+b.rate, hedgeBucketCap)
+	b.tokens = min(b.tokens+b.rate, b.capacity)
 	b.mu.Unlock()
 }
 
@@ -374,7 +379,11 @@ func newHedger(p ReadPolicy, all *hedgeCounters) *hedger {
 	if n <= 0 {
 		n = DefaultHedgeMaxAttempts
 	}
-	return &hedger{policy: p.Hedge, maxAttempts: n, bucket: newHedgeBucket(budget), all: all}
+	burst := p.HedgeBurst
+	if burst <= 0 {
+		burst = DefaultHedgeBurst
+	}
+	return &hedger{policy: p.Hedge, maxAttempts: n, bucket: newHedgeBucketCap(budget, float64(burst)), all: all}
 }
 
 func (h *hedger) count(f func(*hedgeCounters) *atomic.Uint64) {

@@ -361,3 +361,25 @@ func TestWritesNeverHedged(t *testing.T) {
 		t.Errorf("stats %+v, want none", st)
 	}
 }
+
+func TestHedgeBurst(t *testing.T) {
+	h := newHedger(ReadPolicy{Hedge: HedgeAfter(time.Millisecond), HedgeBudget: 0.01, HedgeBurst: 100}, &hedgeCounters{})
+	n := 0
+	for h.bucket.take() {
+		n++
+	}
+	if n != 100 {
+		t.Fatalf("a fresh session with HedgeBurst 100 may send %d hedges at once, want 100", n)
+	}
+	// 1% of 10,000 primaries, plus the burst, at most.
+	sent := 0
+	for range 10000 {
+		h.bucket.earn()
+		if h.bucket.take() {
+			sent++
+		}
+	}
+	if sent > 100 {
+		t.Errorf("%d hedges for 10000 primaries at 1%% after the burst was spent, want at most 100", sent)
+	}
+}

@@ -74,14 +74,20 @@ type ReadPolicy struct {
 	// HedgeOff.
 	Hedge Hedge
 	// HedgeBudget caps hedges at this fraction of primaries (a token bucket:
-	// each primary earns HedgeBudget tokens, up to 10 saved, each hedge
-	// spends one). Zero means DefaultHedgeBudget (5%), so that naming a
+	// each primary earns HedgeBudget tokens, up to HedgeBurst saved, each
+	// hedge spends one). Zero means DefaultHedgeBudget (5%), so that naming a
 	// Hedge is enough; a negative value is a budget of zero: no hedge is
 	// ever sent, each one due counted as denied. Values above 1 count as 1.
 	HedgeBudget float64
 	// HedgeMaxAttempts is how many attempts of one read may be in flight
 	// at once, the primary included; zero means DefaultHedgeMaxAttempts (2).
 	HedgeMaxAttempts int
+	// HedgeBurst is how many hedges a session may save up (the bucket's
+	// capacity; zero means DefaultHedgeBurst, 10). Over N primaries at most
+	// HedgeBudget·N + HedgeBurst hedges are sent; a larger burst lets a
+	// busy session hedge every read of a short pause without a larger
+	// budget.
+	HedgeBurst int
 	// BusyThreshold > 0 lets a store refuse a read at once with
 	// ServerIsBusy when its estimated wait for a new read exceeds this, so
 	// the client tries another replica instead of queueing behind a slow

@@ -11,6 +11,7 @@
 //	hedgekv.max_staleness    Go duration; > 0 permits bounded-staleness reads (default 0: linearizable)
 //	hedgekv.hedge            off | 10ms | p90 | p99 | p999 | min(p99,50ms) | max(p99,5ms) (default off)
 //	hedgekv.hedge_budget     at most this fraction of reads hedged, in [0,1] (default 0.05)
+//	hedgekv.hedge_burst      hedges a client may save up beyond the budget's rate (default 10)
 //	hedgekv.busy_threshold   Go duration; > 0 lets a store whose estimated wait is longer refuse a read so it goes elsewhere (default 0)
 //	hedgekv.dial_timeout     Go duration (default 5s)
 //	hedgekv.request_timeout  Go duration, per operation (default 10s)
@@ -60,6 +61,7 @@ const (
 	PropHedge          = "hedgekv.hedge"
 	PropHedgeBudget    = "hedgekv.hedge_budget"
 	PropBusyThreshold  = "hedgekv.busy_threshold"
+	PropHedgeBurst     = "hedgekv.hedge_burst"
 	PropDialTimeout    = "hedgekv.dial_timeout"
 	PropRequestTimeout = "hedgekv.request_timeout"
 )
@@ -117,6 +119,11 @@ func OptionsFromProperties(p *properties.Properties) (Options, error) {
 	if o.Read.BusyThreshold, err = durationProp(p, PropBusyThreshold, 0); err != nil {
 		return Options{}, err
 	}
+	burst, err := strconv.Atoi(strings.TrimSpace(p.GetString(PropHedgeBurst, strconv.Itoa(client.DefaultHedgeBurst))))
+	if err != nil || burst < 1 {
+		return Options{}, fmt.Errorf("%s: want a positive count, got %q", PropHedgeBurst, p.GetString(PropHedgeBurst, ""))
+	}
+	o.Read.HedgeBurst = burst
 	if o.DialTimeout, err = durationProp(p, PropDialTimeout, 5*time.Second); err != nil {
 		return Options{}, err
 	}
