@@ -38,7 +38,7 @@ The global --timeout bounds a benchmark only when it is given explicitly.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newBenchYCSBCmd(), newBenchPeerEtcdCmd(), newBenchFollowerReadDCCmd(), newBenchHotRegionCmd(), newBenchHedgeTailCmd(), newBenchOverloadedCmd(), newBenchNodeKillCmd())
+	cmd.AddCommand(newBenchYCSBCmd(), newBenchPeerEtcdCmd(), newBenchFollowerReadDCCmd(), newBenchHotRegionCmd(), newBenchHedgeTailCmd(), newBenchOverloadedCmd(), newBenchNodeKillCmd(), newBenchFollowerLeaseCmd())
 	return cmd
 }
 
