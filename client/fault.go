@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/hedgekv/hedgekv/server/pb"
 )
 
@@ -29,17 +31,7 @@ func (c *Client) Fault(ctx context.Context, storeID uint64, f Fault) error {
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	s, ok := c.cache.store(storeID)
-	if !ok {
-		if err := c.cache.refreshStores(ctx); err != nil {
-			return fmt.Errorf("fault: %w", err)
-		}
-		s, ok = c.cache.store(storeID)
-	}
-	if !ok {
-		return fmt.Errorf("fault: store %d is not in the cluster's store list", storeID)
-	}
-	stub, err := c.conns.admin(s.addr)
+	stub, addr, err := c.adminOn(ctx, storeID)
 	if err != nil {
 		return fmt.Errorf("fault: %w", err)
 	}
@@ -50,7 +42,62 @@ func (c *Client) Fault(ctx context.Context, storeID uint64, f Fault) error {
 		Clear:      f.Clear,
 	})
 	if err != nil {
-		return fmt.Errorf("fault: %w", &storeError{storeID: storeID, addr: s.addr, err: err})
+		return fmt.Errorf("fault: %w", &storeError{storeID: storeID, addr: addr, err: err})
 	}
 	return nil
 }
+
+// adminOn returns the Admin stub of the store with id storeID, found in the
+// cluster's store list (reloaded once if the store is not in it).
+func (c *Client) adminOn(ctx context.Context, storeID uint64) (pb.AdminClient, string, error) {
+	s, ok := c.cache.store(storeID)
+	if !ok {
+		if err := c.cache.refreshStores(ctx); err != nil {
+			return nil, "", err
+		}
+		s, ok = c.cache.store(storeID)
+	}
+	if !ok {
+		return nil, "", fmt.Errorf("store %d is not in the cluster's store list", storeID)
+	}
+	stub, err := c.conns.admin(s.addr)
+	if err != nil {
+		return nil, s.addr, err
+	}
+	return stub, s.addr, nil
+}
+
+// RegionDigest asks store storeID for the digest of its replica of
+// regionID (see package replicacheck).
+func (c *Client) RegionDigest(ctx context.Context, storeID, regionID uint64) (*pb.RegionDigestResponse, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	stub, addr, err := c.adminOn(ctx, storeID)
+	if err != nil {
+		return nil, fmt.Errorf("region digest: %w", err)
+	}
+	resp, err := stub.RegionDigest(ctx, &pb.RegionDigestRequest{RegionId: regionID})
+	if err != nil {
+		return nil, fmt.Errorf("region digest: %w", &storeError{storeID: storeID, addr: addr, err: err})
+	}
+	return resp, nil
+}
+
+// RegionDump asks store storeID for every pair of its replica of regionID,
+// with the applied index they are read at.
+func (c *Client) RegionDump(ctx context.Context, storeID, regionID uint64) (*pb.RegionDumpResponse, error) {
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	stub, addr, err := c.adminOn(ctx, storeID)
+	if err != nil {
+		return nil, fmt.Errorf("region dump: %w", err)
+	}
+	resp, err := stub.RegionDump(ctx, &pb.RegionDumpRequest{RegionId: regionID}, grpc.MaxCallRecvMsgSize(maxDumpBytes))
+	if err != nil {
+		return nil, fmt.Errorf("region dump: %w", &storeError{storeID: storeID, addr: addr, err: err})
+	}
+	return resp, nil
+}
+
+// maxDumpBytes bounds a region dump: a region splits at 64 MiB.
+const maxDumpBytes = 256 << 20

@@ -28,7 +28,7 @@ func newCtlCmd(a *app) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	ctl.AddCommand(newCtlStoresCmd(a), newCtlRegionsCmd(a), newCtlTransferLeaderCmd(a),
-		newCtlSplitCmd(a), newCtlAddPeerCmd(a), newCtlRemovePeerCmd(a), newCtlFaultCmd(a))
+		newCtlSplitCmd(a), newCtlAddPeerCmd(a), newCtlRemovePeerCmd(a), newCtlFaultCmd(a), newCtlCheckCmd(a))
 	return ctl
 }
 

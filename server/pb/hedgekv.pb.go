@@ -2626,6 +2626,262 @@ func (x *JoinResponse) GetZoneAddresses() map[uint64]*ZoneAddresses {
 	return nil
 }
 
+type RegionDigestRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RegionId      uint64                 `protobuf:"varint,1,opt,name=region_id,json=regionId,proto3" json:"region_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegionDigestRequest) Reset() {
+	*x = RegionDigestRequest{}
+	mi := &file_hedgekv_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegionDigestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegionDigestRequest) ProtoMessage() {}
+
+func (x *RegionDigestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegionDigestRequest.ProtoReflect.Descriptor instead.
+func (*RegionDigestRequest) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *RegionDigestRequest) GetRegionId() uint64 {
+	if x != nil {
+		return x.RegionId
+	}
+	return 0
+}
+
+type RegionDigestResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	StoreId       uint64                 `protobuf:"varint,1,opt,name=store_id,json=storeId,proto3" json:"store_id,omitempty"`
+	PeerId        uint64                 `protobuf:"varint,2,opt,name=peer_id,json=peerId,proto3" json:"peer_id,omitempty"`
+	Region        *Region                `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"` // the metadata persisted with applied_index
+	AppliedIndex  uint64                 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	AppliedTerm   uint64                 `protobuf:"varint,5,opt,name=applied_term,json=appliedTerm,proto3" json:"applied_term,omitempty"`
+	Keys          uint64                 `protobuf:"varint,6,opt,name=keys,proto3" json:"keys,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,7,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Hash          []byte                 `protobuf:"bytes,8,opt,name=hash,proto3" json:"hash,omitempty"` // SHA-256 over the region's pairs in key order
+	DedupRecords  uint64                 `protobuf:"varint,9,opt,name=dedup_records,json=dedupRecords,proto3" json:"dedup_records,omitempty"`
+	DedupHash     []byte                 `protobuf:"bytes,10,opt,name=dedup_hash,json=dedupHash,proto3" json:"dedup_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegionDigestResponse) Reset() {
+	*x = RegionDigestResponse{}
+	mi := &file_hedgekv_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegionDigestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegionDigestResponse) ProtoMessage() {}
+
+func (x *RegionDigestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegionDigestResponse.ProtoReflect.Descriptor instead.
+func (*RegionDigestResponse) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *RegionDigestResponse) GetStoreId() uint64 {
+	if x != nil {
+		return x.StoreId
+	}
+	return 0
+}
+
+func (x *RegionDigestResponse) GetPeerId() uint64 {
+	if x != nil {
+		return x.PeerId
+	}
+	return 0
+}
+
+func (x *RegionDigestResponse) GetRegion() *Region {
+	if x != nil {
+		return x.Region
+	}
+	return nil
+}
+
+func (x *RegionDigestResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *RegionDigestResponse) GetAppliedTerm() uint64 {
+	if x != nil {
+		return x.AppliedTerm
+	}
+	return 0
+}
+
+func (x *RegionDigestResponse) GetKeys() uint64 {
+	if x != nil {
+		return x.Keys
+	}
+	return 0
+}
+
+func (x *RegionDigestResponse) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *RegionDigestResponse) GetHash() []byte {
+	if x != nil {
+		return x.Hash
+	}
+	return nil
+}
+
+func (x *RegionDigestResponse) GetDedupRecords() uint64 {
+	if x != nil {
+		return x.DedupRecords
+	}
+	return 0
+}
+
+func (x *RegionDigestResponse) GetDedupHash() []byte {
+	if x != nil {
+		return x.DedupHash
+	}
+	return nil
+}
+
+type RegionDumpRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RegionId      uint64                 `protobuf:"varint,1,opt,name=region_id,json=regionId,proto3" json:"region_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegionDumpRequest) Reset() {
+	*x = RegionDumpRequest{}
+	mi := &file_hedgekv_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegionDumpRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegionDumpRequest) ProtoMessage() {}
+
+func (x *RegionDumpRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegionDumpRequest.ProtoReflect.Descriptor instead.
+func (*RegionDumpRequest) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *RegionDumpRequest) GetRegionId() uint64 {
+	if x != nil {
+		return x.RegionId
+	}
+	return 0
+}
+
+type RegionDumpResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AppliedIndex  uint64                 `protobuf:"varint,1,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Pairs         []*KvPair              `protobuf:"bytes,2,rep,name=pairs,proto3" json:"pairs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegionDumpResponse) Reset() {
+	*x = RegionDumpResponse{}
+	mi := &file_hedgekv_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegionDumpResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegionDumpResponse) ProtoMessage() {}
+
+func (x *RegionDumpResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegionDumpResponse.ProtoReflect.Descriptor instead.
+func (*RegionDumpResponse) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *RegionDumpResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *RegionDumpResponse) GetPairs() []*KvPair {
+	if x != nil {
+		return x.Pairs
+	}
+	return nil
+}
+
 // FaultRequest sets this store's injected faults. delay_nanos > 0 with
 // prob in (0, 1] delays that fraction of KV reads (Get, BatchGet, Scan) by
 // delay_nanos before they are served; stall_nanos > 0 makes the whole
@@ -2644,7 +2900,7 @@ type FaultRequest struct {
 
 func (x *FaultRequest) Reset() {
 	*x = FaultRequest{}
-	mi := &file_hedgekv_proto_msgTypes[44]
+	mi := &file_hedgekv_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +2912,7 @@ func (x *FaultRequest) String() string {
 func (*FaultRequest) ProtoMessage() {}
 
 func (x *FaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[44]
+	mi := &file_hedgekv_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +2925,7 @@ func (x *FaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultRequest.ProtoReflect.Descriptor instead.
 func (*FaultRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{44}
+	return file_hedgekv_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FaultRequest) GetDelayNanos() int64 {
@@ -2708,7 +2964,7 @@ type FaultResponse struct {
 
 func (x *FaultResponse) Reset() {
 	*x = FaultResponse{}
-	mi := &file_hedgekv_proto_msgTypes[45]
+	mi := &file_hedgekv_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2976,7 @@ func (x *FaultResponse) String() string {
 func (*FaultResponse) ProtoMessage() {}
 
 func (x *FaultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[45]
+	mi := &file_hedgekv_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2989,7 @@ func (x *FaultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultResponse.ProtoReflect.Descriptor instead.
 func (*FaultResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{45}
+	return file_hedgekv_proto_rawDescGZIP(), []int{49}
 }
 
 // RaftMessage is one etcd-io/raft message addressed to a region's peer.
@@ -2755,7 +3011,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_hedgekv_proto_msgTypes[46]
+	mi := &file_hedgekv_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +3023,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[46]
+	mi := &file_hedgekv_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2780,7 +3036,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{46}
+	return file_hedgekv_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RaftMessage) GetRegionId() uint64 {
@@ -2836,7 +3092,7 @@ type LeaseMsg struct {
 
 func (x *LeaseMsg) Reset() {
 	*x = LeaseMsg{}
-	mi := &file_hedgekv_proto_msgTypes[47]
+	mi := &file_hedgekv_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2848,7 +3104,7 @@ func (x *LeaseMsg) String() string {
 func (*LeaseMsg) ProtoMessage() {}
 
 func (x *LeaseMsg) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[47]
+	mi := &file_hedgekv_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2861,7 +3117,7 @@ func (x *LeaseMsg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseMsg.ProtoReflect.Descriptor instead.
 func (*LeaseMsg) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{47}
+	return file_hedgekv_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *LeaseMsg) GetSeq() uint64 {
@@ -2896,7 +3152,7 @@ type SafePoint struct {
 
 func (x *SafePoint) Reset() {
 	*x = SafePoint{}
-	mi := &file_hedgekv_proto_msgTypes[48]
+	mi := &file_hedgekv_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +3164,7 @@ func (x *SafePoint) String() string {
 func (*SafePoint) ProtoMessage() {}
 
 func (x *SafePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[48]
+	mi := &file_hedgekv_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +3177,7 @@ func (x *SafePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SafePoint.ProtoReflect.Descriptor instead.
 func (*SafePoint) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{48}
+	return file_hedgekv_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SafePoint) GetTerm() uint64 {
@@ -2954,7 +3210,7 @@ type RaftMessageBatch struct {
 
 func (x *RaftMessageBatch) Reset() {
 	*x = RaftMessageBatch{}
-	mi := &file_hedgekv_proto_msgTypes[49]
+	mi := &file_hedgekv_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2966,7 +3222,7 @@ func (x *RaftMessageBatch) String() string {
 func (*RaftMessageBatch) ProtoMessage() {}
 
 func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[49]
+	mi := &file_hedgekv_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2979,7 +3235,7 @@ func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatch.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatch) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{49}
+	return file_hedgekv_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RaftMessageBatch) GetMsgs() []*RaftMessage {
@@ -3002,7 +3258,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_hedgekv_proto_msgTypes[50]
+	mi := &file_hedgekv_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3014,7 +3270,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[50]
+	mi := &file_hedgekv_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3027,7 +3283,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{50}
+	return file_hedgekv_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SnapshotChunk) GetHeader() *RaftMessage {
@@ -3052,7 +3308,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_hedgekv_proto_msgTypes[51]
+	mi := &file_hedgekv_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3064,7 +3320,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[51]
+	mi := &file_hedgekv_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3077,7 +3333,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{51}
+	return file_hedgekv_proto_rawDescGZIP(), []int{55}
 }
 
 var File_hedgekv_proto protoreflect.FileDescriptor
@@ -3271,7 +3527,27 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aX\n" +
 	"\x12ZoneAddressesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12,\n" +
-	"\x05value\x18\x02 \x01(\v2\x16.hedgekv.ZoneAddressesR\x05value:\x028\x01\"z\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.hedgekv.ZoneAddressesR\x05value:\x028\x01\"2\n" +
+	"\x13RegionDigestRequest\x12\x1b\n" +
+	"\tregion_id\x18\x01 \x01(\x04R\bregionId\"\xbd\x02\n" +
+	"\x14RegionDigestResponse\x12\x19\n" +
+	"\bstore_id\x18\x01 \x01(\x04R\astoreId\x12\x17\n" +
+	"\apeer_id\x18\x02 \x01(\x04R\x06peerId\x12'\n" +
+	"\x06region\x18\x03 \x01(\v2\x0f.hedgekv.RegionR\x06region\x12#\n" +
+	"\rapplied_index\x18\x04 \x01(\x04R\fappliedIndex\x12!\n" +
+	"\fapplied_term\x18\x05 \x01(\x04R\vappliedTerm\x12\x12\n" +
+	"\x04keys\x18\x06 \x01(\x04R\x04keys\x12\x14\n" +
+	"\x05bytes\x18\a \x01(\x04R\x05bytes\x12\x12\n" +
+	"\x04hash\x18\b \x01(\fR\x04hash\x12#\n" +
+	"\rdedup_records\x18\t \x01(\x04R\fdedupRecords\x12\x1d\n" +
+	"\n" +
+	"dedup_hash\x18\n" +
+	" \x01(\fR\tdedupHash\"0\n" +
+	"\x11RegionDumpRequest\x12\x1b\n" +
+	"\tregion_id\x18\x01 \x01(\x04R\bregionId\"`\n" +
+	"\x12RegionDumpResponse\x12#\n" +
+	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\x12%\n" +
+	"\x05pairs\x18\x02 \x03(\v2\x0f.hedgekv.KvPairR\x05pairs\"z\n" +
 	"\fFaultRequest\x12\x1f\n" +
 	"\vdelay_nanos\x18\x01 \x01(\x03R\n" +
 	"delayNanos\x12\x12\n" +
@@ -3314,7 +3590,7 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\bBatchGet\x12\x18.hedgekv.BatchGetRequest\x1a\x19.hedgekv.BatchGetResponse\x123\n" +
 	"\x04Scan\x12\x14.hedgekv.ScanRequest\x1a\x15.hedgekv.ScanResponse\x120\n" +
 	"\x03Put\x12\x13.hedgekv.PutRequest\x1a\x14.hedgekv.PutResponse\x129\n" +
-	"\x06Delete\x12\x16.hedgekv.DeleteRequest\x1a\x17.hedgekv.DeleteResponse2\xb8\x04\n" +
+	"\x06Delete\x12\x16.hedgekv.DeleteRequest\x1a\x17.hedgekv.DeleteResponse2\xcc\x05\n" +
 	"\x05Admin\x129\n" +
 	"\x06Status\x12\x16.hedgekv.StatusRequest\x1a\x17.hedgekv.StatusResponse\x129\n" +
 	"\x06Stores\x12\x16.hedgekv.StoresRequest\x1a\x17.hedgekv.StoresResponse\x12<\n" +
@@ -3325,7 +3601,10 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\n" +
 	"RemovePeer\x12\x1a.hedgekv.RemovePeerRequest\x1a\x1b.hedgekv.RemovePeerResponse\x123\n" +
 	"\x04Join\x12\x14.hedgekv.JoinRequest\x1a\x15.hedgekv.JoinResponse\x126\n" +
-	"\x05Fault\x12\x15.hedgekv.FaultRequest\x1a\x16.hedgekv.FaultResponse2q\n" +
+	"\x05Fault\x12\x15.hedgekv.FaultRequest\x1a\x16.hedgekv.FaultResponse\x12K\n" +
+	"\fRegionDigest\x12\x1c.hedgekv.RegionDigestRequest\x1a\x1d.hedgekv.RegionDigestResponse\x12E\n" +
+	"\n" +
+	"RegionDump\x12\x1a.hedgekv.RegionDumpRequest\x1a\x1b.hedgekv.RegionDumpResponse2q\n" +
 	"\x04Raft\x124\n" +
 	"\x06Stream\x12\x19.hedgekv.RaftMessageBatch\x1a\r.hedgekv.Done(\x01\x123\n" +
 	"\bSnapshot\x12\x16.hedgekv.SnapshotChunk\x1a\r.hedgekv.Done(\x01B&Z$github.com/hedgekv/hedgekv/server/pbb\x06proto3"
@@ -3343,7 +3622,7 @@ func file_hedgekv_proto_rawDescGZIP() []byte {
 }
 
 var file_hedgekv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_hedgekv_proto_goTypes = []any{
 	(ReadMode)(0),                  // 0: hedgekv.ReadMode
 	(*Epoch)(nil),                  // 1: hedgekv.Epoch
@@ -3390,21 +3669,25 @@ var file_hedgekv_proto_goTypes = []any{
 	(*RemovePeerResponse)(nil),     // 42: hedgekv.RemovePeerResponse
 	(*JoinRequest)(nil),            // 43: hedgekv.JoinRequest
 	(*JoinResponse)(nil),           // 44: hedgekv.JoinResponse
-	(*FaultRequest)(nil),           // 45: hedgekv.FaultRequest
-	(*FaultResponse)(nil),          // 46: hedgekv.FaultResponse
-	(*RaftMessage)(nil),            // 47: hedgekv.RaftMessage
-	(*LeaseMsg)(nil),               // 48: hedgekv.LeaseMsg
-	(*SafePoint)(nil),              // 49: hedgekv.SafePoint
-	(*RaftMessageBatch)(nil),       // 50: hedgekv.RaftMessageBatch
-	(*SnapshotChunk)(nil),          // 51: hedgekv.SnapshotChunk
-	(*Done)(nil),                   // 52: hedgekv.Done
-	nil,                            // 53: hedgekv.StatusResponse.PeersEntry
-	nil,                            // 54: hedgekv.StatusResponse.ZoneAddressesEntry
-	nil,                            // 55: hedgekv.Store.ZoneAddressesEntry
-	nil,                            // 56: hedgekv.ZoneAddresses.AddressesEntry
-	nil,                            // 57: hedgekv.JoinRequest.ZoneAddressesEntry
-	nil,                            // 58: hedgekv.JoinResponse.PeersEntry
-	nil,                            // 59: hedgekv.JoinResponse.ZoneAddressesEntry
+	(*RegionDigestRequest)(nil),    // 45: hedgekv.RegionDigestRequest
+	(*RegionDigestResponse)(nil),   // 46: hedgekv.RegionDigestResponse
+	(*RegionDumpRequest)(nil),      // 47: hedgekv.RegionDumpRequest
+	(*RegionDumpResponse)(nil),     // 48: hedgekv.RegionDumpResponse
+	(*FaultRequest)(nil),           // 49: hedgekv.FaultRequest
+	(*FaultResponse)(nil),          // 50: hedgekv.FaultResponse
+	(*RaftMessage)(nil),            // 51: hedgekv.RaftMessage
+	(*LeaseMsg)(nil),               // 52: hedgekv.LeaseMsg
+	(*SafePoint)(nil),              // 53: hedgekv.SafePoint
+	(*RaftMessageBatch)(nil),       // 54: hedgekv.RaftMessageBatch
+	(*SnapshotChunk)(nil),          // 55: hedgekv.SnapshotChunk
+	(*Done)(nil),                   // 56: hedgekv.Done
+	nil,                            // 57: hedgekv.StatusResponse.PeersEntry
+	nil,                            // 58: hedgekv.StatusResponse.ZoneAddressesEntry
+	nil,                            // 59: hedgekv.Store.ZoneAddressesEntry
+	nil,                            // 60: hedgekv.ZoneAddresses.AddressesEntry
+	nil,                            // 61: hedgekv.JoinRequest.ZoneAddressesEntry
+	nil,                            // 62: hedgekv.JoinResponse.PeersEntry
+	nil,                            // 63: hedgekv.JoinResponse.ZoneAddressesEntry
 }
 var file_hedgekv_proto_depIdxs = []int32{
 	1,  // 0: hedgekv.Region.epoch:type_name -> hedgekv.Epoch
@@ -3436,59 +3719,65 @@ var file_hedgekv_proto_depIdxs = []int32{
 	3,  // 26: hedgekv.RegionInfo.region:type_name -> hedgekv.Region
 	2,  // 27: hedgekv.RegionInfo.leader:type_name -> hedgekv.Peer
 	27, // 28: hedgekv.StatusResponse.regions:type_name -> hedgekv.RegionInfo
-	53, // 29: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
-	54, // 30: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
-	55, // 31: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
-	56, // 32: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
+	57, // 29: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
+	58, // 30: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
+	59, // 31: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
+	60, // 32: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
 	30, // 33: hedgekv.StoresResponse.stores:type_name -> hedgekv.Store
 	27, // 34: hedgekv.RegionsResponse.regions:type_name -> hedgekv.RegionInfo
 	3,  // 35: hedgekv.SplitResponse.left:type_name -> hedgekv.Region
 	3,  // 36: hedgekv.SplitResponse.right:type_name -> hedgekv.Region
-	57, // 37: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
-	58, // 38: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
-	59, // 39: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
-	49, // 40: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
-	48, // 41: hedgekv.RaftMessage.lease:type_name -> hedgekv.LeaseMsg
-	47, // 42: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
-	47, // 43: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
-	31, // 44: hedgekv.JoinResponse.ZoneAddressesEntry.value:type_name -> hedgekv.ZoneAddresses
-	16, // 45: hedgekv.KV.Get:input_type -> hedgekv.GetRequest
-	18, // 46: hedgekv.KV.BatchGet:input_type -> hedgekv.BatchGetRequest
-	20, // 47: hedgekv.KV.Scan:input_type -> hedgekv.ScanRequest
-	22, // 48: hedgekv.KV.Put:input_type -> hedgekv.PutRequest
-	24, // 49: hedgekv.KV.Delete:input_type -> hedgekv.DeleteRequest
-	26, // 50: hedgekv.Admin.Status:input_type -> hedgekv.StatusRequest
-	29, // 51: hedgekv.Admin.Stores:input_type -> hedgekv.StoresRequest
-	33, // 52: hedgekv.Admin.Regions:input_type -> hedgekv.RegionsRequest
-	35, // 53: hedgekv.Admin.TransferLeader:input_type -> hedgekv.TransferLeaderRequest
-	37, // 54: hedgekv.Admin.Split:input_type -> hedgekv.SplitRequest
-	39, // 55: hedgekv.Admin.AddPeer:input_type -> hedgekv.AddPeerRequest
-	41, // 56: hedgekv.Admin.RemovePeer:input_type -> hedgekv.RemovePeerRequest
-	43, // 57: hedgekv.Admin.Join:input_type -> hedgekv.JoinRequest
-	45, // 58: hedgekv.Admin.Fault:input_type -> hedgekv.FaultRequest
-	50, // 59: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
-	51, // 60: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
-	17, // 61: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
-	19, // 62: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
-	21, // 63: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
-	23, // 64: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
-	25, // 65: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
-	28, // 66: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
-	32, // 67: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
-	34, // 68: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
-	36, // 69: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
-	38, // 70: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
-	40, // 71: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
-	42, // 72: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
-	44, // 73: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
-	46, // 74: hedgekv.Admin.Fault:output_type -> hedgekv.FaultResponse
-	52, // 75: hedgekv.Raft.Stream:output_type -> hedgekv.Done
-	52, // 76: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
-	61, // [61:77] is the sub-list for method output_type
-	45, // [45:61] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	61, // 37: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
+	62, // 38: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
+	63, // 39: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
+	3,  // 40: hedgekv.RegionDigestResponse.region:type_name -> hedgekv.Region
+	15, // 41: hedgekv.RegionDumpResponse.pairs:type_name -> hedgekv.KvPair
+	53, // 42: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
+	52, // 43: hedgekv.RaftMessage.lease:type_name -> hedgekv.LeaseMsg
+	51, // 44: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
+	51, // 45: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
+	31, // 46: hedgekv.JoinResponse.ZoneAddressesEntry.value:type_name -> hedgekv.ZoneAddresses
+	16, // 47: hedgekv.KV.Get:input_type -> hedgekv.GetRequest
+	18, // 48: hedgekv.KV.BatchGet:input_type -> hedgekv.BatchGetRequest
+	20, // 49: hedgekv.KV.Scan:input_type -> hedgekv.ScanRequest
+	22, // 50: hedgekv.KV.Put:input_type -> hedgekv.PutRequest
+	24, // 51: hedgekv.KV.Delete:input_type -> hedgekv.DeleteRequest
+	26, // 52: hedgekv.Admin.Status:input_type -> hedgekv.StatusRequest
+	29, // 53: hedgekv.Admin.Stores:input_type -> hedgekv.StoresRequest
+	33, // 54: hedgekv.Admin.Regions:input_type -> hedgekv.RegionsRequest
+	35, // 55: hedgekv.Admin.TransferLeader:input_type -> hedgekv.TransferLeaderRequest
+	37, // 56: hedgekv.Admin.Split:input_type -> hedgekv.SplitRequest
+	39, // 57: hedgekv.Admin.AddPeer:input_type -> hedgekv.AddPeerRequest
+	41, // 58: hedgekv.Admin.RemovePeer:input_type -> hedgekv.RemovePeerRequest
+	43, // 59: hedgekv.Admin.Join:input_type -> hedgekv.JoinRequest
+	49, // 60: hedgekv.Admin.Fault:input_type -> hedgekv.FaultRequest
+	45, // 61: hedgekv.Admin.RegionDigest:input_type -> hedgekv.RegionDigestRequest
+	47, // 62: hedgekv.Admin.RegionDump:input_type -> hedgekv.RegionDumpRequest
+	54, // 63: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
+	55, // 64: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
+	17, // 65: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
+	19, // 66: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
+	21, // 67: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
+	23, // 68: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
+	25, // 69: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
+	28, // 70: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
+	32, // 71: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
+	34, // 72: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
+	36, // 73: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
+	38, // 74: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
+	40, // 75: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
+	42, // 76: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
+	44, // 77: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
+	50, // 78: hedgekv.Admin.Fault:output_type -> hedgekv.FaultResponse
+	46, // 79: hedgekv.Admin.RegionDigest:output_type -> hedgekv.RegionDigestResponse
+	48, // 80: hedgekv.Admin.RegionDump:output_type -> hedgekv.RegionDumpResponse
+	56, // 81: hedgekv.Raft.Stream:output_type -> hedgekv.Done
+	56, // 82: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
+	65, // [65:83] is the sub-list for method output_type
+	47, // [47:65] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_hedgekv_proto_init() }
@@ -3502,7 +3791,7 @@ func file_hedgekv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hedgekv_proto_rawDesc), len(file_hedgekv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   59,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

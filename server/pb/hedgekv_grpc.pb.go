@@ -285,6 +285,8 @@ const (
 	Admin_RemovePeer_FullMethodName     = "/hedgekv.Admin/RemovePeer"
 	Admin_Join_FullMethodName           = "/hedgekv.Admin/Join"
 	Admin_Fault_FullMethodName          = "/hedgekv.Admin/Fault"
+	Admin_RegionDigest_FullMethodName   = "/hedgekv.Admin/RegionDigest"
+	Admin_RegionDump_FullMethodName     = "/hedgekv.Admin/RegionDump"
 )
 
 // AdminClient is the client API for Admin service.
@@ -303,6 +305,12 @@ type AdminClient interface {
 	// --allow-faults; PermissionDenied otherwise). Faults live in the
 	// process only: a restart clears them.
 	Fault(ctx context.Context, in *FaultRequest, opts ...grpc.CallOption) (*FaultResponse, error)
+	// RegionDigest summarizes this store's replica of a region at one applied
+	// index (read in one transaction), for comparing replicas (ctl check);
+	// RegionDump returns its data, to name the first key two replicas
+	// disagree on. NotFound if this store hosts no initialized replica.
+	RegionDigest(ctx context.Context, in *RegionDigestRequest, opts ...grpc.CallOption) (*RegionDigestResponse, error)
+	RegionDump(ctx context.Context, in *RegionDumpRequest, opts ...grpc.CallOption) (*RegionDumpResponse, error)
 }
 
 type adminClient struct {
@@ -403,6 +411,26 @@ func (c *adminClient) Fault(ctx context.Context, in *FaultRequest, opts ...grpc.
 	return out, nil
 }
 
+func (c *adminClient) RegionDigest(ctx context.Context, in *RegionDigestRequest, opts ...grpc.CallOption) (*RegionDigestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegionDigestResponse)
+	err := c.cc.Invoke(ctx, Admin_RegionDigest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) RegionDump(ctx context.Context, in *RegionDumpRequest, opts ...grpc.CallOption) (*RegionDumpResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegionDumpResponse)
+	err := c.cc.Invoke(ctx, Admin_RegionDump_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -419,6 +447,12 @@ type AdminServer interface {
 	// --allow-faults; PermissionDenied otherwise). Faults live in the
 	// process only: a restart clears them.
 	Fault(context.Context, *FaultRequest) (*FaultResponse, error)
+	// RegionDigest summarizes this store's replica of a region at one applied
+	// index (read in one transaction), for comparing replicas (ctl check);
+	// RegionDump returns its data, to name the first key two replicas
+	// disagree on. NotFound if this store hosts no initialized replica.
+	RegionDigest(context.Context, *RegionDigestRequest) (*RegionDigestResponse, error)
+	RegionDump(context.Context, *RegionDumpRequest) (*RegionDumpResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -455,6 +489,12 @@ func (UnimplementedAdminServer) Join(context.Context, *JoinRequest) (*JoinRespon
 }
 func (UnimplementedAdminServer) Fault(context.Context, *FaultRequest) (*FaultResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Fault not implemented")
+}
+func (UnimplementedAdminServer) RegionDigest(context.Context, *RegionDigestRequest) (*RegionDigestResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RegionDigest not implemented")
+}
+func (UnimplementedAdminServer) RegionDump(context.Context, *RegionDumpRequest) (*RegionDumpResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RegionDump not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -639,6 +679,42 @@ func _Admin_Fault_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_RegionDigest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegionDigestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RegionDigest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RegionDigest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RegionDigest(ctx, req.(*RegionDigestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_RegionDump_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegionDumpRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RegionDump(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RegionDump_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RegionDump(ctx, req.(*RegionDumpRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -681,6 +757,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Fault",
 			Handler:    _Admin_Fault_Handler,
+		},
+		{
+			MethodName: "RegionDigest",
+			Handler:    _Admin_RegionDigest_Handler,
+		},
+		{
+			MethodName: "RegionDump",
+			Handler:    _Admin_RegionDump_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
