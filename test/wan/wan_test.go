@@ -1,12 +1,9 @@
 package wan
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +23,7 @@ import (
 	"github.com/hedgekv/hedgekv/bench/netsim"
 	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/test/testbin"
 )
 
 const (
@@ -58,117 +56,19 @@ const regionID = 1
 
 // ---------------------------------------------------------------- processes
 
-// result is what one process invocation produced.
-type result struct {
-	stdout, stderr string
-	err            error
-	elapsed        time.Duration
-}
+type result = testbin.Result
 
-func (r result) String() string {
-	return fmt.Sprintf("err=%v (%v)\nstdout:\n%s\nstderr:\n%s", r.err, r.elapsed.Round(time.Millisecond), r.stdout, r.stderr)
-}
-
-// run executes name args... with env, bounded by timeout.
+// run executes name args... with env in the repository, bounded by timeout.
 func run(timeout time.Duration, env []string, name string, args ...string) result {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = repoRoot
-	cmd.Env = env
-	cmd.WaitDelay = 2 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	start := time.Now()
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		err = fmt.Errorf("timed out after %v: %w", timeout, err)
-	}
-	return result{stdout.String(), stderr.String(), err, time.Since(start)}
+	return testbin.Run(repoRoot, timeout, env, name, args...)
 }
 
-// Ports. A cluster of a spec takes one block of blockSize ports at a
-// random base B below the kernel's ephemeral range, so that no port the
-// kernel hands out meanwhile (a netsim proxy on a free port, an outgoing
-// connection's local port) can take one of them between the moment the
-// block is found free and the moment its process binds it:
-//
-//	B+1..B+3     the stores' gRPC      B+11..B+13   their status HTTP
-//	B+99         the netsim's control  B+101..B+303 its proxies (NETSIM_PORT_BASE=B)
-const (
-	blockSize = 400
-	blockLow  = 10000
-)
-
-// blockPorts lists the ports of the block at base.
-func blockPorts(base int) (grpcPorts, statusPorts []int, control int, proxies []int) {
-	for s := 1; s <= 3; s++ {
-		grpcPorts = append(grpcPorts, base+s)
-		statusPorts = append(statusPorts, base+10+s)
-		for zone := 1; zone <= 3; zone++ {
-			proxies = append(proxies, base+100*zone+s)
-		}
-	}
-	return grpcPorts, statusPorts, base + 99, proxies
-}
-
-// ephemeralLow is where the kernel's ephemeral ports start.
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil && v > blockLow+blockSize {
-				return v
-			}
-		}
-	}
-	return 32768
-}
-
-// freeBlock returns the base of a block whose every port was free on
-// 127.0.0.1 a moment ago. Blocks that overlap the local cluster's default
-// ports (20160-20183, netsim 21000-21999) are never chosen.
-func freeBlock() int {
+// freeBlock returns a free block of ports for one cluster (testbin.FreeBlock).
+func freeBlock() testbin.Block {
 	GinkgoHelper()
-	slots := (ephemeralLow() - blockLow) / blockSize
-	for range 100 {
-		base := blockLow + rand.IntN(slots)*blockSize
-		if base < 22000 && base+blockSize > 20000 {
-			continue
-		}
-		g, st, ctl, px := blockPorts(base)
-		if allFree(slices.Concat(g, st, []int{ctl}, px)) {
-			return base
-		}
-	}
-	Fail("no free block of ports found below the ephemeral range")
-	return 0
-}
-
-func allFree(ports []int) bool {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for _, p := range ports {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			return false
-		}
-		ls = append(ls, l)
-	}
-	return true
-}
-
-func joinInts(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
+	b, err := testbin.FreeBlock()
+	Expect(err).NotTo(HaveOccurred())
+	return b
 }
 
 // ---------------------------------------------------------------- cluster
@@ -190,23 +90,18 @@ type wanCluster struct {
 func startWAN() *wanCluster {
 	GinkgoHelper()
 	dir := GinkgoT().TempDir()
-	base := freeBlock()
-	grpcPorts, statusPorts, controlPort, _ := blockPorts(base)
+	block := freeBlock()
 	c := &wanCluster{
 		dir:     dir,
-		control: netsim.Control{Addr: fmt.Sprintf("127.0.0.1:%d", controlPort)},
+		control: netsim.Control{Addr: fmt.Sprintf("127.0.0.1:%d", block.Control)},
 		conns:   map[string]*grpc.ClientConn{},
+		direct:  block.GRPCAddrs,
 	}
-	for _, p := range grpcPorts {
-		c.direct = append(c.direct, fmt.Sprintf("127.0.0.1:%d", p))
-	}
-	c.env = append(os.Environ(),
+	c.env = append(append(os.Environ(),
 		"BIN="+binPath,
-		"CLUSTER_DIR="+dir,
-		"GRPC_PORTS="+joinInts(grpcPorts),
-		"STATUS_PORTS="+joinInts(statusPorts),
-		"NETSIM_PORT_BASE="+strconv.Itoa(base),
-		"NETSIM_CONTROL="+c.control.Addr,
+		"CLUSTER_DIR="+dir),
+		block.Env()...)
+	c.env = append(c.env,
 		"BALANCE=off",
 		"FAULTS=0",
 		"TICK=",
@@ -220,11 +115,11 @@ func startWAN() *wanCluster {
 			c.dumpLogs()
 		}
 		r := c.script("stop")
-		Expect(r.err).NotTo(HaveOccurred(), "cluster.sh stop: %v", r)
+		Expect(r.Err).NotTo(HaveOccurred(), "cluster.sh stop: %v", r)
 	})
 	r := c.script("start", "--topology", "default")
-	GinkgoWriter.Printf("cluster.sh start --topology default (%v):\n%s%s", r.elapsed.Round(time.Millisecond), r.stdout, r.stderr)
-	Expect(r.err).NotTo(HaveOccurred(), "cluster.sh start --topology default: %v", r)
+	GinkgoWriter.Printf("cluster.sh start --topology default (%v):\n%s%s", r.Elapsed.Round(time.Millisecond), r.Stdout, r.Stderr)
+	Expect(r.Err).NotTo(HaveOccurred(), "cluster.sh start --topology default: %v", r)
 	return c
 }
 
@@ -240,8 +135,8 @@ func (c *wanCluster) cli(args ...string) result {
 func (c *wanCluster) mustScript(args ...string) {
 	GinkgoHelper()
 	r := c.script(args...)
-	GinkgoWriter.Printf("cluster.sh %s (%v): %s%s", strings.Join(args, " "), r.elapsed.Round(time.Millisecond), r.stdout, r.stderr)
-	Expect(r.err).NotTo(HaveOccurred(), "cluster.sh %s: %v", strings.Join(args, " "), r)
+	GinkgoWriter.Printf("cluster.sh %s (%v): %s%s", strings.Join(args, " "), r.Elapsed.Round(time.Millisecond), r.Stdout, r.Stderr)
+	Expect(r.Err).NotTo(HaveOccurred(), "cluster.sh %s: %v", strings.Join(args, " "), r)
 }
 
 func (c *wanCluster) dumpLogs() {
@@ -258,7 +153,7 @@ func (c *wanCluster) dumpLogs() {
 		GinkgoWriter.Printf("--- %s (last %d lines) ---\n%s\n", name, len(lines), strings.Join(lines, "\n"))
 	}
 	r := c.script("status")
-	GinkgoWriter.Printf("--- cluster.sh status ---\n%s%s\n", r.stdout, r.stderr)
+	GinkgoWriter.Printf("--- cluster.sh status ---\n%s%s\n", r.Stdout, r.Stderr)
 }
 
 // newClient is a Go client in zone, bootstrapped from the stores' own
@@ -375,7 +270,7 @@ func (c *wanCluster) pinnedGet(ctx context.Context, addr string, epoch *pb.Epoch
 func (c *wanCluster) leadRegion1On(id int) {
 	GinkgoHelper()
 	r := c.cli("ctl", "transfer-leader", strconv.Itoa(regionID), strconv.Itoa(id))
-	Expect(r.err).NotTo(HaveOccurred(), "ctl transfer-leader %d %d: %v", regionID, id, r)
+	Expect(r.Err).NotTo(HaveOccurred(), "ctl transfer-leader %d %d: %v", regionID, id, r)
 	Eventually(func(g Gomega) {
 		for n, addr := range c.direct {
 			ri, err := c.region1(addr)
@@ -525,7 +420,7 @@ var _ = Describe("simulated WAN", func() {
 		Expect(err).NotTo(HaveOccurred(), "Status at store 2's own address during the partition")
 		Expect(s2.GetStoreId()).To(BeEquivalentTo(2))
 		r := run(cliTimeout, c.env, binPath, "ctl", "stores", "--endpoints", direct2)
-		Expect(r.err).NotTo(HaveOccurred(), "ctl stores at store 2's own address: %v", r)
+		Expect(r.Err).NotTo(HaveOccurred(), "ctl stores at store 2's own address: %v", r)
 
 		resp, err := c.pinnedGet(ctxFor(rpcTimeout), viaB, epoch, "wan/p", time.Hour)
 		Expect(err).NotTo(HaveOccurred(), "a stale read of store 2 from its own zone during the partition")
@@ -559,8 +454,8 @@ var _ = Describe("simulated WAN", func() {
 		for _, args := range [][]string{{"partition", "2"}, {"heal"}} {
 			r := run(scriptTimeout, env, "bash", append([]string{filepath.Join(repoRoot, "scripts", "cluster.sh")}, args...)...)
 			var exit *exec.ExitError
-			Expect(errors.As(r.err, &exit)).To(BeTrue(), "cluster.sh %v: %v", args, r)
-			Expect(r.stderr).To(ContainSubstring("start --topology"), "cluster.sh %v", args)
+			Expect(errors.As(r.Err, &exit)).To(BeTrue(), "cluster.sh %v: %v", args, r)
+			Expect(r.Stderr).To(ContainSubstring("start --topology"), "cluster.sh %v", args)
 		}
 	})
 })
