@@ -2,7 +2,8 @@
 #
 #   make build   bin/hedgekv
 #   make test    gofmt check, go vet, unit + cluster tests with -race, then the
-#                multi-process tests (smoke, multistore, wan) against bin/hedgekv
+#                multi-process tests (smoke, multistore, wan, a short chaos run) against bin/hedgekv
+#   make chaos   the nemesis over real processes for CHAOS_SECONDS (60)
 #   make demo    three stores in three simulated data centers, reads from a
 #                remote leader and a local follower, follower-read-dc --quick
 #   make proto   regenerate server/pb from server/pb/hedgekv.proto
@@ -16,9 +17,12 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # 15 minutes on 2 cores.
 TEST_TIMEOUT  ?= 10m
 SMOKE_TIMEOUT ?= 10m
-SMOKE_PKG     := ./test/smoke/... ./test/multistore/... ./test/wan/...
+SMOKE_PKG     := ./test/smoke/... ./test/multistore/... ./test/wan/... ./test/chaos/...
+# make chaos: how long the nemesis over real processes runs (make test runs
+# it for 10s as part of the multi-process tests).
+CHAOS_SECONDS ?= 60
 
-.PHONY: all build test unit-test smoke-test fmt fmt-check vet demo proto tools \
+.PHONY: all build test unit-test smoke-test chaos fmt fmt-check vet demo proto tools \
 	clean clean-cluster
 
 all: build
@@ -29,12 +33,19 @@ build:
 # Everything except the multi-process tests, which run processes of their
 # own and are run without -race against the built binary.
 unit-test:
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e '/test/smoke' -e '/test/multistore' -e '/test/wan')
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e '/test/smoke' -e '/test/multistore' -e '/test/wan' -e '/test/chaos')
 
 # One package at a time: they time fail-overs (and, in test/wan, simulated WAN
 # latency) of real processes.
 smoke-test: build
 	HEDGEKV_BIN=$(CURDIR)/$(BIN) $(GO) test -p 1 -count=1 -timeout $(SMOKE_TIMEOUT) $(SMOKE_PKG)
+
+# The nemesis over real processes (test/chaos): three stores behind the
+# simulated WAN, random faults, porcupine over the whole history, then the
+# replica check. CHAOS_SEED and CHAOS_FOLLOWER_LEASES=1 vary it.
+chaos: build
+	HEDGEKV_BIN=$(CURDIR)/$(BIN) CHAOS_SECONDS=$(CHAOS_SECONDS) $(GO) test -count=1 -v -run TestChaos \
+		-timeout $$(( $(CHAOS_SECONDS) + 600 ))s ./test/chaos/
 
 test: fmt-check vet
 	$(MAKE) --no-print-directory unit-test

@@ -1,0 +1,435 @@
+// Package chaos is the nemesis over real processes: three `hedgekv server`
+// processes behind the simulated WAN (scripts/cluster.sh start --topology
+// default, one store per zone), concurrent clients in every zone using
+// every read mode, hedging and bounded staleness, and random faults:
+// partitions of a store (its zone), kill -9 and restart, leadership
+// transfers, splits, a replica removed and added back, slow and stalled
+// stores. Porcupine checks the whole history (a stale read against its
+// bound: it may return any value current at some point since its call
+// minus the bound it reported), then `ctl check`'s replica comparison runs.
+//
+// `make chaos` runs it for CHAOS_SECONDS (default 60); `make test` runs a
+// short one. It prints operations, faults injected, failures by kind and
+// `linearizable: true|false`; when false it saves the history and
+// porcupine's visualisation under CHAOS_OUT (default test/chaos/failures)
+// and fails. CHAOS_SEED picks the fault schedule; CHAOS_FOLLOWER_LEASES=1
+// starts the stores with --follower-leases.
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/replicacheck"
+	"github.com/hedgekv/hedgekv/test/kvmodel"
+	"github.com/hedgekv/hedgekv/test/testbin"
+)
+
+const (
+	scriptTimeout = 90 * time.Second
+	opTimeout     = 2 * time.Second
+	// staleBound is the bounded-staleness sessions' MaxStaleness.
+	staleBound = 2 * time.Second
+)
+
+var zones = []string{"dc-a", "dc-b", "dc-c"}
+
+// keys the clients use; the nemesis splits between them.
+var keys = []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// cluster is one cluster.sh cluster behind the default topology.
+type cluster struct {
+	t      *testing.T
+	root   string
+	bin    string
+	env    []string
+	direct []string // each store's own listen address
+}
+
+func (c *cluster) script(args ...string) testbin.Result {
+	return testbin.Run(c.root, scriptTimeout, c.env, "bash", append([]string{filepath.Join(c.root, "scripts", "cluster.sh")}, args...)...)
+}
+
+func TestChaos(t *testing.T) {
+	seconds := envInt("CHAOS_SECONDS", 10)
+	seed := uint64(envInt("CHAOS_SEED", int(time.Now().UnixNano()%1000)+1))
+	leases := os.Getenv("CHAOS_FOLLOWER_LEASES") == "1"
+	b, err := testbin.Locate("hedgekv-chaos-bin-")
+	if err != nil {
+		t.Fatalf("chaos setup: %v", err)
+	}
+	defer b.Close()
+	block, err := testbin.FreeBlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	c := &cluster{t: t, root: b.RepoRoot, bin: b.Path, direct: block.GRPCAddrs}
+	c.env = append(append(os.Environ(), "BIN="+b.Path, "CLUSTER_DIR="+dir), block.Env()...)
+	c.env = append(c.env, "FAULTS=1", "TICK=", "START_TIMEOUT=60")
+	if leases {
+		c.env = append(c.env, "FOLLOWER_LEASES=1")
+	}
+	t.Cleanup(func() {
+		if r := c.script("stop"); r.Err != nil {
+			t.Errorf("cluster.sh stop: %v", r)
+		}
+	})
+	if r := c.script("start", "--topology", "default"); r.Err != nil {
+		t.Fatalf("cluster.sh start --topology default: %v", r)
+	}
+	t.Logf("chaos: seed %d, %ds, follower leases %v, stores %v", seed, seconds, leases, c.direct)
+
+	h := &history{base: time.Now()}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	fails := &counter{}
+	modes := &counter{}
+	for i := range 9 {
+		zone := zones[i%len(zones)]
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cli, err := client.New(ctx, client.Config{Endpoints: c.direct, Zone: zone, RequestTimeout: opTimeout})
+		cancel()
+		if err != nil {
+			t.Fatalf("client in %s: %v", zone, err)
+		}
+		defer cli.Close()
+		wg.Go(func() { runClient(i, cli, seed, h, stop, fails, modes) })
+	}
+	nem := &nemesis{c: c, rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), stop: stop, faults: &counter{}}
+	ctl, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	nem.cli, err = client.New(ctl, client.Config{Endpoints: c.direct, RequestTimeout: 5 * time.Second})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nem.cli.Close()
+	nemDone := make(chan struct{})
+	go func() { defer close(nemDone); nem.loop() }()
+	time.Sleep(time.Duration(seconds) * time.Second)
+	close(stop)
+	wg.Wait()
+	<-nemDone
+	nem.recover()
+
+	// Replicas agree once the cluster is whole and quiet.
+	cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
+	rep, checkErr := replicacheck.Check(cctx, nem.cli, 50*time.Millisecond)
+	ccancel()
+
+	end := h.now() + 1
+	var reads, writes, unknown int
+	for i := range h.ops {
+		in := h.ops[i].Input.(kvmodel.Input)
+		if in.Put {
+			writes++
+		} else {
+			reads++
+		}
+		if h.ops[i].Return == -1 {
+			h.ops[i].Return = end
+			unknown++
+		}
+	}
+	res, info := porcupine.CheckOperationsVerbose(kvmodel.Model, h.ops, 2*time.Minute)
+	linearizable := res == porcupine.Ok
+	t.Logf("operations: %d (%d reads: %s; %d writes, %d of unknown outcome)", len(h.ops), reads, modes, writes, unknown)
+	t.Logf("faults: %s", nem.faults)
+	t.Logf("failures by kind: %s", fails)
+	if checkErr != nil {
+		t.Logf("replicas: %v", checkErr)
+	} else {
+		t.Logf("replicas: the replicas of all %d regions agree", len(rep.Agreed))
+	}
+	t.Logf("linearizable: %v", linearizable)
+	if reads < 20 {
+		t.Errorf("only %d successful reads: too few to check anything", reads)
+	}
+	if !linearizable {
+		out := os.Getenv("CHAOS_OUT")
+		if out == "" {
+			out = filepath.Join(b.RepoRoot, "test", "chaos", "failures")
+		}
+		_ = os.MkdirAll(out, 0o755)
+		html := filepath.Join(out, fmt.Sprintf("chaos-seed-%d.html", seed))
+		_ = porcupine.VisualizePath(kvmodel.Model, info, html)
+		raw, _ := json.MarshalIndent(h.ops, "", " ")
+		_ = os.WriteFile(filepath.Join(out, fmt.Sprintf("chaos-seed-%d.json", seed)), raw, 0o644)
+		t.Errorf("history is not linearizable (%v); saved to %s and the .json beside it; faults: %s", res, html, strings.Join(nem.log, "; "))
+	}
+	if checkErr != nil {
+		t.Errorf("replica check after the run: %v", checkErr)
+	}
+}
+
+// history records operations from many goroutines against one clock.
+type history struct {
+	mu   sync.Mutex
+	base time.Time
+	ops  []porcupine.Operation
+}
+
+func (h *history) now() int64 { return int64(time.Since(h.base)) }
+
+func (h *history) add(op porcupine.Operation) {
+	h.mu.Lock()
+	h.ops = append(h.ops, op)
+	h.mu.Unlock()
+}
+
+// counter counts by kind.
+type counter struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (c *counter) add(kind string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]int{}
+	}
+	c.m[kind]++
+}
+
+func (c *counter) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ks := make([]string, 0, len(c.m))
+	for k := range c.m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	parts := make([]string, len(ks))
+	for i, k := range ks {
+		parts[i] = fmt.Sprintf("%s=%d", k, c.m[k])
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
+}
+
+// failKind classifies a failed operation for the summary.
+func failKind(err error) string {
+	var nl *region.NotLeaderError
+	var dr *region.DataIsNotReadyError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline"
+	case errors.As(err, &nl):
+		return "not-leader"
+	case errors.As(err, &dr):
+		return "stale-not-ready"
+	}
+	if s, ok := status.FromError(errors.Unwrap(err)); ok && s.Code() != codes.Unknown {
+		return s.Code().String()
+	}
+	return "other"
+}
+
+// runClient issues puts and gets under every read policy until stop.
+func runClient(id int, cli *client.Client, seed uint64, h *history, stop <-chan struct{}, fails, modes *counter) {
+	rng := rand.New(rand.NewPCG(seed+uint64(id), uint64(id)))
+	sessions := []struct {
+		name string
+		s    *client.Session
+	}{
+		{"leader", cli.Session(client.ReadPolicy{Replica: client.ReplicaLeader})},
+		{"follower", cli.Session(client.ReadPolicy{Replica: client.ReplicaFollower})},
+		{"mixed", cli.Session(client.ReadPolicy{Replica: client.ReplicaMixed})},
+		{"closest", cli.Session(client.ReadPolicy{Replica: client.ReplicaClosest})},
+		{"hedged", cli.Session(client.ReadPolicy{Replica: client.ReplicaLeader, Hedge: client.HedgeAfterPercentile(0.9), HedgeBudget: 0.2})},
+		{"stale", cli.Session(client.ReadPolicy{Replica: client.ReplicaClosest, MaxStaleness: staleBound})},
+		{"stale-hedged", cli.Session(client.ReadPolicy{Replica: client.ReplicaLeader, MaxStaleness: staleBound, Hedge: client.HedgeAfter(20 * time.Millisecond), HedgeBudget: 0.2})},
+	}
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		key := keys[rng.IntN(len(keys))]
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		call := h.now()
+		if rng.IntN(10) < 3 {
+			val := fmt.Sprintf("%d.%d", id, n)
+			err := cli.Put(ctx, []byte(key), []byte(val))
+			in := kvmodel.Input{Put: true, Key: key, Value: val}
+			if err != nil {
+				fails.add("put:" + failKind(err))
+				h.add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{Unknown: true}, Return: -1})
+			} else {
+				h.add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{}, Return: h.now()})
+			}
+		} else {
+			sess := sessions[rng.IntN(len(sessions))]
+			v, info, err := sess.s.GetWithInfo(ctx, []byte(key))
+			found := err == nil
+			if errors.Is(err, client.ErrNotFound) {
+				err = nil
+			}
+			if err != nil {
+				fails.add("get:" + failKind(err))
+			} else {
+				modes.add(info.Mode)
+				// A stale answer may be as old as its bound: it may
+				// return what was current at any point since then.
+				c := call
+				if info.Mode == "stale" {
+					c -= int64(info.StalenessBound)
+				}
+				h.add(porcupine.Operation{ClientId: id, Input: kvmodel.Input{Key: key, Mode: sess.name}, Call: c,
+					Output: kvmodel.Output{Value: string(v), Found: found}, Return: h.now()})
+			}
+		}
+		cancel()
+	}
+}
+
+// nemesis injects one fault at a time until stop closes.
+type nemesis struct {
+	c      *cluster
+	cli    *client.Client
+	rng    *rand.Rand
+	stop   <-chan struct{}
+	faults *counter
+	log    []string
+	killed map[int]bool
+}
+
+func (n *nemesis) sleep(d time.Duration) bool {
+	select {
+	case <-n.stop:
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+func (n *nemesis) record(kind, format string, a ...any) {
+	n.faults.add(kind)
+	if len(n.log) < 200 {
+		n.log = append(n.log, kind+" "+fmt.Sprintf(format, a...))
+	}
+}
+
+func (n *nemesis) loop() {
+	n.killed = map[int]bool{}
+	for {
+		if !n.sleep(time.Duration(300+n.rng.IntN(700)) * time.Millisecond) {
+			return
+		}
+		store := 1 + n.rng.IntN(3)
+		hold := time.Duration(300+n.rng.IntN(1200)) * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		switch n.rng.IntN(7) {
+		case 0:
+			n.record("partition", "store %d (zone %s) for %v", store, zones[store-1], hold)
+			n.c.script("partition", strconv.Itoa(store))
+			n.sleep(hold)
+			n.c.script("heal")
+		case 1:
+			n.record("kill", "store %d (kill -9) for %v", store, hold)
+			n.c.script("kill", strconv.Itoa(store))
+			n.sleep(hold)
+			if r := n.c.script("restart", strconv.Itoa(store)); r.Err != nil {
+				n.killed[store] = true // recover tries again
+			}
+		case 2:
+			r, ok := n.randomRegion(ctx)
+			if ok {
+				n.record("transfer", "region %d to store %d", r.ID, store)
+				_ = n.cli.TransferLeader(ctx, r.ID, uint64(store))
+			}
+		case 3:
+			key := keys[1+n.rng.IntN(len(keys)-1)]
+			n.record("split", "at %q", key)
+			_, _, _ = n.cli.Split(ctx, []byte(key))
+		case 4:
+			r, ok := n.randomRegion(ctx)
+			if ok {
+				n.record("replica", "region %d: remove store %d's replica and add it back", r.ID, store)
+				if n.cli.RemovePeer(ctx, r.ID, uint64(store)) == nil {
+					actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
+					_ = n.cli.AddPeer(actx, r.ID, uint64(store))
+					acancel()
+				}
+			}
+		case 5:
+			n.record("slow", "store %d: reads delayed 100ms with probability 0.5 for %v", store, hold)
+			_ = n.cli.Fault(ctx, uint64(store), client.Fault{Delay: 100 * time.Millisecond, Prob: 0.5})
+			n.sleep(hold)
+			_ = n.cli.Fault(ctx, uint64(store), client.Fault{Clear: true})
+		case 6:
+			n.record("stall", "store %d stalls 400ms", store)
+			_ = n.cli.Fault(ctx, uint64(store), client.Fault{Stall: 400 * time.Millisecond})
+			n.sleep(500 * time.Millisecond)
+		}
+		cancel()
+	}
+}
+
+// randomRegion picks one of the cluster's regions.
+func (n *nemesis) randomRegion(ctx context.Context) (region.Region, bool) {
+	infos, err := n.cli.Regions(ctx)
+	if err != nil || len(infos) == 0 {
+		return region.Region{}, false
+	}
+	return infos[n.rng.IntN(len(infos))].GetRegion().ToRegion(), true
+}
+
+// recover ends every fault: heals the network, clears injected faults,
+// restarts any store that is down, and gives every region's replica set
+// back its three voters.
+func (n *nemesis) recover() {
+	n.c.script("heal")
+	for s := 1; s <= 3; s++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = n.cli.Fault(ctx, uint64(s), client.Fault{Clear: true})
+		cancel()
+	}
+	for s := range n.killed {
+		if r := n.c.script("restart", strconv.Itoa(s)); r.Err != nil {
+			n.c.t.Logf("restart store %d after the run: %v", s, r)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	infos, err := n.cli.Regions(ctx)
+	if err != nil {
+		return
+	}
+	for _, info := range infos {
+		r := info.GetRegion().ToRegion()
+		for s := uint64(1); s <= 3; s++ {
+			if _, ok := r.PeerOnStore(s); !ok {
+				_ = n.cli.AddPeer(ctx, r.ID, s)
+			}
+		}
+	}
+}
