@@ -180,6 +180,13 @@ func (e *engine) loadPeers() ([]persistedPeer, error) {
 				if err := ent.Unmarshal(lv); err != nil {
 					return fmt.Errorf("region %d: decode entry: %w", id, err)
 				}
+				// The log goes on from where the apply state says it starts,
+				// one index per entry; raft's MemoryStorage panics on an entry
+				// that does not (FuzzLoadPeers reproduces it), so a record that says
+				// otherwise is refused as corrupt.
+				if want := as.TruncatedIndex + 1 + uint64(len(p.entries)); ent.Index != want {
+					return fmt.Errorf("region %d: log entry holds index %d, want %d: %w", id, ent.Index, want, errCorrupt)
+				}
 				p.entries = append(p.entries, ent)
 			}
 			out = append(out, p)

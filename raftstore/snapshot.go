@@ -135,9 +135,16 @@ func decodeSnapshotData(data []byte) (snapshotData, error) {
 		sd.dedup = append(sd.dedup, d)
 	}
 	sd.kvs = rest
-	err = forEachKV(rest, func(k, _ []byte) error {
+	err = forEachKV(rest, func(k, v []byte) error {
 		if !r.Contains(k) {
 			return fmt.Errorf("snapshot: key %q outside region %d: %w", k, r.ID, errCorrupt)
+		}
+		// A pair bbolt cannot store (an empty key, in a region starting at
+		// -inf; an oversized key or value) would fail the apply in the
+		// Ready loop and stop the store: refuse it here (FuzzSnapshotApply
+		// checks it).
+		if len(k) == 0 || len(k) > bbolt.MaxKeySize || len(v) > bbolt.MaxValueSize {
+			return fmt.Errorf("snapshot: pair of %d-byte key, %d-byte value cannot be stored: %w", len(k), len(v), errCorrupt)
 		}
 		return nil
 	})

@@ -414,6 +414,12 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 		}
 	}
 	if m.Msg.Type == raftpb.MsgSnap {
+		// A MsgSnap may arrive with no snapshot at all (nothing on the
+		// Stream RPC checks; FuzzHandleRaftMessage reproduces it): refuse it
+		// rather than dereference nil and crash the store.
+		if m.Msg.Snapshot == nil {
+			return fmt.Errorf("region %d: MsgSnap without a snapshot: %w", m.RegionID, errCorrupt)
+		}
 		// Decoded (and checksummed) before raft sees it: a snapshot that
 		// would fail to apply must not reach the Ready loop, where an
 		// apply error stops the store.
