@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,11 @@ type Config struct {
 	Zone           string        // client's zone label: for Closest, and stores are dialled at their address for it (package doc)
 	DialTimeout    time.Duration // default 3s
 	RequestTimeout time.Duration // default 10s, used when ctx has no deadline
+	// TLS, if set, dials every store over TLS with this config (LoadTLS
+	// builds one): it must trust the stores' CA and, since stores with TLS
+	// require one, carry a client certificate that CA signed. A store that
+	// refuses it answers Unauthenticated. Nil: plaintext.
+	TLS *tls.Config
 }
 
 const (
@@ -80,7 +86,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{
 		cfg:       cfg,
 		log:       slog.Default().With("component", "hedgekv-client"),
-		conns:     newConnPool(cfg.DialTimeout),
+		conns:     newConnPool(cfg.DialTimeout, cfg.TLS),
 		stats:     &statsTable{},
 		endpoints: append([]string(nil), eps...),
 	}

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -8,7 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/hedgekv/hedgekv/server/pb"
 )
@@ -22,14 +23,15 @@ var errClosed = errors.New("hedgekv client: closed")
 // second one; conns live until Close.
 type connPool struct {
 	dialTimeout time.Duration
+	creds       credentials.TransportCredentials
 
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
 	closed bool
 }
 
-func newConnPool(dialTimeout time.Duration) *connPool {
-	return &connPool{dialTimeout: dialTimeout, conns: make(map[string]*grpc.ClientConn)}
+func newConnPool(dialTimeout time.Duration, tlsCfg *tls.Config) *connPool {
+	return &connPool{dialTimeout: dialTimeout, creds: transportCredentials(tlsCfg), conns: make(map[string]*grpc.ClientConn)}
 }
 
 // get returns the conn for addr, creating it without blocking: grpc dials in
@@ -50,7 +52,9 @@ func (p *connPool) get(addr string) (*grpc.ClientConn, error) {
 		return cc, nil
 	}
 	cc, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(p.creds),
+		// A refused TLS handshake is Unauthenticated, not a store down.
+		grpc.WithChainUnaryInterceptor(handshakeErrorInterceptor),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			// A restarted store must be found again within a request's
 			// deadline, not after grpc's default backoff of up to 120s.

@@ -5,9 +5,11 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/server/pb"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -86,6 +88,38 @@ func (s *adminService) TransferLeader(ctx context.Context, req *pb.TransferLeade
 		return nil, toStatus(err)
 	}
 	return &pb.TransferLeaderResponse{}, nil
+}
+
+// adminOpen lists the Admin calls a server started with DisableAdmin still
+// answers: those that change nothing. Clients route with Status, Stores and
+// Regions, and ctl check compares replicas with RegionDigest and
+// RegionDump. A call missing here is refused, so a mutating call added
+// later is refused by default.
+var adminOpen = map[string]bool{
+	pb.Admin_Status_FullMethodName:       true,
+	pb.Admin_Stores_FullMethodName:       true,
+	pb.Admin_Regions_FullMethodName:      true,
+	pb.Admin_RegionDigest_FullMethodName: true,
+	pb.Admin_RegionDump_FullMethodName:   true,
+}
+
+// adminGuard refuses, when disabled is set, the Admin calls adminOpen does
+// not list (split, transfer, add/remove peer, fault, ...) with
+// PermissionDenied. Join is the exception for stores: stores call it on
+// each other (a newcomer, and forwarding it), so it stays open to a caller
+// whose TLS certificate proves it is a store (callerIsStore); without TLS
+// nobody can prove that, and no store joins a cluster whose stores run
+// with DisableAdmin.
+func adminGuard(disabled bool) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if !disabled || !strings.HasPrefix(info.FullMethod, "/"+pb.Admin_ServiceDesc.ServiceName+"/") || adminOpen[info.FullMethod] {
+			return handler(ctx, req)
+		}
+		if info.FullMethod == pb.Admin_Join_FullMethodName && callerIsStore(ctx) {
+			return handler(ctx, req)
+		}
+		return nil, status.Errorf(codes.PermissionDenied, "%s: admin calls are disabled on this store (server --disable-admin)", info.FullMethod)
+	}
 }
 
 func fromRegionStatus(rs raftstore.RegionStatus) *pb.RegionInfo {

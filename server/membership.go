@@ -13,7 +13,6 @@ import (
 	"github.com/hedgekv/hedgekv/server/pb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
@@ -248,7 +247,7 @@ func (s *Server) join(ctx context.Context) error {
 	for {
 		errs = errs[:0]
 		for _, addr := range s.cfg.Join {
-			resp, err := joinVia(ctx, addr, req)
+			resp, err := joinVia(ctx, addr, s.cfg.TLS, req)
 			if err == nil {
 				peers := resp.GetPeers()
 				delete(peers, self)
@@ -268,7 +267,7 @@ func (s *Server) join(ctx context.Context) error {
 				return nil
 			}
 			switch status.Code(err) {
-			case codes.InvalidArgument, codes.AlreadyExists, codes.FailedPrecondition, codes.PermissionDenied, codes.Unimplemented:
+			case codes.InvalidArgument, codes.AlreadyExists, codes.FailedPrecondition, codes.PermissionDenied, codes.Unimplemented, codes.Unauthenticated:
 				return fmt.Errorf("join via %s refused: %w", addr, err)
 			}
 			errs = append(errs, fmt.Errorf("join via %s: %w", addr, err))
@@ -285,8 +284,8 @@ func (s *Server) join(ctx context.Context) error {
 
 // joinVia calls Admin.Join on addr over a connection of its own: the
 // store behind addr has no id in this store's book yet.
-func joinVia(ctx context.Context, addr string, req *pb.JoinRequest) (*pb.JoinResponse, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func joinVia(ctx context.Context, addr string, tlsID *TLS, req *pb.JoinRequest) (*pb.JoinResponse, error) {
+	conn, err := grpc.NewClient(addr, peerDialOptions(tlsID)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}

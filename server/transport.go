@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 )
 
@@ -82,6 +81,8 @@ type transportOptions struct {
 	snapshotChunk    int
 	snapshotTimeout  time.Duration
 	maxSnapshotSends int
+	// tls, if set, is the store's identity for dialing peers (tls.go).
+	tls *TLS
 }
 
 func defaultTransportOptions() transportOptions {
@@ -285,8 +286,7 @@ func (t *transport) conn(id uint64) (*grpc.ClientConn, error) {
 	if !ok || addr == "" {
 		return nil, fmt.Errorf("store %d: no address configured", id)
 	}
-	c, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	c, err := grpc.NewClient(addr, append(peerDialOptions(t.opts.tls),
 		// Reconnect quickly: a restarted store should rejoin its raft
 		// groups within seconds, not after gRPC's default 2 minute cap.
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -297,7 +297,7 @@ func (t *transport) conn(id uint64) (*grpc.ClientConn, error) {
 		// write would otherwise succeed into the void for minutes.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 3 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvMsgSize)),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial store %d at %s: %w", id, addr, err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/hedgekv/hedgekv/server/pb"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Addresses per zone. In the simulated WAN every (zone, store) link has a
@@ -319,10 +318,9 @@ func (s *Server) callDirect(ctx context.Context, id uint64, timeout time.Duratio
 	if !ok || addr == "" {
 		return fmt.Errorf("store %d: no address known", id)
 	}
-	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn, err := grpc.NewClient(addr, append(peerDialOptions(s.cfg.TLS),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvMsgSize)),
-	)
+	)...)
 	if err != nil {
 		return fmt.Errorf("dial store %d at %s: %w", id, addr, err)
 	}

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -47,6 +48,9 @@ type app struct {
 	timeout        time.Duration
 	cpuProfile     string
 	stopProfile    func()
+	// tlsCert, tlsKey and tlsCA are --tls-cert, --tls-key and --tls-ca:
+	// the client's identity, or the server's (server command).
+	tlsCert, tlsKey, tlsCA string
 }
 
 // usageError is a wrong command line: exit 2.
@@ -141,6 +145,9 @@ func newRootCmd(a *app) *cobra.Command {
 	pf.StringVar(&a.zone, "zone", "", "the zone this client sits in: --read closest prefers it, and stores that advertise an address for it (server --advertise-zone-addrs) are reached there")
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "deadline of the whole command")
 	pf.StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of this command to `FILE` (for go tool pprof)")
+	pf.StringVar(&a.tlsCert, "tls-cert", "", "mutual TLS: this client's certificate (server: the store's, used to serve and to dial peers); PEM `FILE` (hedgekv certs makes one)")
+	pf.StringVar(&a.tlsKey, "tls-key", "", "mutual TLS: the key of --tls-cert, PEM `FILE`")
+	pf.StringVar(&a.tlsCA, "tls-ca", "", "mutual TLS: the CA that signed the stores' and clients' certificates, PEM `FILE`")
 	root.PersistentPreRunE = func(*cobra.Command, []string) error { return a.startProfile() }
 	root.AddCommand(
 		newPutCmd(a), newGetCmd(a), newDeleteCmd(a), newScanCmd(a),
@@ -148,6 +155,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newServerCmd(a),
 		newBenchCmd(),
 		newNetsimCmd(a),
+		newCertsCmd(a),
 	)
 	return root
 }
@@ -167,8 +175,12 @@ func (a *app) connect(ctx context.Context) (*client.Client, context.Context, fun
 	if len(eps) == 0 {
 		return nil, nil, nil, usagef("--endpoints is empty")
 	}
+	tlsCfg, err := a.clientTLS()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	cli, err := client.New(ctx, client.Config{Endpoints: eps, Zone: a.zone, RequestTimeout: a.timeout})
+	cli, err := client.New(ctx, client.Config{Endpoints: eps, Zone: a.zone, RequestTimeout: a.timeout, TLS: tlsCfg})
 	if err != nil {
 		cancel()
 		return nil, nil, nil, err
@@ -177,6 +189,41 @@ func (a *app) connect(ctx context.Context) (*client.Client, context.Context, fun
 		_ = cli.Close()
 		cancel()
 	}, nil
+}
+
+// tlsFlagsGiven checks that --tls-cert, --tls-key and --tls-ca come all
+// three or not at all (a usage error otherwise) and says which.
+func (a *app) tlsFlagsGiven() (bool, error) {
+	given := 0
+	var missing []string
+	for _, f := range []struct{ name, v string }{{"--tls-cert", a.tlsCert}, {"--tls-key", a.tlsKey}, {"--tls-ca", a.tlsCA}} {
+		if f.v != "" {
+			given++
+		} else {
+			missing = append(missing, f.name)
+		}
+	}
+	switch given {
+	case 0:
+		return false, nil
+	case 3:
+		return true, nil
+	}
+	return false, usagef("--tls-cert, --tls-key and --tls-ca go together: %s missing", strings.Join(missing, " and "))
+}
+
+// clientTLS is the client's TLS config from the TLS flags, nil without
+// them. Files that cannot be loaded are a run error.
+func (a *app) clientTLS() (*tls.Config, error) {
+	on, err := a.tlsFlagsGiven()
+	if !on || err != nil {
+		return nil, err
+	}
+	cfg, err := client.LoadTLS(a.tlsCert, a.tlsKey, a.tlsCA)
+	if err != nil {
+		return nil, runError{err}
+	}
+	return cfg, nil
 }
 
 // exactArgs is cobra.ExactArgs with names in the message.

@@ -35,6 +35,8 @@ type serverFlags struct {
 	zoneAddrs string
 	// allowFaults is --allow-faults: accept ctl fault.
 	allowFaults bool
+	// disableAdmin is --disable-admin: refuse the mutating Admin calls.
+	disableAdmin bool
 	// followerLeases is --follower-leases; leaseDuration and leaseStores
 	// refine it.
 	followerLeases bool
@@ -60,7 +62,12 @@ With --advertise-zone-addrs the store tells the cluster its address per
 zone (such as the simulated WAN's proxy for each zone's link to it): stores
 and clients (--zone Z) in zone Z then reach it at its address for Z, and
 this store reaches each peer at the peer's address for its own --zone. Its
---listen address stays directly reachable.`,
+--listen address stays directly reachable.
+
+With --tls-cert, --tls-key and --tls-ca (global flags) the gRPC port
+speaks mutual TLS: it serves only callers whose certificate the CA signed,
+and the store presents its certificate to its peers too (hedgekv certs
+makes a CA and certificates). The --status HTTP port stays plain HTTP.`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			cfg, level, err := f.config()
@@ -68,6 +75,10 @@ this store reaches each peer at the peer's address for its own --zone. Its
 				return err
 			}
 			cfg.AllowFaults = f.allowFaults
+			cfg.DisableAdmin = f.disableAdmin
+			if cfg.TLS, err = a.serverTLS(); err != nil {
+				return err
+			}
 			log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
 			slog.SetDefault(log)
 			cfg.Store.Logger = log // the server and the store add the store id themselves
@@ -99,11 +110,28 @@ this store reaches each peer at the peer's address for its own --zone. Its
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.DurationVar(&f.balanceInterval, "balance-interval", 0, "how often the store balances replicas and leaders (0: default 5s, negative: never)")
 	fl.DurationVar(&f.maxStoreDownTime, "max-store-down-time", 0, "how long a store may be down before its replicas are replaced elsewhere (0: default 30s)")
+	fl.BoolVar(&f.disableAdmin, "disable-admin", false, "refuse the Admin calls that change the cluster (split, transfer-leader, add/remove-peer, fault, join from a non-store) with PermissionDenied; routing lookups and reads stay open")
 	fl.BoolVar(&f.allowFaults, "allow-faults", false, "accept fault injection (ctl fault: delays, stalls); for tests and benchmarks")
 	fl.BoolVar(&f.followerLeases, "follower-leases", false, "followers hold read leases and serve linearizable reads locally, with no round trip; writes then also wait for every lease holder (every store of the cluster must agree)")
 	fl.DurationVar(&f.leaseDuration, "follower-lease-duration", 0, "longest follower read lease a leader grants (0: the leader lease, (10-2) ticks less 10%: 360ms at the default tick); also the longest a write waits for a holder that stopped answering")
 	fl.StringVar(&f.leaseStores, "follower-lease-stores", "", "only these store ids (comma-separated) hold follower leases (default: every store)")
 	return cmd
+}
+
+// serverTLS is the store's TLS identity from the global TLS flags, nil
+// without them. LoadTLS checks that the CA signed the certificate for
+// both serving and dialing peers, so a wrong file fails here, in one
+// line, not in every peer's log.
+func (a *app) serverTLS() (*server.TLS, error) {
+	on, err := a.tlsFlagsGiven()
+	if !on || err != nil {
+		return nil, err
+	}
+	id, err := server.LoadTLS(a.tlsCert, a.tlsKey, a.tlsCA)
+	if err != nil {
+		return nil, runError{err}
+	}
+	return id, nil
 }
 
 // config validates the flags and builds the server's config. Every problem
