@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/raft/v3"
@@ -139,6 +140,19 @@ func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions, keys
 		return info, region.Region{}, s.withCurrentRegion(err, keys[0])
 	}
 	sc.version = p.region.Epoch.Version
+	if derr := s.diskError(); derr != nil {
+		// Frozen after a failed disk write (diskfail.go): only what was
+		// applied before it, and only under a staleness bound.
+		if opts.MaxStaleness > 0 {
+			if bound, err := p.staleReadLocked(now, opts.MaxStaleness); err == nil {
+				r := p.staleAnswerLocked(&info, bound)
+				p.mu.Unlock()
+				return info, r, nil
+			}
+		}
+		p.mu.Unlock()
+		return info, region.Region{}, derr
+	}
 	if p.leaseValidLocked(now) {
 		// The lease stands in for the ReadIndex round trip, not for the
 		// index: the read must still see everything committed so far.
@@ -174,17 +188,11 @@ func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions, keys
 			nudge = p.nudgeLeaderLocked(now)
 		}
 		if err == nil {
-			// No wait: the keys were checked under this same lock.
-			r := p.region.Clone()
-			if lp := p.leaderPeerLocked(); lp != nil {
-				info.LeaderStoreID = lp.StoreID
-			}
+			r := p.staleAnswerLocked(&info, bound)
 			p.mu.Unlock()
 			if nudge != nil {
 				s.sendNow(p, *nudge)
 			}
-			s.stats.readsStale.Add(1)
-			info.Mode, info.StalenessBound = ReadModeStale, bound
 			return info, r, nil
 		}
 		if !leader {
@@ -202,6 +210,17 @@ func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions, keys
 	}
 	p.mu.Unlock()
 	return s.readIndexRead(ctx, p, sc, info)
+}
+
+// staleAnswerLocked fills info for a stale read served now with bound and
+// returns the region: no wait, the keys were checked under this same lock.
+func (p *Peer) staleAnswerLocked(info *ReadInfo, bound time.Duration) region.Region {
+	if lp := p.leaderPeerLocked(); lp != nil {
+		info.LeaderStoreID = lp.StoreID
+	}
+	p.store.stats.readsStale.Add(1)
+	info.Mode, info.StalenessBound = ReadModeStale, bound
+	return p.region.Clone()
 }
 
 // followerLeaseRead serves a follower read from the follower's lease when
@@ -379,6 +398,9 @@ func (s *Store) Delete(ctx context.Context, opts WriteOptions, key []byte) error
 
 // propose appends cmd to the region's log and waits until it is applied.
 func (s *Store) propose(ctx context.Context, opts WriteOptions, cmd command) error {
+	if err := s.diskError(); err != nil {
+		return err
+	}
 	p, err := s.route(opts.RegionID, opts.Epoch, cmd.key)
 	if err != nil {
 		return err

@@ -69,11 +69,36 @@ func (s *Store) run() {
 		}
 		if err := s.round(); err != nil {
 			// The engine failed under us: nothing that was not made durable
-			// may be acknowledged or sent, so the store stops serving.
-			s.log.Error("raft loop stopped: engine write failed", "err", err)
-			go s.Stop()
-			return
+			// may be acknowledged or sent. Freeze until a write succeeds,
+			// then start over from what is on disk (diskfail.go).
+			s.onDiskFailed(err)
+			if !s.waitForDisk() {
+				return
+			}
 		}
+	}
+}
+
+// waitForDisk probes the disk until a write succeeds and the peers are
+// rebuilt from it (true), or the store stops (false).
+func (s *Store) waitForDisk() bool {
+	t := time.NewTicker(diskProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopc:
+			return false
+		case <-t.C:
+		}
+		if err := s.probeDisk(); err != nil {
+			continue
+		}
+		if err := s.recoverFromDisk(); err != nil {
+			s.log.Error("raft loop stopped: rebuilding peers from disk failed", "err", err)
+			go s.Stop()
+			return false
+		}
+		return true
 	}
 }
 
@@ -192,6 +217,8 @@ func (s *Store) round() error {
 			rp.applied, rp.appliedTerm = rp.p.applied, rp.p.appliedTerm
 			rp.p.mu.Unlock()
 		}
+	} else if err := s.injectedDiskError(); err != nil {
+		return err
 	} else if err := s.eng.db.Update(func(tx *bbolt.Tx) error {
 		// Every persist before any apply: a split applied here writes the
 		// new region's state, which must win over (and carry the vote of)

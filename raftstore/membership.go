@@ -282,6 +282,9 @@ func (s *Store) MovePeer(ctx context.Context, regionID, fromStore, toStore uint6
 
 // leaderPeer returns the peer of regionID if it leads, else NotLeader.
 func (s *Store) leaderPeer(regionID uint64) (*Peer, error) {
+	if err := s.diskError(); err != nil {
+		return nil, err
+	}
 	p, ok := s.peer(regionID)
 	if !ok || !p.isInitialized() {
 		return nil, &region.RegionNotFoundError{RegionID: regionID}

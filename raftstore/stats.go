@@ -23,6 +23,9 @@ type Stats struct {
 	// FollowerLeaseGrants: leases this store's followers took (renewals of
 	// a valid lease not counted).
 	ReadsFollowerLease, FollowerLeaseGrants uint64
+	// DiskFailures: rounds whose disk write failed, each freezing the store
+	// until a write succeeded again (diskfail.go).
+	DiskFailures uint64
 }
 
 type stats struct {
@@ -30,6 +33,7 @@ type stats struct {
 	proposals, snapshotsBuilt, snapshotsApplied, readyRounds atomic.Uint64
 	votesRefused, safePointsRefused                          atomic.Uint64
 	readsFollowerLease, followerLeaseGrants                  atomic.Uint64
+	diskFailures                                             atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -48,5 +52,6 @@ func (s *Store) Stats() Stats {
 
 		ReadsFollowerLease:  s.stats.readsFollowerLease.Load(),
 		FollowerLeaseGrants: s.stats.followerLeaseGrants.Load(),
+		DiskFailures:        s.stats.diskFailures.Load(),
 	}
 }

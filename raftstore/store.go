@@ -51,6 +51,11 @@ type Store struct {
 	proposalBase uint64
 	proposalSeq  atomic.Uint64
 
+	// diskErr is set while the disk is failed (diskfail.go); diskInjected
+	// makes disk writes fail on purpose.
+	diskErr      atomic.Pointer[error]
+	diskInjected atomic.Pointer[error]
+
 	bg       sync.WaitGroup // background workers (split check, balancer)
 	stopc    chan struct{}
 	done     chan struct{}
@@ -387,6 +392,9 @@ func (s *Store) peer(regionID uint64) (*Peer, bool) {
 func (s *Store) HandleRaftMessage(m *Message) error {
 	if s.stopped() {
 		return ErrStopped
+	}
+	if err := s.diskError(); err != nil {
+		return err // frozen: stepping raft would answer for state never persisted
 	}
 	p, ok := s.peer(m.RegionID)
 	if isTombstone(m.Msg) {

@@ -279,6 +279,24 @@ store_pid() {
 	printf '%s\n' "$pid"
 }
 
+# launched_alive N: store N, just launched by this script, has not exited.
+# Unlike store_pid it does not compare /proc/PID/cmdline: right after the
+# fork, before the exec, that is still this script's, and a store that is
+# starting fine would read as gone. (A pid recycled within the seconds
+# since the launch is not a concern.) A zombie counts as exited.
+launched_alive() {
+	local f pid stat state
+	f=$(pid_file "$1")
+	[[ -f $f ]] || return 1
+	pid=$(<"$f")
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	kill -0 "$pid" 2>/dev/null || return 1
+	if [[ -r /proc/$pid/stat ]] && read -r stat <"/proc/$pid/stat" 2>/dev/null; then
+		state=${stat##*) }
+		[[ ${state%% *} != Z ]] || return 1
+	fi
+}
+
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 log_tail() {
@@ -571,7 +589,7 @@ wait_leaders() {
 	deadline=$((SECONDS + timeout))
 	while ((SECONDS < deadline)); do
 		for n in "${EXPECT_UP[@]}"; do
-			if ! store_pid "$n" >/dev/null; then
+			if ! launched_alive "$n"; then
 				warn "store $n exited while waiting for region leaders"
 				log_tail "$n"
 				return 1
@@ -873,7 +891,7 @@ cmd_restart() {
 	# Wait until it serves gRPC, then until every region has a leader again.
 	for ((i = 0; i < timeout * 10; i++)); do
 		port_in_use "${GPORTS[$n - 1]}" && break
-		if ! store_pid "$n" >/dev/null; then
+		if ! launched_alive "$n"; then
 			log_tail "$n"
 			die 1 "store $n exited right after restart"
 		fi

@@ -30,7 +30,7 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, raftstore.ErrInvalidRequest):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, raftstore.ErrProposalDropped), errors.Is(err, raftstore.ErrStopped):
+	case errors.Is(err, raftstore.ErrProposalDropped), errors.Is(err, raftstore.ErrStopped), errors.Is(err, raftstore.ErrDiskFailed):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())

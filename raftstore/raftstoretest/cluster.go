@@ -423,5 +423,6 @@ func SkewedClock(offset time.Duration, rate float64) func() time.Time {
 // Retryable reports whether err means "try again, maybe elsewhere".
 func Retryable(err error) bool {
 	return region.IsRegionError(err) || errors.Is(err, raftstore.ErrProposalDropped) ||
-		errors.Is(err, raftstore.ErrStopped) || errors.Is(err, context.DeadlineExceeded)
+		errors.Is(err, raftstore.ErrStopped) || errors.Is(err, raftstore.ErrDiskFailed) ||
+		errors.Is(err, context.DeadlineExceeded)
 }

@@ -1,0 +1,74 @@
+package cluster_test
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+	"github.com/hedgekv/hedgekv/region"
+)
+
+var _ = Describe("disk failure", func() {
+	It("freezes a store whose disk write fails (no writes, bounded-stale reads only) and rebuilds it from disk once writes succeed again", func() {
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(60 * time.Second)
+		for i := range 10 {
+			Expect(c.Put(ctx, fmt.Appendf(nil, "k%d", i), []byte("before"))).To(Succeed())
+		}
+		victim, _ := c.Leader(1)
+		s := mustStore(c, victim)
+		// Let a heartbeat round stamp a safe point for the stale read below.
+		time.Sleep(100 * time.Millisecond)
+		s.InjectDiskFailure(errors.New("write store.db: no space left on device"))
+
+		// The next write's round fails on the victim; the others elect a
+		// leader among themselves and take it.
+		Expect(c.Put(ctx, []byte("k0"), []byte("during"))).To(Succeed())
+		Eventually(func() uint64 { return s.Stats().DiskFailures }).WithTimeout(5 * time.Second).Should(BeNumerically(">=", 1))
+
+		// Asked directly, the frozen store refuses writes and linearizable
+		// reads at once, saying why...
+		wctx := ctxFor(time.Second)
+		err := s.Put(wctx, raftstore.WriteOptions{}, []byte("k1"), []byte("refused"))
+		Expect(errors.Is(err, raftstore.ErrDiskFailed)).To(BeTrue(), "put on the frozen store: %v", err)
+		Expect(err.Error()).To(ContainSubstring("no space left on device"))
+		_, _, _, err = readOn(c, victim, raftstore.ReadOptions{ReplicaRead: true}, "k1", time.Second)
+		Expect(errors.Is(err, raftstore.ErrDiskFailed)).To(BeTrue(), "linearizable read on the frozen store: %v", err)
+		// ...and serves what it applied before, under a staleness bound.
+		v, _, info, err := readOn(c, victim, raftstore.ReadOptions{MaxStaleness: 10 * time.Second}, "k1", time.Second)
+		var dr *region.DataIsNotReadyError
+		if !errors.As(err, &dr) {
+			Expect(err).NotTo(HaveOccurred())
+			Expect(v).To(Equal("before"))
+			Expect(info.Mode).To(Equal(raftstore.ReadModeStale))
+		}
+
+		// Writes go on without it.
+		for i := range 10 {
+			Expect(c.Put(ctx, fmt.Appendf(nil, "k%d", i), []byte("after"))).To(Succeed())
+		}
+
+		// Space returns: the store rebuilds its peers from disk and catches up.
+		s.InjectDiskFailure(nil)
+		Eventually(func() string {
+			v, _, _, _ := readOn(c, victim, raftstore.ReadOptions{ReplicaRead: true}, "k9", time.Second)
+			return v
+		}).WithTimeout(15 * time.Second).WithPolling(50 * time.Millisecond).Should(Equal("after"))
+		Expect(s.Put(ctxFor(5*time.Second), raftstore.WriteOptions{}, []byte("k1"), []byte("x"))).To(Or(Succeed(), MatchError(ContainSubstring("not leader"))))
+		// No acknowledged write is lost; startCluster's cleanup then checks
+		// that the three replicas agree.
+		for i := range 10 {
+			v, found, err := c.Get(ctx, fmt.Appendf(nil, "k%d", i))
+			Expect(err).NotTo(HaveOccurred())
+			Expect(found).To(BeTrue())
+			if i != 1 {
+				Expect(string(v)).To(Equal("after"))
+			}
+		}
+	})
+})
