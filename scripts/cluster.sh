@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/cluster.sh — a local three-store hedgekv cluster.
 #
-#   scripts/cluster.sh start [--topology FILE|default] [--timeout SECONDS]
+#   scripts/cluster.sh start [--topology FILE|default] [--tls] [--timeout SECONDS]
 #   scripts/cluster.sh stop
 #   scripts/cluster.sh status
 #   scripts/cluster.sh kill N          # kill -9 store N
@@ -22,6 +22,11 @@
 # (--advertise-zone-addrs), so stores reach each other, and a client started
 # with `--zone Z` reaches them, through zone Z's proxies:
 #     bin/hedgekv --zone dc-b get KEY   # from dc-b: 28 ms round trip to dc-a/dc-c
+# `start --tls` runs the stores with mutual TLS: `hedgekv certs` makes a CA
+# and certificates in $CLUSTER_DIR/tls (kept across restarts), the stores
+# get --tls-cert/--tls-key/--tls-ca, and the CLI needs the client's three
+# flags, which start prints and writes to $CLUSTER_DIR/tls/flags:
+#     bin/hedgekv $(cat .cluster/tls/flags) get KEY
 # `partition N` cuts store N off from the other stores and from clients of
 # other zones (its own listen address stays reachable); `heal` ends every
 # partition; `status` shows the netsim too; `stop` stops the stores, then the
@@ -81,6 +86,7 @@ NS_BASE=21000
 NS_CONTROL=127.0.0.1:21999
 ZADDRS=()
 BALANCE_FLAG="" # the servers' --balance-interval, from BALANCE (balance_flag)
+TLS_ON=0        # 1: the stores run with mutual TLS (start --tls)
 
 # ---------------------------------------------------------------- helpers
 
@@ -123,13 +129,41 @@ resolve_paths() {
 
 have() { command -v "$1" >/dev/null 2>&1; }
 
-# Run the hedgekv binary with a time bound so a hung RPC cannot hang us.
+# Run the hedgekv binary with a time bound so a hung RPC cannot hang us;
+# with TLS on, as the client whose certificate tls_dir holds.
 hk() {
+	local tls=()
+	if ((TLS_ON)); then tls=($(client_tls_flags)); fi
 	if have timeout; then
-		timeout -k 2 "$CTL_TIMEOUT" "$BIN" "$@"
+		timeout -k 2 "$CTL_TIMEOUT" "$BIN" "$@" "${tls[@]}"
 	else
-		"$BIN" "$@"
+		"$BIN" "$@" "${tls[@]}"
 	fi
+}
+
+tls_dir() { printf '%s/tls\n' "$CLUSTER_DIR"; }
+
+# client_tls_flags: the CLI's TLS flags for this cluster (no spaces in
+# CLUSTER_DIR, which resolve_paths does not promise, would be needed to
+# word-split them; ensure_certs refuses such a directory).
+client_tls_flags() {
+	local d
+	d=$(tls_dir)
+	printf -- '--tls-cert %s --tls-key %s --tls-ca %s\n' "$d/client.pem" "$d/client-key.pem" "$d/ca.pem"
+}
+
+# ensure_certs: the CA and certificates in tls_dir, made once by `hedgekv
+# certs` (no openssl needed) and kept, so restarted stores trust each other;
+# tls_dir/flags holds the client's flags for the CLI.
+ensure_certs() {
+	local d
+	d=$(tls_dir)
+	[[ $d != *[[:space:]]* ]] || die 2 "--tls: CLUSTER_DIR '$CLUSTER_DIR' contains white space; pick another"
+	if [[ ! -f $d/ca.pem ]]; then
+		"$BIN" certs --dir "$d" --hosts 127.0.0.1,localhost >/dev/null || die 1 "--tls: could not make certificates in $d"
+		say "made a CA and certificates in $d"
+	fi
+	client_tls_flags >"$d/flags"
 }
 
 check_store_arg() {
@@ -186,6 +220,7 @@ ports_from_env() {
 	NS_BASE=${NETSIM_PORT_BASE:-21000}
 	NS_CONTROL=${NETSIM_CONTROL:-127.0.0.1:21999}
 	ZONES=("${DEFAULT_ZONES[@]}")
+	TLS_ON=0
 }
 
 # Load the configuration the running (or last) cluster was started with;
@@ -206,6 +241,7 @@ load_conf() {
 		TOPOLOGY) TOPOLOGY=$val ;;
 		NETSIM_PORT_BASE) NS_BASE=$val ;;
 		NETSIM_CONTROL) NS_CONTROL=$val ;;
+		TLS) if [[ $val == 1 ]]; then TLS_ON=1; fi ;;
 		ZONES)
 			IFS=, read -r -a ZONES <<<"$val"
 			((${#ZONES[@]} == ${#STORES[@]})) || ZONES=("${DEFAULT_ZONES[@]}")
@@ -236,6 +272,7 @@ save_conf() {
 			printf 'NETSIM_PORT_BASE=%s\n' "$NS_BASE"
 			printf 'NETSIM_CONTROL=%s\n' "$NS_CONTROL"
 		fi
+		printf 'TLS=%s\n' "$TLS_ON"
 	} >"$f.tmp"
 	mv "$f.tmp" "$f"
 }
@@ -333,6 +370,11 @@ server_args() {
 	if [[ ${FAULTS:-0} == 1 ]]; then SERVER_ARGS+=(--allow-faults); fi
 	if [[ ${FOLLOWER_LEASES:-0} == 1 ]]; then SERVER_ARGS+=(--follower-leases); fi
 	if [[ -n $BALANCE_FLAG ]]; then SERVER_ARGS+=(--balance-interval "$BALANCE_FLAG"); fi
+	if ((TLS_ON)); then
+		local d
+		d=$(tls_dir)
+		SERVER_ARGS+=(--tls-cert "$d/node.pem" --tls-key "$d/node-key.pem" --tls-ca "$d/ca.pem")
+	fi
 }
 
 # balance_flag: BALANCE=off|on|DURATION -> BALANCE_FLAG, the servers'
@@ -617,9 +659,13 @@ wait_leaders() {
 # ---------------------------------------------------------------- commands
 
 cmd_start() {
-	local topology="" timeout=$START_TIMEOUT n running=() p
+	local topology="" timeout=$START_TIMEOUT n running=() p tls=0
 	while (($#)); do
 		case $1 in
+		--tls)
+			tls=1
+			shift
+			;;
 		--topology)
 			(($# >= 2)) || die 2 "--topology needs FILE or 'default'"
 			topology=$2
@@ -662,6 +708,9 @@ cmd_start() {
 			[[ -z $TOPOLOGY ]] || now="behind topology $TOPOLOGY"
 			die 1 "a cluster is already running in $CLUSTER_DIR (stores ${running[*]}) $now; stop it first ('scripts/cluster.sh stop') to start it with --topology $topology"
 		fi
+		if ((tls && !TLS_ON)); then
+			die 1 "a cluster is already running in $CLUSTER_DIR (stores ${running[*]}) without TLS; stop it first ('scripts/cluster.sh stop') to start it with --tls"
+		fi
 		if ((${#running[@]} == ${#STORES[@]})); then
 			say "cluster already running in $CLUSTER_DIR (endpoints $(endpoints))"
 		else
@@ -683,6 +732,8 @@ cmd_start() {
 		rm -f "$(netsim_pid_file)" "$(netsim_args_file)"
 		ports_from_env
 		TOPOLOGY=$topology
+		TLS_ON=$tls
+		if ((TLS_ON)); then ensure_certs; fi
 		local check=("${GPORTS[@]}" "${SPORTS[@]}")
 		if [[ -n $TOPOLOGY ]]; then
 			check_netsim_env
@@ -720,6 +771,10 @@ cmd_start() {
 	fi
 	say "cluster up: endpoints $(endpoints)"
 	if [[ -n $TOPOLOGY ]]; then client_hint; fi
+	if ((TLS_ON)); then
+		say "mutual TLS is on: the CLI needs the client flags (also in $(tls_dir)/flags):"
+		say "  bin/hedgekv $(client_tls_flags) get KEY"
+	fi
 }
 
 # stop_stores N... : SIGTERM the given stores, SIGKILL what is left after STOP_TIMEOUT.
