@@ -1,0 +1,314 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/server/pb"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// Fuzz targets for what the server accepts from the network before any of
+// it reaches the store: KV and admin request validation and the raft
+// message delivery path. Every refusal must be an InvalidArgument status
+// (never a panic, never another code), and every acceptance must be within
+// the documented limits. The seed corpora are in testdata/fuzz/<target>.
+
+// maxStaleMs is the largest staleness bound, in ms, a Duration holds.
+const maxStaleMs = uint64(math.MaxInt64 / int64(time.Millisecond))
+
+// zeros backs padded keys and values, so long inputs cost no allocation.
+var zeros = make([]byte, MaxValueSize+2)
+
+// padded returns b followed by pad zero bytes, sharing zeros when b is empty.
+func padded(b []byte, pad int) []byte {
+	if len(b) == 0 {
+		return zeros[:pad]
+	}
+	return append(bytes.Clone(b), zeros[:pad]...)
+}
+
+func wantInvalidArgument(t *testing.T, what string, err error) {
+	t.Helper()
+	if st, ok := status.FromError(err); !ok || st.Code() != codes.InvalidArgument {
+		t.Fatalf("%s refused with %v, want an InvalidArgument status", what, err)
+	}
+}
+
+// splitKeys reads a batch of keys: a length byte, then that many bytes
+// (lengths past the end are cut short), so the fuzzer can make empty keys.
+func splitKeys(b []byte) [][]byte {
+	var keys [][]byte
+	for len(b) > 0 {
+		n := min(int(b[0]), len(b)-1)
+		keys = append(keys, b[1:1+n])
+		b = b[1+n:]
+	}
+	return keys
+}
+
+// FuzzValidateKV: Get/Put/Delete keys and values, BatchGet key lists, Scan
+// ranges and limits, and the read context's staleness bound.
+func FuzzValidateKV(f *testing.F) {
+	f.Add([]byte("k"), uint16(0), []byte("v"), uint32(0), []byte("a"), []byte("z"), uint32(10), []byte("\x01a\x01b"), uint64(5))
+	f.Add([]byte{}, uint16(0), []byte{}, uint32(0), []byte{}, []byte{}, uint32(0), []byte{}, uint64(0))
+	f.Add([]byte{}, uint16(MaxKeySize), []byte{}, uint32(MaxValueSize), []byte("b"), []byte("a"), uint32(MaxScanLimit), []byte("\x00"), uint64(math.MaxUint64))
+	f.Add([]byte("k"), uint16(MaxKeySize), []byte("v"), uint32(MaxValueSize), []byte("a"), []byte(""), uint32(MaxScanLimit+1), []byte("\x01a\x00"), maxStaleMs+1)
+	f.Add([]byte("a\x00"), uint16(0), []byte(nil), uint32(0), []byte("a\x00"), []byte("a"), uint32(math.MaxUint32), []byte("\xff"), uint64(1))
+
+	f.Fuzz(func(t *testing.T, key []byte, keyPad uint16, value []byte, valPad uint32, start, end []byte, limit uint32, batch []byte, staleMs uint64) {
+		k := padded(key, int(keyPad)%(MaxKeySize+2))
+		err := validateKey("key", k)
+		if bad := len(k) == 0 || len(k) > MaxKeySize; bad != (err != nil) {
+			t.Fatalf("validateKey(%d bytes) = %v", len(k), err)
+		} else if bad {
+			wantInvalidArgument(t, "key", err)
+		}
+
+		// Only a value's length is checked: no need to copy it.
+		v := zeros[:min(len(value)+int(valPad%(MaxValueSize+2)), len(zeros))]
+		err = validateValue(v)
+		if bad := len(v) > MaxValueSize; bad != (err != nil) {
+			t.Fatalf("validateValue(%d bytes) = %v", len(v), err)
+		} else if bad {
+			wantInvalidArgument(t, "value", err)
+		}
+
+		// Long scan bounds come from the key padding.
+		s, e := start, end
+		if keyPad&1 == 1 {
+			s = padded(start, int(keyPad)%(MaxKeySize+2))
+		} else {
+			e = padded(end, int(keyPad)%(MaxKeySize+2))
+		}
+		req := &pb.ScanRequest{StartKey: s, EndKey: e, Limit: limit}
+		n, err := validateScan(req)
+		bad := len(s) > MaxKeySize || len(e) > MaxKeySize || (len(e) > 0 && bytes.Compare(e, s) < 0) || limit > MaxScanLimit
+		if bad != (err != nil) {
+			t.Fatalf("validateScan(start %d bytes, end %d bytes, limit %d) = %d, %v", len(s), len(e), limit, n, err)
+		}
+		if bad {
+			wantInvalidArgument(t, "scan", err)
+		} else if n < 1 || n > MaxScanLimit || (limit > 0 && n != int(limit)) || (limit == 0 && n != DefaultScanLimit) {
+			t.Fatalf("validateScan(limit %d) = %d", limit, n)
+		}
+
+		keys := splitKeys(batch)
+		err = validateBatchGet(&pb.BatchGetRequest{Keys: keys})
+		bad = len(keys) > MaxBatchGetKeys
+		for _, k := range keys {
+			bad = bad || len(k) == 0 || len(k) > MaxKeySize
+		}
+		if bad != (err != nil) {
+			t.Fatalf("validateBatchGet(%q) = %v", keys, err)
+		} else if bad {
+			wantInvalidArgument(t, "batch get", err)
+		}
+
+		ro := readOptions(&pb.ReadContext{MaxStalenessMs: staleMs})
+		if ro.MaxStaleness < 0 || (staleMs <= maxStaleMs && ro.MaxStaleness != time.Duration(staleMs)*time.Millisecond) {
+			t.Fatalf("staleness %d ms became %v", staleMs, ro.MaxStaleness)
+		}
+	})
+}
+
+// FuzzCheckFaultRequest: the Admin Fault call. An accepted request must
+// apply without panicking and leave the state it asked for.
+func FuzzCheckFaultRequest(f *testing.F) {
+	f.Add(int64(200*time.Millisecond), 0.5, int64(0), false)
+	f.Add(int64(0), 0.0, int64(time.Second), false)
+	f.Add(int64(0), 0.0, int64(0), true)
+	f.Add(int64(0), 0.0, int64(0), false)
+	f.Add(int64(-1), 1.0, int64(0), false)
+	f.Add(int64(1), math.NaN(), int64(0), false)
+	f.Add(int64(1), math.Inf(1), int64(math.MaxInt64), true)
+	f.Add(int64(0), 0.25, int64(0), false)
+	f.Add(int64(math.MaxInt64), 1.0, int64(math.MaxInt64), true)
+	f.Add(int64(1), 1e-300, int64(-5), false)
+
+	f.Fuzz(func(t *testing.T, delay int64, prob float64, stall int64, clear bool) {
+		req := &pb.FaultRequest{DelayNanos: delay, Prob: prob, StallNanos: stall, Clear: clear}
+		err := checkFaultRequest(req)
+		ok := delay >= 0 && stall >= 0 && !math.IsNaN(prob) && prob >= 0 && prob <= 1 &&
+			(delay > 0) == (prob > 0) && (clear || delay > 0 || stall > 0)
+		if ok != (err == nil) {
+			t.Fatalf("checkFaultRequest(%+v) = %v", req, err)
+		}
+		if err != nil {
+			wantInvalidArgument(t, "fault", err)
+			return
+		}
+		fi := newFaultInjector(nil)
+		fi.apply(&pb.FaultRequest{DelayNanos: int64(time.Hour), Prob: 1, StallNanos: int64(time.Hour)})
+		fi.apply(req)
+		st := fi.state.Load()
+		switch {
+		case delay > 0:
+			if st.delay != time.Duration(delay) || st.prob != prob {
+				t.Fatalf("after %+v: delay %v prob %v", req, st.delay, st.prob)
+			}
+		case clear:
+			if st.delay != 0 || st.prob != 0 {
+				t.Fatalf("after %+v: delay %v prob %v", req, st.delay, st.prob)
+			}
+		}
+		if clear && stall == 0 && fi.stalled() {
+			t.Fatalf("after %+v: still stalled", req)
+		}
+		if stall > int64(time.Minute) && !fi.stalled() {
+			t.Fatalf("after %+v: not stalled", req)
+		}
+	})
+}
+
+// FuzzValidateJoin: the Admin Join call (and AddPeer/RemovePeer ids). zas
+// holds the zone addresses as lines "zone=address".
+func FuzzValidateJoin(f *testing.F) {
+	f.Add(uint64(2), "10.0.0.2:20160", "dc-a", "dc-a=10.0.0.2:20160\ndc-b=127.0.0.1:30002", uint64(1))
+	f.Add(uint64(0), "", "", "", uint64(0))
+	f.Add(uint64(maxStoreID+1), "host:1", "z", "", uint64(5))
+	f.Add(uint64(1), "[::1]:20160", "", "=x:1", uint64(1))
+	f.Add(uint64(1), "no-port", "", "z=h:0", uint64(1))
+	f.Add(uint64(1), "h:", "", "z=h:65536", uint64(1))
+	f.Add(uint64(1), ":1", strings.Repeat("z", maxZoneLen+1), "z=[::1]:1", uint64(1))
+	f.Add(uint64(maxStoreID), "h:1", "z", "z=h:1\nz=h:2\nw", uint64(1))
+
+	f.Fuzz(func(t *testing.T, id uint64, addr, zone, zas string, regionID uint64) {
+		var za map[string]string
+		if zas != "" {
+			za = map[string]string{}
+			for _, line := range strings.Split(zas, "\n") {
+				z, a, _ := strings.Cut(line, "=")
+				za[z] = a
+			}
+		}
+		req := &pb.JoinRequest{StoreId: id, Address: addr, Zone: zone, ZoneAddresses: za}
+		err := validateJoin(req)
+		if err != nil {
+			wantInvalidArgument(t, "join", err)
+		} else {
+			host, port, herr := net.SplitHostPort(addr)
+			if id == 0 || id > maxStoreID || len(addr) > maxAddrLen || herr != nil || host == "" || port == "" || len(zone) > maxZoneLen || len(za) > maxZoneAddrs {
+				t.Fatalf("validateJoin accepted %+v", req)
+			}
+			for z, a := range za {
+				if z == "" || len(z) > maxZoneLen || len(a) > maxAddrLen || checkHostPort(a) != nil {
+					t.Fatalf("validateJoin accepted zone address %q=%q", z, a)
+				}
+			}
+		}
+		err = validateMembership(regionID, id)
+		if (regionID == 0 || id == 0) != (err != nil) {
+			t.Fatalf("validateMembership(%d, %d) = %v", regionID, id, err)
+		} else if err != nil {
+			wantInvalidArgument(t, "membership", err)
+		}
+	})
+}
+
+// recordingHandler is the store as deliver sees it.
+type recordingHandler struct {
+	got []*raftstore.Message
+	err error
+}
+
+func (h *recordingHandler) HandleRaftMessage(m *raftstore.Message) error {
+	h.got = append(h.got, m)
+	return h.err
+}
+func (h *recordingHandler) ReportUnreachable(uint64, uint64)    {}
+func (h *recordingHandler) ReportSnapshot(uint64, uint64, bool) {}
+
+// FuzzRaftDeliver: one pb.RaftMessage as the Raft service receives it
+// (wire bytes, unmarshalled as grpc does) on the Stream RPC, or as the
+// header of a Snapshot RPC with the reassembled data. deliver must refuse
+// what does not decode or is not for this store with InvalidArgument and
+// hand everything else to the store intact. (What the store then checks,
+// the MsgSnap validation included, is raftstore's FuzzHandleRaftMessage.)
+func FuzzRaftDeliver(f *testing.F) {
+	msg := func(m raftpb.Message) []byte {
+		b, err := m.Marshal()
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	rm := func(r *pb.RaftMessage) []byte {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	app := msg(raftpb.Message{Type: raftpb.MsgApp, From: 2, To: 1, Term: 3, Index: 5, LogTerm: 2, Entries: []raftpb.Entry{{Term: 3, Index: 6, Data: []byte("x")}}, Commit: 5})
+	snap := msg(raftpb.Message{Type: raftpb.MsgSnap, From: 2, To: 1, Term: 3, Snapshot: &raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{Index: 9, Term: 3}}})
+	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: app}), false, []byte(nil), false)
+	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: snap}), true, []byte("HKVS3..."), false)
+	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: snap}), false, []byte(nil), true)
+	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: app}), true, []byte("x"), true) // a snapshot header that is not a MsgSnap
+	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: msg(raftpb.Message{Type: raftpb.MsgSnap, From: 2, To: 1})}), true, []byte("x"), false)
+	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 3, Message: app}), false, []byte(nil), false) // another store's
+	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: app[:len(app)/2]}), false, []byte(nil), false)
+	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: app,
+		SafePoint: &pb.SafePoint{Term: 3, Commit: 5, TimeUnixNano: math.MinInt64},
+		Lease:     &pb.LeaseMsg{Seq: 1, Commit: 5, DurationNanos: math.MaxUint64}}), false, []byte(nil), false)
+	f.Add([]byte{0x0a, 0xff}, false, []byte(nil), false)
+
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	f.Fuzz(func(t *testing.T, wire []byte, isSnap bool, snapData []byte, refuse bool) {
+		var in pb.RaftMessage
+		if err := proto.Unmarshal(wire, &in); err != nil {
+			return // grpc refuses it before the service sees it
+		}
+		h := &recordingHandler{}
+		if refuse {
+			h.err = errors.New("refused")
+		}
+		s := newRaftService(1, h, logger)
+		err := s.deliver(&in, isSnap, snapData)
+
+		var m raftpb.Message
+		decodeErr := m.Unmarshal(in.GetMessage())
+		bad := in.GetToStore() != 1 || decodeErr != nil || (isSnap && (m.Type != raftpb.MsgSnap || m.Snapshot == nil))
+		if bad {
+			if len(h.got) != 0 {
+				t.Fatalf("a bad message (to store %d, decode %v) reached the store", in.GetToStore(), decodeErr)
+			}
+			wantInvalidArgument(t, "raft message", err)
+			return
+		}
+		if len(h.got) != 1 {
+			t.Fatalf("%d messages reached the store, want 1", len(h.got))
+		}
+		if (err != nil) != (refuse && isSnap) {
+			t.Fatalf("deliver = %v with the store refusing: %v (snapshot %v)", err, refuse, isSnap)
+		}
+		got := h.got[0]
+		if got.RegionID != in.GetRegionId() || got.FromStore != in.GetFromStore() || got.ToStore != 1 {
+			t.Fatalf("envelope %+v became %+v", &in, got)
+		}
+		if got.Msg.Type != m.Type || got.Msg.From != m.From || got.Msg.To != m.To || got.Msg.Term != m.Term || len(got.Msg.Entries) != len(m.Entries) {
+			t.Fatalf("message %v became %v", m, got.Msg)
+		}
+		if isSnap && !bytes.Equal(got.Msg.Snapshot.Data, snapData) {
+			t.Fatalf("snapshot data of %d bytes became %d", len(snapData), len(got.Msg.Snapshot.Data))
+		}
+		if l := in.GetLease(); l != nil && (got.Lease == nil || got.Lease.Duration < 0) {
+			t.Fatalf("lease %v became %+v", l, got.Lease)
+		}
+		if (in.GetSafePoint() != nil) != (got.SafePoint != nil) {
+			t.Fatalf("safe point %v became %+v", in.GetSafePoint(), got.SafePoint)
+		}
+	})
+}
