@@ -15,6 +15,8 @@
 //	hedgekv.busy_threshold   Go duration; > 0 lets a store whose estimated wait is longer refuse a read so it goes elsewhere (default 0)
 //	hedgekv.dial_timeout     Go duration (default 5s)
 //	hedgekv.request_timeout  Go duration, per operation (default 10s)
+//	hedgekv.tls_cert, hedgekv.tls_key, hedgekv.tls_ca
+//	                         PEM files: mutual TLS with the client's certificate, its key and the stores' CA (all three or none)
 //
 // # Data layout
 //
@@ -36,6 +38,7 @@ package ycsbdb
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"strconv"
 	"strings"
@@ -64,6 +67,9 @@ const (
 	PropHedgeBurst     = "hedgekv.hedge_burst"
 	PropDialTimeout    = "hedgekv.dial_timeout"
 	PropRequestTimeout = "hedgekv.request_timeout"
+	PropTLSCert        = "hedgekv.tls_cert"
+	PropTLSKey         = "hedgekv.tls_key"
+	PropTLSCA          = "hedgekv.tls_ca"
 )
 
 // DefaultEndpoints are the local cluster's (scripts/cluster.sh).
@@ -87,6 +93,7 @@ type Options struct {
 	Read           client.ReadPolicy
 	DialTimeout    time.Duration
 	RequestTimeout time.Duration
+	TLS            *tls.Config // nil: plaintext
 }
 
 // OptionsFromProperties reads the hedgekv.* properties.
@@ -129,6 +136,15 @@ func OptionsFromProperties(p *properties.Properties) (Options, error) {
 	}
 	if o.RequestTimeout, err = durationProp(p, PropRequestTimeout, 10*time.Second); err != nil {
 		return Options{}, err
+	}
+	cert, key, ca := p.GetString(PropTLSCert, ""), p.GetString(PropTLSKey, ""), p.GetString(PropTLSCA, "")
+	if cert != "" || key != "" || ca != "" {
+		if cert == "" || key == "" || ca == "" {
+			return Options{}, fmt.Errorf("%s, %s and %s go together", PropTLSCert, PropTLSKey, PropTLSCA)
+		}
+		if o.TLS, err = client.LoadTLS(cert, key, ca); err != nil {
+			return Options{}, err
+		}
 	}
 	return o, nil
 }
@@ -201,6 +217,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 		Zone:           o.Zone,
 		DialTimeout:    o.DialTimeout,
 		RequestTimeout: o.RequestTimeout,
+		TLS:            o.TLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("hedgekv ycsb: connect to %v: %w", o.Endpoints, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -51,6 +52,9 @@ type benchEnv struct {
 	endpointsSet bool
 	zone         string
 	logger       *slog.Logger
+	// tlsProps are the global --tls-* flags as hedgekv.tls_* properties
+	// (bench ycsb against a running cluster).
+	tlsProps map[string]string
 }
 
 func newBenchEnv(cmd *cobra.Command) (*benchEnv, error) {
@@ -67,6 +71,14 @@ func newBenchEnv(cmd *cobra.Command) (*benchEnv, error) {
 	}
 	if f := cmd.Flag("zone"); f != nil {
 		env.zone = f.Value.String()
+	}
+	for flag, prop := range map[string]string{"tls-cert": ycsbdb.PropTLSCert, "tls-key": ycsbdb.PropTLSKey, "tls-ca": ycsbdb.PropTLSCA} {
+		if f := cmd.Flag(flag); f != nil && f.Value.String() != "" {
+			if env.tlsProps == nil {
+				env.tlsProps = map[string]string{}
+			}
+			env.tlsProps[prop] = f.Value.String()
+		}
 	}
 	// Benchmarks run for minutes: the root's --timeout bounds one only when
 	// it is given explicitly.
@@ -170,6 +182,12 @@ Workloads: a (50% read, 50% update), b (95/5), c (read only), d (read latest,
 			extra, err := parseProps(props)
 			if err != nil {
 				return err
+			}
+			if len(env.tlsProps) > 0 && db == ycsbdb.Name {
+				// --prop wins over the global flags.
+				merged := maps.Clone(env.tlsProps)
+				maps.Copy(merged, extra)
+				extra = merged
 			}
 			if metricsListen != "" {
 				stop, err := serveClientMetrics(metricsListen)

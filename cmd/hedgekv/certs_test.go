@@ -197,8 +197,8 @@ func TestServerTLSCommand(t *testing.T) {
 
 	// Without TLS the client cannot tell a TLS port from a broken one.
 	code, _, stderr = runCLI(t, "get", "k", ep, "--timeout", "2s")
-	if code != exitFailure {
-		t.Errorf("plaintext client: exit %d, stderr %q", code, stderr)
+	if code != exitFailure || !strings.Contains(stderr, "need --tls-cert") {
+		t.Errorf("plaintext client: exit %d, stderr %q; want a hint at the TLS flags", code, stderr)
 	}
 	oneLine(t, stderr)
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/hedgekv/hedgekv/client"
@@ -183,6 +184,11 @@ func (a *app) connect(ctx context.Context) (*client.Client, context.Context, fun
 	cli, err := client.New(ctx, client.Config{Endpoints: eps, Zone: a.zone, RequestTimeout: a.timeout, TLS: tlsCfg})
 	if err != nil {
 		cancel()
+		if tlsCfg == nil && status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "error reading server preface") {
+			// A TLS store drops a plaintext client's connection without a
+			// word, which looks like any broken store; say what it may be.
+			err = fmt.Errorf("%w (stores that run with TLS need --tls-cert, --tls-key and --tls-ca)", err)
+		}
 		return nil, nil, nil, err
 	}
 	return cli, ctx, func() {
