@@ -148,8 +148,9 @@ func (s *Store) mayHoldLease(storeID uint64) bool {
 // ---- holder side ------------------------------------------------------------
 
 // leaseRequestLocked returns the request to send to the leader if this
-// follower has no lease or less than half of one left; at most one per
-// tick.
+// follower has no lease or less than three quarters of one left (a grant
+// answers a tick or more later, and a lease that runs out sends reads to
+// ReadIndex); at most one per tick.
 func (p *Peer) leaseRequestLocked(now time.Time) (raftpb.Message, *LeaseMsg, bool) {
 	s := p.store
 	if !s.cfg.FollowerLeases || !p.initialized || p.removed {
@@ -160,7 +161,7 @@ func (p *Peer) leaseRequestLocked(now time.Time) (raftpb.Message, *LeaseMsg, boo
 		return raftpb.Message{}, nil, false
 	}
 	h := p.fl.held
-	if h.term == st.Term && h.leader == st.Lead && h.until.Sub(now) > s.followerLeaseDuration()/2 {
+	if h.term == st.Term && h.leader == st.Lead && h.until.Sub(now) > s.followerLeaseDuration()*3/4 {
 		return raftpb.Message{}, nil, false
 	}
 	if !p.fl.reqs.last.IsZero() && now.Sub(p.fl.reqs.last) < s.cfg.TickInterval {

@@ -97,7 +97,13 @@ func (p *Peer) leaseValidLocked(now time.Time) bool {
 
 // leaseNeedsRenewLocked: under a read-only load nothing else renews the
 // lease, so a read that finds less than half of it left triggers a
-// background ReadIndex round before it runs out.
+// background ReadIndex round before it runs out. With follower leases, a
+// quarter: a grant is never longer than what is left of this lease, so
+// renewing earlier keeps the followers' leases long.
 func (p *Peer) leaseNeedsRenewLocked(now time.Time) bool {
-	return p.lease.term != p.rn.BasicStatus().Term || p.lease.until.Sub(now) < p.store.leaseDuration()/2
+	left := p.store.leaseDuration() / 2
+	if p.store.cfg.FollowerLeases {
+		left = p.store.leaseDuration() * 3 / 4
+	}
+	return p.lease.term != p.rn.BasicStatus().Term || p.lease.until.Sub(now) < left
 }
