@@ -33,7 +33,7 @@ IMAGE         ?= hedgekv:latest
 DOCKER_TIMEOUT ?= 6m
 
 .PHONY: all build test unit-test smoke-test chaos static image docker-test fmt fmt-check vet demo proto tools \
-	clean clean-cluster
+	clean clean-cluster fuzz
 
 all: build
 
@@ -121,6 +121,29 @@ proto: tools
 		--go_out=paths=source_relative:server/pb \
 		--go-grpc_out=paths=source_relative:server/pb \
 		server/pb/hedgekv.proto
+
+# make fuzz: every fuzz target, one after another, for FUZZTIME each
+# (make fuzz FUZZTIME=60s). The targets are listed here, package:Name; their
+# seed corpora (testdata/fuzz) run as ordinary tests in make test.
+FUZZTIME      ?= 10s
+FUZZ_TARGETS  := \
+	./region:FuzzSplitThenLookup ./region:FuzzClampRange ./region:FuzzTreeInsert ./region:FuzzEpochSplit \
+	./raftstore:FuzzDecodeCommand ./raftstore:FuzzDecodeApplyState ./raftstore:FuzzDecodeConfContext \
+	./raftstore:FuzzDecodeSnapshot ./raftstore:FuzzSnapshotApply ./raftstore:FuzzHandleRaftMessage \
+	./raftstore:FuzzLoadPeers \
+	./server:FuzzValidateKV ./server:FuzzCheckFaultRequest ./server:FuzzValidateJoin ./server:FuzzRaftDeliver \
+	./server/pb:FuzzRegionErrorToError \
+	./client:FuzzParseHedge \
+	./cmd/hedgekv:FuzzParseFault ./cmd/hedgekv:FuzzParseAddrLists \
+	./bench/ycsbdb:FuzzDecodeRecord ./bench/ycsbdb:FuzzRoundTrip ./bench/ycsbdb:FuzzDecodeFields \
+	./bench/netsim:FuzzParseTopology
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 clean:
 	rm -rf bin
