@@ -77,6 +77,11 @@ func TestUsageErrors(t *testing.T) {
 		{"server join without id", []string{"server", "--join", "a:1", "--listen", "a:4", "--data-dir", "d"}, "--id is required"},
 		{"server join id too big", []string{"server", "--id", "70000", "--join", "a:1", "--listen", "a:4", "--data-dir", "d"}, "65535"},
 		{"server join without data dir", []string{"server", "--id", "4", "--join", "a:1", "--listen", "a:4"}, "--data-dir"},
+		{"lease duration without leases", []string{"server", "--id", "1", "--peers", "1=a:1", "--data-dir", "d", "--follower-lease-duration", "100ms"}, "need --follower-leases"},
+		{"negative lease duration", []string{"server", "--id", "1", "--peers", "1=a:1", "--data-dir", "d", "--follower-leases", "--follower-lease-duration", "-1s"}, "must not be negative"},
+		{"lease longer than the leader's", []string{"server", "--id", "1", "--peers", "1=a:1", "--data-dir", "d", "--follower-leases", "--follower-lease-duration", "1s"}, "longer than the leader lease"},
+		{"lease stores not ids", []string{"server", "--id", "1", "--peers", "1=a:1", "--data-dir", "d", "--follower-leases", "--follower-lease-stores", "1,x"}, "not a store id"},
+		{"negative busy threshold", []string{"get", "k", "--busy-threshold", "-1ms"}, "--busy-threshold"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
