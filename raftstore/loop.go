@@ -219,7 +219,7 @@ func (s *Store) round() error {
 		}
 	} else if err := s.injectedDiskError(); err != nil {
 		return err
-	} else if err := s.eng.db.Update(func(tx *bbolt.Tx) error {
+	} else if err := s.writeTx(func(tx *bbolt.Tx) error {
 		// Every persist before any apply: a split applied here writes the
 		// new region's state, which must win over (and carry the vote of)
 		// a placeholder of that region persisting in the same round.
@@ -283,6 +283,15 @@ func (s *Store) round() error {
 		}
 	}
 	return nil
+}
+
+// writeTx runs the round's bbolt write transaction and reports how long it
+// took (commit and fsync included) to the metrics hook.
+func (s *Store) writeTx(fn func(*bbolt.Tx) error) error {
+	start := time.Now()
+	err := s.eng.db.Update(fn)
+	s.stats.observeWriteTx(time.Since(start))
+	return err
 }
 
 // splitEarly separates a leader's messages that may be sent before its

@@ -158,6 +158,7 @@ func (p *Peer) onReadStatesLocked(states []raft.ReadState) {
 			continue
 		}
 		delete(p.reads.inflight, id)
+		p.store.stats.observeReadIndexRTT(p.store.now().Sub(b.issued))
 		// A ReadState on the leader means a quorum acked a heartbeat round
 		// sent after the batch was issued: that renews the lease.
 		p.extendLeaseLocked(b.term, b.issued)

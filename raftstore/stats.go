@@ -1,6 +1,11 @@
 package raftstore
 
-import "sync/atomic"
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+)
 
 // Stats are the store's cumulative counters, for metrics and for tests that
 // must know which path served something.
@@ -34,6 +39,8 @@ type stats struct {
 	votesRefused, safePointsRefused                          atomic.Uint64
 	readsFollowerLease, followerLeaseGrants                  atomic.Uint64
 	diskFailures                                             atomic.Uint64
+	// hook receives the measurements that are distributions, not counts.
+	hook atomic.Pointer[MetricsHook]
 }
 
 // Stats returns a snapshot of the counters.
@@ -54,4 +61,102 @@ func (s *Store) Stats() Stats {
 		FollowerLeaseGrants: s.stats.followerLeaseGrants.Load(),
 		DiskFailures:        s.stats.diskFailures.Load(),
 	}
+}
+
+// MetricsHook receives the measurements the store takes as they happen,
+// those a histogram needs (counters and gauges are read through Stats and
+// Gauges instead). It keeps raftstore free of any metrics library: the
+// server turns these calls into Prometheus observations. The functions run
+// on the Ready loop or under a peer's lock, so they must be quick, and safe
+// for concurrent use; a nil field is skipped.
+type MetricsHook struct {
+	// ReadIndexRTT is the time from issuing a ReadIndex batch (a leader's
+	// heartbeat round, or a follower's MsgReadIndex to its leader) to its
+	// answer, once per batch whatever the number of reads it carries.
+	ReadIndexRTT func(time.Duration)
+	// WriteTx is how long one Ready round's bbolt write transaction took,
+	// fsync included: the group commit every write waits for.
+	WriteTx func(time.Duration)
+}
+
+// SetMetricsHook installs h; it may be called at any time.
+func (s *Store) SetMetricsHook(h MetricsHook) { s.stats.hook.Store(&h) }
+
+func (s *stats) observeReadIndexRTT(d time.Duration) {
+	if h := s.hook.Load(); h != nil && h.ReadIndexRTT != nil {
+		h.ReadIndexRTT(d)
+	}
+}
+
+func (s *stats) observeWriteTx(d time.Duration) {
+	if h := s.hook.Load(); h != nil && h.WriteTx != nil {
+		h.WriteTx(d)
+	}
+}
+
+// Gauges are the store's state right now, summed over the regions it hosts
+// (placeholders of regions not yet initialized are not counted).
+type Gauges struct {
+	Regions     int // regions with an initialized peer here
+	Leaders     int // of them, those this store leads
+	Hibernating int // of them, those whose peer stopped ticking (hibernate.go)
+	// ApplyLagSum and ApplyLagMax are commit index minus applied index,
+	// in entries, summed and at most over the regions: entries known
+	// committed that this store has not applied yet.
+	ApplyLagSum, ApplyLagMax uint64
+	// DBFileBytes is the size of the bbolt file; 0 if it cannot be read.
+	DBFileBytes int64
+}
+
+// Gauges computes the gauges; it takes every peer's lock in turn.
+func (s *Store) Gauges() Gauges {
+	var g Gauges
+	for _, p := range s.allPeers() {
+		p.mu.Lock()
+		if p.initialized && !p.removed {
+			g.Regions++
+			if p.isLeaderLocked() {
+				g.Leaders++
+			}
+			if p.hibernating {
+				g.Hibernating++
+			}
+			if p.commit > p.applied {
+				lag := p.commit - p.applied
+				g.ApplyLagSum += lag
+				g.ApplyLagMax = max(g.ApplyLagMax, lag)
+			}
+		}
+		p.mu.Unlock()
+	}
+	// The file, not bbolt's own stats: its size is what fills the disk,
+	// free pages included.
+	if fi, err := os.Stat(s.eng.db.Path()); err == nil {
+		g.DBFileBytes = fi.Size()
+	}
+	return g
+}
+
+// DiskError is the wrapped ErrDiskFailed while the store's disk is failed
+// (diskfail.go), nil otherwise: health checks report the store not ready
+// while it is set.
+func (s *Store) DiskError() error { return s.diskError() }
+
+// CaughtUp reports whether every region this store hosts knows a leader
+// and has applied everything it knows to be committed: a follower learns
+// the commit index from its leader's messages, so once it has heard from
+// the leader of every region and applied up to that index, it serves
+// follower reads without a long wait and counts fully in every quorum.
+// Otherwise it says, in one line, which region is not there yet. A store
+// with no regions is caught up.
+func (s *Store) CaughtUp() (bool, string) {
+	for _, st := range s.Regions() {
+		switch {
+		case st.LeaderPeerID == 0:
+			return false, fmt.Sprintf("region %d knows no leader", st.Region.ID)
+		case st.AppliedIndex < st.CommitIndex:
+			return false, fmt.Sprintf("region %d applied %d of %d committed entries", st.Region.ID, st.AppliedIndex, st.CommitIndex)
+		}
+	}
+	return true, ""
 }
