@@ -2,9 +2,10 @@ package raftstore
 
 import (
 	"context"
-	"github.com/hedgekv/hedgekv/region"
 	"sort"
 	"time"
+
+	"github.com/hedgekv/hedgekv/region"
 )
 
 // The balancer. There is no placement driver: every store balances the
@@ -63,27 +64,90 @@ func (s *Store) balanceLoop() {
 	}
 }
 
-// balanceOnce does at most one balancing step.
+// balanceOnce does at most one balancing step: the first of the three
+// decisions (repair, replica spread, leader spread) that finds something
+// to do, carried out.
 func (s *Store) balanceOnce(ctx context.Context, stores []StoreInfo, downSince map[uint64]time.Time, now time.Time) error {
-	info := make(map[uint64]StoreInfo, len(stores))
-	for _, st := range stores {
-		info[st.ID] = st
+	in := balanceInput{
+		self:        s.cfg.StoreID,
+		stores:      stores,
+		info:        make(map[uint64]StoreInfo, len(stores)),
+		maxReplicas: s.cfg.MaxReplicas,
+		dead: func(id uint64) bool {
+			t, ok := downSince[id]
+			return ok && now.Sub(t) >= s.cfg.MaxStoreDownTime
+		},
 	}
-	me := info[s.cfg.StoreID]
-	var led []RegionStatus
+	for _, st := range stores {
+		in.info[st.ID] = st
+	}
 	for _, st := range s.Regions() {
 		if st.IsLeader {
-			led = append(led, st)
+			in.led = append(in.led, st.Region)
 		}
 	}
-	dead := func(id uint64) bool {
-		t, ok := downSince[id]
-		return ok && now.Sub(t) >= s.cfg.MaxStoreDownTime
+	a, ok := decideRepair(in)
+	if !ok && now.Sub(s.lastMove) >= s.settleTime() {
+		// Spreading waits after a move: region counts reach us through a
+		// cached view and lag a move by a second or two, and acting on
+		// them again at once makes replicas ping-pong between two stores.
+		if a, ok = decideReplicaSpread(in); !ok {
+			a, ok = decideLeaderSpread(in)
+		}
+		if ok {
+			s.lastMove = now
+		}
 	}
+	if !ok {
+		return nil
+	}
+	s.log.Info("balancing", "action", a.kind, "region", a.region, "from", a.from, "to", a.to, "why", a.why)
+	switch a.kind {
+	case balanceAdd:
+		return s.AddPeer(ctx, a.region, a.to)
+	case balanceRemove:
+		return s.RemovePeer(ctx, a.region, a.from)
+	case balanceMove:
+		return s.MovePeer(ctx, a.region, a.from, a.to)
+	case balanceTransfer:
+		return s.TransferLeader(ctx, a.region, a.to)
+	}
+	return nil
+}
 
-	// 1. Repair.
-	for _, st := range led {
-		r := st.Region
+// balanceInput is what the balancer decides from: the regions this store
+// leads and everyone's counts, as the cluster view last saw them.
+type balanceInput struct {
+	self        uint64
+	led         []region.Region
+	stores      []StoreInfo
+	info        map[uint64]StoreInfo
+	dead        func(storeID uint64) bool // down longer than MaxStoreDownTime
+	maxReplicas int
+}
+
+type balanceKind string
+
+const (
+	balanceAdd      balanceKind = "add-peer"
+	balanceRemove   balanceKind = "remove-peer"
+	balanceMove     balanceKind = "move-peer"
+	balanceTransfer balanceKind = "transfer-leader"
+)
+
+// balanceAction is one step the balancer takes.
+type balanceAction struct {
+	kind     balanceKind
+	region   uint64
+	from, to uint64
+	why      string
+}
+
+// decideRepair: finish an interrupted add; move a voter off a store down
+// too long (a learner there is dropped); add a voter to a region short of
+// maxReplicas; remove one from a region with too many.
+func decideRepair(in balanceInput) (balanceAction, bool) {
+	for _, r := range in.led {
 		members := map[uint64]bool{}
 		voters := 0
 		for _, p := range r.Peers {
@@ -93,78 +157,86 @@ func (s *Store) balanceOnce(ctx context.Context, stores []StoreInfo, downSince m
 			}
 		}
 		for _, p := range r.Peers {
-			if p.IsLearner && !dead(p.StoreID) {
-				// An add that was interrupted: finish it.
-				return s.AddPeer(ctx, r.ID, p.StoreID)
+			if p.IsLearner && !in.dead(p.StoreID) {
+				return balanceAction{kind: balanceAdd, region: r.ID, to: p.StoreID, why: "finish an interrupted add"}, true
 			}
-			if dead(p.StoreID) {
-				if to, ok := leastLoaded(stores, members); ok {
-					s.log.Info("replacing replica on down store", "region", r.ID, "from", p.StoreID, "to", to)
+			if in.dead(p.StoreID) {
+				if to, ok := leastLoaded(in.stores, members); ok {
 					if p.IsLearner {
-						return s.RemovePeer(ctx, r.ID, p.StoreID)
+						return balanceAction{kind: balanceRemove, region: r.ID, from: p.StoreID, why: "learner on a down store"}, true
 					}
-					return s.MovePeer(ctx, r.ID, p.StoreID, to)
+					return balanceAction{kind: balanceMove, region: r.ID, from: p.StoreID, to: to, why: "replica on a down store"}, true
 				}
 			}
 		}
-		if voters < s.cfg.MaxReplicas {
-			if to, ok := leastLoaded(stores, members); ok {
-				s.log.Info("adding missing replica", "region", r.ID, "to", to)
-				return s.AddPeer(ctx, r.ID, to)
+		if voters < in.maxReplicas {
+			if to, ok := leastLoaded(in.stores, members); ok {
+				return balanceAction{kind: balanceAdd, region: r.ID, to: to, why: "missing replica"}, true
 			}
 		}
-		if voters > s.cfg.MaxReplicas {
-			if from, ok := mostLoaded(r.Peers, info, s.cfg.StoreID); ok {
-				return s.RemovePeer(ctx, r.ID, from)
+		if voters > in.maxReplicas {
+			if from, ok := mostLoaded(r.Peers, in.info, in.self); ok {
+				return balanceAction{kind: balanceRemove, region: r.ID, from: from, why: "too many replicas"}, true
 			}
 		}
 	}
+	return balanceAction{}, false
+}
 
-	// 2. Replica spread, only when every store is up (a move while a voter
-	// is down leaves the region one failure from unavailable) and not right
-	// after another move: region counts reach us through a cached view and
-	// lag a move by a second or two, and acting on them again at once makes
-	// replicas ping-pong between two stores.
-	allUp := true
-	for _, st := range stores {
-		allUp = allUp && st.Up
+// decideReplicaSpread moves a replica from the most loaded of a region's
+// stores to the least loaded store without one when they differ by two or
+// more regions; only while every store is up (a move while a voter is down
+// leaves the region one failure from unavailable).
+func decideReplicaSpread(in balanceInput) (balanceAction, bool) {
+	if !allUp(in.stores) {
+		return balanceAction{}, false
 	}
-	if !allUp || now.Sub(s.lastMove) < s.settleTime() {
-		return nil
-	}
-	for _, st := range led {
-		r := st.Region
+	for _, r := range in.led {
 		members := map[uint64]bool{}
 		for _, p := range r.Peers {
 			members[p.StoreID] = true
 		}
-		from, ok := mostLoaded(r.Peers, info, s.cfg.StoreID)
+		from, ok := mostLoaded(r.Peers, in.info, in.self)
 		if !ok {
 			continue
 		}
-		to, ok := leastLoaded(stores, members)
-		if ok && info[from].RegionCount-info[to].RegionCount >= 2 {
-			s.log.Info("moving replica to spread regions", "region", r.ID, "from", from, "to", to)
-			s.lastMove = now
-			return s.MovePeer(ctx, r.ID, from, to)
+		to, ok := leastLoaded(in.stores, members)
+		if ok && in.info[from].RegionCount-in.info[to].RegionCount >= 2 {
+			return balanceAction{kind: balanceMove, region: r.ID, from: from, to: to, why: "spread regions"}, true
 		}
 	}
+	return balanceAction{}, false
+}
 
-	// 3. Leader spread.
-	for _, st := range led {
-		for _, p := range st.Region.Peers {
-			o, ok := info[p.StoreID]
-			if p.IsLearner || p.StoreID == s.cfg.StoreID || !ok || !o.Up {
+// decideLeaderSpread hands one region's leadership to a voter's store that
+// leads two or more fewer regions than this one; only while every store is
+// up, as replicas spread.
+func decideLeaderSpread(in balanceInput) (balanceAction, bool) {
+	if !allUp(in.stores) {
+		return balanceAction{}, false
+	}
+	me := in.info[in.self]
+	for _, r := range in.led {
+		for _, p := range r.Peers {
+			o, ok := in.info[p.StoreID]
+			if p.IsLearner || p.StoreID == in.self || !ok || !o.Up {
 				continue
 			}
 			if me.LeaderCount-o.LeaderCount >= 2 {
-				s.lastMove = now
-				s.log.Info("transferring leader to spread leaders", "region", st.Region.ID, "to", p.StoreID, "mine", me.LeaderCount, "theirs", o.LeaderCount)
-				return s.TransferLeader(ctx, st.Region.ID, p.StoreID)
+				return balanceAction{kind: balanceTransfer, region: r.ID, from: in.self, to: p.StoreID, why: "spread leaders"}, true
 			}
 		}
 	}
-	return nil
+	return balanceAction{}, false
+}
+
+func allUp(stores []StoreInfo) bool {
+	for _, st := range stores {
+		if !st.Up {
+			return false
+		}
+	}
+	return true
 }
 
 // settleTime is how long the balancer waits after a move before judging

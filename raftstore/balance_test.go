@@ -1,0 +1,86 @@
+package raftstore
+
+import (
+	"testing"
+
+	"github.com/hedgekv/hedgekv/region"
+)
+
+// reg builds a region led here with voters on the given stores (and a
+// learner on learner, if non-zero).
+func reg(id uint64, learner uint64, stores ...uint64) region.Region {
+	r := region.Region{ID: id}
+	for _, s := range stores {
+		r.Peers = append(r.Peers, region.Peer{ID: id*100 + s, StoreID: s})
+	}
+	if learner != 0 {
+		r.Peers = append(r.Peers, region.Peer{ID: id*100 + learner, StoreID: learner, IsLearner: true})
+	}
+	return r
+}
+
+func input(led []region.Region, dead map[uint64]bool, stores ...StoreInfo) balanceInput {
+	in := balanceInput{self: 1, led: led, stores: stores, info: map[uint64]StoreInfo{}, maxReplicas: 3,
+		dead: func(id uint64) bool { return dead[id] }}
+	for _, s := range stores {
+		in.info[s.ID] = s
+	}
+	return in
+}
+
+func up(id uint64, leaders, regions int) StoreInfo {
+	return StoreInfo{ID: id, Up: true, LeaderCount: leaders, RegionCount: regions}
+}
+
+func down(id uint64, regions int) StoreInfo { return StoreInfo{ID: id, RegionCount: regions} }
+
+func TestBalanceDecisions(t *testing.T) {
+	tests := []struct {
+		name   string
+		decide func(balanceInput) (balanceAction, bool)
+		in     balanceInput
+		want   balanceAction
+		wantOK bool
+	}{
+		{"repair: healthy region, nothing to do", decideRepair,
+			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, up(1, 1, 1), up(2, 0, 1), up(3, 0, 1)), balanceAction{}, false},
+		{"repair: an interrupted add is finished", decideRepair,
+			input([]region.Region{reg(1, 4, 1, 2, 3)}, nil, up(1, 1, 1), up(2, 0, 1), up(3, 0, 1), up(4, 0, 0)),
+			balanceAction{kind: balanceAdd, region: 1, to: 4}, true},
+		{"repair: a voter on a store down too long moves to the least loaded store", decideRepair,
+			input([]region.Region{reg(1, 0, 1, 2, 3)}, map[uint64]bool{3: true}, up(1, 1, 5), up(2, 0, 5), down(3, 5), up(4, 0, 2), up(5, 0, 1)),
+			balanceAction{kind: balanceMove, region: 1, from: 3, to: 5}, true},
+		{"repair: a learner on a down store is dropped", decideRepair,
+			input([]region.Region{reg(1, 4, 1, 2, 3)}, map[uint64]bool{4: true}, up(1, 1, 1), up(2, 0, 1), up(3, 0, 1), down(4, 0), up(5, 0, 0)),
+			balanceAction{kind: balanceRemove, region: 1, from: 4}, true},
+		{"repair: a missing voter is added", decideRepair,
+			input([]region.Region{reg(1, 0, 1, 2)}, nil, up(1, 1, 1), up(2, 0, 1), up(3, 0, 0)),
+			balanceAction{kind: balanceAdd, region: 1, to: 3}, true},
+		{"repair: an extra voter on the most loaded store is removed, never the leader's", decideRepair,
+			input([]region.Region{reg(1, 0, 1, 2, 3, 4)}, nil, up(1, 1, 9), up(2, 0, 3), up(3, 0, 7), up(4, 0, 2)),
+			balanceAction{kind: balanceRemove, region: 1, from: 3}, true},
+		{"replicas: moved from the most to the least loaded store", decideReplicaSpread,
+			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, up(1, 1, 3), up(2, 0, 3), up(3, 0, 3), up(4, 0, 0)),
+			balanceAction{kind: balanceMove, region: 1, from: 2, to: 4}, true},
+		{"replicas: a difference of one is left alone", decideReplicaSpread,
+			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, up(1, 1, 2), up(2, 0, 2), up(3, 0, 2), up(4, 0, 1)), balanceAction{}, false},
+		{"replicas: nothing moves while a store is down", decideReplicaSpread,
+			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, up(1, 1, 3), up(2, 0, 3), up(3, 0, 3), up(4, 0, 0), down(5, 0)), balanceAction{}, false},
+		{"leaders: handed to a voter's store leading two fewer", decideLeaderSpread,
+			input([]region.Region{reg(1, 0, 1, 2, 3), reg(2, 0, 1, 2, 3)}, nil, up(1, 2, 2), up(2, 1, 2), up(3, 0, 2)),
+			balanceAction{kind: balanceTransfer, region: 1, from: 1, to: 3}, true},
+		{"leaders: one apart is balanced", decideLeaderSpread,
+			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, up(1, 1, 2), up(2, 0, 2), up(3, 1, 2)), balanceAction{}, false},
+		{"leaders: never to a learner", decideLeaderSpread,
+			input([]region.Region{reg(1, 3, 1, 2)}, nil, up(1, 2, 2), up(2, 1, 2), up(3, 0, 2)), balanceAction{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := tt.decide(tt.in)
+			got.why = "" // the reason is for the log
+			if ok != tt.wantOK || got != tt.want {
+				t.Errorf("got %+v, %v; want %+v, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
