@@ -63,17 +63,21 @@ type Store struct {
 	stopOnce sync.Once
 }
 
+// setDefaults fills the zero fields of c with their defaults. It only
+// fills zeros: a value that is wrong is Validate's to refuse, never
+// replaced here, so an operator's mistake cannot turn silently into a
+// setting they did not ask for.
 func (c *Config) setDefaults() {
-	if c.TickInterval <= 0 {
+	if c.TickInterval == 0 {
 		c.TickInterval = 50 * time.Millisecond
 	}
-	if c.ElectionTicks <= 0 {
+	if c.ElectionTicks == 0 {
 		c.ElectionTicks = 10
 	}
-	if c.HeartbeatTicks <= 0 {
+	if c.HeartbeatTicks == 0 {
 		c.HeartbeatTicks = 2
 	}
-	if c.LeaseDriftMargin <= 0 || c.LeaseDriftMargin >= 1 {
+	if c.LeaseDriftMargin == 0 {
 		c.LeaseDriftMargin = 0.1
 	}
 	if c.LogGCThreshold == 0 {
@@ -88,7 +92,7 @@ func (c *Config) setDefaults() {
 	if c.DedupWindow == 0 {
 		c.DedupWindow = 100000
 	}
-	if c.MaxClockOffset <= 0 {
+	if c.MaxClockOffset == 0 {
 		c.MaxClockOffset = 50 * time.Millisecond
 	}
 	c.balanceDefaults()
@@ -112,10 +116,10 @@ func (s *Store) now() time.Time { return s.cfg.Clock() }
 // returns a store that is not yet running. trans may be set later with
 // SetTransport, before Start.
 func NewStore(cfg Config, trans Transport) (*Store, error) {
-	cfg.setDefaults()
-	if cfg.StoreID == 0 || cfg.StoreID > 0xffff {
-		return nil, errors.New("raftstore: store ID must be in 1..65535")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
+	cfg.setDefaults()
 	eng, err := openEngine(cfg.DataDir, cfg.NoSync)
 	if err != nil {
 		return nil, err
