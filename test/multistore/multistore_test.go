@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -141,22 +140,11 @@ func newCluster(t *testing.T) *cluster {
 // ago.
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	out := make([]string, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("finding a free port: %v", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
+	ports, err := testbin.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return testbin.Addrs(ports)
 }
 
 // start launches store s with the common flags plus extra.
@@ -315,28 +303,11 @@ func (c *cluster) liveEndpoints() string {
 
 // ---------------------------------------------------------------- CLI
 
-type result struct {
-	stdout, stderr string
-	err            error
-}
-
-func (r result) String() string {
-	return fmt.Sprintf("err=%v stdout=%q stderr=%q", r.err, r.stdout, r.stderr)
-}
+type result = testbin.Result
 
 // cli runs the hedgekv CLI against the live stores.
 func (c *cluster) cli(args ...string) result {
-	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, append(args, "--endpoints", c.liveEndpoints())...)
-	cmd.WaitDelay = 2 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		err = fmt.Errorf("timed out after %v: %w", cliTimeout, err)
-	}
-	return result{stdout.String(), stderr.String(), err}
+	return testbin.Run("", cliTimeout, nil, binPath, append(args, "--endpoints", c.liveEndpoints())...)
 }
 
 type peerJSON struct {
@@ -375,24 +346,24 @@ type storeJSON struct {
 
 func (c *cluster) regions() ([]regionJSON, error) {
 	r := c.cli("ctl", "regions", "--json")
-	if r.err != nil {
+	if r.Err != nil {
 		return nil, fmt.Errorf("ctl regions --json: %v", r)
 	}
 	var rs []regionJSON
-	if err := json.Unmarshal([]byte(r.stdout), &rs); err != nil {
-		return nil, fmt.Errorf("ctl regions --json: %v in %q", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &rs); err != nil {
+		return nil, fmt.Errorf("ctl regions --json: %v in %q", err, r.Stdout)
 	}
 	return rs, nil
 }
 
 func (c *cluster) storesJSON() ([]storeJSON, error) {
 	r := c.cli("ctl", "stores", "--json")
-	if r.err != nil {
+	if r.Err != nil {
 		return nil, fmt.Errorf("ctl stores --json: %v", r)
 	}
 	var ss []storeJSON
-	if err := json.Unmarshal([]byte(r.stdout), &ss); err != nil {
-		return nil, fmt.Errorf("ctl stores --json: %v in %q", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &ss); err != nil {
+		return nil, fmt.Errorf("ctl stores --json: %v in %q", err, r.Stdout)
 	}
 	return ss, nil
 }
@@ -645,7 +616,7 @@ func TestKillStoreOfFive(t *testing.T) {
 	}
 	for i := 1; i < numRegions; i++ {
 		k := key(i * numKeys / numRegions)
-		if r := c.cli("ctl", "split", k); r.err != nil {
+		if r := c.cli("ctl", "split", k); r.Err != nil {
 			t.Fatalf("ctl split %s: %v", k, r)
 		}
 	}
@@ -794,7 +765,7 @@ func TestKillStoreOfFive(t *testing.T) {
 	// And through the CLI, against the live stores only.
 	for _, k := range []string{key(0), key(numKeys / 2), key(numKeys - 1)} {
 		r := c.cli("get", k)
-		if want := acks.kv[k]; r.err != nil || strings.TrimSuffix(r.stdout, "\n") != want {
+		if want := acks.kv[k]; r.Err != nil || strings.TrimSuffix(r.Stdout, "\n") != want {
 			t.Errorf("CLI get %s: %v, want %q", k, r, want)
 		}
 	}

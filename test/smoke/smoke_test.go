@@ -9,12 +9,9 @@
 package smoke
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,63 +73,11 @@ type cluster struct {
 	endpoints string
 }
 
-// result is what one process invocation produced.
-type result struct {
-	stdout, stderr string
-	err            error
-	elapsed        time.Duration
-}
+type result = testbin.Result
 
-func (r result) String() string {
-	return fmt.Sprintf("err=%v stdout=%q stderr=%q (%v)", r.err, r.stdout, r.stderr, r.elapsed.Round(time.Millisecond))
-}
-
-// run executes name args... with env, bounded by timeout.
+// run executes name args... in the repository with env, bounded by timeout.
 func run(timeout time.Duration, env []string, name string, args ...string) result {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = repoRoot
-	cmd.Env = env
-	cmd.WaitDelay = 2 * time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout = &stdout
-	cmd.Stderr = &stderr
-	start := time.Now()
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		err = fmt.Errorf("timed out after %v: %w", timeout, err)
-	}
-	return result{stdout.String(), stderr.String(), err, time.Since(start)}
-}
-
-// freePorts returns n distinct ports that were free on 127.0.0.1 a moment ago.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, 0, n)
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("finding a free port: %v", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
-
-func joinInts(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
+	return testbin.Run(repoRoot, timeout, env, name, args...)
 }
 
 func startCluster(t *testing.T) *cluster {
@@ -144,20 +89,20 @@ func startCluster(t *testing.T) *cluster {
 		t.Fatalf("smoke test setup: %v", setupErr)
 	}
 	dir := t.TempDir()
-	ports := freePorts(t, 6)
-	grpc, status := ports[:3], ports[3:]
-	addrs := make([]string, len(grpc))
-	for i, p := range grpc {
-		addrs[i] = fmt.Sprintf("127.0.0.1:%d", p)
+	ports, err := testbin.FreePorts(6)
+	if err != nil {
+		t.Fatal(err)
 	}
+	grpc, status := ports[:3], ports[3:]
+	addrs := testbin.Addrs(grpc)
 	c := &cluster{
 		t:   t,
 		dir: dir,
 		env: append(os.Environ(),
 			"BIN="+binPath,
 			"CLUSTER_DIR="+dir,
-			"GRPC_PORTS="+joinInts(grpc),
-			"STATUS_PORTS="+joinInts(status),
+			"GRPC_PORTS="+testbin.JoinInts(grpc),
+			"STATUS_PORTS="+testbin.JoinInts(status),
 			"START_TIMEOUT=60",
 		),
 		endpoints: strings.Join(addrs, ","),
@@ -167,14 +112,14 @@ func startCluster(t *testing.T) *cluster {
 		if t.Failed() {
 			c.dumpLogs()
 		}
-		if r := c.script("stop"); r.err != nil {
+		if r := c.script("stop"); r.Err != nil {
 			t.Errorf("cluster.sh stop: %v", r)
 		}
 	})
 	r := c.script("start")
-	t.Logf("cluster.sh start (%v):\n%s%s", r.elapsed.Round(time.Millisecond), r.stdout, r.stderr)
-	if r.err != nil {
-		t.Fatalf("cluster.sh start failed: %v", r.err)
+	t.Logf("cluster.sh start (%v):\n%s%s", r.Elapsed.Round(time.Millisecond), r.Stdout, r.Stderr)
+	if r.Err != nil {
+		t.Fatalf("cluster.sh start failed: %v", r.Err)
 	}
 	return c
 }
@@ -207,7 +152,7 @@ func (c *cluster) put(k, v string) result { return c.cli(cliTimeout, "put", k, v
 
 func (c *cluster) mustPut(k, v string, acked map[string]string) {
 	c.t.Helper()
-	if r := c.put(k, v); r.err != nil {
+	if r := c.put(k, v); r.Err != nil {
 		c.t.Fatalf("put %s: %v", k, r)
 	}
 	acked[k] = v
@@ -216,10 +161,10 @@ func (c *cluster) mustPut(k, v string, acked map[string]string) {
 func (c *cluster) mustGet(k, want string) {
 	c.t.Helper()
 	r := c.cli(cliTimeout, "get", k)
-	if r.err != nil {
+	if r.Err != nil {
 		c.t.Fatalf("get %s: %v", k, r)
 	}
-	if got := strings.TrimSuffix(r.stdout, "\n"); got != want {
+	if got := strings.TrimSuffix(r.Stdout, "\n"); got != want {
 		c.t.Fatalf("get %s = %q, want %q", k, got, want)
 	}
 }
@@ -227,11 +172,11 @@ func (c *cluster) mustGet(k, want string) {
 // scan returns the KEY<TAB>VALUE lines of `scan START END` in order.
 func (c *cluster) scan(start, end string) ([][2]string, error) {
 	r := c.cli(cliTimeout, "scan", start, end, "--limit", "10000")
-	if r.err != nil {
+	if r.Err != nil {
 		return nil, fmt.Errorf("scan %s %s: %v", start, end, r)
 	}
 	var kvs [][2]string
-	for line := range strings.SplitSeq(strings.TrimRight(r.stdout, "\n"), "\n") {
+	for line := range strings.SplitSeq(strings.TrimRight(r.Stdout, "\n"), "\n") {
 		if line == "" {
 			continue
 		}
@@ -281,12 +226,12 @@ type regionJSON struct {
 
 func (c *cluster) regions() ([]regionJSON, error) {
 	r := c.cli(cliTimeout, "ctl", "regions", "--json")
-	if r.err != nil {
+	if r.Err != nil {
 		return nil, fmt.Errorf("ctl regions --json: %v", r)
 	}
 	var rs []regionJSON
-	if err := json.Unmarshal([]byte(r.stdout), &rs); err != nil {
-		return nil, fmt.Errorf("ctl regions --json: %v in %q", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &rs); err != nil {
+		return nil, fmt.Errorf("ctl regions --json: %v in %q", err, r.Stdout)
 	}
 	return rs, nil
 }
@@ -325,7 +270,7 @@ func (c *cluster) transferLeader(region uint64, store int) {
 	var last string
 	for time.Now().Before(deadline) {
 		r := c.cli(cliTimeout, "ctl", "transfer-leader", strconv.FormatUint(region, 10), strconv.Itoa(store))
-		if r.err != nil {
+		if r.Err != nil {
 			last = r.String()
 		}
 		for range 10 {
@@ -356,7 +301,7 @@ func untilOK(start time.Time, giveUp time.Duration, f func(time.Duration) result
 	var r result
 	for {
 		r = f(attemptTimeout)
-		if r.err == nil {
+		if r.Err == nil {
 			return time.Since(start), r, true
 		}
 		if time.Since(start) > giveUp {
@@ -382,12 +327,12 @@ func TestSmoke(t *testing.T) {
 
 	// Delete, and a missing key: `key not found` on stderr, exit 1.
 	c.mustPut("smoke/deleted", "x", map[string]string{})
-	if r := c.cli(cliTimeout, "delete", "smoke/deleted"); r.err != nil {
+	if r := c.cli(cliTimeout, "delete", "smoke/deleted"); r.Err != nil {
 		t.Fatalf("delete: %v", r)
 	}
 	r := c.cli(cliTimeout, "get", "smoke/deleted")
 	var exitErr *exec.ExitError
-	if !errors.As(r.err, &exitErr) || exitErr.ExitCode() != 1 || !strings.Contains(r.stderr, "key not found") {
+	if !errors.As(r.Err, &exitErr) || exitErr.ExitCode() != 1 || !strings.Contains(r.Stderr, "key not found") {
 		t.Fatalf("get of a deleted key: want exit 1 and 'key not found' on stderr, got %v", r)
 	}
 	c.checkScan("smoke/", "smoke0", acked)
@@ -395,7 +340,7 @@ func TestSmoke(t *testing.T) {
 	// Kill -9 the store leading region 1.
 	leader := c.leaderOfRegion1()
 	t.Logf("region 1 is led by store %d; killing it", leader)
-	if r := c.script("kill", strconv.Itoa(leader)); r.err != nil {
+	if r := c.script("kill", strconv.Itoa(leader)); r.Err != nil {
 		t.Fatalf("cluster.sh kill %d: %v", leader, r)
 	}
 	killed := time.Now()
@@ -412,8 +357,8 @@ func TestSmoke(t *testing.T) {
 	// ...and so do reads, of the new write and of one from before the kill.
 	readAt, r, ok := untilOK(killed, failoverGiveUp, func(d time.Duration) result {
 		r := c.cli(d, "get", "smoke/k00")
-		if r.err == nil && strings.TrimSuffix(r.stdout, "\n") != "v00" {
-			r.err = fmt.Errorf("get smoke/k00 = %q, want v00", r.stdout)
+		if r.Err == nil && strings.TrimSuffix(r.Stdout, "\n") != "v00" {
+			r.Err = fmt.Errorf("get smoke/k00 = %q, want v00", r.Stdout)
 		}
 		return r
 	})
@@ -433,7 +378,7 @@ func TestSmoke(t *testing.T) {
 	}
 
 	// Restart it; everything acknowledged is still there.
-	if r := c.script("restart", strconv.Itoa(leader)); r.err != nil {
+	if r := c.script("restart", strconv.Itoa(leader)); r.Err != nil {
 		t.Fatalf("cluster.sh restart %d: %v", leader, r)
 	}
 	t.Logf("store %d restarted", leader)
@@ -444,10 +389,10 @@ func TestSmoke(t *testing.T) {
 	// Hand region 1 back to the restarted store, so that the reads below are
 	// served from its own state: it must have caught up on what it missed.
 	c.transferLeader(1, leader)
-	if r := c.cli(cliTimeout, "get", "smoke/down00", "-v"); r.err != nil {
+	if r := c.cli(cliTimeout, "get", "smoke/down00", "-v"); r.Err != nil {
 		t.Fatalf("get -v after the transfer: %v", r)
 	} else {
-		t.Logf("get -v smoke/down00 with store %d leading: %s", leader, strings.TrimSpace(r.stderr))
+		t.Logf("get -v smoke/down00 with store %d leading: %s", leader, strings.TrimSpace(r.Stderr))
 	}
 
 	keys := make([]string, 0, len(acked))
@@ -460,10 +405,10 @@ func TestSmoke(t *testing.T) {
 	}
 	c.checkScan("smoke/", "smoke0", acked)
 
-	if r := c.script("status"); r.err != nil {
+	if r := c.script("status"); r.Err != nil {
 		t.Errorf("cluster.sh status after restart: %v", r)
 	} else {
-		t.Logf("cluster.sh status:\n%s", r.stdout)
+		t.Logf("cluster.sh status:\n%s", r.Stdout)
 	}
 	t.Logf("%d acknowledged writes read back", len(acked))
 }

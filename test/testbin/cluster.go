@@ -150,3 +150,34 @@ func JoinInts(xs []int) string {
 	}
 	return strings.Join(s, ",")
 }
+
+// FreePorts returns n distinct ports that were free on 127.0.0.1 a moment
+// ago (for processes that bind them soon after; see Block for a cluster
+// behind the netsim, whose proxies bind ports of their own meanwhile).
+func FreePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// Addrs turns ports into 127.0.0.1:port addresses.
+func Addrs(ports []int) []string {
+	out := make([]string, len(ports))
+	for i, p := range ports {
+		out[i] = fmt.Sprintf("127.0.0.1:%d", p)
+	}
+	return out
+}
