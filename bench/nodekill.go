@@ -423,10 +423,10 @@ func (cfg *NodeKillConfig) readLoad(ctx context.Context, sess *client.Session, s
 					_ = st.hist.RecordValue(min(now.Sub(began).Microseconds(), histMaxMicros))
 					st.buckets[b].ok++
 					st.okAt = append(st.okAt, at)
-					st.modes[info.Mode]++
+					st.modes[string(info.Mode)]++
 					if killedAt != nil {
 						if k := killedAt.Load(); k > 0 && int64(at) > k {
-							st.modesAK[info.Mode]++
+							st.modesAK[string(info.Mode)]++
 						}
 					}
 				}

@@ -29,6 +29,11 @@ type Config struct {
 	// require one, carry a client certificate that CA signed. A store that
 	// refuses it answers Unauthenticated. Nil: plaintext.
 	TLS *tls.Config
+	// Logger receives the client's own log: retries and hedges at debug
+	// level, a store list that could not be loaded at warn. Nil:
+	// slog.Default(), looked up once in New. Each record carries
+	// component=hedgekv-client.
+	Logger *slog.Logger
 }
 
 const (
@@ -83,9 +88,12 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, errors.New("no endpoints given")
 	}
 	cfg.Endpoints = eps
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	c := &Client{
 		cfg:       cfg,
-		log:       slog.Default().With("component", "hedgekv-client"),
+		log:       cfg.Logger.With("component", "hedgekv-client"),
 		conns:     newConnPool(cfg.DialTimeout, cfg.TLS),
 		stats:     &statsTable{},
 		endpoints: append([]string(nil), eps...),

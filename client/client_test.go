@@ -65,10 +65,10 @@ func TestGetRetries(t *testing.T) {
 		warm         bool
 		setup        func(t *testing.T, cl *clienttest.Cluster)
 		policy       ReadPolicy
-		wantStore    uint64 // 0: any
-		wantNotStore uint64 // 0: none
-		wantAttempts int    // 0: don't check
-		wantMode     string // "": don't check
+		wantStore    uint64   // 0: any
+		wantNotStore uint64   // 0: none
+		wantAttempts int      // 0: don't check
+		wantMode     ReadMode // "": don't check
 	}{
 		{
 			name: "not leader hint followed",

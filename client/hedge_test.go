@@ -177,7 +177,7 @@ func TestHedgeWinsOverSlowLeader(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		staleness time.Duration
-		wantMode  string
+		wantMode  ReadMode
 	}{
 		{"linearizable", 0, "read-index"},
 		{"stale", 5 * time.Second, "stale"},

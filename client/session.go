@@ -75,7 +75,7 @@ func (s *Session) GetWithInfo(ctx context.Context, key []byte) ([]byte, ReadInfo
 func readInfo(ri *pb.ReadInfo, res result) ReadInfo {
 	info := ReadInfo{
 		StoreID:        ri.GetStoreId(),
-		Mode:           readModeString(ri.GetMode()),
+		Mode:           readMode(ri.GetMode()),
 		StalenessBound: time.Duration(ri.GetStalenessBoundMs()) * time.Millisecond,
 		Attempts:       res.attempts,
 	}
@@ -88,19 +88,19 @@ func readInfo(ri *pb.ReadInfo, res result) ReadInfo {
 	return info
 }
 
-// readModeString names a wire read mode the way the CLI and ReadInfo do.
-func readModeString(m pb.ReadMode) string {
+// readMode names a wire read mode the way the CLI and ReadInfo do.
+func readMode(m pb.ReadMode) ReadMode {
 	switch m {
 	case pb.ReadMode_READ_MODE_LEASE:
-		return "lease"
+		return ReadModeLease
 	case pb.ReadMode_READ_MODE_READ_INDEX:
-		return "read-index"
+		return ReadModeReadIndex
 	case pb.ReadMode_READ_MODE_STALE:
-		return "stale"
+		return ReadModeStale
 	case pb.ReadMode_READ_MODE_FOLLOWER_LEASE:
-		return "follower-lease"
+		return ReadModeFollowerLease
 	}
-	return "unknown"
+	return ReadModeUnknown
 }
 
 // BatchGet reads keys under the session's policy and returns the ones that

@@ -302,7 +302,7 @@ func runClient(id int, cli *client.Client, readOnly bool, seed uint64, h *histor
 			if err != nil {
 				fails.add("get:" + failKind(err))
 			} else {
-				modes.add(info.Mode)
+				modes.add(string(info.Mode))
 				// A stale answer may be as old as its bound: it may
 				// return what was current at any point since then.
 				c := call

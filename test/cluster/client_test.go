@@ -294,7 +294,7 @@ func runWorkload(cli *client.Client, sess *client.Session, w *workload, stop <-c
 					w.fail(fmt.Errorf("get %s: %w", k, err))
 					continue
 				}
-				count(&w.modes, info.Mode)
+				count(&w.modes, string(info.Mode))
 				count(&w.served, fmt.Sprintf("store %d %s", info.StoreID, info.Mode))
 				if seq, err := parseSeq(k, v); err != nil {
 					w.fail(fmt.Errorf("get %s: %w", k, err))

@@ -164,7 +164,7 @@ var _ = Describe("hedged reads", func() {
 			_, info, err := follower.GetWithInfo(ctxFor(10*time.Second), key)
 			return info, err
 		}).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).Should(And(
-			HaveField("Mode", "stale"), Not(HaveField("StoreID", leader))))
+			HaveField("Mode", client.ReadModeStale), Not(HaveField("StoreID", leader))))
 		// The leader's whole store answers nothing for 1.5s (raft included).
 		const stall = 1500 * time.Millisecond
 		DeferCleanup(func() {
@@ -187,7 +187,7 @@ var _ = Describe("hedged reads", func() {
 			Expect(took).To(BeNumerically("<", 500*time.Millisecond), "read %d took %v: %+v, %+v", i, took, info, hedged.HedgeStats())
 			Expect(info.StoreID).NotTo(Equal(leader), "read %d", i)
 			Expect(info.HedgeWon).To(BeTrue(), "read %d", i)
-			Expect(info.Mode).To(Equal("stale"), "read %d: %+v", i, info)
+			Expect(info.Mode).To(Equal(client.ReadModeStale), "read %d: %+v", i, info)
 		}
 		Expect(time.Now()).To(BeTemporally("<", stallEnd), "the hedged reads outlasted the stall, so they proved nothing")
 

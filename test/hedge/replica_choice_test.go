@@ -123,7 +123,7 @@ var _ = Describe("replica choice", func() {
 			if info.StoreID != leader {
 				fromFollowers++
 				// Linearizable still: a follower's ReadIndex read.
-				Expect(info.Mode).To(Equal("read-index"), "read %d", i)
+				Expect(info.Mode).To(Equal(client.ReadModeReadIndex), "read %d", i)
 			}
 			if took < 100*time.Millisecond {
 				fast++

@@ -337,7 +337,7 @@ var _ = Describe("simulated WAN", func() {
 			_, info, err := stale.GetWithInfo(ctxFor(rpcTimeout), []byte(key))
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(info.StoreID).To(BeEquivalentTo(2))
-			g.Expect(info.Mode).To(Equal("stale"))
+			g.Expect(info.Mode).To(Equal(client.ReadModeStale))
 		}).WithTimeout(15 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 		var staleLat []time.Duration
 		var staleInfo []client.ReadInfo
