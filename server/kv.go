@@ -106,7 +106,7 @@ func (s *kvService) serveRead(ctx context.Context, rc *pb.ReadContext, read func
 		s.metrics.observeReadFailed(ctx, hedge)
 		return nil, nil, err
 	}
-	s.metrics.observeRead(info.Mode)
+	s.metrics.observeRead(info.Mode, time.Since(start))
 	return fromReadInfo(info), s.load.load(), nil
 }
 

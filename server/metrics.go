@@ -45,7 +45,21 @@ type metrics struct {
 	hedgeReadsCancelledN atomic.Uint64
 	readsBusy            prometheus.Counter
 	readsBusyN           atomic.Uint64
+	// kvLatency is the latency of KV requests by operation (get,
+	// batch_get, scan, put, delete), failures included; readLatency that
+	// of reads served, by how they were served.
+	kvLatency   *prometheus.HistogramVec // op
+	readLatency *prometheus.HistogramVec // mode
+	// What the store measures through its MetricsHook.
+	readIndexRTT prometheus.Histogram
+	writeTx      prometheus.Histogram
 }
+
+// latencyBuckets: from 50µs to ~37s: lease reads are sub-millisecond,
+// reads across a simulated WAN or a stalled store take seconds. Buckets √2
+// apart, so that a quantile interpolated from them (the benchmarks'
+// server-side p99) is within ±41%.
+func latencyBuckets() []float64 { return prometheus.ExponentialBuckets(50e-6, math.Sqrt2, 40) }
 
 func newMetrics(inflightReads func() float64) *metrics {
 	m := &metrics{
@@ -55,14 +69,30 @@ func newMetrics(inflightReads func() float64) *metrics {
 			Help: "gRPC requests handled, by method and status code.",
 		}, []string{"method", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "hedgekv_server_request_duration_seconds",
-			Help: "Server-side latency of gRPC requests, by method.",
-			// From 50µs to ~37s: lease reads are sub-millisecond, reads
-			// across a simulated WAN or a stalled store take seconds.
-			// Buckets √2 apart, so that a quantile interpolated from them
-			// (the benchmarks' server-side p99) is within ±41%.
-			Buckets: prometheus.ExponentialBuckets(50e-6, math.Sqrt2, 40),
+			Name:    "hedgekv_server_request_duration_seconds",
+			Help:    "Server-side latency of gRPC requests, by method.",
+			Buckets: latencyBuckets(),
 		}, []string{"method"}),
+		kvLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hedgekv_kv_request_duration_seconds",
+			Help:    "Server-side latency of KV requests, by operation (get, batch_get, scan, put, delete), failed ones included.",
+			Buckets: latencyBuckets(),
+		}, []string{"op"}),
+		readLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "hedgekv_read_duration_seconds",
+			Help:    "Server-side latency of reads served, by how they were served (lease, read-index, follower-lease, stale).",
+			Buckets: latencyBuckets(),
+		}, []string{"mode"}),
+		readIndexRTT: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hedgekv_store_read_index_rtt_seconds",
+			Help:    "Time from issuing a ReadIndex batch (a leader's heartbeat round, a follower's request to its leader) to its answer.",
+			Buckets: latencyBuckets(),
+		}),
+		writeTx: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "hedgekv_store_write_tx_duration_seconds",
+			Help:    "Duration of the Ready loop's bbolt write transaction (persist and apply of one round, commit and fsync included).",
+			Buckets: latencyBuckets(),
+		}),
 		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "hedgekv_server_reads_total",
 			Help: "Reads served, by how they were served (lease, read-index, stale, follower-lease).",
@@ -110,16 +140,35 @@ func newMetrics(inflightReads func() float64) *metrics {
 	}
 	m.reg.MustRegister(m.requests, m.latency, m.reads, m.inflight, m.raftSent, m.raftDropped, m.snapshots,
 		m.faultReadsDelayed, m.faultStalls, m.readsCancelled, m.hedgeReads, m.hedgeReadsCancelled, m.readsBusy,
+		m.kvLatency, m.readLatency, m.readIndexRTT, m.writeTx,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the read modes so dashboards see zeros rather than gaps.
 	for _, mode := range []raftstore.ReadMode{raftstore.ReadModeLease, raftstore.ReadModeReadIndex, raftstore.ReadModeStale, raftstore.ReadModeFollowerLease} {
 		m.reads.WithLabelValues(mode.String())
+		m.readLatency.WithLabelValues(mode.String())
+	}
+	for _, op := range kvOps {
+		m.kvLatency.WithLabelValues(op)
 	}
 	return m
 }
 
-func (m *metrics) observeRead(mode raftstore.ReadMode) {
+// kvOps are the op labels of hedgekv_kv_request_duration_seconds, by gRPC
+// method name.
+var kvOps = map[string]string{"Get": "get", "BatchGet": "batch_get", "Scan": "scan", "Put": "put", "Delete": "delete"}
+
+// observeRead counts a read served and how long it took to serve it.
+func (m *metrics) observeRead(mode raftstore.ReadMode, took time.Duration) {
 	m.reads.WithLabelValues(mode.String()).Inc()
+	m.readLatency.WithLabelValues(mode.String()).Observe(took.Seconds())
+}
+
+// storeHook turns the store's measurements into observations.
+func (m *metrics) storeHook() raftstore.MetricsHook {
+	return raftstore.MetricsHook{
+		ReadIndexRTT: func(d time.Duration) { m.readIndexRTT.Observe(d.Seconds()) },
+		WriteTx:      func(d time.Duration) { m.writeTx.Observe(d.Seconds()) },
+	}
 }
 
 // observeReadStart counts a KV read received, as a hedge if so marked.
@@ -164,7 +213,13 @@ func unaryInterceptor(m *metrics, logger *slog.Logger, inflight *atomic.Int64) g
 		method := methodLabel(info.FullMethod)
 		code := status.Code(err)
 		m.requests.WithLabelValues(method, code.String()).Inc()
-		m.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
+		took := time.Since(start).Seconds()
+		m.latency.WithLabelValues(method).Observe(took)
+		if name, ok := strings.CutPrefix(method, "KV."); ok {
+			if op, ok := kvOps[name]; ok {
+				m.kvLatency.WithLabelValues(op).Observe(took)
+			}
+		}
 		if err != nil {
 			logger.LogAttrs(ctx, slog.LevelDebug, "request failed",
 				slog.String("method", method), slog.String("code", code.String()), slog.Any("err", err))
@@ -202,5 +257,62 @@ func (m *metrics) registerStoreStats(stats func() raftstore.Stats) {
 			func(s raftstore.Stats) uint64 { return s.VotesRefused }),
 		counter("hedgekv_store_safe_points_refused_total", "Safe points refused because the leader's clock was ahead by more than the max clock offset.",
 			func(s raftstore.Stats) uint64 { return s.SafePointsRefused }),
+		counter("hedgekv_store_disk_failures_total", "Ready rounds whose disk write failed, each freezing the store until a write succeeded again.",
+			func(s raftstore.Stats) uint64 { return s.DiskFailures }),
 	)
+}
+
+// registerStoreGauges exports the store's state (raftstore.Gauges) and
+// whether the server is ready (health.go).
+func (m *metrics) registerStoreGauges(gauges func() raftstore.Gauges, ready func() bool) {
+	m.reg.MustRegister(&storeGaugeCollector{gauges: gauges}, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "hedgekv_server_ready",
+		Help: "1 while /readyz answers 200 (caught up after start, disk working, not shutting down), else 0.",
+	}, func() float64 {
+		if ready() {
+			return 1
+		}
+		return 0
+	}))
+}
+
+// storeGaugeCollector reads raftstore.Gauges once per scrape (it locks
+// every peer in turn) and reports each field.
+type storeGaugeCollector struct {
+	gauges func() raftstore.Gauges
+}
+
+var storeGaugeDescs = struct {
+	regions, leaders, hibernating, lagSum, lagMax, dbSize *prometheus.Desc
+}{
+	regions:     prometheus.NewDesc("hedgekv_store_regions", "Regions with an initialized replica on this store.", nil, nil),
+	leaders:     prometheus.NewDesc("hedgekv_store_leader_regions", "Regions this store leads.", nil, nil),
+	hibernating: prometheus.NewDesc("hedgekv_store_hibernating_regions", "Regions whose replica here hibernates (stopped ticking for lack of traffic).", nil, nil),
+	lagSum:      prometheus.NewDesc("hedgekv_store_apply_lag_entries", "Entries known committed but not yet applied, summed over this store's regions.", nil, nil),
+	lagMax:      prometheus.NewDesc("hedgekv_store_apply_lag_max_entries", "Entries known committed but not yet applied, in the region furthest behind.", nil, nil),
+	dbSize:      prometheus.NewDesc("hedgekv_store_db_file_size_bytes", "Size of the store's bbolt file.", nil, nil),
+}
+
+func (c *storeGaugeCollector) Describe(ch chan<- *prometheus.Desc) {
+	d := storeGaugeDescs
+	for _, desc := range []*prometheus.Desc{d.regions, d.leaders, d.hibernating, d.lagSum, d.lagMax, d.dbSize} {
+		ch <- desc
+	}
+}
+
+func (c *storeGaugeCollector) Collect(ch chan<- prometheus.Metric) {
+	g, d := c.gauges(), storeGaugeDescs
+	for _, v := range []struct {
+		desc *prometheus.Desc
+		val  float64
+	}{
+		{d.regions, float64(g.Regions)},
+		{d.leaders, float64(g.Leaders)},
+		{d.hibernating, float64(g.Hibernating)},
+		{d.lagSum, float64(g.ApplyLagSum)},
+		{d.lagMax, float64(g.ApplyLagMax)},
+		{d.dbSize, float64(g.DBFileBytes)},
+	} {
+		ch <- prometheus.MustNewConstMetric(v.desc, prometheus.GaugeValue, v.val)
+	}
 }

@@ -1,7 +1,8 @@
 // Package server serves a raftstore.Store over gRPC: the KV service clients
 // use, the Admin service operators use, and the Raft service through which
 // stores exchange raft messages; plus the status HTTP endpoint (/metrics,
-// /status). It validates every request before it reaches the store and maps
+// /status, /healthz, /readyz). Shutdown stops it gracefully: leaderships
+// handed to other stores first, then in-flight requests finished. It validates every request before it reaches the store and maps
 // the store's errors onto gRPC status codes, region errors carrying a
 // *pb.RegionError detail.
 package server
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/server/pb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -81,10 +83,18 @@ type Config struct {
 }
 
 // Shutdown bounds: in-flight requests get gracefulStopTimeout to finish
-// before their connections are cut.
+// before their connections are cut. Shutdown gives the leader transfers
+// leaderTransferTimeout in all, each attempt (one target) at most
+// transferAttemptTimeout. Together they stay under the 15 s that
+// scripts/cluster.sh waits before it sends SIGKILL.
 const (
-	gracefulStopTimeout = 5 * time.Second
-	httpShutdownTimeout = 2 * time.Second
+	gracefulStopTimeout    = 5 * time.Second
+	httpShutdownTimeout    = 2 * time.Second
+	leaderTransferTimeout  = 4 * time.Second
+	transferAttemptTimeout = 2 * time.Second
+	// transferParallelism bounds the transfers under way at once, so a
+	// store leading thousands of regions does not flood its peers.
+	transferParallelism = 16
 )
 
 // Server is one hedgekv store process's network face.
@@ -102,6 +112,7 @@ type Server struct {
 	metrics *metrics
 	load    *loadTracker
 	faults  *faultInjector
+	health  *health
 	// inflight counts unary requests being handled, so Stop can let them
 	// finish before it cuts raft traffic.
 	inflight atomic.Int64
@@ -167,9 +178,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: open store %d: %w", cfg.Store.StoreID, err)
 	}
 	s.store = store
+	s.health = &health{store: store}
 	s.metrics.registerStoreStats(store.Stats)
+	s.metrics.registerStoreGauges(store.Gauges, func() bool { ok, _ := s.health.ready(); return ok })
+	store.SetMetricsHook(s.metrics.storeHook())
 	s.trans.SetHandler(store)
-	s.raft = newRaftService(cfg.Store.StoreID, store, logger)
+	s.raft = newRaftService(cfg.Store.StoreID, drainingHandler{Handler: store, draining: &s.health.draining}, logger)
 	s.raft.waitStall = s.faults.waitStall
 	s.raft.onStream = s.peerConnected
 	s.admin = &adminService{srv: s}
@@ -240,6 +254,8 @@ func (s *Server) StartContext(ctx context.Context) error {
 	}
 	s.startZoneLearning()
 	s.store.Start()
+	s.health.started.Store(true)
+	s.background.Go(func() { s.health.watch(s.ctx, s.logger.Info) })
 	s.logger.Info("server started", "addr", s.lis.Addr().String(), "status_addr", s.statusAddrLocked(), "stores", s.book.len())
 	return nil
 }
@@ -284,8 +300,112 @@ func (s *Server) listenAndServe() error {
 	return nil
 }
 
+// Shutdown stops the server gracefully, for a rolling restart that fails
+// no request: /readyz turns 503 at once; every region this store leads is
+// handed to a voter on another store (up ones first), bounded by ctx and
+// leaderTransferTimeout, while requests are still served (they get
+// NotLeader and follow the new leader); then Stop refuses new requests,
+// lets those in flight finish (bounded by gracefulStopTimeout) and closes
+// the store. Without the transfers, every region this store led would be
+// leaderless for an election timeout after it stopped, and the writes and
+// leader reads sent there meanwhile would wait it out.
+func (s *Server) Shutdown(ctx context.Context) {
+	s.mu.Lock()
+	running := s.started && !s.stopped
+	s.mu.Unlock()
+	if running {
+		s.health.draining.Store(true)
+		s.transferLeadersAway(ctx)
+	}
+	s.Stop()
+}
+
+// transferLeadersAway hands every region this store leads to another
+// voter, trying the voters on stores the cluster view reports up first
+// and the others after, and logs what it could not hand over.
+func (s *Server) transferLeadersAway(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, leaderTransferTimeout)
+	defer cancel()
+	start := time.Now()
+	var led []raftstore.RegionStatus
+	for _, st := range s.store.Regions() {
+		if st.IsLeader {
+			led = append(led, st)
+		}
+	}
+	if len(led) == 0 {
+		return
+	}
+	vctx, vcancel := context.WithTimeout(ctx, storeStatusTimeout)
+	up := map[uint64]bool{}
+	for _, st := range s.view.Stores(vctx) {
+		up[st.ID] = st.Up
+	}
+	vcancel()
+	var (
+		sem    = make(chan struct{}, transferParallelism)
+		wg     sync.WaitGroup
+		failed atomic.Int64
+	)
+	for _, st := range led {
+		var targets []uint64
+		for _, p := range st.Region.Peers {
+			if p.StoreID != s.cfg.Store.StoreID && !p.IsLearner {
+				targets = append(targets, p.StoreID)
+			}
+		}
+		// Stable: up stores first, each group in peer order.
+		slices.SortStableFunc(targets, func(a, b uint64) int {
+			switch {
+			case up[a] == up[b]:
+				return 0
+			case up[a]:
+				return -1
+			}
+			return 1
+		})
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := s.transferLeader(ctx, st.Region.ID, targets); err != nil {
+				failed.Add(1)
+				s.logger.Warn("shutdown: leadership not handed over; the region elects a leader after this store stops", "region", st.Region.ID, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	s.logger.Info("shutdown: leaderships handed over", "regions", len(led), "failed", failed.Load(), "took", time.Since(start).Round(time.Millisecond))
+}
+
+// transferLeader tries the targets in turn until one takes the region's
+// leadership.
+func (s *Server) transferLeader(ctx context.Context, regionID uint64, targets []uint64) error {
+	if len(targets) == 0 {
+		return errors.New("no other voter")
+	}
+	var err error
+	for _, to := range targets {
+		actx, cancel := context.WithTimeout(ctx, transferAttemptTimeout)
+		err = s.store.TransferLeader(actx, regionID, to)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		var nl *region.NotLeaderError
+		if errors.As(err, &nl) {
+			// Leadership moved meanwhile (an election, the balancer): no
+			// longer ours to hand over.
+			return nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("transfer leader of region %d: %w", regionID, err)
+	}
+	return nil
+}
+
 // Stop stops serving and closes the store. It is safe to call more than
-// once, and without Start.
+// once, and without Start. Shutdown is the graceful way.
 func (s *Server) Stop() {
 	s.mu.Lock()
 	if s.stopped {

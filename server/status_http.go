@@ -9,9 +9,12 @@ import (
 )
 
 // statusHandler serves /metrics (this server's Prometheus registry),
-// /status (the Admin Status answer as JSON) and /debug/pprof.
+// /status (the Admin Status answer as JSON), /healthz and /readyz
+// (health.go) and /debug/pprof.
 func (s *Server) statusHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.health.serveHealthz)
+	mux.HandleFunc("GET /readyz", s.health.serveReadyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{Registry: s.metrics.reg}))
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		// Proto field names and zero values, so that "leader_store_id": 0

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -92,8 +93,12 @@ makes a CA and certificates). The --status HTTP port stays plain HTTP.`,
 			}
 			log.Info("serving", "store", cfg.Store.StoreID, "listen", cfg.ListenAddr, "status", cfg.StatusAddr, "zone", cfg.Store.Zone, "zone_addrs", cfg.ZoneAddrs)
 			<-cmd.Context().Done()
-			log.Info("stopping", "store", cfg.Store.StoreID)
-			srv.Stop()
+			// SIGINT or SIGTERM: a graceful stop (leaderships handed to
+			// other stores, in-flight requests finished), bounded by the
+			// server itself so that a rolling restart fails no request.
+			// The signal's context is done, so the shutdown gets its own.
+			log.Info("stopping: handing over leaderships, then draining requests", "store", cfg.Store.StoreID)
+			srv.Shutdown(context.Background())
 			return nil
 		}),
 	}
