@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -133,9 +134,69 @@ func (c *Client) loadStores(ctx context.Context) ([]*pb.Store, error) {
 	return stores, err
 }
 
+// StoreInfo is one store as the cluster view reports it.
+type StoreInfo struct {
+	ID      uint64
+	Address string // the store's own (direct) gRPC address
+	Zone    string
+	// Up is false for a store that did not answer the reporting store's
+	// last status poll (about a second old at most).
+	Up          bool
+	LeaderCount uint64
+	RegionCount uint64
+	// ZoneAddresses is the store's address per zone (zone -> HOST:PORT,
+	// server --advertise-zone-addrs); nil when it advertises none.
+	ZoneAddresses map[string]string
+}
+
+// RegionInfo is one region as the stores that host it report it, merged
+// (see Client.Regions).
+type RegionInfo struct {
+	Region region.Region
+	// LeaderStoreID and LeaderPeerID name the leader; 0 when no store
+	// reported one.
+	LeaderStoreID uint64
+	LeaderPeerID  uint64
+	// Term is the raft term the leader was reported under; CommitIndex and
+	// AppliedIndex are those of the replica whose metadata won the merge.
+	Term         uint64
+	CommitIndex  uint64
+	AppliedIndex uint64
+}
+
+// Voters returns the region's voting peers (learners left out).
+func (r RegionInfo) Voters() []region.Peer {
+	out := make([]region.Peer, 0, len(r.Region.Peers))
+	for _, p := range r.Region.Peers {
+		if !p.IsLearner {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func storeInfoFromPB(s *pb.Store) StoreInfo {
+	return StoreInfo{
+		ID: s.GetId(), Address: s.GetAddress(), Zone: s.GetZone(), Up: s.GetUp(),
+		LeaderCount: s.GetLeaderCount(), RegionCount: s.GetRegionCount(),
+		ZoneAddresses: maps.Clone(s.GetZoneAddresses()),
+	}
+}
+
+func regionInfoFromPB(info *pb.RegionInfo) RegionInfo {
+	return RegionInfo{
+		Region:        info.GetRegion().ToRegion(),
+		LeaderStoreID: info.GetLeaderStoreId(),
+		LeaderPeerID:  info.GetLeader().GetId(),
+		Term:          info.GetTerm(),
+		CommitIndex:   info.GetCommitIndex(),
+		AppliedIndex:  info.GetAppliedIndex(),
+	}
+}
+
 // Stores returns the cluster's stores, sorted by id, as the first store to
 // answer reports them.
-func (c *Client) Stores(ctx context.Context) ([]*pb.Store, error) {
+func (c *Client) Stores(ctx context.Context) ([]StoreInfo, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	stores, err := c.loadStores(ctx)
@@ -143,8 +204,12 @@ func (c *Client) Stores(ctx context.Context) ([]*pb.Store, error) {
 		return nil, err
 	}
 	c.cache.setStores(stores)
-	slices.SortFunc(stores, func(a, b *pb.Store) int { return cmp.Compare(a.GetId(), b.GetId()) })
-	return stores, nil
+	out := make([]StoreInfo, 0, len(stores))
+	for _, s := range stores {
+		out = append(out, storeInfoFromPB(s))
+	}
+	slices.SortFunc(out, func(a, b StoreInfo) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
 }
 
 // Regions returns every region in key order, merged from all stores that
@@ -152,7 +217,7 @@ func (c *Client) Stores(ctx context.Context) ([]*pb.Store, error) {
 // For each region the newest epoch wins, and the leader is the one reported
 // under the highest term, so one lagging or dead store does not distort the
 // picture.
-func (c *Client) Regions(ctx context.Context) ([]*pb.RegionInfo, error) {
+func (c *Client) Regions(ctx context.Context) ([]RegionInfo, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	merged, err := c.gatherRegions(ctx)
@@ -160,7 +225,11 @@ func (c *Client) Regions(ctx context.Context) ([]*pb.RegionInfo, error) {
 		return nil, err
 	}
 	c.cache.insertInfos(merged)
-	return merged, nil
+	out := make([]RegionInfo, 0, len(merged))
+	for _, info := range merged {
+		out = append(out, regionInfoFromPB(info))
+	}
+	return out, nil
 }
 
 // gatherRegions asks every known store for its regions, in parallel, and

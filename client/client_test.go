@@ -636,7 +636,7 @@ func TestAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stores: %v", err)
 	}
-	if len(stores) != 3 || stores[0].GetId() != 1 || stores[2].GetZone() != "dc-c" || !stores[1].GetUp() {
+	if len(stores) != 3 || stores[0].ID != 1 || stores[2].Zone != "dc-c" || !stores[1].Up {
 		t.Fatalf("stores: %v", stores)
 	}
 
@@ -646,10 +646,10 @@ func TestAdmin(t *testing.T) {
 	}
 	var ids []uint64
 	for _, r := range regions {
-		ids = append(ids, r.GetRegion().GetId())
+		ids = append(ids, r.Region.ID)
 	}
-	if fmt.Sprint(ids) != "[1 2 3]" || regions[1].GetLeaderStoreId() != 2 {
-		t.Fatalf("regions %v (leader of 2: %d), want 1 2 3 in key order, region 2 led by store 2", ids, regions[1].GetLeaderStoreId())
+	if fmt.Sprint(ids) != "[1 2 3]" || regions[1].LeaderStoreID != 2 {
+		t.Fatalf("regions %v (leader of 2: %d), want 1 2 3 in key order, region 2 led by store 2", ids, regions[1].LeaderStoreID)
 	}
 
 	// The cache now says store 2 leads region 2; move it behind the

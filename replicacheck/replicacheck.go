@@ -65,9 +65,9 @@ func Check(ctx context.Context, cli *client.Client, poll time.Duration) (Report,
 		up := map[uint64]bool{}
 		rep.SkippedStores = rep.SkippedStores[:0]
 		for _, s := range stores {
-			up[s.GetId()] = s.GetUp()
-			if !s.GetUp() {
-				rep.SkippedStores = append(rep.SkippedStores, s.GetId())
+			up[s.ID] = s.Up
+			if !s.Up {
+				rep.SkippedStores = append(rep.SkippedStores, s.ID)
 			}
 		}
 		infos, err := cli.Regions(ctx)
@@ -76,7 +76,7 @@ func Check(ctx context.Context, cli *client.Client, poll time.Duration) (Report,
 		}
 		clear(rep.Pending)
 		for _, info := range infos {
-			r := info.GetRegion().ToRegion()
+			r := info.Region
 			if verified[r.ID] {
 				continue
 			}

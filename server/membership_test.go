@@ -191,9 +191,9 @@ func TestWithStoreSplit(t *testing.T) {
 		if err != nil || len(infos) != 2 {
 			return false
 		}
-		l, r := infos[0].GetRegion(), infos[1].GetRegion()
-		return l.GetId() == left.ID && string(l.GetEndKey()) == "m" && r.GetId() == right.ID && string(r.GetStartKey()) == "m" &&
-			infos[0].GetLeaderStoreId() != 0 && infos[1].GetLeaderStoreId() != 0
+		l, r := infos[0].Region, infos[1].Region
+		return l.ID == left.ID && string(l.EndKey) == "m" && r.ID == right.ID && string(r.StartKey) == "m" &&
+			infos[0].LeaderStoreID != 0 && infos[1].LeaderStoreID != 0
 	})
 
 	// Each half serves its keys, old and new.

@@ -303,8 +303,8 @@ func TestWithStoreTLSThreeStores(t *testing.T) {
 		t.Fatalf("stores: %v", err)
 	}
 	for _, st := range stores {
-		if !st.GetUp() {
-			t.Errorf("store %d not up in the cluster view (peers' Status over TLS): %v", st.GetId(), st)
+		if !st.Up {
+			t.Errorf("store %d not up in the cluster view (peers' Status over TLS): %v", st.ID, st)
 		}
 	}
 }

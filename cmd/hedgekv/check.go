@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/replicacheck"
 )
 
@@ -25,23 +27,20 @@ index together: the check then gives up at --timeout and says which
 regions it could not compare (exit 1). Run it on a quiet cluster.`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			cli, ctx, done, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			rep, err := replicacheck.Check(ctx, cli, 20*time.Millisecond)
-			for _, ag := range rep.Agreed {
-				fmt.Fprintf(a.stdout, "region %d: stores %v agree at applied index %d (%d keys)\n", ag.RegionID, ag.Stores, ag.AppliedIndex, ag.Keys)
-			}
-			if len(rep.SkippedStores) > 0 {
-				fmt.Fprintf(a.stdout, "skipped stores %v: down\n", rep.SkippedStores)
-			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "OK: the replicas of all %d regions agree\n", len(rep.Agreed))
-			return nil
+			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				rep, err := replicacheck.Check(ctx, cli, 20*time.Millisecond)
+				for _, ag := range rep.Agreed {
+					fmt.Fprintf(a.stdout, "region %d: stores %v agree at applied index %d (%d keys)\n", ag.RegionID, ag.Stores, ag.AppliedIndex, ag.Keys)
+				}
+				if len(rep.SkippedStores) > 0 {
+					fmt.Fprintf(a.stdout, "skipped stores %v: down\n", rep.SkippedStores)
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "OK: the replicas of all %d regions agree\n", len(rep.Agreed))
+				return nil
+			})
 		}),
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -17,7 +18,6 @@ import (
 
 	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/server/pb"
 )
 
 func newCtlCmd(a *app) *cobra.Command {
@@ -27,7 +27,7 @@ func newCtlCmd(a *app) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
-	ctl.AddCommand(newCtlStoresCmd(a), newCtlRegionsCmd(a), newCtlTransferLeaderCmd(a),
+	ctl.AddCommand(newCtlStoresCmd(a), newCtlRegionsCmd(a), newCtlRegionCmd(a), newCtlStatusCmd(a), newCtlTransferLeaderCmd(a),
 		newCtlSplitCmd(a), newCtlAddPeerCmd(a), newCtlRemovePeerCmd(a), newCtlFaultCmd(a), newCtlCheckCmd(a))
 	return ctl
 }
@@ -36,52 +36,213 @@ func newCtlStoresCmd(a *app) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "stores",
-		Short: "List the stores",
+		Short: "List the stores: address, zone, up or down, leader and region counts",
 		Args:  exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			cli, ctx, done, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			stores, err := cli.Stores(ctx)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeStoresJSON(a.stdout, stores)
-			}
-			return writeStoresTable(a.stdout, stores)
+			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				stores, err := cli.Stores(ctx)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeStoresJSON(a.stdout, stores)
+				}
+				return writeStoresTable(a.stdout, stores)
+			})
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
 	return cmd
 }
 
+// regionsFlags are the flags ctl regions and ctl region share.
+type regionsFlags struct {
+	asJSON bool
+	size   bool
+}
+
+func (f *regionsFlags) register(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print JSON (keys in the escaped form of docs/design.md)")
+	cmd.Flags().BoolVar(&f.size, "size", false, "add SIZE and KEYS columns, counted by each region's leader (reads the whole region: slow on big ones)")
+}
+
+// print writes regions as --json or as the table; the table marks the
+// replicas on stores that are down, so it needs the stores too.
+func (f *regionsFlags) print(ctx context.Context, a *app, cli *client.Client, regions []client.RegionInfo, one bool) error {
+	if f.asJSON {
+		if one {
+			return writeJSON(a.stdout, regionsJSON(regions)[0])
+		}
+		return writeRegionsJSON(a.stdout, regions)
+	}
+	stores, err := cli.Stores(ctx)
+	if err != nil {
+		return fmt.Errorf("list stores (to mark down replicas): %w", err)
+	}
+	var sizes map[uint64]regionSize
+	if f.size {
+		sizes = regionSizes(ctx, cli, regions)
+	}
+	return writeRegionsTable(a.stdout, regions, stores, sizes)
+}
+
 func newCtlRegionsCmd(a *app) *cobra.Command {
-	var asJSON bool
+	var f regionsFlags
 	cmd := &cobra.Command{
 		Use:   "regions",
-		Short: "List the regions in key order, with their leaders",
-		Args:  exactArgs(),
+		Short: "List the regions in key order: range, epoch, leader, replicas",
+		Long: `List the regions in key order: key range, epoch, leader, replicas (learners
+and replicas on down stores marked), the leader's raft term and applied
+index; --size adds each region's size and key count. Keys are shown in the
+escaped form of docs/design.md (the key itself when it is printable UTF-8
+without a backslash, else \\ and \xHH escapes), in the table and in
+--json alike.`,
+		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			cli, ctx, done, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			regions, err := cli.Regions(ctx)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeRegionsJSON(a.stdout, regions)
-			}
-			return writeRegionsTable(a.stdout, regions)
+			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				regions, err := cli.Regions(ctx)
+				if err != nil {
+					return err
+				}
+				return f.print(ctx, a, cli, regions, false)
+			})
 		}),
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	f.register(cmd)
 	return cmd
+}
+
+func newCtlRegionCmd(a *app) *cobra.Command {
+	var f regionsFlags
+	cmd := &cobra.Command{
+		Use:   "region KEY",
+		Short: "Show the region holding KEY",
+		Long:  "Show the region holding KEY as ctl regions shows regions (--json: one object of the ctl regions --json array).",
+		Args:  exactArgs("KEY"),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			key := []byte(args[0])
+			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				regions, err := cli.Regions(ctx)
+				if err != nil {
+					return err
+				}
+				i := slices.IndexFunc(regions, func(r client.RegionInfo) bool { return r.Region.Contains(key) })
+				if i < 0 {
+					// The stores that answered host no region holding it:
+					// the one that does is on stores that did not answer.
+					return fmt.Errorf("no store that answered hosts the region holding key %s", region.FormatKey(key))
+				}
+				return f.print(ctx, a, cli, regions[i:i+1], true)
+			})
+		}),
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func newCtlStatusCmd(a *app) *cobra.Command {
+	var replicas int
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Say whether every region has a leader and a full replica set on up stores (exit 1 if not)",
+		Long: `Say whether the cluster is healthy: every store up, and every region with
+a leader on an up store and --replicas voters, all on up stores. Each
+problem is one line on stdout; a cluster that is not healthy exits 1.`,
+		Args: exactArgs(),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if replicas < 1 {
+				return usagef("--replicas must be at least 1, got %d", replicas)
+			}
+			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				stores, err := cli.Stores(ctx)
+				if err != nil {
+					return err
+				}
+				regions, err := cli.Regions(ctx)
+				if err != nil {
+					return err
+				}
+				rep := clusterHealth(stores, regions, replicas)
+				for _, p := range rep.problems {
+					fmt.Fprintln(a.stdout, p)
+				}
+				if len(rep.problems) == 0 {
+					fmt.Fprintf(a.stdout, "OK: %d stores up; %d regions, each with a leader and %d voters on up stores\n", len(stores), len(regions), replicas)
+					return nil
+				}
+				return fmt.Errorf("not healthy: %d of %d stores down, %d of %d regions without a leader or a full replica set",
+					rep.downStores, len(stores), rep.badRegions, len(regions))
+			})
+		}),
+	}
+	cmd.Flags().IntVar(&replicas, "replicas", 3, "voters each region should have")
+	return cmd
+}
+
+// healthReport is what ctl status found.
+type healthReport struct {
+	problems   []string
+	downStores int
+	badRegions int
+}
+
+// clusterHealth checks the stores and regions against ctl status's
+// definition of healthy; each problem is one line naming the store or
+// region.
+func clusterHealth(stores []client.StoreInfo, regions []client.RegionInfo, replicas int) healthReport {
+	var rep healthReport
+	up := make(map[uint64]bool, len(stores))
+	for _, s := range stores {
+		up[s.ID] = s.Up
+		if !s.Up {
+			rep.downStores++
+			rep.problems = append(rep.problems, fmt.Sprintf("store %d (%s, zone %s): down", s.ID, s.Address, orDash(s.Zone)))
+		}
+	}
+	for _, info := range regions {
+		r := info.Region
+		var why []string
+		switch {
+		case info.LeaderStoreID == 0:
+			why = append(why, "no leader")
+		case !up[info.LeaderStoreID]:
+			// The merge keeps the last leader anyone reported; a leader on a
+			// store that is down leads nothing.
+			why = append(why, fmt.Sprintf("no leader (the last one known, on store %d, is down)", info.LeaderStoreID))
+		}
+		voters := info.Voters()
+		if len(voters) != replicas {
+			why = append(why, fmt.Sprintf("%d voters, want %d", len(voters), replicas))
+		}
+		for _, p := range voters {
+			if !up[p.StoreID] {
+				why = append(why, fmt.Sprintf("voter %d on store %d, which is down", p.ID, p.StoreID))
+			}
+		}
+		for _, p := range r.Peers {
+			if p.IsLearner {
+				why = append(why, fmt.Sprintf("learner %d on store %d still catching up", p.ID, p.StoreID))
+			}
+		}
+		if len(why) == 0 || (len(voters) == replicas && onlyLearners(why)) {
+			// A learner beside a full, healthy voter set is a move under
+			// way, not a missing replica.
+			continue
+		}
+		rep.badRegions++
+		rep.problems = append(rep.problems, fmt.Sprintf("region %d [%s, %s): %s", r.ID,
+			keyBound(r.StartKey, "-inf"), keyBound(r.EndKey, "+inf"), strings.Join(why, "; ")))
+	}
+	return rep
+}
+
+func onlyLearners(why []string) bool {
+	for _, w := range why {
+		if !strings.HasPrefix(w, "learner ") {
+			return false
+		}
+	}
+	return true
 }
 
 func newCtlTransferLeaderCmd(a *app) *cobra.Command {
@@ -98,16 +259,13 @@ func newCtlTransferLeaderCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cli, ctx, done, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			if err := cli.TransferLeader(ctx, regionID, storeID); err != nil {
-				return err
-			}
-			fmt.Fprintln(a.stdout, "OK")
-			return nil
+			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				if err := cli.TransferLeader(ctx, regionID, storeID); err != nil {
+					return err
+				}
+				fmt.Fprintln(a.stdout, "OK")
+				return nil
+			})
 		}),
 	}
 }
@@ -122,18 +280,15 @@ func newCtlSplitCmd(a *app) *cobra.Command {
 			if key == "" {
 				return usagef("KEY must not be empty")
 			}
-			cli, ctx, done, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			left, right, err := cli.Split(ctx, []byte(key))
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(a.stdout, "left:  %s\n", describeRegion(left))
-			fmt.Fprintf(a.stdout, "right: %s\n", describeRegion(right))
-			return nil
+			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				left, right, err := cli.Split(ctx, []byte(key))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(a.stdout, "left:  %s\n", describeRegion(left))
+				fmt.Fprintf(a.stdout, "right: %s\n", describeRegion(right))
+				return nil
+			})
 		}),
 	}
 }
@@ -151,20 +306,49 @@ func describeRegion(r region.Region) string {
 
 func newCtlAddPeerCmd(a *app) *cobra.Command {
 	return newCtlMembershipCmd(a, "add-peer", "Add a replica of region REGION_ID on store STORE_ID (learner, caught up, then voter)",
-		func(ctx context.Context, cli *client.Client, regionID, storeID uint64) error {
-			return cli.AddPeer(ctx, regionID, storeID)
+		func(ctx context.Context, cli *client.Client, r region.Region, storeID uint64) (string, error) {
+			if p, ok := r.PeerOnStore(storeID); ok && !p.IsLearner {
+				// The balancer (or an earlier add) got there first; say so
+				// rather than print an OK that claims a change.
+				return fmt.Sprintf("already there: region %d has a voter (peer %d) on store %d; nothing changed", r.ID, p.ID, storeID), nil
+			}
+			if err := cli.AddPeer(ctx, r.ID, storeID); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("OK: region %d has a voter on store %d", r.ID, storeID), nil
 		})
 }
 
 func newCtlRemovePeerCmd(a *app) *cobra.Command {
 	return newCtlMembershipCmd(a, "remove-peer", "Remove the replica of region REGION_ID on store STORE_ID",
-		func(ctx context.Context, cli *client.Client, regionID, storeID uint64) error {
-			return cli.RemovePeer(ctx, regionID, storeID)
+		func(ctx context.Context, cli *client.Client, r region.Region, storeID uint64) (string, error) {
+			if _, ok := r.PeerOnStore(storeID); !ok {
+				return "", fmt.Errorf("region %d has no replica on store %d (its replicas: %s)", r.ID, storeID, storesOf(r))
+			}
+			if err := cli.RemovePeer(ctx, r.ID, storeID); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("OK: region %d has no replica on store %d any more", r.ID, storeID), nil
 		})
 }
 
-// newCtlMembershipCmd builds `ctl NAME REGION_ID STORE_ID`, which prints OK.
-func newCtlMembershipCmd(a *app, name, short string, do func(ctx context.Context, cli *client.Client, regionID, storeID uint64) error) *cobra.Command {
+// storesOf lists the stores a region's replicas are on: "stores 1, 2, 3".
+func storesOf(r region.Region) string {
+	ids := make([]string, 0, len(r.Peers))
+	for _, p := range r.Peers {
+		ids = append(ids, strconv.FormatUint(p.StoreID, 10))
+	}
+	if len(ids) == 0 {
+		return "none"
+	}
+	return "stores " + strings.Join(ids, ", ")
+}
+
+// newCtlMembershipCmd builds `ctl NAME REGION_ID STORE_ID`. It first looks
+// the store and the region up, so that a store that does not exist, or a
+// change with nothing to do, is said rather than answered with a bare OK,
+// then runs do, which returns the line to print.
+func newCtlMembershipCmd(a *app, name, short string, do func(ctx context.Context, cli *client.Client, r region.Region, storeID uint64) (string, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:   name + " REGION_ID STORE_ID",
 		Short: short,
@@ -178,16 +362,29 @@ func newCtlMembershipCmd(a *app, name, short string, do func(ctx context.Context
 			if err != nil {
 				return err
 			}
-			cli, ctx, done, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			if err := do(ctx, cli, regionID, storeID); err != nil {
-				return err
-			}
-			fmt.Fprintln(a.stdout, "OK")
-			return nil
+			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				stores, err := cli.Stores(ctx)
+				if err != nil {
+					return err
+				}
+				if !slices.ContainsFunc(stores, func(s client.StoreInfo) bool { return s.ID == storeID }) {
+					return fmt.Errorf("%s: store %d does not exist (ctl stores lists them)", name, storeID)
+				}
+				regions, err := cli.Regions(ctx)
+				if err != nil {
+					return err
+				}
+				i := slices.IndexFunc(regions, func(r client.RegionInfo) bool { return r.Region.ID == regionID })
+				if i < 0 {
+					return fmt.Errorf("%s: region %d does not exist on any store that answered (ctl regions lists them)", name, regionID)
+				}
+				line, err := do(ctx, cli, regions[i].Region, storeID)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(a.stdout, line)
+				return nil
+			})
 		}),
 	}
 }
@@ -213,16 +410,13 @@ store's process only: a restart clears them.`,
 			if err != nil {
 				return err
 			}
-			cli, ctx, done, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			if err := cli.Fault(ctx, storeID, f); err != nil {
-				return err
-			}
-			fmt.Fprintln(a.stdout, "OK")
-			return nil
+			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				if err := cli.Fault(ctx, storeID, f); err != nil {
+					return err
+				}
+				fmt.Fprintln(a.stdout, "OK")
+				return nil
+			})
 		}),
 	}
 }
@@ -334,47 +528,50 @@ func writeJSON(w io.Writer, v any) error {
 	return nil
 }
 
-func writeStoresJSON(w io.Writer, stores []*pb.Store) error {
+func writeStoresJSON(w io.Writer, stores []client.StoreInfo) error {
 	out := make([]storeJSON, 0, len(stores))
 	for _, s := range stores {
 		out = append(out, storeJSON{
-			ID: s.GetId(), Address: s.GetAddress(), Zone: s.GetZone(), Up: s.GetUp(),
-			LeaderCount: s.GetLeaderCount(), RegionCount: s.GetRegionCount(),
-			ZoneAddresses: s.GetZoneAddresses(),
+			ID: s.ID, Address: s.Address, Zone: s.Zone, Up: s.Up,
+			LeaderCount: s.LeaderCount, RegionCount: s.RegionCount,
+			ZoneAddresses: s.ZoneAddresses,
 		})
 	}
 	return writeJSON(w, out)
 }
 
-func regionsJSON(regions []*pb.RegionInfo) []regionJSON {
+// regionsJSON is the contract's shape; keys are region.FormatKey's escaped
+// form, so that a key that is not UTF-8 survives JSON (encoding/json would
+// turn its bytes into U+FFFD, making different keys print the same).
+func regionsJSON(regions []client.RegionInfo) []regionJSON {
 	out := make([]regionJSON, 0, len(regions))
 	for _, info := range regions {
-		r := info.GetRegion()
+		r := info.Region
 		rj := regionJSON{
-			ID:            r.GetId(),
-			StartKey:      string(r.GetStartKey()),
-			EndKey:        string(r.GetEndKey()),
-			Epoch:         epochJSON{ConfVer: r.GetEpoch().GetConfVer(), Version: r.GetEpoch().GetVersion()},
-			Peers:         make([]peerJSON, 0, len(r.GetPeers())),
-			LeaderStoreID: info.GetLeaderStoreId(),
+			ID:            r.ID,
+			StartKey:      region.FormatKey(r.StartKey),
+			EndKey:        region.FormatKey(r.EndKey),
+			Epoch:         epochJSON{ConfVer: r.Epoch.ConfVer, Version: r.Epoch.Version},
+			Peers:         make([]peerJSON, 0, len(r.Peers)),
+			LeaderStoreID: info.LeaderStoreID,
 		}
-		for _, p := range r.GetPeers() {
-			rj.Peers = append(rj.Peers, peerJSON{ID: p.GetId(), StoreID: p.GetStoreId(), IsLearner: p.GetIsLearner()})
+		for _, p := range r.Peers {
+			rj.Peers = append(rj.Peers, peerJSON{ID: p.ID, StoreID: p.StoreID, IsLearner: p.IsLearner})
 		}
 		out = append(out, rj)
 	}
 	return out
 }
 
-func writeRegionsJSON(w io.Writer, regions []*pb.RegionInfo) error {
+func writeRegionsJSON(w io.Writer, regions []client.RegionInfo) error {
 	return writeJSON(w, regionsJSON(regions))
 }
 
 // writeStoresTable prints the stores; a ZONE ADDRESSES column (each
 // store's ZONE=ADDRESS list, see --advertise-zone-addrs) is added when any
 // store advertises zone addresses.
-func writeStoresTable(w io.Writer, stores []*pb.Store) error {
-	zoned := slices.ContainsFunc(stores, func(s *pb.Store) bool { return len(s.GetZoneAddresses()) > 0 })
+func writeStoresTable(w io.Writer, stores []client.StoreInfo) error {
+	zoned := slices.ContainsFunc(stores, func(s client.StoreInfo) bool { return len(s.ZoneAddresses) > 0 })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if zoned {
 		fmt.Fprintln(tw, "ID\tADDRESS\tZONE\tUP\tLEADERS\tREGIONS\tZONE ADDRESSES")
@@ -383,12 +580,12 @@ func writeStoresTable(w io.Writer, stores []*pb.Store) error {
 	}
 	for _, s := range stores {
 		up := "down"
-		if s.GetUp() {
+		if s.Up {
 			up = "up"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d", s.GetId(), s.GetAddress(), orDash(s.GetZone()), up, s.GetLeaderCount(), s.GetRegionCount())
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d", s.ID, s.Address, orDash(s.Zone), up, s.LeaderCount, s.RegionCount)
 		if zoned {
-			fmt.Fprintf(tw, "\t%s", orDash(zoneAddrsString(s.GetZoneAddresses())))
+			fmt.Fprintf(tw, "\t%s", orDash(zoneAddrsString(s.ZoneAddresses)))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -405,32 +602,109 @@ func zoneAddrsString(za map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
-func writeRegionsTable(w io.Writer, regions []*pb.RegionInfo) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTART\tEND\tEPOCH\tPEERS (id@store)\tLEADER")
+// regionSize is a region's size as its leader counted it (RegionDigest);
+// err is set when it could not be had.
+type regionSize struct {
+	bytes, keys uint64
+	err         error
+}
+
+// regionSizes asks each region's leader (or, without one, its first
+// replica) for its key count and size, in parallel. The stores do not
+// report sizes with their regions, and counting reads the whole region,
+// hence ctl regions --size is opt-in.
+func regionSizes(ctx context.Context, cli *client.Client, regions []client.RegionInfo) map[uint64]regionSize {
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		out = make(map[uint64]regionSize, len(regions))
+	)
 	for _, info := range regions {
-		r := info.GetRegion()
-		start, end := keyBound(r.GetStartKey(), "-inf"), keyBound(r.GetEndKey(), "+inf")
-		peers := make([]string, 0, len(r.GetPeers()))
-		for _, p := range r.GetPeers() {
-			peers = append(peers, peerString(p.GetId(), p.GetStoreId(), p.GetIsLearner()))
+		store := info.LeaderStoreID
+		if store == 0 && len(info.Region.Peers) > 0 {
+			store = info.Region.Peers[0].StoreID
+		}
+		wg.Go(func() {
+			var rs regionSize
+			d, err := cli.RegionDigest(ctx, store, info.Region.ID)
+			if err != nil {
+				rs.err = err
+			} else {
+				rs.bytes, rs.keys = d.GetBytes(), d.GetKeys()
+			}
+			mu.Lock()
+			out[info.Region.ID] = rs
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// writeRegionsTable prints the regions, one a line: key range, epoch,
+// leader, replicas (learners and those on down stores marked), the
+// leader's term and applied index, and with sizes (ctl regions --size)
+// SIZE and KEYS ("?" where the leader did not answer).
+func writeRegionsTable(w io.Writer, regions []client.RegionInfo, stores []client.StoreInfo, sizes map[uint64]regionSize) error {
+	down := map[uint64]bool{}
+	for _, s := range stores {
+		down[s.ID] = !s.Up
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	header := "ID\tSTART\tEND\tEPOCH\tLEADER\tREPLICAS (peer@store)\tTERM\tAPPLIED"
+	if sizes != nil {
+		header += "\tSIZE\tKEYS"
+	}
+	fmt.Fprintln(tw, header)
+	for _, info := range regions {
+		r := info.Region
+		peers := make([]string, 0, len(r.Peers))
+		for _, p := range r.Peers {
+			ps := peerString(p.ID, p.StoreID, p.IsLearner)
+			if down[p.StoreID] {
+				ps += "(down)"
+			}
+			peers = append(peers, ps)
 		}
 		leader := "-"
-		if id := info.GetLeaderStoreId(); id != 0 {
+		if id := info.LeaderStoreID; id != 0 {
 			leader = "store " + strconv.FormatUint(id, 10)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\n", r.GetId(), start, end,
-			r.GetEpoch().GetConfVer(), r.GetEpoch().GetVersion(), strings.Join(peers, ","), leader)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\t%d\t%d", r.ID, keyBound(r.StartKey, "-inf"), keyBound(r.EndKey, "+inf"),
+			r.Epoch.ConfVer, r.Epoch.Version, leader, orDash(strings.Join(peers, ",")), info.Term, info.AppliedIndex)
+		if sizes != nil {
+			if sz, ok := sizes[r.ID]; ok && sz.err == nil {
+				fmt.Fprintf(tw, "\t%s\t%d", humanBytes(sz.bytes), sz.keys)
+			} else {
+				fmt.Fprint(tw, "\t?\t?")
+			}
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
 
-// keyBound quotes a region boundary; the empty key is the open end.
+// humanBytes renders a size as 512B, 3.2KiB, 64.0MiB.
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// keyBound shows a region boundary in region.FormatKey's escaped form;
+// the empty key is the open end.
 func keyBound(key []byte, open string) string {
 	if len(key) == 0 {
 		return open
 	}
-	return strconv.Quote(string(key))
+	return region.FormatKey(key)
 }
 
 // peerString is `id@store`, with a "(learner)" mark for learners.

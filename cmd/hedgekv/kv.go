@@ -2,13 +2,20 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/server"
 )
 
 // readFlags are the read-policy flags get and scan share.
@@ -54,86 +61,242 @@ func (f *readFlags) policy() (client.ReadPolicy, error) {
 	return client.ReadPolicy{Replica: replica, MaxStaleness: f.maxStaleness, Hedge: h, HedgeBudget: budget, BusyThreshold: f.busy}, nil
 }
 
+// valueFromStdin is the VALUE argument of put that reads the value from
+// standard input.
+const valueFromStdin = "-"
+
 func newPutCmd(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "put KEY VALUE",
+	var valueFile string
+	cmd := &cobra.Command{
+		Use:   "put KEY (VALUE | - | --value-file FILE)",
 		Short: "Write KEY=VALUE",
-		Args:  exactArgs("KEY", "VALUE"),
+		Long: `Write KEY=VALUE. VALUE "-" reads the value from standard input and
+--value-file FILE from FILE, byte for byte (a trailing newline is part of
+the value), for values a command line cannot carry: binary ones, or over
+the ~128 KiB a single argument may hold. Values are limited to 8 MiB.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case valueFile != "" && len(args) != 1:
+				return usagef("put with --value-file takes KEY only, got %d argument(s)", len(args))
+			case valueFile == "" && len(args) != 2:
+				return usagef("put takes 2 argument(s) (KEY VALUE, VALUE - for standard input, or KEY --value-file FILE), got %d", len(args))
+			}
+			return nil
+		},
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			cli, ctx, done, err := a.connect(cmd.Context())
+			value, err := a.putValue(args, valueFile)
 			if err != nil {
 				return err
 			}
-			defer done()
-			if err := cli.Put(ctx, []byte(args[0]), []byte(args[1])); err != nil {
-				return err
-			}
-			fmt.Fprintln(a.stdout, "OK")
-			return nil
+			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				if err := cli.Put(ctx, []byte(args[0]), value); err != nil {
+					return err
+				}
+				fmt.Fprintln(a.stdout, "OK")
+				return nil
+			})
 		}),
 	}
+	cmd.Flags().StringVar(&valueFile, "value-file", "", "read the value from `FILE` instead of the command line")
+	return cmd
+}
+
+// putValue is put's value: the argument, standard input ("-") or
+// --value-file. Reading stops one byte past the store's limit, so that an
+// oversized value is refused here, saying so, without reading all of it.
+func (a *app) putValue(args []string, valueFile string) ([]byte, error) {
+	var (
+		r    io.Reader
+		from string
+	)
+	switch {
+	case valueFile != "":
+		f, err := os.Open(valueFile)
+		if err != nil {
+			return nil, fmt.Errorf("--value-file: %w", err)
+		}
+		defer f.Close()
+		r, from = f, valueFile
+	case args[1] == valueFromStdin:
+		r, from = a.stdin, "standard input"
+	default:
+		return []byte(args[1]), nil
+	}
+	v, err := io.ReadAll(io.LimitReader(r, server.MaxValueSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read the value from %s: %w", from, err)
+	}
+	if len(v) > server.MaxValueSize {
+		return nil, fmt.Errorf("the value from %s is over the %d MiB limit", from, server.MaxValueSize>>20)
+	}
+	return v, nil
 }
 
 func newDeleteCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var prefix bool
+	cmd := &cobra.Command{
 		Use:   "delete KEY",
-		Short: "Delete KEY (deleting a missing key succeeds)",
-		Args:  exactArgs("KEY"),
+		Short: "Delete KEY (deleting a missing key succeeds); --prefix deletes every key starting with KEY",
+		Long: `Delete KEY; deleting a missing key succeeds. With --prefix, KEY is a prefix
+and every key that starts with it is deleted, one at a time (not
+atomically: a failure part way leaves the rest), and the count is printed.`,
+		Args: exactArgs("KEY"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			cli, ctx, done, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
+			key := []byte(args[0])
+			if prefix && len(key) == 0 {
+				return usagef("delete --prefix needs a non-empty prefix (an empty one would delete every key)")
 			}
-			defer done()
-			if err := cli.Delete(ctx, []byte(args[0])); err != nil {
-				return err
-			}
-			fmt.Fprintln(a.stdout, "OK")
-			return nil
+			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				if !prefix {
+					if err := cli.Delete(ctx, key); err != nil {
+						return err
+					}
+					fmt.Fprintln(a.stdout, "OK")
+					return nil
+				}
+				n, err := deletePrefix(ctx, cli, key)
+				if err != nil {
+					return fmt.Errorf("delete --prefix: %d keys deleted before: %w", n, err)
+				}
+				fmt.Fprintf(a.stdout, "OK: deleted %d keys\n", n)
+				return nil
+			})
 		}),
 	}
+	cmd.Flags().BoolVar(&prefix, "prefix", false, "delete every key starting with KEY")
+	return cmd
+}
+
+// deletePage is how many keys delete --prefix lists at a time.
+const deletePage = 1000
+
+// deletePrefix deletes every key starting with prefix, page by page, and
+// returns how many it deleted. Each page is listed by a leader scan, so
+// keys written after it started may survive.
+func deletePrefix(ctx context.Context, cli *client.Client, prefix []byte) (int, error) {
+	end := prefixEnd(prefix)
+	n := 0
+	for {
+		kvs, err := cli.Scan(ctx, prefix, end, deletePage)
+		if err != nil {
+			return n, err
+		}
+		for _, kv := range kvs {
+			if err := cli.Delete(ctx, kv.Key); err != nil {
+				return n, err
+			}
+			n++
+		}
+		if len(kvs) < deletePage {
+			return n, nil
+		}
+	}
+}
+
+// prefixEnd is the first key after every key starting with prefix: the
+// prefix with its last byte below 0xff incremented and what follows cut.
+// nil (the end of the key space) when there is none.
+func prefixEnd(prefix []byte) []byte {
+	end := bytes.Clone(prefix)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// outputFlag is -w/--write-out of get and scan.
+type outputFlag struct{ format string }
+
+func (o *outputFlag) register(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&o.format, "write-out", "w", "text", "output format: text, or json (keys and values in the escaped form of docs/design.md, lossless whatever bytes they hold)")
+}
+
+func (o *outputFlag) json() (bool, error) {
+	switch o.format {
+	case "text":
+		return false, nil
+	case "json":
+		return true, nil
+	}
+	return false, usagef("--write-out must be text or json, got %q", o.format)
+}
+
+// kvJSON is a pair in get/scan -w json. Key and value are in
+// region.FormatKey's escaped form: the bytes themselves when they are
+// printable UTF-8 without a backslash, else \\ and \xHH escapes. Value is
+// left out by scan --keys-only.
+type kvJSON struct {
+	Key   string  `json:"key"`
+	Value *string `json:"value,omitempty"`
+}
+
+func newKVJSON(key, value []byte, keysOnly bool) kvJSON {
+	out := kvJSON{Key: region.FormatKey(key)}
+	if !keysOnly {
+		v := region.FormatKey(value)
+		out.Value = &v
+	}
+	return out
 }
 
 func newGetCmd(a *app) *cobra.Command {
 	var (
 		rf      readFlags
+		out     outputFlag
 		verbose bool
 	)
 	cmd := &cobra.Command{
 		Use:   "get KEY",
 		Short: "Print the value of KEY",
 		Long: "Print the value of KEY and a newline. A missing key prints \"key not found\" on stderr and exits 1.\n" +
-			"-v tells on stderr which store served the read, how (lease, read-index, stale) and whether a hedge won.",
+			"-v tells on stderr which store served the read, how (lease, read-index, stale) and whether a hedge won.\n" +
+			"-w json prints {\"key\": K, \"value\": V} instead, in the escaped form of docs/design.md (lossless for any bytes).",
 		Args: exactArgs("KEY"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			policy, err := rf.policy()
 			if err != nil {
 				return err
 			}
-			cli, ctx, done, err := a.connect(cmd.Context())
+			asJSON, err := out.json()
 			if err != nil {
 				return err
 			}
-			defer done()
-			v, info, err := cli.Session(policy).GetWithInfo(ctx, []byte(args[0]))
-			if err != nil && !errors.Is(err, client.ErrNotFound) {
+			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				v, info, err := cli.Session(policy).GetWithInfo(ctx, []byte(args[0]))
+				if err != nil && !errors.Is(err, client.ErrNotFound) {
+					return err
+				}
+				if verbose {
+					fmt.Fprintln(a.stderr, servedBy(info))
+					fmt.Fprintln(a.stderr, hedgeLine(info))
+				}
+				if errors.Is(err, client.ErrNotFound) {
+					fmt.Fprintln(a.stderr, client.ErrNotFound.Error())
+					return silentError{exitFailure}
+				}
+				if asJSON {
+					return writeJSONLine(a.stdout, newKVJSON([]byte(args[0]), v, false))
+				}
+				_, err = fmt.Fprintf(a.stdout, "%s\n", v)
 				return err
-			}
-			if verbose {
-				fmt.Fprintln(a.stderr, servedBy(info))
-				fmt.Fprintln(a.stderr, hedgeLine(info))
-			}
-			if errors.Is(err, client.ErrNotFound) {
-				fmt.Fprintln(a.stderr, client.ErrNotFound.Error())
-				return silentError{exitFailure}
-			}
-			_, err = fmt.Fprintf(a.stdout, "%s\n", v)
-			return err
+			})
 		}),
 	}
 	rf.register(cmd)
+	out.register(cmd)
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "tell on stderr who served the read and how")
 	return cmd
+}
+
+// writeJSONLine writes v as one line of JSON.
+func writeJSONLine(w io.Writer, v any) error {
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		return fmt.Errorf("write json: %w", err)
+	}
+	return nil
 }
 
 // servedBy is get -v's line about the read.
@@ -159,14 +322,25 @@ func hedgeLine(info client.ReadInfo) string {
 
 func newScanCmd(a *app) *cobra.Command {
 	var (
-		rf    readFlags
-		limit int
+		rf       readFlags
+		out      outputFlag
+		limit    int
+		prefix   bool
+		keysOnly bool
 	)
 	cmd := &cobra.Command{
-		Use:   "scan START [END]",
+		Use:   "scan START [END] | scan --prefix PREFIX",
 		Short: "Print KEY<TAB>VALUE lines for START <= KEY < END in key order",
-		Long:  "Print KEY<TAB>VALUE lines for START <= KEY < END in key order. Without END the scan runs to the end of the key space.",
+		Long: `Print KEY<TAB>VALUE lines for START <= KEY < END in key order. Without END the
+scan runs to the end of the key space; with --prefix, it covers the keys
+starting with PREFIX. --keys-only prints the keys alone. -w json prints a
+JSON array of {"key": K, "value": V} instead, keys and values in the
+escaped form of docs/design.md, so that a tab, a newline or bytes that are
+not UTF-8 in them stay unambiguous.`,
 		Args: func(cmd *cobra.Command, args []string) error {
+			if prefix && len(args) != 1 {
+				return usagef("scan --prefix takes PREFIX only, got %d argument(s)", len(args))
+			}
 			if len(args) < 1 || len(args) > 2 {
 				return usagef("scan takes START and an optional END, got %d argument(s)", len(args))
 			}
@@ -180,27 +354,46 @@ func newScanCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			asJSON, err := out.json()
+			if err != nil {
+				return err
+			}
+			start := []byte(args[0])
 			var end []byte
-			if len(args) == 2 {
+			switch {
+			case prefix:
+				end = prefixEnd(start)
+			case len(args) == 2:
 				end = []byte(args[1])
 			}
-			cli, ctx, done, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			kvs, err := cli.Session(policy).Scan(ctx, []byte(args[0]), end, limit)
-			if err != nil {
-				return err
-			}
-			w := bufio.NewWriter(a.stdout)
-			for _, kv := range kvs {
-				fmt.Fprintf(w, "%s\t%s\n", kv.Key, kv.Value)
-			}
-			return w.Flush()
+			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				kvs, err := cli.Session(policy).Scan(ctx, start, end, limit)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					pairs := make([]kvJSON, 0, len(kvs))
+					for _, kv := range kvs {
+						pairs = append(pairs, newKVJSON(kv.Key, kv.Value, keysOnly))
+					}
+					return writeJSON(a.stdout, pairs)
+				}
+				w := bufio.NewWriter(a.stdout)
+				for _, kv := range kvs {
+					if keysOnly {
+						fmt.Fprintf(w, "%s\n", kv.Key)
+					} else {
+						fmt.Fprintf(w, "%s\t%s\n", kv.Key, kv.Value)
+					}
+				}
+				return w.Flush()
+			})
 		}),
 	}
 	rf.register(cmd)
+	out.register(cmd)
 	cmd.Flags().IntVar(&limit, "limit", 0, "print at most N pairs; 0 prints all")
+	cmd.Flags().BoolVar(&prefix, "prefix", false, "scan the keys starting with the one argument")
+	cmd.Flags().BoolVar(&keysOnly, "keys-only", false, "print the keys only")
 	return cmd
 }

@@ -35,7 +35,7 @@ const defaultEndpoints = "127.0.0.1:20161,127.0.0.1:20162,127.0.0.1:20163"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := runWithStdin(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -43,6 +43,7 @@ func main() {
 // app holds the root's flags and the output streams, shared by every
 // command.
 type app struct {
+	stdin          io.Reader // put KEY - reads the value from it
 	stdout, stderr io.Writer
 	endpoints      string
 	zone           string
@@ -91,10 +92,17 @@ func runE(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command,
 	}
 }
 
-// run executes the command line and returns the exit code. Errors are
-// printed here, as one line on stderr, never by cobra.
+// run executes the command line, with nothing on standard input, and
+// returns the exit code. Errors are printed by runWithStdin, as one line
+// on stderr, never by cobra.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	a := &app{stdout: stdout, stderr: stderr}
+	return runWithStdin(ctx, args, strings.NewReader(""), stdout, stderr)
+}
+
+// runWithStdin is run with a standard input for the commands that read
+// one (put KEY -).
+func runWithStdin(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := newRootCmd(a)
 	root.SetArgs(args)
 	root.SetOut(stdout)
@@ -195,6 +203,18 @@ func (a *app) connect(ctx context.Context) (*client.Client, context.Context, fun
 		_ = cli.Close()
 		cancel()
 	}, nil
+}
+
+// withClient is the shape of every command that talks to the cluster:
+// connect (within --timeout), run fn with the client and the command's
+// context, close the client.
+func (a *app) withClient(cmd *cobra.Command, fn func(ctx context.Context, cli *client.Client) error) error {
+	cli, ctx, done, err := a.connect(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer done()
+	return fn(ctx, cli)
 }
 
 // tlsFlagsGiven checks that --tls-cert, --tls-key and --tls-ca come all

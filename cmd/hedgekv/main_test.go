@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/client/clienttest"
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/region"
 )
 
 // runCLI runs the command line and returns its exit code and output.
@@ -226,16 +227,20 @@ func TestCtlMembership(t *testing.T) {
 		wantStdout string
 		wantStderr string // substring; "": stderr must be empty
 	}{
-		{args: []string{"ctl", "split", "m"}, wantStdout: "left:  region 1 [-inf, \"m\") epoch 1/2 peers 1@1,2@2,3@3,4@4\n" +
-			"right: region 1001 [\"m\", +inf) epoch 1/2 peers 100101@1,100102@2,100103@3,100104@4\n"},
+		{args: []string{"ctl", "split", "m"}, wantStdout: "left:  region 1 [-inf, m) epoch 1/2 peers 1@1,2@2,3@3,4@4\n" +
+			"right: region 1001 [m, +inf) epoch 1/2 peers 100101@1,100102@2,100103@3,100104@4\n"},
 		{args: []string{"ctl", "split", "m"}, wantCode: exitFailure, wantStderr: "already a region boundary"},
-		{args: []string{"ctl", "remove-peer", "1", "4"}, wantStdout: "OK\n"},
-		{args: []string{"ctl", "remove-peer", "1", "4"}, wantStdout: "OK\n"}, // already gone: fine
-		{args: []string{"ctl", "add-peer", "1", "4"}, wantStdout: "OK\n"},
-		{args: []string{"ctl", "remove-peer", "1", "2"}, wantStdout: "OK\n"}, // the leader's own: follows the hint
-		{args: []string{"ctl", "add-peer", "1", "9"}, wantCode: exitFailure, wantStderr: "InvalidArgument: store 9 is unknown"},
-		{args: []string{"ctl", "add-peer", "77", "1"}, wantCode: exitFailure, wantStderr: "region 77"},
-		{args: []string{"ctl", "remove-peer", "77", "1"}, wantCode: exitFailure, wantStderr: "region 77"},
+		{args: []string{"ctl", "remove-peer", "1", "4"}, wantStdout: "OK: region 1 has no replica on store 4 any more\n"},
+		// Already gone: said, not an OK that claims a change.
+		{args: []string{"ctl", "remove-peer", "1", "4"}, wantCode: exitFailure, wantStderr: "region 1 has no replica on store 4 (its replicas: stores 1, 2, 3)"},
+		{args: []string{"ctl", "add-peer", "1", "4"}, wantStdout: "OK: region 1 has a voter on store 4\n"},
+		// What the balancer may already have done: a no-op, said so.
+		{args: []string{"ctl", "add-peer", "1", "4"}, wantStdout: "already there: region 1 has a voter (peer 1002) on store 4; nothing changed\n"},
+		{args: []string{"ctl", "remove-peer", "1", "2"}, wantStdout: "OK: region 1 has no replica on store 2 any more\n"}, // the leader's own: follows the hint
+		{args: []string{"ctl", "add-peer", "1", "9"}, wantCode: exitFailure, wantStderr: "add-peer: store 9 does not exist"},
+		{args: []string{"ctl", "remove-peer", "1", "99"}, wantCode: exitFailure, wantStderr: "remove-peer: store 99 does not exist"},
+		{args: []string{"ctl", "add-peer", "77", "1"}, wantCode: exitFailure, wantStderr: "region 77 does not exist"},
+		{args: []string{"ctl", "remove-peer", "77", "1"}, wantCode: exitFailure, wantStderr: "region 77 does not exist"},
 	}
 	for _, s := range steps {
 		code, stdout, stderr := runCLI(t, append(s.args, ep, "--timeout", "5s")...)
@@ -291,13 +296,13 @@ func sortedKeys(m map[string]any) []string {
 
 // The JSON of ctl regions is a contract; compare it byte for byte.
 func TestRegionsJSONShape(t *testing.T) {
-	regions := []*pb.RegionInfo{
+	regions := []client.RegionInfo{
 		{
-			Region: &pb.Region{Id: 1, EndKey: []byte("m"), Epoch: &pb.Epoch{ConfVer: 1, Version: 2},
-				Peers: []*pb.Peer{{Id: 1, StoreId: 1}, {Id: 2, StoreId: 2}, {Id: 9, StoreId: 4, IsLearner: true}}},
-			LeaderStoreId: 2,
+			Region: region.Region{ID: 1, EndKey: []byte("m"), Epoch: region.Epoch{ConfVer: 1, Version: 2},
+				Peers: []region.Peer{{ID: 1, StoreID: 1}, {ID: 2, StoreID: 2}, {ID: 9, StoreID: 4, IsLearner: true}}},
+			LeaderStoreID: 2,
 		},
-		{Region: &pb.Region{Id: 5, StartKey: []byte("m"), Epoch: &pb.Epoch{ConfVer: 1, Version: 2}}},
+		{Region: region.Region{ID: 5, StartKey: []byte("m"), Epoch: region.Epoch{ConfVer: 1, Version: 2}}},
 	}
 	var buf bytes.Buffer
 	if err := writeRegionsJSON(&buf, regions); err != nil {
@@ -314,7 +319,7 @@ func TestRegionsJSONShape(t *testing.T) {
 	}
 
 	buf.Reset()
-	if err := writeStoresJSON(&buf, []*pb.Store{{Id: 1, Address: "127.0.0.1:20161", Zone: "dc-a", Up: true, LeaderCount: 2, RegionCount: 3}}); err != nil {
+	if err := writeStoresJSON(&buf, []client.StoreInfo{{ID: 1, Address: "127.0.0.1:20161", Zone: "dc-a", Up: true, LeaderCount: 2, RegionCount: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	compact.Reset()

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/client/clienttest"
-	"github.com/hedgekv/hedgekv/server/pb"
 )
 
 func TestParseZoneAddrs(t *testing.T) {
@@ -126,9 +126,9 @@ func TestCLIZone(t *testing.T) {
 	// The JSON adds the field only for stores that advertise zone
 	// addresses; the contract's fields are unchanged.
 	var buf bytes.Buffer
-	if err := writeStoresJSON(&buf, []*pb.Store{
-		{Id: 1, Address: "a:1", Zone: "dc-a", Up: true, ZoneAddresses: map[string]string{"dc-b": "b:1", "dc-a": "a:11"}},
-		{Id: 2, Address: "a:2"},
+	if err := writeStoresJSON(&buf, []client.StoreInfo{
+		{ID: 1, Address: "a:1", Zone: "dc-a", Up: true, ZoneAddresses: map[string]string{"dc-b": "b:1", "dc-a": "a:11"}},
+		{ID: 2, Address: "a:2"},
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -406,7 +406,7 @@ func (n *nemesis) randomRegion(ctx context.Context) (region.Region, bool) {
 	if err != nil || len(infos) == 0 {
 		return region.Region{}, false
 	}
-	return infos[n.rng.IntN(len(infos))].GetRegion().ToRegion(), true
+	return infos[n.rng.IntN(len(infos))].Region, true
 }
 
 // recover ends every fault: heals the network, clears injected faults,
@@ -431,7 +431,7 @@ func (n *nemesis) recover() {
 		return
 	}
 	for _, info := range infos {
-		r := info.GetRegion().ToRegion()
+		r := info.Region
 		for s := uint64(1); s <= 3; s++ {
 			if _, ok := r.PeerOnStore(s); !ok {
 				_ = n.cli.AddPeer(ctx, r.ID, s)

@@ -21,7 +21,6 @@ import (
 	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/server"
-	"github.com/hedgekv/hedgekv/server/pb"
 )
 
 // The client specs run real servers (gRPC over loopback TCP, the server
@@ -379,18 +378,18 @@ func reshape(ctx context.Context, c *serverCluster, cli *client.Client, pause ti
 	// A follower's replica of the second region moves to store 4 ...
 	r := regions[1]
 	var from uint64
-	for _, p := range r.GetRegion().GetPeers() {
-		if p.GetStoreId() != r.GetLeaderStoreId() {
-			from = p.GetStoreId()
+	for _, p := range r.Region.Peers {
+		if p.StoreID != r.LeaderStoreID {
+			from = p.StoreID
 		}
 	}
-	moveReplica(stepCtx(), cli, r.GetRegion().GetId(), from, 4)
-	step(fmt.Sprintf("region %d moved from follower store %d to store 4", r.GetRegion().GetId(), from))
+	moveReplica(stepCtx(), cli, r.Region.ID, from, 4)
+	step(fmt.Sprintf("region %d moved from follower store %d to store 4", r.Region.ID, from))
 	// ... and the leader's replica of the third (RemovePeer hands
 	// leadership away first).
 	r = regions[2]
-	moveReplica(stepCtx(), cli, r.GetRegion().GetId(), r.GetLeaderStoreId(), 4)
-	step(fmt.Sprintf("region %d moved from leader store %d to store 4", r.GetRegion().GetId(), r.GetLeaderStoreId()))
+	moveReplica(stepCtx(), cli, r.Region.ID, r.LeaderStoreID, 4)
+	step(fmt.Sprintf("region %d moved from leader store %d to store 4", r.Region.ID, r.LeaderStoreID))
 
 	transferAll(stepCtx(), c, cli)
 	step("leaders transferred again")
@@ -408,18 +407,18 @@ func moveReplica(ctx context.Context, cli *client.Client, region, from, to uint6
 			return err
 		}
 		for _, r := range regions {
-			if r.GetRegion().GetId() != region {
+			if r.Region.ID != region {
 				continue
 			}
 			var stores []uint64
-			for _, p := range r.GetRegion().GetPeers() {
-				if p.GetIsLearner() {
+			for _, p := range r.Region.Peers {
+				if p.IsLearner {
 					return fmt.Errorf("region %d still has a learner: %v", region, r)
 				}
-				stores = append(stores, p.GetStoreId())
+				stores = append(stores, p.StoreID)
 			}
-			if len(stores) != 3 || !slices.Contains(stores, to) || slices.Contains(stores, from) || r.GetLeaderStoreId() == 0 {
-				return fmt.Errorf("region %d: peers on %v, leader %d", region, stores, r.GetLeaderStoreId())
+			if len(stores) != 3 || !slices.Contains(stores, to) || slices.Contains(stores, from) || r.LeaderStoreID == 0 {
+				return fmt.Errorf("region %d: peers on %v, leader %d", region, stores, r.LeaderStoreID)
 			}
 			return nil
 		}
@@ -435,11 +434,11 @@ func transferAll(ctx context.Context, c *serverCluster, cli *client.Client) {
 	Expect(err).NotTo(HaveOccurred())
 	want := map[uint64]uint64{}
 	for _, r := range regions {
-		id := r.GetRegion().GetId()
+		id := r.Region.ID
 		var to uint64
-		for _, p := range r.GetRegion().GetPeers() {
-			if !p.GetIsLearner() && p.GetStoreId() != r.GetLeaderStoreId() {
-				to = p.GetStoreId()
+		for _, p := range r.Region.Peers {
+			if !p.IsLearner && p.StoreID != r.LeaderStoreID {
+				to = p.StoreID
 			}
 		}
 		Expect(to).NotTo(BeZero(), "region %d has no other voter: %v", id, r)
@@ -516,7 +515,7 @@ var _ = Describe("client", func() {
 		stores, err := cli.Stores(ctx)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(stores).To(HaveLen(4))
-		Expect(stores).To(HaveEach(WithTransform((*pb.Store).GetUp, BeTrue())))
+		Expect(stores).To(HaveEach(HaveField("Up", BeTrue())))
 		return w
 	}
 
