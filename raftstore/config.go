@@ -71,8 +71,8 @@ func (c *Config) Validate() error {
 		// leader lease it is carved from (followerlease.go).
 		if limit := d.leaderLease(); c.FollowerLeaseDuration > limit {
 			return &ConfigError{"FollowerLeaseDuration", c.FollowerLeaseDuration,
-				fmt.Sprintf("is longer than the leader lease (%v: ElectionTicks-2 = %d ticks of TickInterval %v less LeaseDriftMargin %g)",
-					limit, d.ElectionTicks-2, d.TickInterval, d.LeaseDriftMargin)}
+				fmt.Sprintf("is longer than the leader lease (%v: ElectionTicks %d less 2, times TickInterval %v, less LeaseDriftMargin %g)",
+					limit, d.ElectionTicks, d.TickInterval, d.LeaseDriftMargin)}
 		}
 	}
 	// HibernateAfter is counted in ticks: less than one would silently

@@ -43,12 +43,21 @@ type serverFlags struct {
 	followerLeases bool
 	leaseDuration  time.Duration
 	leaseStores    string
+	// store are the raft store's tuning knobs (config.go).
+	store storeFlags
+	// configFile is --config; fromFile holds the flags it set (those not
+	// given on the command line), so errors name the key in the file.
+	configFile string
+	fromFile   map[string]bool
 }
 
-func newServerCmd(a *app) *cobra.Command {
-	var f serverFlags
+func newServerCmd(a *app) *cobra.Command { return serverCmd(a, &serverFlags{}) }
+
+// serverCmd is the server command with its flags parsed into f, which
+// tests read back.
+func serverCmd(a *app, f *serverFlags) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "server --id N --listen ADDR --status ADDR (--peers 1=ADDR,2=ADDR,3=ADDR | --join ADDR[,ADDR]) --zone Z --data-dir DIR",
+		Use:   "server [--config FILE] --id N --listen ADDR --status ADDR (--peers 1=ADDR,2=ADDR,3=ADDR | --join ADDR[,ADDR]) --zone Z --data-dir DIR",
 		Short: "Run one store until SIGINT or SIGTERM",
 		Long: `Run one store until SIGINT or SIGTERM.
 
@@ -68,9 +77,22 @@ this store reaches each peer at the peer's address for its own --zone. Its
 With --tls-cert, --tls-key and --tls-ca (global flags) the gRPC port
 speaks mutual TLS: it serves only callers whose certificate the CA signed,
 and the store presents its certificate to its peers too (hedgekv certs
-makes a CA and certificates). The --status HTTP port stays plain HTTP.`,
+makes a CA and certificates). The --status HTTP port stays plain HTTP.
+
+With --config FILE the flags are read from a TOML file as well: each key
+is a flag's name without the dashes (election-ticks = 10, tick = "50ms",
+peers = ["1=127.0.0.1:20161", ...]); a flag given on the command line
+wins over the file. scripts/server.example.toml lists every key. The
+store's tuning knobs (--tick, --election-ticks, --heartbeat-ticks,
+--lease-drift-margin, --max-clock-offset, --split-*, --hibernate-after,
+--log-gc-threshold, --dedup-window, --balance-interval,
+--max-store-down-time, --max-replicas, --follower-lease-*) take 0 for the
+store's default; a value out of range stops the server before it starts.`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if err := f.loadConfigFile(cmd); err != nil {
+				return err
+			}
 			cfg, level, err := f.config()
 			if err != nil {
 				return err
@@ -118,8 +140,10 @@ makes a CA and certificates). The --status HTTP port stays plain HTTP.`,
 	fl.BoolVar(&f.disableAdmin, "disable-admin", false, "refuse the Admin calls that change the cluster (split, transfer-leader, add/remove-peer, fault, join from a non-store) with PermissionDenied; routing lookups and reads stay open")
 	fl.BoolVar(&f.allowFaults, "allow-faults", false, "accept fault injection (ctl fault: delays, stalls); for tests and benchmarks")
 	fl.BoolVar(&f.followerLeases, "follower-leases", false, "followers hold read leases and serve linearizable reads locally, with no round trip; writes then also wait for every lease holder (every store of the cluster must agree)")
-	fl.DurationVar(&f.leaseDuration, "follower-lease-duration", 0, "longest follower read lease a leader grants (0: the leader lease, (10-2) ticks less 10%: 360ms at the default tick); also the longest a write waits for a holder that stopped answering")
+	fl.DurationVar(&f.leaseDuration, "follower-lease-duration", 0, "longest follower read lease a leader grants, at most the leader lease (0: the leader lease, (--election-ticks - 2) ticks less --lease-drift-margin: 360ms by default); also the longest a write waits for a holder that stopped answering")
 	fl.StringVar(&f.leaseStores, "follower-lease-stores", "", "only these store ids (comma-separated) hold follower leases (default: every store)")
+	f.store.register(fl)
+	fl.StringVar(&f.configFile, "config", "", "read flags from this TOML `FILE` too (keys: the flag names without --); flags on the command line win")
 	return cmd
 }
 
@@ -155,25 +179,26 @@ func (f *serverFlags) config() (server.Config, slog.Level, error) {
 		return server.Config{}, 0, err
 	}
 	cfg.Store.FollowerLeases, cfg.Store.FollowerLeaseDuration, cfg.Store.FollowerLeaseStores = leases.FollowerLeases, leases.FollowerLeaseDuration, leases.FollowerLeaseStores
+	f.store.apply(&cfg.Store)
+	// The store's own rules, checked here so that a bad value stops the
+	// server before it opens anything, reported as the flag or key given.
+	if err := f.validateStore(&cfg.Store); err != nil {
+		return server.Config{}, 0, err
+	}
 	return cfg, level, nil
 }
 
-// leaseConfig validates the follower-lease flags.
+// leaseConfig parses the follower-lease flags; their ranges (the duration
+// within the leader lease) are the store's to check (validateStore).
 func (f *serverFlags) leaseConfig() (raftstore.Config, error) {
 	var c raftstore.Config
 	if !f.followerLeases {
 		if f.leaseDuration != 0 || f.leaseStores != "" {
-			return c, usagef("--follower-lease-duration and --follower-lease-stores need --follower-leases")
+			return c, usagef("%s and %s need %s", f.opt("follower-lease-duration"), f.opt("follower-lease-stores"), f.opt("follower-leases"))
 		}
 		return c, nil
 	}
 	c.FollowerLeases = true
-	if f.leaseDuration < 0 {
-		return c, usagef("--follower-lease-duration must not be negative, got %v", f.leaseDuration)
-	}
-	if limit := 8 * f.tick * 9 / 10; f.leaseDuration > limit {
-		return c, usagef("--follower-lease-duration %v is longer than the leader lease (%v at --tick %v)", f.leaseDuration, limit, f.tick)
-	}
 	c.FollowerLeaseDuration = f.leaseDuration
 	for _, s := range strings.Split(f.leaseStores, ",") {
 		if s = strings.TrimSpace(s); s == "" {
@@ -181,7 +206,7 @@ func (f *serverFlags) leaseConfig() (raftstore.Config, error) {
 		}
 		id, err := strconv.ParseUint(s, 10, 64)
 		if err != nil || id == 0 {
-			return c, usagef("--follower-lease-stores: %q is not a store id", s)
+			return c, usagef("%s: %q is not a store id", f.opt("follower-lease-stores"), s)
 		}
 		c.FollowerLeaseStores = append(c.FollowerLeaseStores, id)
 	}
@@ -293,11 +318,10 @@ func (f *serverFlags) checkCommon() error {
 	if f.dataDir == "" {
 		return usagef("--data-dir is required")
 	}
+	// The store takes a zero tick for its default; here the default is
+	// the flag's, so 0 can only be a mistake.
 	if f.tick <= 0 {
-		return usagef("--tick must be positive, got %v", f.tick)
-	}
-	if f.maxStoreDownTime < 0 {
-		return usagef("--max-store-down-time must not be negative, got %v", f.maxStoreDownTime)
+		return usagef("%s must be positive, got %v", f.opt("tick"), f.tick)
 	}
 	return nil
 }
