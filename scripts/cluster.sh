@@ -5,7 +5,8 @@
 #   scripts/cluster.sh stop
 #   scripts/cluster.sh status
 #   scripts/cluster.sh kill N          # kill -9 store N
-#   scripts/cluster.sh restart N       # start store N again with the same args
+#   scripts/cluster.sh restart N       # stop store N gracefully if it runs, start it
+#                                      # again with the same args, wait until /readyz
 #   scripts/cluster.sh partition N [--mode blackhole|disconnect]   # needs --topology
 #   scripts/cluster.sh heal            # end every partition (needs --topology)
 #   scripts/cluster.sh endpoints       # print the cluster's gRPC endpoints
@@ -52,7 +53,9 @@
 #                     linearizable reads locally from read leases)
 #   TICK              pass --tick TICK to the servers (e.g. 50ms)
 #   START_TIMEOUT     seconds `start`/`restart` wait for leaders (default: 30)
-#   STOP_TIMEOUT      seconds `stop` waits after SIGTERM before SIGKILL (default: 10)
+#   STOP_TIMEOUT      seconds `stop` and `restart` wait after SIGTERM before SIGKILL
+#                     (default: 15; a store hands over its leaderships and
+#                     finishes its requests first, within about 11s)
 #
 # The ports (and topology) a cluster was started with are remembered in
 # $CLUSTER_DIR/cluster.conf, each store's exact command line in
@@ -72,7 +75,7 @@ ZONES=("${DEFAULT_ZONES[@]}") # store N is in ZONES[N-1] (the topology's, behind
 CLUSTER_DIR=${CLUSTER_DIR:-$ROOT/.cluster}
 BIN=${BIN:-$ROOT/bin/hedgekv}
 START_TIMEOUT=${START_TIMEOUT:-30}
-STOP_TIMEOUT=${STOP_TIMEOUT:-10}
+STOP_TIMEOUT=${STOP_TIMEOUT:-15}
 CTL_TIMEOUT=${CTL_TIMEOUT:-5}
 NETSIM_TIMEOUT=${NETSIM_TIMEOUT:-15}
 
@@ -656,6 +659,39 @@ wait_leaders() {
 	return 1
 }
 
+# readyz N : print store N's /readyz answer (status line's code, then the
+# body's one line); fails if the status port does not answer. Plain bash
+# (/dev/tcp): no curl needed.
+readyz() (
+	local code line body=""
+	exec 3<>"/dev/tcp/127.0.0.1/${SPORTS[$1 - 1]}" || exit 1
+	printf 'GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+	IFS= read -r -t 2 line <&3 || exit 1
+	code=$(printf '%s' "$line" | cut -d' ' -f2)
+	while IFS= read -r -t 2 line <&3; do body=${line%$'\r'}; done
+	printf '%s %s\n' "$code" "$body"
+) 2>/dev/null
+
+# wait_ready N TIMEOUT : until store N's /readyz answers 200: it has caught
+# up (every region it hosts knows a leader and applied what it knows
+# committed). A rolling restart must not stop the next store before.
+wait_ready() {
+	local n=$1 timeout=$2 deadline out last="no answer yet"
+	deadline=$((SECONDS + timeout))
+	while ((SECONDS < deadline)); do
+		if out=$(readyz "$n"); then
+			if [[ $out == "200 "* ]]; then
+				say "store $n is ready"
+				return 0
+			fi
+			last=${out#* }
+		fi
+		sleep 0.2
+	done
+	warn "timed out after ${timeout}s waiting for store $n's /readyz (last: $last)"
+	return 1
+}
+
 # ---------------------------------------------------------------- commands
 
 cmd_start() {
@@ -777,7 +813,9 @@ cmd_start() {
 	fi
 }
 
-# stop_stores N... : SIGTERM the given stores, SIGKILL what is left after STOP_TIMEOUT.
+# stop_stores N... : SIGTERM the given stores, SIGKILL what is left after
+# STOP_TIMEOUT. On SIGTERM a store stops gracefully: it hands the regions it
+# leads to other stores, refuses new requests and finishes those in flight.
 stop_stores() {
 	local n pid deadline left
 	for n in "$@"; do
@@ -958,6 +996,7 @@ cmd_restart() {
 	}
 	EXPECT_UP=("$n")
 	wait_leaders "$timeout" || die 1 "store $n restarted but regions lack a leader"
+	wait_ready "$n" "$timeout" || die 1 "store $n restarted but is not ready"
 	if [[ -n $TOPOLOGY ]]; then
 		wait_zone_routes "$timeout" || die 1 "store $n restarted but the stores do not reach each other through the netsim"
 	fi
