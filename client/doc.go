@@ -51,6 +51,15 @@
 // the cluster (Status and Stores answers), never from a list kept by hand,
 // and are updated whenever the store list is reloaded.
 //
+// # Logging
+//
+// The client logs through Config.Logger (nil: slog.Default()): retries and
+// hedges at debug level, trouble loading the store list at warn.
+//
+// The examples (go doc -http, or example_test.go) each start a cluster in
+// the process with bench.StartLocalCluster and show a client opened, a
+// put and get, follower, bounded-staleness and hedged sessions, and a scan.
+//
 // The client depends only on the region model and the wire protocol; it
 // never imports raftstore or server.
 package client
