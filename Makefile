@@ -2,7 +2,8 @@
 #
 #   make build   bin/hedgekv
 #   make test    gofmt check, go vet, unit + cluster tests with -race, then the
-#                multi-process tests (smoke, multistore, wan, a short chaos run, 10 kill -9s) against bin/hedgekv
+#                multi-process tests (smoke, multistore, wan, a short chaos run, 10 kill -9s,
+#                a rolling restart under load) against bin/hedgekv
 #   make chaos   the nemesis over real processes for CHAOS_SECONDS (60)
 #   make image   bin/hedgekv-static (CGO_ENABLED=0), then the FROM scratch image
 #                IMAGE (hedgekv:latest) from it; deploy/compose.yaml runs three
@@ -22,7 +23,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # 15 minutes on 2 cores.
 TEST_TIMEOUT  ?= 10m
 SMOKE_TIMEOUT ?= 10m
-SMOKE_PKG     := ./test/smoke/... ./test/multistore/... ./test/wan/... ./test/chaos/... ./test/crash/...
+SMOKE_PKG     := ./test/smoke/... ./test/multistore/... ./test/wan/... ./test/chaos/... ./test/crash/... ./test/rolling/...
 # make chaos: how long the nemesis over real processes runs (make test runs
 # it for 10s as part of the multi-process tests).
 CHAOS_SECONDS ?= 60
@@ -43,7 +44,7 @@ build:
 # Everything except the multi-process tests, which run processes of their
 # own and are run without -race against the built binary.
 unit-test:
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e '/test/smoke' -e '/test/multistore' -e '/test/wan' -e '/test/chaos' -e '/test/crash' -e '/test/docker')
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e '/test/smoke' -e '/test/multistore' -e '/test/wan' -e '/test/chaos' -e '/test/crash' -e '/test/rolling' -e '/test/docker')
 
 # One package at a time: they time fail-overs (and, in test/wan, simulated WAN
 # latency) of real processes.

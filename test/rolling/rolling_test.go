@@ -39,8 +39,24 @@ const (
 // opLog counts operations and keeps the first failures.
 type opLog struct {
 	ok, failed atomic.Int64
-	mu         sync.Mutex
-	first      []string
+	// slow counts operations that took longer than an election timeout
+	// (what a region without a leader makes them wait); max is the longest.
+	slow  atomic.Int64
+	mu    sync.Mutex
+	max   time.Duration
+	first []string
+}
+
+// slowOp is the default election timeout (10 ticks of 50ms).
+const slowOp = 500 * time.Millisecond
+
+func (l *opLog) took(d time.Duration) {
+	if d > slowOp {
+		l.slow.Add(1)
+	}
+	l.mu.Lock()
+	l.max = max(l.max, d)
+	l.mu.Unlock()
 }
 
 func (l *opLog) fail(what string) {
@@ -124,7 +140,9 @@ func TestRollingRestartFailsNoRequest(t *testing.T) {
 			for n := 0; !stopped(); n++ {
 				key := fmt.Sprintf("rolling/%d/%07d", w, n)
 				ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+				start := time.Now()
 				err := cli.Put(ctx, []byte(key), []byte(value(key)))
+				writes.took(time.Since(start))
 				cancel()
 				if err != nil {
 					writes.fail(fmt.Sprintf("put %s: %v", key, err))
@@ -158,7 +176,9 @@ func TestRollingRestartFailsNoRequest(t *testing.T) {
 					continue
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+				start := time.Now()
 				got, err := sess.Get(ctx, []byte(key))
+				reads.took(time.Since(start))
 				cancel()
 				switch {
 				case err != nil:
@@ -196,6 +216,8 @@ func TestRollingRestartFailsNoRequest(t *testing.T) {
 
 	t.Logf("rolling restart of stores 1, 2, 3: %d writes and %d reads succeeded, %d writes and %d reads failed",
 		writes.ok.Load(), reads.ok.Load(), writes.failed.Load(), reads.failed.Load())
+	t.Logf("slowest write %v, slowest read %v; %d writes and %d reads took longer than %v",
+		writes.max.Round(time.Millisecond), reads.max.Round(time.Millisecond), writes.slow.Load(), reads.slow.Load(), slowOp)
 	for _, l := range []*opLog{&writes, &reads} {
 		for _, f := range l.first {
 			t.Errorf("failed: %s", f)
