@@ -186,15 +186,20 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 		defer cancel()
 	}
 	var (
-		bo        backoffer
-		excluded  = storeSet{}
-		lastErr   error
+		bo       backoffer
+		excluded = storeSet{}
+		lastErr  error
+		// notReady is the last refusal of a stale read for its bound
+		// (DataIsNotReady): when the request times out after trying the
+		// leader too, lastErr is the leader's (often a connection error)
+		// and would hide why no replica served it.
+		notReady  error
 		epochErrs int
 		hints     int
 	)
 	for n := 1; ; n++ {
 		if err := ctx.Err(); err != nil {
-			return result{attempts: n - 1}, c.giveUp(req, n-1, err, lastErr)
+			return result{attempts: n - 1}, c.giveUp(req, n-1, err, lastErr, notReady)
 		}
 		wait, a, err := c.tryOnce(ctx, req, excluded)
 		if err == nil {
@@ -260,6 +265,7 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 			c.cache.drop(a.region.ID)
 			sleep = bo.next(boRegionMiss)
 		case errors.As(err, &dr):
+			notReady = err
 			excluded[a.storeID] = struct{}{}
 			if len(excluded) >= len(a.region.Peers) {
 				// Every replica refused: wait for safe points to advance,
@@ -304,7 +310,7 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return result{attempts: n}, c.giveUp(req, n, ctx.Err(), lastErr)
+				return result{attempts: n}, c.giveUp(req, n, ctx.Err(), lastErr, notReady)
 			}
 		}
 	}
@@ -464,10 +470,19 @@ func isUnreachable(ctx context.Context, err error) bool {
 	return false
 }
 
-// giveUp builds the error for a request whose ctx ended.
-func (c *Client) giveUp(req *regionRequest, attempts int, ctxErr, lastErr error) error {
-	if lastErr == nil {
+// giveUp builds the error for a request whose ctx ended. notReady, the
+// last refusal of a stale read for its bound, is named when there was one,
+// since that, rather than the last error, is why the read failed.
+func (c *Client) giveUp(req *regionRequest, attempts int, ctxErr, lastErr, notReady error) error {
+	switch {
+	case lastErr == nil:
 		return fmt.Errorf("%s: %w", req.op, ctxErr)
+	case notReady == nil:
+		return fmt.Errorf("%s: gave up after %d attempts: %w; last error: %w", req.op, attempts, ctxErr, lastErr)
+	case notReady == lastErr:
+		return fmt.Errorf("%s: gave up after %d attempts: %w; no replica could serve it within its staleness bound (%v): %w",
+			req.op, attempts, ctxErr, req.policy.MaxStaleness, lastErr)
 	}
-	return fmt.Errorf("%s: gave up after %d attempts: %w; last error: %w", req.op, attempts, ctxErr, lastErr)
+	return fmt.Errorf("%s: gave up after %d attempts: %w; no replica could serve it within its staleness bound (%v): %w; last error: %w",
+		req.op, attempts, ctxErr, req.policy.MaxStaleness, notReady, lastErr)
 }

@@ -445,3 +445,223 @@ func TestCPUProfile(t *testing.T) {
 	}
 	oneLine(t, stderr)
 }
+
+// runCLIStdin is runCLI with standard input.
+func runCLIStdin(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = runWithStdin(context.Background(), args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// TestPutValueSources: a value from standard input or a file, byte for
+// byte, including one too big for a command line.
+func TestPutValueSources(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+	big := strings.Repeat("0123456789abcdef", 32<<10) // 512 KiB: over the ~128 KiB one argument may hold
+	if code, stdout, stderr := runCLIStdin(t, big+"\n", "put", "big", "-", ep); code != 0 || stdout != "OK\n" {
+		t.Fatalf("put big -: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if v, _ := cl.Value("big"); string(v) != big+"\n" {
+		t.Errorf("value from stdin: %d bytes, want %d (the trailing newline kept)", len(v), len(big)+1)
+	}
+	path := filepath.Join(t.TempDir(), "v.bin")
+	bin := []byte{0, 0xff, '\t', '\n', 'x'}
+	if err := os.WriteFile(path, bin, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCLI(t, "put", "bin", "--value-file", path, ep); code != 0 {
+		t.Fatalf("put --value-file: exit %d, stderr %q", code, stderr)
+	}
+	if v, _ := cl.Value("bin"); !bytes.Equal(v, bin) {
+		t.Errorf("value from file %q, want %q", v, bin)
+	}
+
+	for _, tt := range []struct {
+		args     []string
+		stdin    string
+		wantCode int
+		want     string
+	}{
+		{[]string{"put", "k", "v", "--value-file", path}, "", exitUsage, "put with --value-file takes KEY only"},
+		{[]string{"put", "k"}, "", exitUsage, "VALUE - for standard input"},
+		{[]string{"put", "k", "--value-file", filepath.Join(t.TempDir(), "missing")}, "", exitFailure, "--value-file: open"},
+		{[]string{"put", "k", "-"}, strings.Repeat("x", 8<<20+1), exitFailure, "the value from standard input is over the 8 MiB limit"},
+	} {
+		code, stdout, stderr := runCLIStdin(t, tt.stdin, append(tt.args, ep)...)
+		if code != tt.wantCode || stdout != "" || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%v: exit %d (want %d), stdout %q, stderr %q (want %q)", tt.args, code, tt.wantCode, stdout, stderr, tt.want)
+		}
+		oneLine(t, stderr)
+	}
+}
+
+// TestJSONOutputAndPrefix: -w json is lossless for any bytes, --keys-only
+// and --prefix select what they say.
+func TestJSONOutputAndPrefix(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+	cl.Put("user/ada", "Ada")
+	cl.Put("user/al\tan", "line1\nline2")
+	cl.Put("user/\xff", "\xfe\\")
+	cl.Put("user0", "after the prefix")
+	cl.Put("usea", "before the prefix")
+
+	code, stdout, stderr := runCLI(t, "get", "user/\xff", "-w", "json", ep)
+	if code != 0 || stdout != `{"key":"user/\\xff","value":"\\xfe\\\\"}`+"\n" {
+		t.Errorf("get -w json: exit %d, stdout %s, stderr %q", code, stdout, stderr)
+	}
+	code, _, stderr = runCLI(t, "get", "nope", "-w", "json", ep)
+	if code != exitFailure || stderr != "key not found\n" {
+		t.Errorf("get -w json of a missing key: exit %d, stderr %q", code, stderr)
+	}
+
+	code, stdout, stderr = runCLI(t, "scan", "--prefix", "user/", "-w", "json", ep)
+	if code != 0 {
+		t.Fatalf("scan --prefix -w json: exit %d, stderr %q", code, stderr)
+	}
+	var pairs []struct{ Key, Value string }
+	if err := json.Unmarshal([]byte(stdout), &pairs); err != nil {
+		t.Fatalf("scan -w json is not JSON: %v\n%s", err, stdout)
+	}
+	got := map[string]string{}
+	for _, p := range pairs {
+		k, err1 := region.ParseKey(p.Key)
+		v, err2 := region.ParseKey(p.Value)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("undecodable pair %+v: %v %v", p, err1, err2)
+		}
+		got[string(k)] = string(v)
+	}
+	want := map[string]string{"user/ada": "Ada", "user/al\tan": "line1\nline2", "user/\xff": "\xfe\\"}
+	if !maps.Equal(got, want) {
+		t.Errorf("scan --prefix user/ -w json decodes to %q, want %q", got, want)
+	}
+
+	code, stdout, _ = runCLI(t, "scan", "--prefix", "user/", "--keys-only", ep)
+	if code != 0 || stdout != "user/ada\nuser/al\tan\nuser/\xff\n" {
+		t.Errorf("scan --prefix --keys-only: exit %d, stdout %q", code, stdout)
+	}
+	code, stdout, _ = runCLI(t, "scan", "--prefix", "user/", "--keys-only", "-w", "json", "--limit", "1", ep)
+	if code != 0 || strings.Contains(stdout, "value") || !strings.Contains(stdout, `"key": "user/ada"`) {
+		t.Errorf("scan --keys-only -w json: exit %d, stdout %s", code, stdout)
+	}
+
+	code, stdout, stderr = runCLI(t, "delete", "--prefix", "user/", ep)
+	if code != 0 || stdout != "OK: deleted 3 keys\n" {
+		t.Errorf("delete --prefix: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	for k, present := range map[string]bool{"user/ada": false, "user/\xff": false, "user0": true, "usea": true} {
+		if _, ok := cl.Value(k); ok != present {
+			t.Errorf("after delete --prefix user/: %q present %v, want %v", k, ok, present)
+		}
+	}
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "k", "-w", "yaml"}, "--write-out must be text or json"},
+		{[]string{"scan", "a", "b", "--prefix"}, "scan --prefix takes PREFIX only"},
+		{[]string{"delete", "", "--prefix"}, "non-empty prefix"},
+	} {
+		code, _, stderr := runCLI(t, append(tt.args, ep)...)
+		if code != exitUsage || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%v: exit %d, stderr %q, want usage error %q", tt.args, code, stderr, tt.want)
+		}
+	}
+}
+
+func TestPrefixEnd(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"a", "b"}, {"user/", "user0"}, {"a\xff", "b"}, {"\xff\xff", ""}, {"", ""},
+	} {
+		if got := string(prefixEnd([]byte(tt.in))); got != tt.want {
+			t.Errorf("prefixEnd(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// TestCtlRegionAndStatus: ctl region KEY, ctl status healthy and not, and
+// the regions table marking the replicas of a down store; binary keys
+// print the same, losslessly, in the table and the JSON.
+func TestCtlRegionAndStatus(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	for i, k := range []string{"m", "\xff", "\xfe"} {
+		if err := cl.Split([]byte(k), uint64(10+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+
+	code, stdout, stderr := runCLI(t, "ctl", "status", ep)
+	if code != 0 || !strings.HasPrefix(stdout, "OK: 3 stores up; 4 regions, each with a leader and 3 voters on up stores") {
+		t.Errorf("ctl status, healthy: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+
+	code, stdout, _ = runCLI(t, "ctl", "region", "q", "--json", ep)
+	var one map[string]any
+	if err := json.Unmarshal([]byte(stdout), &one); code != 0 || err != nil || one["id"] != 10.0 || one["start_key"] != "m" || one["end_key"] != `\xfe` {
+		t.Errorf("ctl region q --json: exit %d, %v\n%s", code, err, stdout)
+	}
+	code, stdout, _ = runCLI(t, "ctl", "region", "\xfe\x01", ep)
+	if code != 0 || !strings.Contains(stdout, `\xfe`) || !strings.Contains(stdout, `\xff`) || strings.Count(stdout, "\n") != 2 {
+		t.Errorf("ctl region \\xfe\\x01: exit %d\n%s", code, stdout)
+	}
+
+	code, stdout, _ = runCLI(t, "ctl", "regions", "--json", ep)
+	var regions []struct {
+		StartKey string `json:"start_key"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &regions); code != 0 || err != nil || len(regions) != 4 {
+		t.Fatalf("ctl regions --json: exit %d, %v\n%s", code, err, stdout)
+	}
+	if regions[2].StartKey != `\xfe` || regions[3].StartKey != `\xff` {
+		t.Errorf("binary start keys %q and %q, want \\xfe and \\xff", regions[2].StartKey, regions[3].StartKey)
+	}
+
+	cl.Store(3).Stop()
+	cl.SetLeader(10, 0)
+	code, stdout, stderr = runCLI(t, "ctl", "regions", ep, "--endpoints", strings.Join(cl.Endpoints()[:2], ","))
+	if code != 0 || !strings.Contains(stdout, "@3(down)") || !strings.Contains(stdout, "LEADER") {
+		t.Errorf("ctl regions with store 3 down: exit %d, stderr %q\n%s", code, stderr, stdout)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 5 || strings.Index(lines[0], "LEADER") != strings.Index(lines[1], "store 1") {
+		t.Errorf("ctl regions table not aligned:\n%s", stdout)
+	}
+
+	code, stdout, stderr = runCLI(t, "ctl", "status", "--endpoints", strings.Join(cl.Endpoints()[:2], ","))
+	if code != exitFailure {
+		t.Errorf("ctl status with a store down: exit %d, want %d", code, exitFailure)
+	}
+	oneLine(t, stderr)
+	for _, w := range []string{"store 3 (", "): down\n", "region 10 [m, \\xfe): no leader; voter 1003 on store 3, which is down\n", "region 1 [-inf, m): voter 3 on store 3, which is down\n"} {
+		if !strings.Contains(stdout, w) {
+			t.Errorf("ctl status does not say %q:\n%s", w, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "not healthy: 1 of 3 stores down, 4 of 4 regions") {
+		t.Errorf("ctl status stderr %q", stderr)
+	}
+}
+
+// TestStaleReadRefusedSaysSo: a stale read no replica could serve within
+// its bound says so, not only the leader's connection error.
+func TestStaleReadRefusedSaysSo(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	cl.Put("a", "1")
+	cl.SetNotReady(2, true)
+	cl.SetNotReady(3, true)
+	cl.Store(1).Stop()
+	code, stdout, stderr := runCLI(t, "get", "a", "--read", "follower", "--max-staleness", "1s", "--timeout", "1s",
+		"--endpoints", strings.Join(cl.Endpoints()[1:], ","))
+	if code != exitFailure || stdout != "" {
+		t.Errorf("exit %d, stdout %q", code, stdout)
+	}
+	oneLine(t, stderr)
+	if !strings.Contains(stderr, "no replica could serve it within its staleness bound (1s)") || !strings.Contains(stderr, "data is not ready") {
+		t.Errorf("stderr %q does not say the read was refused for its bound", stderr)
+	}
+}
