@@ -12,6 +12,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/bbolt"
+	bberrors "go.etcd.io/bbolt/errors"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -102,6 +103,12 @@ func openEngine(dir string, noSync bool) (*engine, error) {
 		NoFreelistSync: true,
 		FreelistType:   bbolt.FreelistMapType,
 	})
+	if errors.Is(err, bberrors.ErrTimeout) {
+		// bbolt's timeout is only ever its wait for the file lock: another
+		// process has the store open. "open bbolt ...: timeout" left the
+		// operator guessing at a slow disk.
+		return nil, fmt.Errorf("data dir %s is in use by another hedgekv process (%s is locked): %w", dir, path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open bbolt %s: %w", path, err)
 	}
