@@ -20,6 +20,9 @@ func (s *Server) statusHandler() http.Handler {
 		// Proto field names and zero values, so that "leader_store_id": 0
 		// (no known leader) is visible rather than omitted.
 		body, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(s.admin.localStatus())
+		if err == nil {
+			body, err = statusKeys(body) // keys as ctl regions shows them, not base64
+		}
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
