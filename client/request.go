@@ -205,7 +205,12 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 		if err == nil {
 			return result{attempts: n, final: a}, nil
 		}
-		lastErr = err
+		// An attempt cut short by the request's own deadline says nothing
+		// new: keep the cause of the attempt before it (NotLeader, a store
+		// down), which is what the caller needs to see.
+		if lastErr == nil || ctx.Err() == nil {
+			lastErr = err
+		}
 		var (
 			nl *region.NotLeaderError
 			en *region.EpochNotMatchError
