@@ -147,7 +147,9 @@ func newCtlStatusCmd(a *app) *cobra.Command {
 		Short: "Say whether every region has a leader and a full replica set on up stores (exit 1 if not)",
 		Long: `Say whether the cluster is healthy: every store up, and every region with
 a leader on an up store and --replicas voters, all on up stores. Each
-problem is one line on stdout; a cluster that is not healthy exits 1.`,
+problem is one line on stdout; a cluster that is not healthy exits 1.
+Whether a store is up is the cluster view's answer, at most about a
+second old: a store killed a moment ago may still count as up.`,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if replicas < 1 {

@@ -158,7 +158,11 @@ atomically: a failure part way leaves the rest), and the count is printed.`,
 				if err != nil {
 					return fmt.Errorf("delete --prefix: %d keys deleted before: %w", n, err)
 				}
-				fmt.Fprintf(a.stdout, "OK: deleted %d keys\n", n)
+				noun := "keys"
+				if n == 1 {
+					noun = "key"
+				}
+				fmt.Fprintf(a.stdout, "OK: deleted %d %s\n", n, noun)
 				return nil
 			})
 		}),
