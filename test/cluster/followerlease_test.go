@@ -317,16 +317,24 @@ var _ = Describe("follower lease expiry", func() {
 		leader, _ := c.Leader(1)
 		holder := otherThan(c, leader)[0]
 		leaseHolder(c, holder, "a")
+		grants := mustStore(c, holder).Stats().FollowerLeaseGrants
 		Expect(c.Split(ctx, []byte("m"))).To(Succeed())
 		Expect(c.Put(ctx, []byte("a"), []byte("a1"))).To(Succeed())
 		Expect(c.Put(ctx, []byte("z"), []byte("z1"))).To(Succeed())
+		// The new region elects its own leader, which may be the holder's
+		// peer: then it reads there from its leader lease. Elsewhere it
+		// reads from a lease granted after the split, with the new values.
 		for _, k := range []string{"a", "z"} {
-			waitFollowerLease(c, holder, k)
-			Eventually(func() string {
-				v, _, _, _ := readOn(c, holder, follower, k, time.Second)
-				return v
-			}).WithTimeout(5 * time.Second).Should(Equal(k + "1"))
+			Eventually(func() raftstore.ReadMode {
+				v, _, info, err := readOn(c, holder, follower, k, time.Second)
+				if err != nil || v != k+"1" {
+					return 0
+				}
+				return info.Mode
+			}).WithTimeout(5*time.Second).WithPolling(10*time.Millisecond).Should(
+				Or(Equal(raftstore.ReadModeFollowerLease), Equal(raftstore.ReadModeLease)), "key %s on store %d", k, holder)
 		}
+		Expect(mustStore(c, holder).Stats().FollowerLeaseGrants).To(BeNumerically(">", grants), "no lease granted after the split")
 	})
 
 	It("stays safe with one store's clock fast and another's slow within the drift margin", func() {
