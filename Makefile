@@ -128,7 +128,7 @@ proto: tools
 # seed corpora (testdata/fuzz) run as ordinary tests in make test.
 FUZZTIME      ?= 10s
 FUZZ_TARGETS  := \
-	./region:FuzzSplitThenLookup ./region:FuzzClampRange ./region:FuzzTreeInsert ./region:FuzzEpochSplit \
+	./region:FuzzSplitThenLookup ./region:FuzzClampRange ./region:FuzzTreeInsert ./region:FuzzEpochSplit ./region:FuzzFormatKey \
 	./raftstore:FuzzDecodeCommand ./raftstore:FuzzDecodeApplyState ./raftstore:FuzzDecodeConfContext \
 	./raftstore:FuzzDecodeSnapshot ./raftstore:FuzzSnapshotApply ./raftstore:FuzzHandleRaftMessage \
 	./raftstore:FuzzLoadPeers \
