@@ -76,15 +76,6 @@ func (p *connPool) get(addr string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// kv returns a KV stub for addr.
-func (p *connPool) kv(addr string) (pb.KVClient, error) {
-	cc, err := p.get(addr)
-	if err != nil {
-		return nil, err
-	}
-	return pb.NewKVClient(cc), nil
-}
-
 // admin returns an Admin stub for addr.
 func (p *connPool) admin(addr string) (pb.AdminClient, error) {
 	cc, err := p.get(addr)

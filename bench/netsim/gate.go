@@ -44,8 +44,6 @@ func (g *gate) open() {
 	}
 }
 
-func (g *gate) isShut() bool { return g.wait() != nil }
-
 // gateToxic is the first toxic of every link, in both directions. While its
 // gate is shut it takes nothing from its input, so data stops where it is
 // (in toxiproxy's channels, then the kernel's socket buffers, then the
