@@ -10,29 +10,33 @@
 // peer's mutex and mark the peer dirty; the loop wakes on that or on a tick
 // and runs one round over the dirty peers:
 //
-//  1. Issue each peer's queued reads as one ReadIndex batch (reads never join
-//     a batch already in flight: its index may predate them), then take the
-//     peer's Ready.
-//  2. Persist, for all peers at once, in ONE bbolt transaction: snapshot
-//     (replacing the region's data, log and state), new log entries
-//     (dropping any conflicting tail) and the hard state. Group commit: one
-//     fsync per round however many regions and requests it carries.
+//  1. collectReady: issue each peer's queued reads as one ReadIndex batch
+//     (reads never join a batch already in flight: its index may predate
+//     them), then take the peer's Ready. sendEarly then sends a leader's
+//     appends and heartbeats (see 5).
+//  2. persistAndApply: persist, for all peers at once, in ONE bbolt
+//     transaction: snapshot (replacing the region's data, log and state),
+//     new log entries (dropping any conflicting tail) and the hard state.
+//     Group commit: one fsync per round however many regions and requests
+//     it carries. A failed transaction freezes the store (diskfail.go).
 //  3. In the same transaction, apply committed entries (they are durable on
 //     a quorum already; raft only hands out entries this peer persisted) and
 //     record the applied index with the data it covers, and compact the log
 //     once it grows past the GC threshold.
 //  4. After commit, publish: update the in-memory log mirror raft reads
 //     from, the peer's term/leader/applied index; revoke the lease on any
-//     leader or term change; wake proposers whose entries were applied,
-//     ReadIndex waiters whose ReadState arrived, and readers waiting for
-//     the applied index to reach their read index.
-//  5. Send the round's remaining raft messages and Flush the transport. A
-//     leader's appends and heartbeats went out already, before step 2: a
-//     leader may persist in parallel with its followers (raft's own
-//     doc.go), and it counts itself toward a commit only once its own write
-//     is done. Everything else (votes, responses, a follower's acks) is
-//     sent only now, so nothing a message promises can be lost in a crash.
-//  6. Advance each RawNode; a peer with more to do stays dirty.
+//     leader or term change; with follower leases on, record the keys the
+//     new entries write (before 5 acknowledges them); wake proposers whose
+//     entries were applied, ReadIndex waiters whose ReadState arrived, and
+//     readers waiting for the applied index to reach their read index.
+//  5. sendHeld: send the round's remaining raft messages and Flush the
+//     transport. A leader's appends and heartbeats went out already, before
+//     step 2: a leader may persist in parallel with its followers (raft's
+//     own doc.go), and it counts itself toward a commit only once its own
+//     write is done. Everything else (votes, responses, a follower's acks)
+//     is sent only now, so nothing a message promises can be lost in a
+//     crash.
+//  6. advance: advance each RawNode; a peer with more to do stays dirty.
 //
 // Reads never wait for the loop when the leader holds a valid lease, nor,
 // with follower leases on, when a follower holds a valid read lease and has

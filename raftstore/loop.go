@@ -155,14 +155,35 @@ func (s *Store) tick() {
 	s.dirtyMu.Unlock()
 }
 
-// round runs steps 1–6 of doc.go once for every dirty peer.
+// round runs steps 1–6 of doc.go once for every dirty peer, one function
+// per step.
 func (s *Store) round() error {
 	s.dirtyMu.Lock()
 	dirty := s.dirty
 	s.dirty = make(map[uint64]*Peer, len(dirty))
 	s.dirtyMu.Unlock()
 
-	// Step 1: issue batched reads, collect Ready.
+	batch := s.collectReady(dirty)
+	if len(batch) == 0 {
+		return nil
+	}
+	s.sendEarly(batch)
+	if err := s.persistAndApply(batch); err != nil {
+		return err
+	}
+	batch = slices.DeleteFunc(batch, func(rp *readyPeer) bool { return rp.skip })
+	for _, rp := range batch {
+		if err := s.publish(rp); err != nil {
+			return err
+		}
+	}
+	s.sendHeld(batch)
+	return s.advance(batch)
+}
+
+// collectReady is step 1: issue each peer's queued reads as one ReadIndex
+// batch (a follower's goes to its leader at once) and take the Readys.
+func (s *Store) collectReady(dirty map[uint64]*Peer) []*readyPeer {
 	now := s.now()
 	var batch []*readyPeer
 	var directs []readyDirect
@@ -187,16 +208,17 @@ func (s *Store) round() error {
 	for _, d := range directs {
 		s.send(d.p, []raftpb.Message{d.m})
 	}
-	if len(batch) == 0 {
-		if len(directs) > 0 {
-			s.trans.Flush()
-		}
-		return nil
+	if len(batch) == 0 && len(directs) > 0 {
+		s.trans.Flush()
 	}
+	return batch
+}
 
-	// A leader's appends and heartbeats go out before its own write: it may
-	// persist in parallel with its followers (raft's doc.go), which takes
-	// one disk write off every commit's critical path.
+// sendEarly sends a leader's appends and heartbeats before its own write:
+// it may persist in parallel with its followers (raft's doc.go), which
+// takes one disk write off every commit's critical path. The rest of its
+// messages are held for step 5.
+func (s *Store) sendEarly(batch []*readyPeer) {
 	for _, rp := range batch {
 		if rp.leader {
 			var early []raftpb.Message
@@ -205,11 +227,14 @@ func (s *Store) round() error {
 		}
 	}
 	s.trans.Flush()
+}
 
-	// Steps 2–3: persist every peer's snapshot, entries and hard state, and
-	// apply committed entries, all in ONE bbolt transaction (group commit).
-	// A round with nothing to write (only messages or read states, as in a
-	// follower read) skips the transaction: a bbolt commit always fsyncs.
+// persistAndApply is steps 2–3: persist every peer's snapshot, entries and
+// hard state, and apply committed entries, all in ONE bbolt transaction
+// (group commit). A round with nothing to write (only messages or read
+// states, as in a follower read) skips the transaction: a bbolt commit
+// always fsyncs.
+func (s *Store) persistAndApply(batch []*readyPeer) error {
 	if !needsWrite(batch) {
 		for _, rp := range batch {
 			rp.p.mu.Lock()
@@ -217,9 +242,12 @@ func (s *Store) round() error {
 			rp.applied, rp.appliedTerm = rp.p.applied, rp.p.appliedTerm
 			rp.p.mu.Unlock()
 		}
-	} else if err := s.injectedDiskError(); err != nil {
+		return nil
+	}
+	if err := s.injectedDiskError(); err != nil {
 		return err
-	} else if err := s.writeTx(func(tx *bbolt.Tx) error {
+	}
+	err := s.writeTx(func(tx *bbolt.Tx) error {
 		// Every persist before any apply: a split applied here writes the
 		// new region's state, which must win over (and carry the vote of)
 		// a placeholder of that region persisting in the same round.
@@ -243,22 +271,17 @@ func (s *Store) round() error {
 			}
 		}
 		return nil
-	}); err != nil {
+	})
+	if err != nil {
 		return err
-	} else {
-		s.stats.readyRounds.Add(1)
 	}
+	s.stats.readyRounds.Add(1)
+	return nil
+}
 
-	batch = slices.DeleteFunc(batch, func(rp *readyPeer) bool { return rp.skip })
-
-	// Step 4: publish what is now durable to memory and to waiters.
-	for _, rp := range batch {
-		if err := s.publish(rp); err != nil {
-			return err
-		}
-	}
-
-	// Step 5: send messages only after the state they depend on is durable.
+// sendHeld is step 5: send the messages that promise durable state (votes,
+// responses, a follower's acks, a leader's held messages), now that it is.
+func (s *Store) sendHeld(batch []*readyPeer) {
 	for _, rp := range batch {
 		if rp.leader {
 			s.send(rp.p, rp.held)
@@ -267,8 +290,11 @@ func (s *Store) round() error {
 		}
 	}
 	s.trans.Flush()
+}
 
-	// Step 6: advance; forget peers removed from their region.
+// advance is step 6: advance each RawNode; forget peers removed from their
+// region; a peer with more to do stays dirty.
+func (s *Store) advance(batch []*readyPeer) error {
 	for _, rp := range batch {
 		rp.p.mu.Lock()
 		rp.p.rn.Advance(rp.rd)
