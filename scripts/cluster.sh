@@ -919,6 +919,29 @@ cmd_status() {
 			eps=$(grpc_addr "$asked")
 			printf 'as store %s (not partitioned) sees them:\n' "$asked"
 		fi
+		# The stores' view of each other is refreshed about once a second:
+		# right after a kill it still shows the store up. Wait (at most 3s)
+		# until it agrees with the processes above, so the two tables do
+		# not contradict each other.
+		local down=() json i
+		for n in "${STORES[@]}"; do store_pid "$n" >/dev/null || down+=("$n"); done
+		if [[ -z $asked && ${#down[@]} -gt 0 ]]; then
+			# Each store has its own view: wait for, and show, one store's.
+			for n in "${STORES[@]}"; do
+				store_pid "$n" >/dev/null || continue
+				eps=$(grpc_addr "$n")
+				break
+			done
+		fi
+		for ((i = 0; i < 30 && ${#down[@]} > 0; i++)); do
+			json=$(hk ctl stores --json --endpoints "$eps" 2>/dev/null | tr -d ' \t\r\n') || break
+			local stale=0
+			for n in "${down[@]}"; do
+				(($(count_matches "\"id\":${n},[^}]*\"up\":true" "$json") == 0)) || stale=1
+			done
+			((stale == 0)) && break
+			sleep 0.1
+		done
 		if out=$(hk ctl stores --endpoints "$eps" 2>&1); then
 			printf '%s\n' "$out"
 		else
