@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/tlsverdict"
 )
 
 // errClosed is returned by requests made after Close.
@@ -54,7 +55,7 @@ func (p *connPool) get(addr string) (*grpc.ClientConn, error) {
 	cc, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(p.creds),
 		// A refused TLS handshake is Unauthenticated, not a store down.
-		grpc.WithChainUnaryInterceptor(handshakeErrorInterceptor),
+		grpc.WithChainUnaryInterceptor(tlsverdict.UnaryInterceptor),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			// A restarted store must be found again within a request's
 			// deadline, not after grpc's default backoff of up to 120s.

@@ -7,18 +7,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
-	"io"
 	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // selfSigned writes a self-signed certificate and its key to dir and
@@ -80,38 +74,5 @@ func TestLoadTLS(t *testing.T) {
 		if _, err := LoadTLS(tc.cert, tc.key, tc.ca); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error saying %q", tc.name, err, tc.want)
 		}
-	}
-}
-
-func TestHandshakeError(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want codes.Code
-	}{
-		{status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: waiting for the store to accept our certificate: remote error: tls: certificate required"`), codes.Unauthenticated},
-		{status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority"`), codes.Unauthenticated},
-		{status.Error(codes.Unavailable, "connection refused"), codes.Unavailable},
-		{status.Error(codes.NotFound, "tls: "), codes.NotFound},
-		{errors.New("x509: not a status"), codes.Unknown},
-	} {
-		if got := status.Code(handshakeError(tc.err)); got != tc.want {
-			t.Errorf("%v -> %v, want %v", tc.err, got, tc.want)
-		}
-	}
-}
-
-// TestPeekedConn: the byte read to learn the server's verdict comes back
-// first, then the rest of the stream.
-func TestPeekedConn(t *testing.T) {
-	a, b := net.Pipe()
-	defer a.Close()
-	go func() {
-		_, _ = b.Write([]byte("ello"))
-		b.Close()
-	}()
-	p := &peekedConn{Conn: a, first: []byte("h")}
-	got, err := io.ReadAll(p)
-	if err != nil || string(got) != "hello" {
-		t.Fatalf("read %q, %v", got, err)
 	}
 }

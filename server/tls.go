@@ -18,7 +18,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"os"
@@ -28,11 +27,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
+
+	"github.com/hedgekv/hedgekv/tlsverdict"
 )
 
 // TLS is a store's mutual-TLS identity: its certificate and key, and the
@@ -110,73 +109,11 @@ func (t *TLS) serverCredentials() credentials.TransportCredentials {
 // is left empty: gRPC fills it from the dialed address, so a peer's
 // certificate must name the host it is reached at.
 func (t *TLS) clientCredentials() credentials.TransportCredentials {
-	return verdictCreds{credentials.NewTLS(&tls.Config{
+	return tlsverdict.Credentials(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{t.cert},
 		RootCAs:      t.cas,
 		MinVersion:   tls.VersionTLS12,
-	})}
-}
-
-// verdictCreds are TLS client credentials whose handshake also waits for
-// the server's verdict on the client's certificate. With TLS 1.3 the
-// server checks it only after the client has finished its side of the
-// handshake, and a refusal then reaches gRPC as a broken pipe on its first
-// write, indistinguishable from a store that went away. A gRPC server
-// writes its SETTINGS frame as soon as its handshake is done, so the
-// client reads the first byte the server sends: data means accepted; an
-// alert ("remote error: tls: ...") fails the handshake, which
-// handshakeError then reports as Unauthenticated. The byte read is handed
-// back to gRPC in front of the rest.
-type verdictCreds struct {
-	credentials.TransportCredentials
-}
-
-func (c verdictCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
-	if err != nil {
-		return nil, nil, err
-	}
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(verdictTimeout)
-	}
-	if err := conn.SetReadDeadline(deadline); err != nil {
-		conn.Close()
-		return nil, nil, err
-	}
-	first := make([]byte, 1)
-	if _, err := io.ReadFull(conn, first); err != nil {
-		conn.Close()
-		return nil, nil, fmt.Errorf("waiting for the server to accept our certificate: %w", err)
-	}
-	if err := conn.SetReadDeadline(time.Time{}); err != nil {
-		conn.Close()
-		return nil, nil, err
-	}
-	return &peekedConn{Conn: conn, first: first}, info, nil
-}
-
-func (c verdictCreds) Clone() credentials.TransportCredentials {
-	return verdictCreds{c.TransportCredentials.Clone()}
-}
-
-// verdictTimeout bounds the wait for the server's first bytes when the
-// handshake has no deadline of its own (gRPC always gives one).
-const verdictTimeout = 20 * time.Second
-
-// peekedConn is a connection some of whose first bytes were read already.
-type peekedConn struct {
-	net.Conn
-	first []byte
-}
-
-func (p *peekedConn) Read(b []byte) (int, error) {
-	if len(p.first) > 0 {
-		n := copy(b, p.first)
-		p.first = p.first[n:]
-		return n, nil
-	}
-	return p.Conn.Read(b)
+	}))
 }
 
 // peerDialOptions are the options every connection a store makes to
@@ -191,34 +128,8 @@ func peerDialOptions(t *TLS) []grpc.DialOption {
 	}
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithChainUnaryInterceptor(handshakeErrorInterceptor),
+		grpc.WithChainUnaryInterceptor(tlsverdict.UnaryInterceptor),
 	}
-}
-
-// handshakeErrorInterceptor turns a call that failed because the TLS
-// handshake did not complete into Unauthenticated (see handshakeError).
-func handshakeErrorInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	return handshakeError(invoker(ctx, method, req, reply, cc, opts...))
-}
-
-// handshakeError maps a failed TLS handshake to Unauthenticated. gRPC
-// reports it as Unavailable, like a store that is down; but a peer that
-// refuses our certificate (or presents one our CA did not sign) will not
-// change its mind on a retry. With TLS 1.3 the server checks the client's
-// certificate after the client thinks the handshake is done, so its
-// refusal comes back as a "remote error: tls: ..." on the first read;
-// gRPC keeps only the text, hence the match on it.
-func handshakeError(err error) error {
-	if status.Code(err) != codes.Unavailable {
-		return err
-	}
-	msg := status.Convert(err).Message()
-	for _, marker := range []string{"tls: ", "x509: "} {
-		if strings.Contains(msg, marker) {
-			return status.Error(codes.Unauthenticated, "TLS handshake failed: "+msg)
-		}
-	}
-	return err
 }
 
 // callerIsStore reports whether the caller of a request proved, with a

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/tlsverdict"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -54,8 +54,8 @@ func clientTLS(t *testing.T, cert, key, ca string) *tls.Config {
 func dialTLS(t *testing.T, addr string, cfg *tls.Config) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(verdictCreds{credentials.NewTLS(cfg)}),
-		grpc.WithChainUnaryInterceptor(handshakeErrorInterceptor),
+		grpc.WithTransportCredentials(tlsverdict.Credentials(credentials.NewTLS(cfg))),
+		grpc.WithChainUnaryInterceptor(tlsverdict.UnaryInterceptor),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
 	)
 	if err != nil {
@@ -412,28 +412,5 @@ func TestWithStoreDisableAdminPlain(t *testing.T) {
 	}
 	if _, err := admin.Regions(ctx, &pb.RegionsRequest{}); err != nil {
 		t.Fatalf("regions: %v", err)
-	}
-}
-
-// TestHandshakeError: only Unavailable errors that carry a TLS failure
-// become Unauthenticated.
-func TestHandshakeError(t *testing.T) {
-	cases := []struct {
-		err  error
-		want codes.Code
-	}{
-		{status.Error(codes.Unavailable, `connection error: desc = "error reading server preface: remote error: tls: certificate required"`), codes.Unauthenticated},
-		{status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority"`), codes.Unauthenticated},
-		{status.Error(codes.Unavailable, "connection refused"), codes.Unavailable},
-		{status.Error(codes.InvalidArgument, "tls: not a handshake"), codes.InvalidArgument},
-		{errors.New("tls: plain error"), codes.Unknown},
-	}
-	for _, tc := range cases {
-		if got := status.Code(handshakeError(tc.err)); got != tc.want {
-			t.Errorf("%v -> %v, want %v", tc.err, got, tc.want)
-		}
-	}
-	if handshakeError(nil) != nil {
-		t.Error("nil error mapped to an error")
 	}
 }
