@@ -104,7 +104,7 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("chaos: seed %d, %ds, follower leases %v, stores %v", seed, seconds, leases, c.direct)
 
-	h := &history{base: time.Now()}
+	h := kvmodel.NewHistory()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	fails := &counter{}
@@ -146,23 +146,24 @@ func TestChaos(t *testing.T) {
 	rep, checkErr := replicacheck.Check(cctx, nem.cli, 50*time.Millisecond)
 	ccancel()
 
-	end := h.now() + 1
+	ops := h.Ops()
+	end := h.Now() + 1
 	var reads, writes, unknown int
-	for i := range h.ops {
-		in := h.ops[i].Input.(kvmodel.Input)
+	for i := range ops {
+		in := ops[i].Input.(kvmodel.Input)
 		if in.Put {
 			writes++
 		} else {
 			reads++
 		}
-		if h.ops[i].Return == -1 {
-			h.ops[i].Return = end
+		if ops[i].Return == -1 {
+			ops[i].Return = end
 			unknown++
 		}
 	}
-	res, info := porcupine.CheckOperationsVerbose(kvmodel.Model, h.ops, 2*time.Minute)
+	res, info := porcupine.CheckOperationsVerbose(kvmodel.Model, ops, 2*time.Minute)
 	linearizable := res == porcupine.Ok
-	t.Logf("operations: %d (%d reads: %s; %d writes, %d of unknown outcome)", len(h.ops), reads, modes, writes, unknown)
+	t.Logf("operations: %d (%d reads: %s; %d writes, %d of unknown outcome)", len(ops), reads, modes, writes, unknown)
 	t.Logf("faults: %s", nem.faults)
 	t.Logf("failures by kind: %s", fails)
 	if checkErr != nil {
@@ -182,28 +183,13 @@ func TestChaos(t *testing.T) {
 		_ = os.MkdirAll(out, 0o755)
 		html := filepath.Join(out, fmt.Sprintf("chaos-seed-%d.html", seed))
 		_ = porcupine.VisualizePath(kvmodel.Model, info, html)
-		raw, _ := json.MarshalIndent(h.ops, "", " ")
+		raw, _ := json.MarshalIndent(ops, "", " ")
 		_ = os.WriteFile(filepath.Join(out, fmt.Sprintf("chaos-seed-%d.json", seed)), raw, 0o644)
 		t.Errorf("history is not linearizable (%v); saved to %s and the .json beside it; faults: %s", res, html, strings.Join(nem.log, "; "))
 	}
 	if checkErr != nil {
 		t.Errorf("replica check after the run: %v", checkErr)
 	}
-}
-
-// history records operations from many goroutines against one clock.
-type history struct {
-	mu   sync.Mutex
-	base time.Time
-	ops  []porcupine.Operation
-}
-
-func (h *history) now() int64 { return int64(time.Since(h.base)) }
-
-func (h *history) add(op porcupine.Operation) {
-	h.mu.Lock()
-	h.ops = append(h.ops, op)
-	h.mu.Unlock()
 }
 
 // counter counts by kind.
@@ -259,7 +245,7 @@ func failKind(err error) string {
 
 // runClient issues puts and gets (only gets if readOnly) under every read
 // policy until stop.
-func runClient(id int, cli *client.Client, readOnly bool, seed uint64, h *history, stop <-chan struct{}, fails, modes *counter) {
+func runClient(id int, cli *client.Client, readOnly bool, seed uint64, h *kvmodel.History, stop <-chan struct{}, fails, modes *counter) {
 	rng := rand.New(rand.NewPCG(seed+uint64(id), uint64(id)))
 	sessions := []struct {
 		name string
@@ -281,16 +267,16 @@ func runClient(id int, cli *client.Client, readOnly bool, seed uint64, h *histor
 		}
 		key := keys[rng.IntN(len(keys))]
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		call := h.now()
+		call := h.Now()
 		if !readOnly && rng.IntN(10) < 3 {
 			val := fmt.Sprintf("%d.%d", id, n)
 			err := cli.Put(ctx, []byte(key), []byte(val))
 			in := kvmodel.Input{Put: true, Key: key, Value: val}
 			if err != nil {
 				fails.add("put:" + failKind(err))
-				h.add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{Unknown: true}, Return: -1})
+				h.Add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{Unknown: true}, Return: -1})
 			} else {
-				h.add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{}, Return: h.now()})
+				h.Add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{}, Return: h.Now()})
 			}
 		} else {
 			sess := sessions[rng.IntN(len(sessions))]
@@ -309,8 +295,8 @@ func runClient(id int, cli *client.Client, readOnly bool, seed uint64, h *histor
 				if info.Mode == "stale" {
 					c -= int64(info.StalenessBound)
 				}
-				h.add(porcupine.Operation{ClientId: id, Input: kvmodel.Input{Key: key, Mode: sess.name}, Call: c,
-					Output: kvmodel.Output{Value: string(v), Found: found}, Return: h.now()})
+				h.Add(porcupine.Operation{ClientId: id, Input: kvmodel.Input{Key: key, Mode: sess.name}, Call: c,
+					Output: kvmodel.Output{Value: string(v), Found: found}, Return: h.Now()})
 			}
 		}
 		cancel()

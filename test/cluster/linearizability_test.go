@@ -33,21 +33,6 @@ type (
 
 var kvModel = kvmodel.Model
 
-// history records operations from many goroutines against one clock.
-type history struct {
-	mu   sync.Mutex
-	base time.Time
-	ops  []porcupine.Operation
-}
-
-func (h *history) now() int64 { return int64(time.Since(h.base)) }
-
-func (h *history) add(op porcupine.Operation) {
-	h.mu.Lock()
-	h.ops = append(h.ops, op)
-	h.mu.Unlock()
-}
-
 // nemesisEnv reads a duration in seconds from the environment: the specs
 // run briefly in `make test`, and for minutes when asked
 // (HEDGEKV_NEMESIS_SECONDS=300 go test ./test/cluster -ginkgo.focus nemesis).
@@ -119,7 +104,7 @@ type nemesis struct {
 	rng    *rand.Rand
 	stop   <-chan struct{}
 	log    *faultLog
-	h      *history
+	h      *kvmodel.History
 	clocks map[uint64]func() time.Time // each store's (skewed) clock
 	probes int                         // operations the nemesis itself recorded
 	seq    int
@@ -186,26 +171,26 @@ func (n *nemesis) probeOn(store uint64, key string, opts raftstore.ReadOptions, 
 	n.seq++
 	val := fmt.Sprintf("probe.%d", n.seq)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	call := n.h.now()
+	call := n.h.Now()
 	err := n.c.Put(ctx, []byte(key), []byte(val))
 	cancel()
 	in := kvInput{Put: true, Key: key, Value: val}
 	if err != nil {
-		n.h.add(porcupine.Operation{ClientId: probeClient, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+		n.h.Add(porcupine.Operation{ClientId: probeClient, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
 		return
 	}
-	n.h.add(porcupine.Operation{ClientId: probeClient, Input: in, Call: call, Output: kvOutput{}, Return: n.h.now()})
+	n.h.Add(porcupine.Operation{ClientId: probeClient, Input: in, Call: call, Output: kvOutput{}, Return: n.h.Now()})
 	s, ok := n.c.Store(store)
 	if !ok {
 		return
 	}
 	for range 5 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-		call := n.h.now()
+		call := n.h.Now()
 		v, found, _, err := s.Get(ctx, opts, []byte(key))
 		cancel()
 		if err == nil {
-			n.h.add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Key: key, Mode: mode}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: n.h.now()})
+			n.h.Add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Key: key, Mode: mode}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: n.h.Now()})
 		}
 		n.probes++
 	}
@@ -535,7 +520,7 @@ func (n *nemesis) lostAckAcrossSplit() {
 	key := fmt.Sprintf("%s~s%d", nemesisKeys[rng.IntN(len(nemesisKeys))], n.seq)
 	val := fmt.Sprintf("lost.%d", n.seq)
 	id := rng.Uint64() | 1
-	call := n.h.now()
+	call := n.h.Now()
 	first, cancel := context.WithTimeout(context.Background(), time.Duration(1+rng.IntN(3))*time.Millisecond)
 	_ = c.PutWithID(first, id, []byte(key), []byte(val))
 	cancel()
@@ -574,12 +559,12 @@ func (n *nemesis) retryPastWindow() {
 	id := rng.Uint64() | 1
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	call := n.h.now()
+	call := n.h.Now()
 	if err := c.PutWithID(ctx, id, []byte(key), []byte(v1)); err != nil {
-		n.h.add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Put: true, Key: key, Value: v1}, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+		n.h.Add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Put: true, Key: key, Value: v1}, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
 		return
 	}
-	n.h.add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Put: true, Key: key, Value: v1}, Call: call, Output: kvOutput{}, Return: n.h.now()})
+	n.h.Add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Put: true, Key: key, Value: v1}, Call: call, Output: kvOutput{}, Return: n.h.Now()})
 	r, ok := c.RegionOf([]byte(key))
 	leader, hasLeader := c.Leader(r.ID)
 	if !ok || !hasLeader {
@@ -607,15 +592,15 @@ func (n *nemesis) retryPastWindow() {
 		return m.ToStore == f && m.RegionID == r.ID && (m.Msg.Type == raftpb.MsgApp || m.Msg.Type == raftpb.MsgSnap), 0
 	}))
 	put := func(k, v string) bool {
-		call := n.h.now()
+		call := n.h.Now()
 		err := c.Put(ctx, []byte(k), []byte(v))
 		if k == key {
 			out := kvOutput{}
-			ret := n.h.now()
+			ret := n.h.Now()
 			if err != nil {
 				out, ret = kvOutput{Unknown: true}, -1
 			}
-			n.h.add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Put: true, Key: k, Value: v}, Call: call, Output: out, Return: ret})
+			n.h.Add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Put: true, Key: k, Value: v}, Call: call, Output: out, Return: ret})
 		}
 		return err == nil
 	}
@@ -629,9 +614,9 @@ func (n *nemesis) retryPastWindow() {
 		}
 	}
 	// The retry, past the window: it may apply again (recorded as unknown).
-	call = n.h.now()
+	call = n.h.Now()
 	_ = c.PutWithID(ctx, id, []byte(key), []byte(v1))
-	n.h.add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Put: true, Key: key, Value: v1}, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+	n.h.Add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Put: true, Key: key, Value: v1}, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
 	lag()
 	// Read on the leader and on the follower once it has caught up.
 	for _, sid := range []uint64{leader, f} {
@@ -640,11 +625,11 @@ func (n *nemesis) retryPastWindow() {
 			continue
 		}
 		rctx, rcancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		call := n.h.now()
+		call := n.h.Now()
 		v, found, _, err := s.Get(rctx, raftstore.ReadOptions{ReplicaRead: true}, []byte(key))
 		rcancel()
 		if err == nil {
-			n.h.add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Key: key, Mode: fmt.Sprintf("store %d", sid)}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: n.h.now()})
+			n.h.Add(porcupine.Operation{ClientId: probeClient, Input: kvInput{Key: key, Mode: fmt.Sprintf("store %d", sid)}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: n.h.Now()})
 			n.probes++
 		}
 	}
@@ -654,16 +639,16 @@ func (n *nemesis) retryPastWindow() {
 // With the dedup window at its default the two are one operation; with a
 // tiny window the retry may legitimately apply again, so they are two
 // writes of unknown outcome.
-func recordRetried(h *history, client int, key, val string, call int64, err error, twice bool) {
+func recordRetried(h *kvmodel.History, client int, key, val string, call int64, err error, twice bool) {
 	in := kvInput{Put: true, Key: key, Value: val}
 	switch {
 	case twice:
-		h.add(porcupine.Operation{ClientId: client, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
-		h.add(porcupine.Operation{ClientId: client, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+		h.Add(porcupine.Operation{ClientId: client, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+		h.Add(porcupine.Operation{ClientId: client, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
 	case err != nil:
-		h.add(porcupine.Operation{ClientId: client, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+		h.Add(porcupine.Operation{ClientId: client, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
 	default:
-		h.add(porcupine.Operation{ClientId: client, Input: in, Call: call, Output: kvOutput{}, Return: h.now()})
+		h.Add(porcupine.Operation{ClientId: client, Input: in, Call: call, Output: kvOutput{}, Return: h.Now()})
 	}
 }
 
@@ -711,7 +696,7 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 	_, err := c.AddStore()
 	Expect(err).NotTo(HaveOccurred())
 	Expect(c.Split(ctxFor(10*time.Second), []byte(quietSplit))).To(Succeed())
-	h := &history{base: time.Now()}
+	h := kvmodel.NewHistory()
 	keys := nemesisKeys
 	const clients = 6
 	stop := make(chan struct{})
@@ -731,7 +716,7 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 				}
 				key := keys[crng.IntN(len(keys))]
 				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-				call := h.now()
+				call := h.Now()
 				switch r := crng.IntN(20); {
 				case r < 6:
 					val := fmt.Sprintf("%d.%d", cl, n)
@@ -739,9 +724,9 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 					in := kvInput{Put: true, Key: key, Value: val}
 					if err != nil {
 						// It may still happen at any later time.
-						h.add(porcupine.Operation{ClientId: cl, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+						h.Add(porcupine.Operation{ClientId: cl, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
 					} else {
-						h.add(porcupine.Operation{ClientId: cl, Input: in, Call: call, Output: kvOutput{}, Return: h.now()})
+						h.Add(porcupine.Operation{ClientId: cl, Input: in, Call: call, Output: kvOutput{}, Return: h.Now()})
 					}
 				case r < 8:
 					// A write whose acknowledgement is lost: a first attempt
@@ -765,7 +750,7 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 				case r < 13:
 					v, found, err := c.Get(ctx, []byte(key))
 					if err == nil {
-						h.add(porcupine.Operation{ClientId: cl, Input: kvInput{Key: key, Mode: "leader"}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: h.now()})
+						h.Add(porcupine.Operation{ClientId: cl, Input: kvInput{Key: key, Mode: "leader"}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: h.Now()})
 					}
 				default:
 					// A follower read routed by the client's cache, which may
@@ -778,7 +763,7 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 					}
 					v, found, _, err := s.Get(ctx, raftstore.ReadOptions{RegionID: reg.ID, Epoch: reg.Epoch, ReplicaRead: true}, []byte(key))
 					if err == nil {
-						h.add(porcupine.Operation{ClientId: cl, Input: kvInput{Key: key, Mode: "follower"}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: h.now()})
+						h.Add(porcupine.Operation{ClientId: cl, Input: kvInput{Key: key, Mode: "follower"}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: h.Now()})
 					} else if region.IsRegionError(err) && crng.IntN(2) == 0 {
 						// Half the time refresh at once; otherwise keep the
 						// stale epoch a while, as a slow client would.
@@ -802,13 +787,14 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 	wg.Wait()
 	<-nemesisDone
 
-	end := h.now() + 1
+	ops := h.Ops()
+	end := h.Now() + 1
 	reads := 0
-	for i := range h.ops {
-		if h.ops[i].Return == -1 {
-			h.ops[i].Return = end
+	for i := range ops {
+		if ops[i].Return == -1 {
+			ops[i].Return = end
 		}
-		if !h.ops[i].Input.(kvInput).Put {
+		if !ops[i].Input.(kvInput).Put {
 			reads++
 		}
 	}
@@ -819,16 +805,16 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 		}
 	}
 	GinkgoWriter.Printf("seed %d (tick %v, dedup window %d, follower leases %v): %d operations (%d reads, %d by probes, %d follower-lease reads on the stores up now) in %v, %d regions, %s\n",
-		seed, run.tick, run.dedupWindow, run.followerLeases, len(h.ops), reads, nem.probes, leaseReads, duration, len(c.Regions()), faults.summary())
+		seed, run.tick, run.dedupWindow, run.followerLeases, len(ops), reads, nem.probes, leaseReads, duration, len(c.Regions()), faults.summary())
 	Expect(reads).To(BeNumerically(">", 20), "too few successful reads to check anything")
 
-	res, info := porcupine.CheckOperationsVerbose(kvModel, h.ops, 60*time.Second)
+	res, info := porcupine.CheckOperationsVerbose(kvModel, ops, 60*time.Second)
 	if res != porcupine.Ok {
 		dir, _ := filepath.Abs("failures")
 		_ = os.MkdirAll(dir, 0o755)
 		html := filepath.Join(dir, fmt.Sprintf("linearizability-seed-%d.html", seed))
 		_ = porcupine.VisualizePath(kvModel, info, html)
-		raw, _ := json.MarshalIndent(h.ops, "", " ")
+		raw, _ := json.MarshalIndent(ops, "", " ")
 		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("linearizability-seed-%d.json", seed)), raw, 0o644)
 		Fail(fmt.Sprintf("history is %v (not linearizable); saved to %s; %s: %v", res, html, faults.summary(), faults.list))
 	}

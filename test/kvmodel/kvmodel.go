@@ -6,6 +6,8 @@ package kvmodel
 import (
 	"fmt"
 	"sort"
+	"sync"
+	"time"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -68,4 +70,33 @@ var Model = porcupine.Model{
 		}
 		return fmt.Sprintf("%s(%s) -> %s", get, in.Key, out.Value)
 	},
+}
+
+// History records operations from many goroutines against one clock:
+// Now is nanoseconds since the history began, what porcupine's Call and
+// Return compare.
+type History struct {
+	mu   sync.Mutex
+	base time.Time
+	ops  []porcupine.Operation
+}
+
+// NewHistory starts a history now.
+func NewHistory() *History { return &History{base: time.Now()} }
+
+// Now is the history's clock.
+func (h *History) Now() int64 { return int64(time.Since(h.base)) }
+
+// Add records one operation.
+func (h *History) Add(op porcupine.Operation) {
+	h.mu.Lock()
+	h.ops = append(h.ops, op)
+	h.mu.Unlock()
+}
+
+// Ops returns the operations recorded, to check once recording is over.
+func (h *History) Ops() []porcupine.Operation {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ops
 }
