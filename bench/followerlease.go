@@ -138,15 +138,9 @@ type FollowerLeaseConfig struct {
 }
 
 func (cfg *FollowerLeaseConfig) setDefaults() error {
-	if len(cfg.Variants) == 0 {
-		for _, v := range FollowerLeaseVariants {
-			cfg.Variants = append(cfg.Variants, v.Name)
-		}
-	}
-	for _, name := range cfg.Variants {
-		if !slices.ContainsFunc(FollowerLeaseVariants, func(v FollowerLeaseVariant) bool { return v.Name == name }) {
-			return fmt.Errorf("unknown variant %q", name)
-		}
+	var err error
+	if cfg.Variants, err = chooseVariants(cfg.Variants, FollowerLeaseVariants, func(v FollowerLeaseVariant) string { return v.Name }); err != nil {
+		return err
 	}
 	if cfg.Records <= 0 {
 		cfg.Records = map[bool]int64{false: 10000, true: 1000}[cfg.Quick]

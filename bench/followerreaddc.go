@@ -135,15 +135,8 @@ func (cfg *FollowerReadDCConfig) setDefaults() error {
 			return fmt.Errorf("scan length %d out of 1..%d", l, ycsbdb.MaxScanLimit)
 		}
 	}
-	if len(cfg.Variants) == 0 {
-		for _, v := range DCVariants {
-			cfg.Variants = append(cfg.Variants, v.Name)
-		}
-	}
-	for _, name := range cfg.Variants {
-		if !slices.ContainsFunc(DCVariants, func(v DCVariant) bool { return v.Name == name }) {
-			return fmt.Errorf("unknown variant %q", name)
-		}
+	if cfg.Variants, err = chooseVariants(cfg.Variants, DCVariants, func(v DCVariant) string { return v.Name }); err != nil {
+		return err
 	}
 	if cfg.RunDuration <= 0 {
 		cfg.RunDuration = map[bool]time.Duration{false: 15 * time.Second, true: 3 * time.Second}[cfg.Quick]

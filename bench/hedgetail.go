@@ -103,15 +103,9 @@ type HedgeTailConfig struct {
 }
 
 func (cfg *HedgeTailConfig) setDefaults() error {
-	if len(cfg.Variants) == 0 {
-		for _, v := range HedgeTailVariants {
-			cfg.Variants = append(cfg.Variants, v.Name)
-		}
-	}
-	for _, name := range cfg.Variants {
-		if !slices.ContainsFunc(HedgeTailVariants, func(v HedgeTailVariant) bool { return v.Name == name }) {
-			return fmt.Errorf("unknown variant %q", name)
-		}
+	var err error
+	if cfg.Variants, err = chooseVariants(cfg.Variants, HedgeTailVariants, func(v HedgeTailVariant) string { return v.Name }); err != nil {
+		return err
 	}
 	if len(cfg.Faults) == 0 {
 		cfg.Faults = slices.Clone(HedgeTailFaults)

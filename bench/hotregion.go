@@ -125,15 +125,9 @@ func (cfg *HotRegionConfig) setDefaults() error {
 	if cfg.ScanLength > ycsbdb.MaxScanLimit {
 		return fmt.Errorf("scan length %d over %d", cfg.ScanLength, ycsbdb.MaxScanLimit)
 	}
-	if len(cfg.Variants) == 0 {
-		for _, v := range HotVariants {
-			cfg.Variants = append(cfg.Variants, v.Name)
-		}
-	}
-	for _, name := range cfg.Variants {
-		if !slices.ContainsFunc(HotVariants, func(v HotVariant) bool { return v.Name == name }) {
-			return fmt.Errorf("unknown variant %q", name)
-		}
+	var err error
+	if cfg.Variants, err = chooseVariants(cfg.Variants, HotVariants, func(v HotVariant) string { return v.Name }); err != nil {
+		return err
 	}
 	if cfg.RunDuration <= 0 {
 		cfg.RunDuration = map[bool]time.Duration{false: 15 * time.Second, true: 4 * time.Second}[cfg.Quick]

@@ -132,15 +132,9 @@ func (cfg *NodeKillConfig) setDefaults() error {
 	if cfg.Threads <= 0 {
 		cfg.Threads = map[bool]int{false: 16, true: 8}[cfg.Quick]
 	}
-	if len(cfg.Variants) == 0 {
-		for _, v := range NodeKillVariants {
-			cfg.Variants = append(cfg.Variants, v.Name)
-		}
-	}
-	for _, name := range cfg.Variants {
-		if !slices.ContainsFunc(NodeKillVariants, func(v NodeKillVariant) bool { return v.Name == name }) {
-			return fmt.Errorf("unknown variant %q", name)
-		}
+	var err error
+	if cfg.Variants, err = chooseVariants(cfg.Variants, NodeKillVariants, func(v NodeKillVariant) string { return v.Name }); err != nil {
+		return err
 	}
 	if cfg.Warmup == 0 {
 		cfg.Warmup = def(2*time.Second, time.Second)

@@ -71,15 +71,9 @@ type OverloadedConfig struct {
 }
 
 func (cfg *OverloadedConfig) setDefaults() error {
-	if len(cfg.Variants) == 0 {
-		for _, v := range OverloadedVariants {
-			cfg.Variants = append(cfg.Variants, v.Name)
-		}
-	}
-	for _, name := range cfg.Variants {
-		if !slices.ContainsFunc(OverloadedVariants, func(v OverloadedVariant) bool { return v.Name == name }) {
-			return fmt.Errorf("unknown variant %q", name)
-		}
+	var err error
+	if cfg.Variants, err = chooseVariants(cfg.Variants, OverloadedVariants, func(v OverloadedVariant) string { return v.Name }); err != nil {
+		return err
 	}
 	if cfg.Clients <= 0 {
 		cfg.Clients = 16

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -205,4 +206,22 @@ func OpsTable(ops []OpStats) string {
 // FormatFloat formats v with the given number of decimals.
 func FormatFloat(v float64, decimals int) string {
 	return strconv.FormatFloat(v, 'f', decimals, 64)
+}
+
+// chooseVariants returns the variants a scenario runs: those named, each
+// checked against all, or every one of all when none is named.
+func chooseVariants[V any](named []string, all []V, name func(V) string) ([]string, error) {
+	if len(named) == 0 {
+		out := make([]string, len(all))
+		for i, v := range all {
+			out[i] = name(v)
+		}
+		return out, nil
+	}
+	for _, n := range named {
+		if !slices.ContainsFunc(all, func(v V) bool { return name(v) == n }) {
+			return nil, fmt.Errorf("unknown variant %q", n)
+		}
+	}
+	return named, nil
 }
