@@ -443,16 +443,27 @@ func TestWithStoreThreeStores(t *testing.T) {
 		t.Fatalf("write on a follower: %v, want FailedPrecondition", err)
 	}
 
-	stores, err := c.admin(t, follower).Stores(ctx, &pb.StoresRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The Stores answer comes from a view refreshed about once a second,
+	// which may predate the election: poll it, bounded.
 	var leaders uint64
+	var stores *pb.StoresResponse
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		stores, err = c.admin(t, follower).Stores(ctx, &pb.StoresRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaders = 0
+		for _, s := range stores.GetStores() {
+			leaders += s.GetLeaderCount()
+		}
+		if leaders == 1 || time.Now().After(deadline) {
+			break
+		}
+	}
 	for _, s := range stores.GetStores() {
 		if !s.GetUp() || s.GetRegionCount() != 1 {
 			t.Fatalf("store %v", s)
 		}
-		leaders += s.GetLeaderCount()
 	}
 	if leaders != 1 {
 		t.Fatalf("%d leaders across stores", leaders)
