@@ -115,8 +115,15 @@ func TestZoneAddressesCarryRequests(t *testing.T) {
 	if up, down := sumBytes(z.endpoints); up != epUp || down != epDown {
 		t.Errorf("admin calls went to the endpoints (%d bytes up, %d down)", up-epUp, down-epDown)
 	}
-	if after := z.zoneFwd["dc-b"][0].Conns() + z.zoneFwd["dc-b"][1].Conns() + z.zoneFwd["dc-b"][2].Conns(); after != before {
-		t.Errorf("admin calls opened %d more connections to the dc-b addresses; the client keeps one per store", after-before)
+	// One connection per store: a store the reads above happened not to
+	// use may be dialled only now (gRPC connects lazily), but none twice.
+	for i, f := range z.zoneFwd["dc-b"] {
+		if n := f.Conns(); n > 1 {
+			t.Errorf("store %d's dc-b address has %d connections; the client keeps one per store", i+1, n)
+		}
+	}
+	if after := z.zoneFwd["dc-b"][0].Conns() + z.zoneFwd["dc-b"][1].Conns() + z.zoneFwd["dc-b"][2].Conns(); after > 3 {
+		t.Errorf("admin calls opened %d more connections to the dc-b addresses (%d in all)", after-before, after)
 	}
 
 	// Without a zone, nothing changes: the endpoints carry the requests.
