@@ -302,9 +302,10 @@ var _ = Describe("bounded-staleness read", func() {
 			_, _, _, err := readOn(c, f, opts, "x", time.Second)
 			return err
 		}).WithTimeout(5 * time.Second).Should(Succeed())
-		refused := 0
+		refused, reads := 0, 0
 		start := time.Now()
 		for n := 0; time.Since(start) < 5*maxStale; n++ {
+			reads++
 			v, _, info, err := readOn(c, f, opts, "x", time.Second)
 			if err != nil {
 				refused++
@@ -314,6 +315,10 @@ var _ = Describe("bounded-staleness read", func() {
 			Expect(info.Mode).To(Equal(raftstore.ReadModeStale))
 			time.Sleep(2 * time.Millisecond)
 		}
-		Expect(refused).To(BeZero(), "stale reads refused for want of fresh safe points")
+		// Without the nudges the leader's lease, and its safe points, stop
+		// a lease after the last write, and every read from 300ms on is
+		// refused: most of them. A loaded machine may delay a nudge's
+		// round now and then, so a few refusals are tolerated.
+		Expect(refused).To(BeNumerically("<=", reads/10), "%d of %d stale reads refused for want of fresh safe points", refused, reads)
 	})
 })
