@@ -277,7 +277,10 @@ func TestPeerEtcdWANTiny(t *testing.T) {
 				t.Errorf("%s served by %s", row.Variant, r.ServedBy)
 			}
 		case "hedgekv-leader":
-			if !strings.HasPrefix(r.ServedBy, "store 1 (dc-a) 100%") || *row.WANBytesPerOp < 10*1000 {
+			// A scan near the end of the 200 keys returns fewer than ten
+			// rows, so the mean is a little under 10 KB (9.9 KB seen); a
+			// local read crosses tens of bytes.
+			if !strings.HasPrefix(r.ServedBy, "store 1 (dc-a) 100%") || *row.WANBytesPerOp < 5*1000 {
 				t.Errorf("hedgekv-leader served by %s, %v WAN bytes per scan of ten 1 KB rows", r.ServedBy, *row.WANBytesPerOp)
 			}
 		case "hedgekv-follower":
