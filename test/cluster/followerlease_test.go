@@ -61,23 +61,24 @@ var _ = Describe("follower lease read", func() {
 })
 
 // staleWatch reads key on store id (a follower read: a lease read when it
-// holds one) over and over until stop closes, and records any read that
-// began after acked was set and still returned old: a stale read.
+// holds one) over and over until halted, and records any read that began
+// after acked was set and still returned old: a stale read.
 type staleWatch struct {
 	acked atomic.Int64 // unix nanos of the write's acknowledgement; 0: not yet
 	stale atomic.Int64
 	reads atomic.Int64
+	stop  chan struct{}
 	done  chan struct{}
 }
 
-func watchStale(c *raftstoretest.Cluster, id uint64, opts raftstore.ReadOptions, key, old string, stop <-chan struct{}) *staleWatch {
-	w := &staleWatch{done: make(chan struct{})}
+func watchStale(c *raftstoretest.Cluster, id uint64, opts raftstore.ReadOptions, key, old string) *staleWatch {
+	w := &staleWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer GinkgoRecover()
 		defer close(w.done)
 		for n := 0; n < 100000; n++ {
 			select {
-			case <-stop:
+			case <-w.stop:
 				return
 			default:
 			}
@@ -97,10 +98,10 @@ func watchStale(c *raftstoretest.Cluster, id uint64, opts raftstore.ReadOptions,
 	return w
 }
 
-// leaseHolder waits until store id serves key from a follower lease.
-func leaseHolder(c *raftstoretest.Cluster, id uint64, key string) {
-	GinkgoHelper()
-	waitFollowerLease(c, id, key)
+// halt stops the watch and waits for its last read.
+func (w *staleWatch) halt() {
+	close(w.stop)
+	<-w.done
 }
 
 var _ = Describe("follower lease safety", func() {
@@ -112,18 +113,16 @@ var _ = Describe("follower lease safety", func() {
 		Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
 		leader, _ := c.Leader(1)
 		holder := otherThan(c, leader)[0]
-		leaseHolder(c, holder, "x")
+		waitFollowerLease(c, holder, "x")
 
-		stop := make(chan struct{})
-		w := watchStale(c, holder, follower, "x", "old", stop)
+		w := watchStale(c, holder, follower, "x", "old")
 		c.Net.AddFilter(raftstore.IsolateFilter(holder))
 		start := time.Now()
 		Expect(c.Put(ctx, []byte("x"), []byte("new"))).To(Succeed())
 		w.acked.Store(time.Now().UnixNano())
 		stall := time.Since(start)
 		time.Sleep(300 * time.Millisecond) // the holder keeps being asked, on its own
-		close(stop)
-		<-w.done
+		w.halt()
 		GinkgoWriter.Printf("write stalled %v by the cut-off holder; %d reads on it\n", stall, w.reads.Load())
 		Expect(w.stale.Load()).To(BeZero(), "stale reads on the cut-off holder")
 		// A lease here is at most (10-2) ticks of 10ms less 10%: 72ms. The
@@ -139,11 +138,10 @@ var _ = Describe("follower lease safety", func() {
 		Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
 		oldLeader, _ := c.Leader(1)
 		holder := otherThan(c, oldLeader)[0]
-		leaseHolder(c, holder, "x")
+		waitFollowerLease(c, holder, "x")
 
-		stop := make(chan struct{})
-		wl := watchStale(c, oldLeader, raftstore.ReadOptions{}, "x", "old", stop)
-		wh := watchStale(c, holder, follower, "x", "old", stop)
+		wl := watchStale(c, oldLeader, raftstore.ReadOptions{}, "x", "old")
+		wh := watchStale(c, holder, follower, "x", "old")
 		c.Net.AddFilter(raftstore.PartitionFilter(oldLeader, holder))
 		majority := otherThan(c, oldLeader, holder)
 		Eventually(func() bool {
@@ -168,9 +166,8 @@ var _ = Describe("follower lease safety", func() {
 		wl.acked.Store(time.Now().UnixNano())
 		wh.acked.Store(time.Now().UnixNano())
 		time.Sleep(300 * time.Millisecond)
-		close(stop)
-		<-wl.done
-		<-wh.done
+		wl.halt()
+		wh.halt()
 		Expect(wl.stale.Load()).To(BeZero(), "stale reads on the old leader")
 		Expect(wh.stale.Load()).To(BeZero(), "stale reads on the holder cut off with it")
 	})
@@ -186,7 +183,7 @@ var _ = Describe("follower lease expiry", func() {
 		oldLeader, _ := c.Leader(1)
 		others := otherThan(c, oldLeader)
 		holder, target := others[0], others[1]
-		leaseHolder(c, holder, "x")
+		waitFollowerLease(c, holder, "x")
 
 		// The holder stays connected to the old leader only: the revoke
 		// notice is lost, and nothing of the target's new term reaches it.
@@ -194,8 +191,7 @@ var _ = Describe("follower lease expiry", func() {
 			between := (m.FromStore == holder && m.ToStore == target) || (m.FromStore == target && m.ToStore == holder)
 			return between || isLeaseRevoke(m), 0
 		}))
-		stop := make(chan struct{})
-		w := watchStale(c, holder, follower, "x", "old", stop)
+		w := watchStale(c, holder, follower, "x", "old")
 		Expect(mustStore(c, oldLeader).TransferLeader(ctx, 1, target)).To(Succeed())
 		Eventually(func() error {
 			pctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -204,8 +200,7 @@ var _ = Describe("follower lease expiry", func() {
 		}).WithTimeout(10 * time.Second).Should(Succeed())
 		w.acked.Store(time.Now().UnixNano())
 		time.Sleep(300 * time.Millisecond)
-		close(stop)
-		<-w.done
+		w.halt()
 		Expect(w.stale.Load()).To(BeZero(), "stale reads on the holder after the transfer")
 	})
 
@@ -216,7 +211,7 @@ var _ = Describe("follower lease expiry", func() {
 		oldLeader, _ := c.Leader(1)
 		others := otherThan(c, oldLeader)
 		holder, target := others[0], others[1]
-		leaseHolder(c, holder, "x")
+		waitFollowerLease(c, holder, "x")
 		grants := mustStore(c, holder).Stats().FollowerLeaseGrants
 		Expect(mustStore(c, oldLeader).TransferLeader(ctx, 1, target)).To(Succeed())
 		Expect(c.Put(ctx, []byte("x"), []byte("new"))).To(Succeed())
@@ -235,9 +230,8 @@ var _ = Describe("follower lease expiry", func() {
 		Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
 		oldLeader, _ := c.Leader(1)
 		holder := otherThan(c, oldLeader)[0]
-		leaseHolder(c, holder, "x")
-		stop := make(chan struct{})
-		w := watchStale(c, holder, follower, "x", "old", stop)
+		waitFollowerLease(c, holder, "x")
+		w := watchStale(c, holder, follower, "x", "old")
 		c.Net.AddFilter(raftstore.IsolateFilter(oldLeader))
 		Eventually(func() error {
 			pctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -251,8 +245,7 @@ var _ = Describe("follower lease expiry", func() {
 		}).WithTimeout(10 * time.Second).Should(Succeed())
 		w.acked.Store(time.Now().UnixNano())
 		time.Sleep(200 * time.Millisecond)
-		close(stop)
-		<-w.done
+		w.halt()
 		Expect(w.stale.Load()).To(BeZero())
 		newLeader, _ := c.Leader(1)
 		if newLeader != holder {
@@ -269,7 +262,7 @@ var _ = Describe("follower lease expiry", func() {
 		Expect(c.Put(ctx, []byte("x"), []byte("v1"))).To(Succeed())
 		leader, _ := c.Leader(1)
 		holder := otherThan(c, leader)[0]
-		leaseHolder(c, holder, "x")
+		waitFollowerLease(c, holder, "x")
 		Expect(c.StopStore(holder)).To(Succeed())
 		Expect(c.Put(ctx, []byte("x"), []byte("v2"))).To(Succeed())
 		Expect(c.StartStore(holder)).To(Succeed())
@@ -292,9 +285,8 @@ var _ = Describe("follower lease expiry", func() {
 		Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
 		leader, _ := c.Leader(1)
 		holder := otherThan(c, leader)[0]
-		leaseHolder(c, holder, "x")
-		stop := make(chan struct{})
-		w := watchStale(c, holder, follower, "x", "old", stop)
+		waitFollowerLease(c, holder, "x")
+		w := watchStale(c, holder, follower, "x", "old")
 		// The removed holder hears nothing more, as if it were cut off right
 		// as it is removed: only its lease running out protects readers.
 		Expect(mustStore(c, leader).RemovePeer(ctx, 1, holder)).To(Succeed())
@@ -304,8 +296,7 @@ var _ = Describe("follower lease expiry", func() {
 		w.acked.Store(time.Now().UnixNano())
 		Expect(time.Since(start)).To(BeNumerically("<", time.Second))
 		time.Sleep(200 * time.Millisecond)
-		close(stop)
-		<-w.done
+		w.halt()
 		Expect(w.stale.Load()).To(BeZero())
 	})
 
@@ -316,7 +307,7 @@ var _ = Describe("follower lease expiry", func() {
 		Expect(c.Put(ctx, []byte("z"), []byte("z0"))).To(Succeed())
 		leader, _ := c.Leader(1)
 		holder := otherThan(c, leader)[0]
-		leaseHolder(c, holder, "a")
+		waitFollowerLease(c, holder, "a")
 		grants := mustStore(c, holder).Stats().FollowerLeaseGrants
 		Expect(c.Split(ctx, []byte("m"))).To(Succeed())
 		Expect(c.Put(ctx, []byte("a"), []byte("a1"))).To(Succeed())
