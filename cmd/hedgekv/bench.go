@@ -318,11 +318,7 @@ follower and bounded-staleness local follower; it also writes latency CDFs.`,
 	f.StringVar(&workloads, "workloads", "a,c", "comma list of workloads (a-f, scan)")
 	f.StringVar(&workloads, "workload", "a,c", "alias of --workloads")
 	_ = f.MarkHidden("workload")
-	names := make([]string, 0, len(bench.PeerVariants))
-	for _, v := range bench.PeerVariants {
-		names = append(names, v.Name)
-	}
-	f.StringVar(&variants, "variants", "", "comma list of variants to run (default all: "+strings.Join(names, ",")+")")
+	variantsFlag(f, &variants, bench.PeerVariants, func(v bench.PeerVariant) string { return v.Name })
 	f.StringVar(&etcdBin, "etcd", "", "etcd binary (default: etcd on PATH)")
 	f.StringVar(&binding, "etcd-binding", bench.EtcdBindingNative, "etcd YCSB binding: etcdkv (same encoding as hedgekv) or go-ycsb (go-ycsb's own with its scans corrected; linearizable only)")
 	f.DurationVar(&maxStale, "max-staleness", 0, "staleness bound of hedgekv-follower-stale (default 1s; with --topology 10s)")
@@ -445,11 +441,7 @@ TiDB's published figures beside ours. --quick runs scans of 10 and 100 keys on
 	f.StringVar(&topology, "topology", netsim.DefaultTopology, "the simulated WAN: a topology file (docs/topology.md) or 'default'")
 	f.StringVar(&leaderZone, "leader-zone", "", "zone of region 1's leader (default: the topology's first zone)")
 	f.StringVar(&clientZone, "client-zone", "", "zone of the client and its local follower (default: the second zone)")
-	names := make([]string, 0, len(bench.DCVariants))
-	for _, v := range bench.DCVariants {
-		names = append(names, v.Name)
-	}
-	f.StringVar(&variants, "variants", "", "comma list of variants (default all: "+strings.Join(names, ",")+")")
+	variantsFlag(f, &variants, bench.DCVariants, func(v bench.DCVariant) string { return v.Name })
 	f.DurationVar(&duration, "duration", 0, "length of each measured run (default 15s; --quick 3s)")
 	f.DurationVar(&warmup, "warmup", 0, "unmeasured warm-up before each run (default 1s; --quick 500ms; negative: none)")
 	f.DurationVar(&maxStale, "max-staleness", 10*time.Second, "staleness bound of stale-local")
@@ -513,11 +505,7 @@ in OUT/hot-region/{results.json,report.md,*.png}.`,
 	f.Float64Var(&linkMbit, "link-mbit", bench.DefaultHotLinkMbit, "bandwidth of every link of the built-in topology, Mbit/s per connection and direction")
 	f.StringVar(&topology, "topology", "", "a topology file (docs/topology.md) instead of the built-in one; 'default' is the plain three-zone WAN")
 	f.StringVar(&leaderZone, "leader-zone", "", "zone of region 1's leader (default: the first zone)")
-	names := make([]string, 0, len(bench.HotVariants))
-	for _, v := range bench.HotVariants {
-		names = append(names, v.Name)
-	}
-	f.StringVar(&variants, "variants", "", "comma list of variants (default all: "+strings.Join(names, ",")+")")
+	variantsFlag(f, &variants, bench.HotVariants, func(v bench.HotVariant) string { return v.Name })
 	f.DurationVar(&duration, "duration", 0, "length of each measured run (default 15s; --quick 4s)")
 	f.DurationVar(&warmup, "warmup", 0, "unmeasured warm-up before each run (default 1s; --quick 500ms; negative: none)")
 	f.BoolVar(&noPlots, "no-plots", false, "write no PNG plots")
@@ -536,4 +524,14 @@ func serveClientMetrics(addr string) (stop func(), err error) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return func() { _ = srv.Close() }, nil
+}
+
+// variantsFlag registers a scenario's --variants flag, naming every variant
+// in its help.
+func variantsFlag[V any](f *pflag.FlagSet, p *string, all []V, name func(V) string) {
+	names := make([]string, len(all))
+	for i, v := range all {
+		names[i] = name(v)
+	}
+	f.StringVar(p, "variants", "", "comma list of variants (default all: "+strings.Join(names, ",")+")")
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -70,11 +69,7 @@ run on 1,000 records in under a minute; the full run takes about three.`,
 	f := cmd.Flags()
 	f.BoolVar(&quick, "quick", false, "under a minute: 1000 records, 2s runs, 300ms warm-ups (explicit flags win)")
 	f.StringVar(&out, "out", "results", "results directory (writes OUT/follower-lease/)")
-	names := make([]string, 0, len(bench.FollowerLeaseVariants))
-	for _, v := range bench.FollowerLeaseVariants {
-		names = append(names, v.Name)
-	}
-	f.StringVar(&variants, "variants", "", "comma list of variants (default all: "+strings.Join(names, ",")+")")
+	variantsFlag(f, &variants, bench.FollowerLeaseVariants, func(v bench.FollowerLeaseVariant) string { return v.Name })
 	f.Int64Var(&records, "records", 0, "workload C records (default 10000; --quick 1000)")
 	f.IntVar(&threads, "threads", 0, "workload C client threads (default 32)")
 	f.IntVar(&writers, "writers", 0, "put goroutines of the write rows, one put at a time each (default 16)")

@@ -59,11 +59,7 @@ Dean's figures, in OUT/hedge-tail/{results.json,report.md,*.png}. --quick runs
 	f := cmd.Flags()
 	f.BoolVar(&quick, "quick", false, "well under a minute: 3s runs, 1s warm-ups (explicit flags win)")
 	f.StringVar(&out, "out", "results", "results directory (writes OUT/hedge-tail/)")
-	names := make([]string, 0, len(bench.HedgeTailVariants))
-	for _, v := range bench.HedgeTailVariants {
-		names = append(names, v.Name)
-	}
-	f.StringVar(&variants, "variants", "", "comma list of variants (default all: "+strings.Join(names, ",")+")")
+	variantsFlag(f, &variants, bench.HedgeTailVariants, func(v bench.HedgeTailVariant) string { return v.Name })
 	f.StringVar(&faults, "faults", "", "comma list of faults (default both: "+strings.Join(bench.HedgeTailFaults, ",")+")")
 	f.IntVar(&keys, "keys", 0, "keys to load and read (default 1000)")
 	f.Float64Var(&rate, "rate", 0, "reads per second, open loop (default 2000)")

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -79,11 +78,7 @@ at the end, on an error and on ctrl-C too.`,
 	f.StringVar(&bin, "bin", "", "hedgekv binary to run the stores with (default: this one)")
 	f.Int64Var(&records, "records", 0, "keys to load (default 10000; --quick 1000)")
 	f.IntVar(&threads, "threads", 0, "reader goroutines, one read each at a time (default 16; --quick 8)")
-	names := make([]string, 0, len(bench.NodeKillVariants))
-	for _, v := range bench.NodeKillVariants {
-		names = append(names, v.Name)
-	}
-	f.StringVar(&variants, "variants", "", "comma list of variants (default all: "+strings.Join(names, ",")+")")
+	variantsFlag(f, &variants, bench.NodeKillVariants, func(v bench.NodeKillVariant) string { return v.Name })
 	f.DurationVar(&warmup, "warmup", 0, "unmeasured reads before each run (default 2s; --quick 1s; negative: none)")
 	f.DurationVar(&killAfter, "kill-after", 0, "kill the leader's store this long into each run (default 5s; --quick 2s)")
 	f.DurationVar(&afterKill, "after-kill", 0, "keep reading this long after the kill (default 10s; --quick 3s)")

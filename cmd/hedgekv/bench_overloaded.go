@@ -1,7 +1,6 @@
 package main
 
 import (
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -54,11 +53,7 @@ reads each store served in OUT/overloaded-replica/{results.json,report.md,*.png}
 	f := cmd.Flags()
 	f.BoolVar(&quick, "quick", false, "well under a minute: 4s runs, 1s warm-ups (explicit flags win)")
 	f.StringVar(&out, "out", "results", "results directory (writes OUT/overloaded-replica/)")
-	names := make([]string, 0, len(bench.OverloadedVariants))
-	for _, v := range bench.OverloadedVariants {
-		names = append(names, v.Name)
-	}
-	f.StringVar(&variants, "variants", "", "comma list of variants (default all: "+strings.Join(names, ",")+")")
+	variantsFlag(f, &variants, bench.OverloadedVariants, func(v bench.OverloadedVariant) string { return v.Name })
 	f.IntVar(&clients, "clients", 0, "independent clients (default 16)")
 	f.IntVar(&keys, "keys", 0, "keys to load and read (default 1000)")
 	f.Float64Var(&rate, "rate", 0, "reads per second of all clients together, open loop (default 2000)")
