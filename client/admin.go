@@ -165,15 +165,7 @@ type RegionInfo struct {
 }
 
 // Voters returns the region's voting peers (learners left out).
-func (r RegionInfo) Voters() []region.Peer {
-	out := make([]region.Peer, 0, len(r.Region.Peers))
-	for _, p := range r.Region.Peers {
-		if !p.IsLearner {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func (r RegionInfo) Voters() []region.Peer { return r.Region.Voters() }
 
 func storeInfoFromPB(s *pb.Store) StoreInfo {
 	return StoreInfo{

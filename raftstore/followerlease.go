@@ -293,15 +293,16 @@ func (p *Peer) onLeaseRequestLocked(m raftpb.Message, lm *LeaseMsg, now time.Tim
 	if g.noRenew[m.From] {
 		return raftpb.Message{}, nil, false
 	}
-	full := p.rn.Status()
-	if len(full.Config.Voters.IDs()) < 2 {
+	if len(p.region.Voters()) < 2 {
 		// A single voter commits without any ack to cap: no leases.
 		return raftpb.Message{}, nil, false
 	}
 	if _, known := g.acks[m.From]; !known {
 		// Raft's match is a lower bound of the truth (it may be a capped
-		// ack), which only makes the cap stricter until the next ack.
-		pr, ok := full.Progress[m.From]
+		// ack), which only makes the cap stricter until the next ack. The
+		// full status (it copies every peer's progress) is read only for a
+		// follower's first grant of the term, not on every renewal.
+		pr, ok := p.rn.Status().Progress[m.From]
 		if !ok {
 			return raftpb.Message{}, nil, false
 		}

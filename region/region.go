@@ -61,6 +61,17 @@ func (r *Region) PeerByID(id uint64) (Peer, bool) {
 	return Peer{}, false
 }
 
+// Voters returns the region's voting peers (learners left out).
+func (r *Region) Voters() []Peer {
+	out := make([]Peer, 0, len(r.Peers))
+	for _, p := range r.Peers {
+		if !p.IsLearner {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Clone returns a deep copy, so a caller may keep it without sharing slices
 // with the store's live metadata.
 func (r *Region) Clone() Region {
