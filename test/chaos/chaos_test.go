@@ -71,7 +71,7 @@ type cluster struct {
 }
 
 func (c *cluster) script(args ...string) testbin.Result {
-	return testbin.Run(c.root, scriptTimeout, c.env, "bash", append([]string{filepath.Join(c.root, "scripts", "cluster.sh")}, args...)...)
+	return testbin.ClusterScript(c.root, scriptTimeout, c.env, args...)
 }
 
 func TestChaos(t *testing.T) {

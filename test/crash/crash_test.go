@@ -45,7 +45,7 @@ func TestKillUnderWriteLoad(t *testing.T) {
 	env := append(append(os.Environ(), "BIN="+b.Path, "CLUSTER_DIR="+dir), block.Env()...)
 	env = append(env, "FAULTS=0", "TICK=", "START_TIMEOUT=60")
 	script := func(args ...string) testbin.Result {
-		return testbin.Run(b.RepoRoot, scriptTimeout, env, "bash", append([]string{filepath.Join(b.RepoRoot, "scripts", "cluster.sh")}, args...)...)
+		return testbin.ClusterScript(b.RepoRoot, scriptTimeout, env, args...)
 	}
 	stopped := false
 	t.Cleanup(func() {

@@ -84,7 +84,7 @@ func TestRollingRestartFailsNoRequest(t *testing.T) {
 	// store some back) within the test, so most stores stop as leaders.
 	env = append(env, "FAULTS=0", "TICK=", "START_TIMEOUT=60", "STOP_TIMEOUT=15", "BALANCE=1s")
 	script := func(args ...string) testbin.Result {
-		return testbin.Run(b.RepoRoot, scriptTimeout, env, "bash", append([]string{filepath.Join(b.RepoRoot, "scripts", "cluster.sh")}, args...)...)
+		return testbin.ClusterScript(b.RepoRoot, scriptTimeout, env, args...)
 	}
 	t.Cleanup(func() {
 		if r := script("stop"); r.Err != nil {

@@ -125,7 +125,7 @@ func startCluster(t *testing.T) *cluster {
 }
 
 func (c *cluster) script(args ...string) result {
-	return run(clusterTimeout, c.env, "bash", append([]string{filepath.Join(repoRoot, "scripts", "cluster.sh")}, args...)...)
+	return testbin.ClusterScript(repoRoot, clusterTimeout, c.env, args...)
 }
 
 // cli runs the hedgekv CLI against this cluster.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -181,4 +182,10 @@ func Addrs(ports []int) []string {
 		out[i] = fmt.Sprintf("127.0.0.1:%d", p)
 	}
 	return out
+}
+
+// ClusterScript runs scripts/cluster.sh args... of the repository at root
+// with env, bounded by timeout.
+func ClusterScript(root string, timeout time.Duration, env []string, args ...string) Result {
+	return Run(root, timeout, env, "bash", append([]string{filepath.Join(root, "scripts", "cluster.sh")}, args...)...)
 }

@@ -124,7 +124,7 @@ func startWAN() *wanCluster {
 }
 
 func (c *wanCluster) script(args ...string) result {
-	return run(scriptTimeout, c.env, "bash", append([]string{filepath.Join(repoRoot, "scripts", "cluster.sh")}, args...)...)
+	return testbin.ClusterScript(repoRoot, scriptTimeout, c.env, args...)
 }
 
 // cli runs the hedgekv CLI against this cluster's stores' own addresses.
@@ -452,7 +452,7 @@ var _ = Describe("simulated WAN", func() {
 		dir := GinkgoT().TempDir()
 		env := append(os.Environ(), "BIN="+binPath, "CLUSTER_DIR="+dir)
 		for _, args := range [][]string{{"partition", "2"}, {"heal"}} {
-			r := run(scriptTimeout, env, "bash", append([]string{filepath.Join(repoRoot, "scripts", "cluster.sh")}, args...)...)
+			r := testbin.ClusterScript(repoRoot, scriptTimeout, env, args...)
 			var exit *exec.ExitError
 			Expect(errors.As(r.Err, &exit)).To(BeTrue(), "cluster.sh %v: %v", args, r)
 			Expect(r.Stderr).To(ContainSubstring("start --topology"), "cluster.sh %v", args)
