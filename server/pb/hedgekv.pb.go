@@ -1631,8 +1631,15 @@ type RegionInfo struct {
 	Term          uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
 	CommitIndex   uint64                 `protobuf:"varint,5,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	AppliedIndex  uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// size_known is set when this store leads the region and has counted
+	// it (the split check, every split-check-interval): approximate_keys and
+	// approximate_size (bytes of keys and values) are then that count, at
+	// most one interval old.
+	SizeKnown       bool   `protobuf:"varint,7,opt,name=size_known,json=sizeKnown,proto3" json:"size_known,omitempty"`
+	ApproximateKeys uint64 `protobuf:"varint,8,opt,name=approximate_keys,json=approximateKeys,proto3" json:"approximate_keys,omitempty"`
+	ApproximateSize uint64 `protobuf:"varint,9,opt,name=approximate_size,json=approximateSize,proto3" json:"approximate_size,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RegionInfo) Reset() {
@@ -1703,6 +1710,27 @@ func (x *RegionInfo) GetCommitIndex() uint64 {
 func (x *RegionInfo) GetAppliedIndex() uint64 {
 	if x != nil {
 		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *RegionInfo) GetSizeKnown() bool {
+	if x != nil {
+		return x.SizeKnown
+	}
+	return false
+}
+
+func (x *RegionInfo) GetApproximateKeys() uint64 {
+	if x != nil {
+		return x.ApproximateKeys
+	}
+	return 0
+}
+
+func (x *RegionInfo) GetApproximateSize() uint64 {
+	if x != nil {
+		return x.ApproximateSize
 	}
 	return 0
 }
@@ -1853,6 +1881,13 @@ type Store struct {
 	// zone_addresses: the store's address per zone, as in StatusResponse.
 	// address stays the store's own (direct) address.
 	ZoneAddresses map[string]string `protobuf:"bytes,7,rep,name=zone_addresses,json=zoneAddresses,proto3" json:"zone_addresses,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// removing: the store is being removed from the cluster (RemoveStore):
+	// the balancers move its replicas and leaders to other stores and put
+	// none on it. removed: removing, and no region has a replica on it any
+	// more (as far as the stores that answered know): it may be stopped and
+	// its data deleted. Its id is not reused.
+	Removing      bool `protobuf:"varint,8,opt,name=removing,proto3" json:"removing,omitempty"`
+	Removed       bool `protobuf:"varint,9,opt,name=removed,proto3" json:"removed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1934,6 +1969,20 @@ func (x *Store) GetZoneAddresses() map[string]string {
 		return x.ZoneAddresses
 	}
 	return nil
+}
+
+func (x *Store) GetRemoving() bool {
+	if x != nil {
+		return x.Removing
+	}
+	return false
+}
+
+func (x *Store) GetRemoved() bool {
+	if x != nil {
+		return x.Removed
+	}
+	return false
 }
 
 // ZoneAddresses is one store's address per zone (zone -> HOST:PORT).
@@ -2570,6 +2619,103 @@ func (x *JoinRequest) GetZoneAddresses() map[string]string {
 	return nil
 }
 
+type RemoveStoreRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	StoreId       uint64                 `protobuf:"varint,1,opt,name=store_id,json=storeId,proto3" json:"store_id,omitempty"`
+	Forwarded     bool                   `protobuf:"varint,2,opt,name=forwarded,proto3" json:"forwarded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveStoreRequest) Reset() {
+	*x = RemoveStoreRequest{}
+	mi := &file_hedgekv_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveStoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveStoreRequest) ProtoMessage() {}
+
+func (x *RemoveStoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveStoreRequest.ProtoReflect.Descriptor instead.
+func (*RemoveStoreRequest) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *RemoveStoreRequest) GetStoreId() uint64 {
+	if x != nil {
+		return x.StoreId
+	}
+	return 0
+}
+
+func (x *RemoveStoreRequest) GetForwarded() bool {
+	if x != nil {
+		return x.Forwarded
+	}
+	return false
+}
+
+type RemoveStoreResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// already: the store was being removed before this call.
+	Already       bool `protobuf:"varint,1,opt,name=already,proto3" json:"already,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveStoreResponse) Reset() {
+	*x = RemoveStoreResponse{}
+	mi := &file_hedgekv_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveStoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveStoreResponse) ProtoMessage() {}
+
+func (x *RemoveStoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveStoreResponse.ProtoReflect.Descriptor instead.
+func (*RemoveStoreResponse) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *RemoveStoreResponse) GetAlready() bool {
+	if x != nil {
+		return x.Already
+	}
+	return false
+}
+
 type JoinResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// peers is the whole address book (store id -> gRPC address), the
@@ -2584,7 +2730,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_hedgekv_proto_msgTypes[43]
+	mi := &file_hedgekv_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2596,7 +2742,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[43]
+	mi := &file_hedgekv_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2609,7 +2755,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{43}
+	return file_hedgekv_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *JoinResponse) GetPeers() map[uint64]string {
@@ -2635,7 +2781,7 @@ type RegionDigestRequest struct {
 
 func (x *RegionDigestRequest) Reset() {
 	*x = RegionDigestRequest{}
-	mi := &file_hedgekv_proto_msgTypes[44]
+	mi := &file_hedgekv_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2793,7 @@ func (x *RegionDigestRequest) String() string {
 func (*RegionDigestRequest) ProtoMessage() {}
 
 func (x *RegionDigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[44]
+	mi := &file_hedgekv_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2806,7 @@ func (x *RegionDigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionDigestRequest.ProtoReflect.Descriptor instead.
 func (*RegionDigestRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{44}
+	return file_hedgekv_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RegionDigestRequest) GetRegionId() uint64 {
@@ -2688,7 +2834,7 @@ type RegionDigestResponse struct {
 
 func (x *RegionDigestResponse) Reset() {
 	*x = RegionDigestResponse{}
-	mi := &file_hedgekv_proto_msgTypes[45]
+	mi := &file_hedgekv_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2846,7 @@ func (x *RegionDigestResponse) String() string {
 func (*RegionDigestResponse) ProtoMessage() {}
 
 func (x *RegionDigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[45]
+	mi := &file_hedgekv_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2859,7 @@ func (x *RegionDigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionDigestResponse.ProtoReflect.Descriptor instead.
 func (*RegionDigestResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{45}
+	return file_hedgekv_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RegionDigestResponse) GetStoreId() uint64 {
@@ -2795,7 +2941,7 @@ type RegionDumpRequest struct {
 
 func (x *RegionDumpRequest) Reset() {
 	*x = RegionDumpRequest{}
-	mi := &file_hedgekv_proto_msgTypes[46]
+	mi := &file_hedgekv_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2807,7 +2953,7 @@ func (x *RegionDumpRequest) String() string {
 func (*RegionDumpRequest) ProtoMessage() {}
 
 func (x *RegionDumpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[46]
+	mi := &file_hedgekv_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2820,7 +2966,7 @@ func (x *RegionDumpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionDumpRequest.ProtoReflect.Descriptor instead.
 func (*RegionDumpRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{46}
+	return file_hedgekv_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RegionDumpRequest) GetRegionId() uint64 {
@@ -2840,7 +2986,7 @@ type RegionDumpResponse struct {
 
 func (x *RegionDumpResponse) Reset() {
 	*x = RegionDumpResponse{}
-	mi := &file_hedgekv_proto_msgTypes[47]
+	mi := &file_hedgekv_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2852,7 +2998,7 @@ func (x *RegionDumpResponse) String() string {
 func (*RegionDumpResponse) ProtoMessage() {}
 
 func (x *RegionDumpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[47]
+	mi := &file_hedgekv_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2865,7 +3011,7 @@ func (x *RegionDumpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionDumpResponse.ProtoReflect.Descriptor instead.
 func (*RegionDumpResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{47}
+	return file_hedgekv_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RegionDumpResponse) GetAppliedIndex() uint64 {
@@ -2900,7 +3046,7 @@ type FaultRequest struct {
 
 func (x *FaultRequest) Reset() {
 	*x = FaultRequest{}
-	mi := &file_hedgekv_proto_msgTypes[48]
+	mi := &file_hedgekv_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2912,7 +3058,7 @@ func (x *FaultRequest) String() string {
 func (*FaultRequest) ProtoMessage() {}
 
 func (x *FaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[48]
+	mi := &file_hedgekv_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2925,7 +3071,7 @@ func (x *FaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultRequest.ProtoReflect.Descriptor instead.
 func (*FaultRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{48}
+	return file_hedgekv_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FaultRequest) GetDelayNanos() int64 {
@@ -2964,7 +3110,7 @@ type FaultResponse struct {
 
 func (x *FaultResponse) Reset() {
 	*x = FaultResponse{}
-	mi := &file_hedgekv_proto_msgTypes[49]
+	mi := &file_hedgekv_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2976,7 +3122,7 @@ func (x *FaultResponse) String() string {
 func (*FaultResponse) ProtoMessage() {}
 
 func (x *FaultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[49]
+	mi := &file_hedgekv_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2989,7 +3135,7 @@ func (x *FaultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultResponse.ProtoReflect.Descriptor instead.
 func (*FaultResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{49}
+	return file_hedgekv_proto_rawDescGZIP(), []int{51}
 }
 
 // RaftMessage is one etcd-io/raft message addressed to a region's peer.
@@ -3011,7 +3157,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_hedgekv_proto_msgTypes[50]
+	mi := &file_hedgekv_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3169,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[50]
+	mi := &file_hedgekv_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3182,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{50}
+	return file_hedgekv_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RaftMessage) GetRegionId() uint64 {
@@ -3092,7 +3238,7 @@ type LeaseMsg struct {
 
 func (x *LeaseMsg) Reset() {
 	*x = LeaseMsg{}
-	mi := &file_hedgekv_proto_msgTypes[51]
+	mi := &file_hedgekv_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3104,7 +3250,7 @@ func (x *LeaseMsg) String() string {
 func (*LeaseMsg) ProtoMessage() {}
 
 func (x *LeaseMsg) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[51]
+	mi := &file_hedgekv_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3117,7 +3263,7 @@ func (x *LeaseMsg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseMsg.ProtoReflect.Descriptor instead.
 func (*LeaseMsg) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{51}
+	return file_hedgekv_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *LeaseMsg) GetSeq() uint64 {
@@ -3152,7 +3298,7 @@ type SafePoint struct {
 
 func (x *SafePoint) Reset() {
 	*x = SafePoint{}
-	mi := &file_hedgekv_proto_msgTypes[52]
+	mi := &file_hedgekv_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3310,7 @@ func (x *SafePoint) String() string {
 func (*SafePoint) ProtoMessage() {}
 
 func (x *SafePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[52]
+	mi := &file_hedgekv_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3323,7 @@ func (x *SafePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SafePoint.ProtoReflect.Descriptor instead.
 func (*SafePoint) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{52}
+	return file_hedgekv_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SafePoint) GetTerm() uint64 {
@@ -3210,7 +3356,7 @@ type RaftMessageBatch struct {
 
 func (x *RaftMessageBatch) Reset() {
 	*x = RaftMessageBatch{}
-	mi := &file_hedgekv_proto_msgTypes[53]
+	mi := &file_hedgekv_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3222,7 +3368,7 @@ func (x *RaftMessageBatch) String() string {
 func (*RaftMessageBatch) ProtoMessage() {}
 
 func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[53]
+	mi := &file_hedgekv_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3235,7 +3381,7 @@ func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatch.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatch) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{53}
+	return file_hedgekv_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RaftMessageBatch) GetMsgs() []*RaftMessage {
@@ -3258,7 +3404,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_hedgekv_proto_msgTypes[54]
+	mi := &file_hedgekv_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3270,7 +3416,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[54]
+	mi := &file_hedgekv_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3283,7 +3429,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{54}
+	return file_hedgekv_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SnapshotChunk) GetHeader() *RaftMessage {
@@ -3308,7 +3454,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_hedgekv_proto_msgTypes[55]
+	mi := &file_hedgekv_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3320,7 +3466,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[55]
+	mi := &file_hedgekv_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3333,7 +3479,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{55}
+	return file_hedgekv_proto_rawDescGZIP(), []int{57}
 }
 
 var File_hedgekv_proto protoreflect.FileDescriptor
@@ -3444,7 +3590,7 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\acontext\x18\x01 \x01(\v2\x15.hedgekv.WriteContextR\acontext\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\"\x10\n" +
 	"\x0eDeleteResponse\"\x0f\n" +
-	"\rStatusRequest\"\xe0\x01\n" +
+	"\rStatusRequest\"\xd5\x02\n" +
 	"\n" +
 	"RegionInfo\x12'\n" +
 	"\x06region\x18\x01 \x01(\v2\x0f.hedgekv.RegionR\x06region\x12&\n" +
@@ -3452,7 +3598,11 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x06leader\x18\x03 \x01(\v2\r.hedgekv.PeerR\x06leader\x12\x12\n" +
 	"\x04term\x18\x04 \x01(\x04R\x04term\x12!\n" +
 	"\fcommit_index\x18\x05 \x01(\x04R\vcommitIndex\x12#\n" +
-	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\"\xb4\x03\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x12\x1d\n" +
+	"\n" +
+	"size_known\x18\a \x01(\bR\tsizeKnown\x12)\n" +
+	"\x10approximate_keys\x18\b \x01(\x04R\x0fapproximateKeys\x12)\n" +
+	"\x10approximate_size\x18\t \x01(\x04R\x0fapproximateSize\"\xb4\x03\n" +
 	"\x0eStatusResponse\x12\x19\n" +
 	"\bstore_id\x18\x01 \x01(\x04R\astoreId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
@@ -3468,7 +3618,7 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x12ZoneAddressesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0f\n" +
-	"\rStoresRequest\"\xa7\x02\n" +
+	"\rStoresRequest\"\xdd\x02\n" +
 	"\x05Store\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
@@ -3476,7 +3626,9 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x02up\x18\x04 \x01(\bR\x02up\x12!\n" +
 	"\fleader_count\x18\x05 \x01(\x04R\vleaderCount\x12!\n" +
 	"\fregion_count\x18\x06 \x01(\x04R\vregionCount\x12H\n" +
-	"\x0ezone_addresses\x18\a \x03(\v2!.hedgekv.Store.ZoneAddressesEntryR\rzoneAddresses\x1a@\n" +
+	"\x0ezone_addresses\x18\a \x03(\v2!.hedgekv.Store.ZoneAddressesEntryR\rzoneAddresses\x12\x1a\n" +
+	"\bremoving\x18\b \x01(\bR\bremoving\x12\x18\n" +
+	"\aremoved\x18\t \x01(\bR\aremoved\x1a@\n" +
 	"\x12ZoneAddressesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x92\x01\n" +
@@ -3517,7 +3669,12 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x0ezone_addresses\x18\x05 \x03(\v2'.hedgekv.JoinRequest.ZoneAddressesEntryR\rzoneAddresses\x1a@\n" +
 	"\x12ZoneAddressesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
+	"\x12RemoveStoreRequest\x12\x19\n" +
+	"\bstore_id\x18\x01 \x01(\x04R\astoreId\x12\x1c\n" +
+	"\tforwarded\x18\x02 \x01(\bR\tforwarded\"/\n" +
+	"\x13RemoveStoreResponse\x12\x18\n" +
+	"\aalready\x18\x01 \x01(\bR\aalready\"\xab\x02\n" +
 	"\fJoinResponse\x126\n" +
 	"\x05peers\x18\x01 \x03(\v2 .hedgekv.JoinResponse.PeersEntryR\x05peers\x12O\n" +
 	"\x0ezone_addresses\x18\x02 \x03(\v2(.hedgekv.JoinResponse.ZoneAddressesEntryR\rzoneAddresses\x1a8\n" +
@@ -3590,7 +3747,7 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\bBatchGet\x12\x18.hedgekv.BatchGetRequest\x1a\x19.hedgekv.BatchGetResponse\x123\n" +
 	"\x04Scan\x12\x14.hedgekv.ScanRequest\x1a\x15.hedgekv.ScanResponse\x120\n" +
 	"\x03Put\x12\x13.hedgekv.PutRequest\x1a\x14.hedgekv.PutResponse\x129\n" +
-	"\x06Delete\x12\x16.hedgekv.DeleteRequest\x1a\x17.hedgekv.DeleteResponse2\xcc\x05\n" +
+	"\x06Delete\x12\x16.hedgekv.DeleteRequest\x1a\x17.hedgekv.DeleteResponse2\x96\x06\n" +
 	"\x05Admin\x129\n" +
 	"\x06Status\x12\x16.hedgekv.StatusRequest\x1a\x17.hedgekv.StatusResponse\x129\n" +
 	"\x06Stores\x12\x16.hedgekv.StoresRequest\x1a\x17.hedgekv.StoresResponse\x12<\n" +
@@ -3600,7 +3757,8 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\aAddPeer\x12\x17.hedgekv.AddPeerRequest\x1a\x18.hedgekv.AddPeerResponse\x12E\n" +
 	"\n" +
 	"RemovePeer\x12\x1a.hedgekv.RemovePeerRequest\x1a\x1b.hedgekv.RemovePeerResponse\x123\n" +
-	"\x04Join\x12\x14.hedgekv.JoinRequest\x1a\x15.hedgekv.JoinResponse\x126\n" +
+	"\x04Join\x12\x14.hedgekv.JoinRequest\x1a\x15.hedgekv.JoinResponse\x12H\n" +
+	"\vRemoveStore\x12\x1b.hedgekv.RemoveStoreRequest\x1a\x1c.hedgekv.RemoveStoreResponse\x126\n" +
 	"\x05Fault\x12\x15.hedgekv.FaultRequest\x1a\x16.hedgekv.FaultResponse\x12K\n" +
 	"\fRegionDigest\x12\x1c.hedgekv.RegionDigestRequest\x1a\x1d.hedgekv.RegionDigestResponse\x12E\n" +
 	"\n" +
@@ -3622,7 +3780,7 @@ func file_hedgekv_proto_rawDescGZIP() []byte {
 }
 
 var file_hedgekv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_hedgekv_proto_goTypes = []any{
 	(ReadMode)(0),                  // 0: hedgekv.ReadMode
 	(*Epoch)(nil),                  // 1: hedgekv.Epoch
@@ -3668,26 +3826,28 @@ var file_hedgekv_proto_goTypes = []any{
 	(*RemovePeerRequest)(nil),      // 41: hedgekv.RemovePeerRequest
 	(*RemovePeerResponse)(nil),     // 42: hedgekv.RemovePeerResponse
 	(*JoinRequest)(nil),            // 43: hedgekv.JoinRequest
-	(*JoinResponse)(nil),           // 44: hedgekv.JoinResponse
-	(*RegionDigestRequest)(nil),    // 45: hedgekv.RegionDigestRequest
-	(*RegionDigestResponse)(nil),   // 46: hedgekv.RegionDigestResponse
-	(*RegionDumpRequest)(nil),      // 47: hedgekv.RegionDumpRequest
-	(*RegionDumpResponse)(nil),     // 48: hedgekv.RegionDumpResponse
-	(*FaultRequest)(nil),           // 49: hedgekv.FaultRequest
-	(*FaultResponse)(nil),          // 50: hedgekv.FaultResponse
-	(*RaftMessage)(nil),            // 51: hedgekv.RaftMessage
-	(*LeaseMsg)(nil),               // 52: hedgekv.LeaseMsg
-	(*SafePoint)(nil),              // 53: hedgekv.SafePoint
-	(*RaftMessageBatch)(nil),       // 54: hedgekv.RaftMessageBatch
-	(*SnapshotChunk)(nil),          // 55: hedgekv.SnapshotChunk
-	(*Done)(nil),                   // 56: hedgekv.Done
-	nil,                            // 57: hedgekv.StatusResponse.PeersEntry
-	nil,                            // 58: hedgekv.StatusResponse.ZoneAddressesEntry
-	nil,                            // 59: hedgekv.Store.ZoneAddressesEntry
-	nil,                            // 60: hedgekv.ZoneAddresses.AddressesEntry
-	nil,                            // 61: hedgekv.JoinRequest.ZoneAddressesEntry
-	nil,                            // 62: hedgekv.JoinResponse.PeersEntry
-	nil,                            // 63: hedgekv.JoinResponse.ZoneAddressesEntry
+	(*RemoveStoreRequest)(nil),     // 44: hedgekv.RemoveStoreRequest
+	(*RemoveStoreResponse)(nil),    // 45: hedgekv.RemoveStoreResponse
+	(*JoinResponse)(nil),           // 46: hedgekv.JoinResponse
+	(*RegionDigestRequest)(nil),    // 47: hedgekv.RegionDigestRequest
+	(*RegionDigestResponse)(nil),   // 48: hedgekv.RegionDigestResponse
+	(*RegionDumpRequest)(nil),      // 49: hedgekv.RegionDumpRequest
+	(*RegionDumpResponse)(nil),     // 50: hedgekv.RegionDumpResponse
+	(*FaultRequest)(nil),           // 51: hedgekv.FaultRequest
+	(*FaultResponse)(nil),          // 52: hedgekv.FaultResponse
+	(*RaftMessage)(nil),            // 53: hedgekv.RaftMessage
+	(*LeaseMsg)(nil),               // 54: hedgekv.LeaseMsg
+	(*SafePoint)(nil),              // 55: hedgekv.SafePoint
+	(*RaftMessageBatch)(nil),       // 56: hedgekv.RaftMessageBatch
+	(*SnapshotChunk)(nil),          // 57: hedgekv.SnapshotChunk
+	(*Done)(nil),                   // 58: hedgekv.Done
+	nil,                            // 59: hedgekv.StatusResponse.PeersEntry
+	nil,                            // 60: hedgekv.StatusResponse.ZoneAddressesEntry
+	nil,                            // 61: hedgekv.Store.ZoneAddressesEntry
+	nil,                            // 62: hedgekv.ZoneAddresses.AddressesEntry
+	nil,                            // 63: hedgekv.JoinRequest.ZoneAddressesEntry
+	nil,                            // 64: hedgekv.JoinResponse.PeersEntry
+	nil,                            // 65: hedgekv.JoinResponse.ZoneAddressesEntry
 }
 var file_hedgekv_proto_depIdxs = []int32{
 	1,  // 0: hedgekv.Region.epoch:type_name -> hedgekv.Epoch
@@ -3719,23 +3879,23 @@ var file_hedgekv_proto_depIdxs = []int32{
 	3,  // 26: hedgekv.RegionInfo.region:type_name -> hedgekv.Region
 	2,  // 27: hedgekv.RegionInfo.leader:type_name -> hedgekv.Peer
 	27, // 28: hedgekv.StatusResponse.regions:type_name -> hedgekv.RegionInfo
-	57, // 29: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
-	58, // 30: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
-	59, // 31: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
-	60, // 32: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
+	59, // 29: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
+	60, // 30: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
+	61, // 31: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
+	62, // 32: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
 	30, // 33: hedgekv.StoresResponse.stores:type_name -> hedgekv.Store
 	27, // 34: hedgekv.RegionsResponse.regions:type_name -> hedgekv.RegionInfo
 	3,  // 35: hedgekv.SplitResponse.left:type_name -> hedgekv.Region
 	3,  // 36: hedgekv.SplitResponse.right:type_name -> hedgekv.Region
-	61, // 37: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
-	62, // 38: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
-	63, // 39: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
+	63, // 37: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
+	64, // 38: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
+	65, // 39: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
 	3,  // 40: hedgekv.RegionDigestResponse.region:type_name -> hedgekv.Region
 	15, // 41: hedgekv.RegionDumpResponse.pairs:type_name -> hedgekv.KvPair
-	53, // 42: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
-	52, // 43: hedgekv.RaftMessage.lease:type_name -> hedgekv.LeaseMsg
-	51, // 44: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
-	51, // 45: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
+	55, // 42: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
+	54, // 43: hedgekv.RaftMessage.lease:type_name -> hedgekv.LeaseMsg
+	53, // 44: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
+	53, // 45: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
 	31, // 46: hedgekv.JoinResponse.ZoneAddressesEntry.value:type_name -> hedgekv.ZoneAddresses
 	16, // 47: hedgekv.KV.Get:input_type -> hedgekv.GetRequest
 	18, // 48: hedgekv.KV.BatchGet:input_type -> hedgekv.BatchGetRequest
@@ -3750,31 +3910,33 @@ var file_hedgekv_proto_depIdxs = []int32{
 	39, // 57: hedgekv.Admin.AddPeer:input_type -> hedgekv.AddPeerRequest
 	41, // 58: hedgekv.Admin.RemovePeer:input_type -> hedgekv.RemovePeerRequest
 	43, // 59: hedgekv.Admin.Join:input_type -> hedgekv.JoinRequest
-	49, // 60: hedgekv.Admin.Fault:input_type -> hedgekv.FaultRequest
-	45, // 61: hedgekv.Admin.RegionDigest:input_type -> hedgekv.RegionDigestRequest
-	47, // 62: hedgekv.Admin.RegionDump:input_type -> hedgekv.RegionDumpRequest
-	54, // 63: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
-	55, // 64: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
-	17, // 65: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
-	19, // 66: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
-	21, // 67: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
-	23, // 68: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
-	25, // 69: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
-	28, // 70: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
-	32, // 71: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
-	34, // 72: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
-	36, // 73: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
-	38, // 74: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
-	40, // 75: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
-	42, // 76: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
-	44, // 77: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
-	50, // 78: hedgekv.Admin.Fault:output_type -> hedgekv.FaultResponse
-	46, // 79: hedgekv.Admin.RegionDigest:output_type -> hedgekv.RegionDigestResponse
-	48, // 80: hedgekv.Admin.RegionDump:output_type -> hedgekv.RegionDumpResponse
-	56, // 81: hedgekv.Raft.Stream:output_type -> hedgekv.Done
-	56, // 82: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
-	65, // [65:83] is the sub-list for method output_type
-	47, // [47:65] is the sub-list for method input_type
+	44, // 60: hedgekv.Admin.RemoveStore:input_type -> hedgekv.RemoveStoreRequest
+	51, // 61: hedgekv.Admin.Fault:input_type -> hedgekv.FaultRequest
+	47, // 62: hedgekv.Admin.RegionDigest:input_type -> hedgekv.RegionDigestRequest
+	49, // 63: hedgekv.Admin.RegionDump:input_type -> hedgekv.RegionDumpRequest
+	56, // 64: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
+	57, // 65: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
+	17, // 66: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
+	19, // 67: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
+	21, // 68: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
+	23, // 69: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
+	25, // 70: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
+	28, // 71: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
+	32, // 72: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
+	34, // 73: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
+	36, // 74: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
+	38, // 75: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
+	40, // 76: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
+	42, // 77: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
+	46, // 78: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
+	45, // 79: hedgekv.Admin.RemoveStore:output_type -> hedgekv.RemoveStoreResponse
+	52, // 80: hedgekv.Admin.Fault:output_type -> hedgekv.FaultResponse
+	48, // 81: hedgekv.Admin.RegionDigest:output_type -> hedgekv.RegionDigestResponse
+	50, // 82: hedgekv.Admin.RegionDump:output_type -> hedgekv.RegionDumpResponse
+	58, // 83: hedgekv.Raft.Stream:output_type -> hedgekv.Done
+	58, // 84: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
+	66, // [66:85] is the sub-list for method output_type
+	47, // [47:66] is the sub-list for method input_type
 	47, // [47:47] is the sub-list for extension type_name
 	47, // [47:47] is the sub-list for extension extendee
 	0,  // [0:47] is the sub-list for field type_name
@@ -3791,7 +3953,7 @@ func file_hedgekv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hedgekv_proto_rawDesc), len(file_hedgekv_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   63,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -284,6 +284,7 @@ const (
 	Admin_AddPeer_FullMethodName        = "/hedgekv.Admin/AddPeer"
 	Admin_RemovePeer_FullMethodName     = "/hedgekv.Admin/RemovePeer"
 	Admin_Join_FullMethodName           = "/hedgekv.Admin/Join"
+	Admin_RemoveStore_FullMethodName    = "/hedgekv.Admin/RemoveStore"
 	Admin_Fault_FullMethodName          = "/hedgekv.Admin/Fault"
 	Admin_RegionDigest_FullMethodName   = "/hedgekv.Admin/RegionDigest"
 	Admin_RegionDump_FullMethodName     = "/hedgekv.Admin/RegionDump"
@@ -301,6 +302,11 @@ type AdminClient interface {
 	AddPeer(ctx context.Context, in *AddPeerRequest, opts ...grpc.CallOption) (*AddPeerResponse, error)
 	RemovePeer(ctx context.Context, in *RemovePeerRequest, opts ...grpc.CallOption) (*RemovePeerResponse, error)
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
+	// RemoveStore starts removing a store from the cluster: every store
+	// records it as removing (the store contacted tells the others), and the
+	// balancers move its replicas off. Refused with FailedPrecondition when
+	// the stores left would be too few for a full replica set. Idempotent.
+	RemoveStore(ctx context.Context, in *RemoveStoreRequest, opts ...grpc.CallOption) (*RemoveStoreResponse, error)
 	// Fault injects a fault into this store (only on a server started with
 	// --allow-faults; PermissionDenied otherwise). Faults live in the
 	// process only: a restart clears them.
@@ -401,6 +407,16 @@ func (c *adminClient) Join(ctx context.Context, in *JoinRequest, opts ...grpc.Ca
 	return out, nil
 }
 
+func (c *adminClient) RemoveStore(ctx context.Context, in *RemoveStoreRequest, opts ...grpc.CallOption) (*RemoveStoreResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveStoreResponse)
+	err := c.cc.Invoke(ctx, Admin_RemoveStore_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) Fault(ctx context.Context, in *FaultRequest, opts ...grpc.CallOption) (*FaultResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(FaultResponse)
@@ -443,6 +459,11 @@ type AdminServer interface {
 	AddPeer(context.Context, *AddPeerRequest) (*AddPeerResponse, error)
 	RemovePeer(context.Context, *RemovePeerRequest) (*RemovePeerResponse, error)
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
+	// RemoveStore starts removing a store from the cluster: every store
+	// records it as removing (the store contacted tells the others), and the
+	// balancers move its replicas off. Refused with FailedPrecondition when
+	// the stores left would be too few for a full replica set. Idempotent.
+	RemoveStore(context.Context, *RemoveStoreRequest) (*RemoveStoreResponse, error)
 	// Fault injects a fault into this store (only on a server started with
 	// --allow-faults; PermissionDenied otherwise). Faults live in the
 	// process only: a restart clears them.
@@ -486,6 +507,9 @@ func (UnimplementedAdminServer) RemovePeer(context.Context, *RemovePeerRequest) 
 }
 func (UnimplementedAdminServer) Join(context.Context, *JoinRequest) (*JoinResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Join not implemented")
+}
+func (UnimplementedAdminServer) RemoveStore(context.Context, *RemoveStoreRequest) (*RemoveStoreResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RemoveStore not implemented")
 }
 func (UnimplementedAdminServer) Fault(context.Context, *FaultRequest) (*FaultResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Fault not implemented")
@@ -661,6 +685,24 @@ func _Admin_Join_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_RemoveStore_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveStoreRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RemoveStore(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RemoveStore_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RemoveStore(ctx, req.(*RemoveStoreRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_Fault_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(FaultRequest)
 	if err := dec(in); err != nil {
@@ -753,6 +795,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Join",
 			Handler:    _Admin_Join_Handler,
+		},
+		{
+			MethodName: "RemoveStore",
+			Handler:    _Admin_RemoveStore_Handler,
 		},
 		{
 			MethodName: "Fault",
