@@ -1751,8 +1751,11 @@ type StatusResponse struct {
 	// zone_addresses[Z] when that is set (a proxy of the simulated WAN), else
 	// at address. Empty when the store advertises none.
 	ZoneAddresses map[string]string `protobuf:"bytes,7,rep,name=zone_addresses,json=zoneAddresses,proto3" json:"zone_addresses,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// removing_stores are the stores this store knows are being removed
+	// (RemoveStore), so a store that missed the call learns of it.
+	RemovingStores []uint64 `protobuf:"varint,8,rep,packed,name=removing_stores,json=removingStores,proto3" json:"removing_stores,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1830,6 +1833,13 @@ func (x *StatusResponse) GetPeers() map[uint64]string {
 func (x *StatusResponse) GetZoneAddresses() map[string]string {
 	if x != nil {
 		return x.ZoneAddresses
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetRemovingStores() []uint64 {
+	if x != nil {
+		return x.RemovingStores
 	}
 	return nil
 }
@@ -3602,7 +3612,7 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\n" +
 	"size_known\x18\a \x01(\bR\tsizeKnown\x12)\n" +
 	"\x10approximate_keys\x18\b \x01(\x04R\x0fapproximateKeys\x12)\n" +
-	"\x10approximate_size\x18\t \x01(\x04R\x0fapproximateSize\"\xb4\x03\n" +
+	"\x10approximate_size\x18\t \x01(\x04R\x0fapproximateSize\"\xdd\x03\n" +
 	"\x0eStatusResponse\x12\x19\n" +
 	"\bstore_id\x18\x01 \x01(\x04R\astoreId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
@@ -3610,7 +3620,8 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\aregions\x18\x04 \x03(\v2\x13.hedgekv.RegionInfoR\aregions\x12!\n" +
 	"\fleader_count\x18\x05 \x01(\x04R\vleaderCount\x128\n" +
 	"\x05peers\x18\x06 \x03(\v2\".hedgekv.StatusResponse.PeersEntryR\x05peers\x12Q\n" +
-	"\x0ezone_addresses\x18\a \x03(\v2*.hedgekv.StatusResponse.ZoneAddressesEntryR\rzoneAddresses\x1a8\n" +
+	"\x0ezone_addresses\x18\a \x03(\v2*.hedgekv.StatusResponse.ZoneAddressesEntryR\rzoneAddresses\x12'\n" +
+	"\x0fremoving_stores\x18\b \x03(\x04R\x0eremovingStores\x1a8\n" +
 	"\n" +
 	"PeersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
