@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/server/pb"
@@ -66,10 +68,20 @@ func (c *Client) adminCall(ctx context.Context, what string, fn func(ctx context
 			c.preferEndpoint(addr)
 			return nil
 		}
+		if f, ok := errors.AsType[finalError](err); ok {
+			return fmt.Errorf("%s: %w", what, &storeError{addr: addr, err: f.err})
+		}
 		errs = append(errs, &storeError{addr: addr, err: err})
 	}
 	return fmt.Errorf("%s: no store answered: %w", what, errors.Join(errs...))
 }
+
+// finalError is an answer to an admin call that another store would give
+// too (a refusal): adminCall ends with it instead of asking the next.
+type finalError struct{ err error }
+
+func (f finalError) Error() string { return f.err.Error() }
+func (f finalError) Unwrap() error { return f.err }
 
 // preferEndpoint moves the endpoint addr stands for (itself, or the one
 // whose store is dialled at addr) to the front of the endpoint list.
@@ -147,6 +159,10 @@ type StoreInfo struct {
 	// ZoneAddresses is the store's address per zone (zone -> HOST:PORT,
 	// server --advertise-zone-addrs); nil when it advertises none.
 	ZoneAddresses map[string]string
+	// Removing: the store is being removed (Client.RemoveStore); its
+	// replicas are moving to other stores. Removed: removing, and no
+	// region has a replica on it any more: it may be stopped for good.
+	Removing, Removed bool
 }
 
 // RegionInfo is one region as the stores that host it report it, merged
@@ -162,6 +178,13 @@ type RegionInfo struct {
 	Term         uint64
 	CommitIndex  uint64
 	AppliedIndex uint64
+	// SizeKnown is set when the region's leader has counted it since its
+	// last split: ApproximateKeys keys and ApproximateBytes bytes of keys
+	// and values, counted at most a split-check interval ago (10s by
+	// default). RegionDigest counts exactly, at the cost of a full read.
+	SizeKnown        bool
+	ApproximateKeys  uint64
+	ApproximateBytes uint64
 }
 
 // Voters returns the region's voting peers (learners left out).
@@ -172,17 +195,21 @@ func storeInfoFromPB(s *pb.Store) StoreInfo {
 		ID: s.GetId(), Address: s.GetAddress(), Zone: s.GetZone(), Up: s.GetUp(),
 		LeaderCount: s.GetLeaderCount(), RegionCount: s.GetRegionCount(),
 		ZoneAddresses: maps.Clone(s.GetZoneAddresses()),
+		Removing:      s.GetRemoving(), Removed: s.GetRemoved(),
 	}
 }
 
 func regionInfoFromPB(info *pb.RegionInfo) RegionInfo {
 	return RegionInfo{
-		Region:        info.GetRegion().ToRegion(),
-		LeaderStoreID: info.GetLeaderStoreId(),
-		LeaderPeerID:  info.GetLeader().GetId(),
-		Term:          info.GetTerm(),
-		CommitIndex:   info.GetCommitIndex(),
-		AppliedIndex:  info.GetAppliedIndex(),
+		Region:           info.GetRegion().ToRegion(),
+		LeaderStoreID:    info.GetLeaderStoreId(),
+		LeaderPeerID:     info.GetLeader().GetId(),
+		Term:             info.GetTerm(),
+		CommitIndex:      info.GetCommitIndex(),
+		AppliedIndex:     info.GetAppliedIndex(),
+		SizeKnown:        info.GetSizeKnown(),
+		ApproximateKeys:  info.GetApproximateKeys(),
+		ApproximateBytes: info.GetApproximateSize(),
 	}
 }
 
@@ -270,6 +297,7 @@ func mergeRegionInfos(answers [][]*pb.RegionInfo) []*pb.RegionInfo {
 	byID := make(map[uint64]*pb.RegionInfo)
 	leaderTerm := make(map[uint64]uint64)
 	leaderOf := make(map[uint64]*pb.RegionInfo)
+	sizeOf := make(map[uint64]*pb.RegionInfo) // the counted size reported under the highest term
 	for _, infos := range answers {
 		for _, info := range infos {
 			r := info.GetRegion()
@@ -282,6 +310,9 @@ func mergeRegionInfos(answers [][]*pb.RegionInfo) []*pb.RegionInfo {
 			}
 			if info.GetLeaderStoreId() != 0 && (leaderOf[id] == nil || info.GetTerm() > leaderTerm[id]) {
 				leaderOf[id], leaderTerm[id] = info, info.GetTerm()
+			}
+			if info.GetSizeKnown() && (sizeOf[id] == nil || info.GetTerm() > sizeOf[id].GetTerm()) {
+				sizeOf[id] = info
 			}
 		}
 	}
@@ -297,6 +328,11 @@ func mergeRegionInfos(answers [][]*pb.RegionInfo) []*pb.RegionInfo {
 		}
 		if l := leaderOf[id]; l != nil && hostsStore(info.GetRegion(), l.GetLeaderStoreId()) {
 			m.LeaderStoreId, m.Leader, m.Term = l.GetLeaderStoreId(), l.GetLeader(), l.GetTerm()
+		}
+		// A count made before the region's last split describes other
+		// bounds: it is kept only for the winning epoch's version.
+		if sz := sizeOf[id]; sz != nil && sz.GetRegion().GetEpoch().GetVersion() == info.GetRegion().GetEpoch().GetVersion() {
+			m.SizeKnown, m.ApproximateKeys, m.ApproximateSize = true, sz.GetApproximateKeys(), sz.GetApproximateSize()
 		}
 		out = append(out, m)
 	}
@@ -401,6 +437,35 @@ func (c *Client) AddPeer(ctx context.Context, regionID, storeID uint64) error {
 	// The region's peers changed (or may have): reload it on next use.
 	c.cache.drop(regionID)
 	return err
+}
+
+// RemoveStore starts removing store storeID from the cluster: the stores'
+// balancers move its replicas and leaderships to the other stores and put
+// none on it. It returns at once; Stores reports the store Removed when
+// nothing is left on it, and it may then be stopped and its data deleted.
+// The id is not reused. already is true when the store was being removed
+// before. It fails with FailedPrecondition when too few stores would be
+// left up for a full replica set of each region.
+func (c *Client) RemoveStore(ctx context.Context, storeID uint64) (already bool, err error) {
+	if storeID == 0 {
+		return false, errors.New("remove store: store id must be non-zero")
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	var resp *pb.RemoveStoreResponse
+	err = c.adminCall(ctx, fmt.Sprintf("remove store %d", storeID), func(ctx context.Context, a pb.AdminClient) error {
+		var err error
+		resp, err = a.RemoveStore(ctx, &pb.RemoveStoreRequest{StoreId: storeID})
+		switch status.Code(err) {
+		case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.PermissionDenied, codes.Unauthenticated:
+			return finalError{err}
+		}
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	return resp.GetAlready(), nil
 }
 
 // RemovePeer removes the replica of regionID on storeID. If that replica

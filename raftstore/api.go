@@ -196,6 +196,12 @@ type RegionStatus struct {
 	// LeaseExpiry is when the leader's lease runs out, on the store's
 	// clock; zero when this peer holds no valid lease.
 	LeaseExpiry time.Time
+	// SizeKnown: this peer leads and has counted the region since its last
+	// split (every SplitCheckInterval); ApproximateKeys and ApproximateBytes
+	// (keys and values) are that count, so at most an interval old.
+	SizeKnown        bool
+	ApproximateKeys  uint64
+	ApproximateBytes uint64
 }
 
 // Errors of the store itself (region errors live in package region).
@@ -213,6 +219,9 @@ type StoreInfo struct {
 	Up          bool
 	LeaderCount int
 	RegionCount int
+	// Removing: the store is being removed from the cluster; the balancer
+	// moves its replicas and leaderships off and puts none on it.
+	Removing bool
 }
 
 // ClusterView tells a store about the others; the server implements it by

@@ -13,9 +13,11 @@ import (
 // at most one thing per round so that stores acting at once converge
 // instead of overshooting. In order of urgency:
 //
-//  1. repair: a voter on a store down longer than MaxStoreDownTime is
-//     moved to a live store without a replica; a region short of
-//     MaxReplicas voters gains one; a region with too many loses one.
+//  1. repair: a voter on a store down longer than MaxStoreDownTime, or on
+//     a store being removed, is moved to a live store without a replica
+//     (a leader on a store being removed first hands its leadership to
+//     another voter); a region short of MaxReplicas voters gains one; a
+//     region with too many loses one.
 //  2. replicas: a region moves its replica from the most loaded of its
 //     stores to the least loaded store without one, when the two differ by
 //     two or more regions (a new store fills up this way).
@@ -144,8 +146,9 @@ type balanceAction struct {
 }
 
 // decideRepair: finish an interrupted add; move a voter off a store down
-// too long (a learner there is dropped); add a voter to a region short of
-// maxReplicas; remove one from a region with too many.
+// too long or being removed (a learner there is dropped; a leader there
+// hands over first); add a voter to a region short of maxReplicas; remove
+// one from a region with too many.
 func decideRepair(in balanceInput) (balanceAction, bool) {
 	for _, r := range in.led {
 		members := map[uint64]bool{}
@@ -157,16 +160,30 @@ func decideRepair(in balanceInput) (balanceAction, bool) {
 			}
 		}
 		for _, p := range r.Peers {
-			if p.IsLearner && !in.dead(p.StoreID) {
-				return balanceAction{kind: balanceAdd, region: r.ID, to: p.StoreID, why: "finish an interrupted add"}, true
-			}
-			if in.dead(p.StoreID) {
-				if to, ok := leastLoaded(in.stores, members); ok {
-					if p.IsLearner {
-						return balanceAction{kind: balanceRemove, region: r.ID, from: p.StoreID, why: "learner on a down store"}, true
-					}
-					return balanceAction{kind: balanceMove, region: r.ID, from: p.StoreID, to: to, why: "replica on a down store"}, true
+			dead, removing := in.dead(p.StoreID), in.info[p.StoreID].Removing
+			if !dead && !removing {
+				if p.IsLearner {
+					return balanceAction{kind: balanceAdd, region: r.ID, to: p.StoreID, why: "finish an interrupted add"}, true
 				}
+				continue
+			}
+			where := "a down store"
+			if !dead {
+				where = "a store being removed"
+			}
+			if p.IsLearner {
+				return balanceAction{kind: balanceRemove, region: r.ID, from: p.StoreID, why: "learner on " + where}, true
+			}
+			if p.StoreID == in.self {
+				// A leader cannot move its own replica: it hands over
+				// first, and the new leader moves it.
+				if to, ok := transferTarget(in, r); ok {
+					return balanceAction{kind: balanceTransfer, region: r.ID, from: in.self, to: to, why: "leader on " + where}, true
+				}
+				continue
+			}
+			if to, ok := leastLoaded(in.stores, members); ok {
+				return balanceAction{kind: balanceMove, region: r.ID, from: p.StoreID, to: to, why: "replica on " + where}, true
 			}
 		}
 		if voters < in.maxReplicas {
@@ -219,7 +236,7 @@ func decideLeaderSpread(in balanceInput) (balanceAction, bool) {
 	for _, r := range in.led {
 		for _, p := range r.Peers {
 			o, ok := in.info[p.StoreID]
-			if p.IsLearner || p.StoreID == in.self || !ok || !o.Up {
+			if p.IsLearner || p.StoreID == in.self || !ok || !o.Up || o.Removing {
 				continue
 			}
 			if me.LeaderCount-o.LeaderCount >= 2 {
@@ -230,13 +247,32 @@ func decideLeaderSpread(in balanceInput) (balanceAction, bool) {
 	return balanceAction{}, false
 }
 
+// allUp reports whether every store is up, leaving out the stores being
+// removed: one stopped for good once emptied must not freeze balancing.
 func allUp(stores []StoreInfo) bool {
 	for _, st := range stores {
-		if !st.Up {
+		if !st.Up && !st.Removing {
 			return false
 		}
 	}
 	return true
+}
+
+// transferTarget picks the voter of r, other than this store's, on a
+// store that is up and not being removed and leads the fewest regions.
+func transferTarget(in balanceInput, r region.Region) (uint64, bool) {
+	var best uint64
+	found := false
+	for _, p := range r.Peers {
+		o, ok := in.info[p.StoreID]
+		if p.IsLearner || p.StoreID == in.self || !ok || !o.Up || o.Removing {
+			continue
+		}
+		if !found || o.LeaderCount < in.info[best].LeaderCount {
+			best, found = p.StoreID, true
+		}
+	}
+	return best, found
 }
 
 // settleTime is how long the balancer waits after a move before judging
@@ -245,11 +281,12 @@ func (s *Store) settleTime() time.Duration {
 	return max(3*s.cfg.BalanceInterval, 2*time.Second)
 }
 
-// leastLoaded picks the live store, outside exclude, with the fewest regions.
+// leastLoaded picks the live store, outside exclude and not being
+// removed, with the fewest regions.
 func leastLoaded(stores []StoreInfo, exclude map[uint64]bool) (uint64, bool) {
 	cands := make([]StoreInfo, 0, len(stores))
 	for _, st := range stores {
-		if st.Up && !exclude[st.ID] {
+		if st.Up && !st.Removing && !exclude[st.ID] {
 			cands = append(cands, st)
 		}
 	}

@@ -34,6 +34,12 @@ func up(id uint64, leaders, regions int) StoreInfo {
 
 func down(id uint64, regions int) StoreInfo { return StoreInfo{ID: id, RegionCount: regions} }
 
+// removing marks a store as being removed (Admin.RemoveStore).
+func removing(s StoreInfo) StoreInfo {
+	s.Removing = true
+	return s
+}
+
 func TestBalanceDecisions(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -59,6 +65,23 @@ func TestBalanceDecisions(t *testing.T) {
 		{"repair: an extra voter on the most loaded store is removed, never the leader's", decideRepair,
 			input([]region.Region{reg(1, 0, 1, 2, 3, 4)}, nil, up(1, 1, 9), up(2, 0, 3), up(3, 0, 7), up(4, 0, 2)),
 			balanceAction{kind: balanceRemove, region: 1, from: 3}, true},
+		{"repair: a voter on a store being removed moves at once, never to another store being removed", decideRepair,
+			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, up(1, 1, 5), up(2, 0, 5), removing(up(3, 0, 5)), removing(up(4, 0, 0)), up(5, 0, 1)),
+			balanceAction{kind: balanceMove, region: 1, from: 3, to: 5}, true},
+		{"repair: a voter on a store being removed and down moves too", decideRepair,
+			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, up(1, 1, 5), up(2, 0, 5), removing(down(3, 0)), up(4, 0, 2)),
+			balanceAction{kind: balanceMove, region: 1, from: 3, to: 4}, true},
+		{"repair: a leader on a store being removed hands over to the voter leading fewest", decideRepair,
+			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, removing(up(1, 4, 5)), up(2, 3, 5), up(3, 1, 5), up(4, 0, 0)),
+			balanceAction{kind: balanceTransfer, region: 1, from: 1, to: 3}, true},
+		{"repair: a leader on a store being removed with no voter to take over stays", decideRepair,
+			input([]region.Region{reg(1, 0, 1, 2)}, map[uint64]bool{2: true}, removing(up(1, 1, 1)), down(2, 1)), balanceAction{}, false},
+		{"repair: a learner on a store being removed is dropped", decideRepair,
+			input([]region.Region{reg(1, 4, 1, 2, 3)}, nil, up(1, 1, 1), up(2, 0, 1), up(3, 0, 1), removing(up(4, 0, 1))),
+			balanceAction{kind: balanceRemove, region: 1, from: 4}, true},
+		{"repair: a missing voter is never added on a store being removed", decideRepair,
+			input([]region.Region{reg(1, 0, 1, 2)}, nil, up(1, 1, 1), up(2, 0, 1), removing(up(3, 0, 0)), up(4, 0, 3)),
+			balanceAction{kind: balanceAdd, region: 1, to: 4}, true},
 		{"replicas: moved from the most to the least loaded store", decideReplicaSpread,
 			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, up(1, 1, 3), up(2, 0, 3), up(3, 0, 3), up(4, 0, 0)),
 			balanceAction{kind: balanceMove, region: 1, from: 2, to: 4}, true},
@@ -66,11 +89,18 @@ func TestBalanceDecisions(t *testing.T) {
 			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, up(1, 1, 2), up(2, 0, 2), up(3, 0, 2), up(4, 0, 1)), balanceAction{}, false},
 		{"replicas: nothing moves while a store is down", decideReplicaSpread,
 			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, up(1, 1, 3), up(2, 0, 3), up(3, 0, 3), up(4, 0, 0), down(5, 0)), balanceAction{}, false},
+		{"replicas: a removed store that is down does not stop the spread, nor receives", decideReplicaSpread,
+			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, up(1, 1, 3), up(2, 0, 3), up(3, 0, 3), up(4, 0, 0), removing(down(5, 0))),
+			balanceAction{kind: balanceMove, region: 1, from: 2, to: 4}, true},
+		{"replicas: never to a store being removed", decideReplicaSpread,
+			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, up(1, 1, 3), up(2, 0, 3), up(3, 0, 3), removing(up(4, 0, 0))), balanceAction{}, false},
 		{"leaders: handed to a voter's store leading two fewer", decideLeaderSpread,
 			input([]region.Region{reg(1, 0, 1, 2, 3), reg(2, 0, 1, 2, 3)}, nil, up(1, 2, 2), up(2, 1, 2), up(3, 0, 2)),
 			balanceAction{kind: balanceTransfer, region: 1, from: 1, to: 3}, true},
 		{"leaders: one apart is balanced", decideLeaderSpread,
 			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, up(1, 1, 2), up(2, 0, 2), up(3, 1, 2)), balanceAction{}, false},
+		{"leaders: never to a store being removed", decideLeaderSpread,
+			input([]region.Region{reg(1, 0, 1, 2, 3), reg(2, 0, 1, 2, 3)}, nil, up(1, 2, 2), up(2, 1, 2), removing(up(3, 0, 2))), balanceAction{}, false},
 		{"leaders: never to a learner", decideLeaderSpread,
 			input([]region.Region{reg(1, 3, 1, 2)}, nil, up(1, 2, 2), up(2, 1, 2), up(3, 0, 2)), balanceAction{}, false},
 	}

@@ -68,6 +68,18 @@ type Peer struct {
 	// fl is the follower-lease state: this follower's lease, the leader's
 	// grants, and the keys the unapplied log writes (followerlease.go).
 	fl followerLeaseState
+	// size is the region's size as this peer last counted it while leading
+	// (the split check); it describes the region only while the epoch's
+	// version it was counted at is still the region's (a split changes it).
+	size regionSize
+}
+
+// regionSize is a region's key count and bytes of keys and values, as
+// counted at version (the region epoch's); the zero value is "not counted".
+type regionSize struct {
+	keys, bytes uint64
+	version     uint64
+	counted     bool
 }
 
 type proposal struct {

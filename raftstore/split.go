@@ -44,9 +44,11 @@ func (s *Store) Split(ctx context.Context, key []byte) (left, right region.Regio
 	return left, right, nil
 }
 
-// splitCheck runs in the background: each region this store leads that
-// holds more than SplitMaxKeys keys or SplitMaxBytes bytes is split at its
-// middle key (by count, or by size when size is what overflowed).
+// splitCheck runs in the background: each region this store leads is
+// counted (its key count and size are what Regions reports as its
+// approximate size), and one that holds more than SplitMaxKeys keys or
+// SplitMaxBytes bytes is split at its middle key (by count, or by size when
+// size is what overflowed).
 func (s *Store) splitCheck() {
 	t := time.NewTicker(s.cfg.SplitCheckInterval)
 	defer t.Stop()
@@ -60,7 +62,12 @@ func (s *Store) splitCheck() {
 			if !st.IsLeader {
 				continue
 			}
-			key, ok := s.eng.splitKey(st.Region, s.cfg.SplitMaxKeys, s.cfg.SplitMaxBytes)
+			size, key, ok := s.eng.splitKey(st.Region, s.cfg.SplitMaxKeys, s.cfg.SplitMaxBytes)
+			if p, found := s.peer(st.Region.ID); found {
+				p.mu.Lock()
+				p.size = size
+				p.mu.Unlock()
+			}
 			if !ok {
 				continue
 			}
@@ -76,17 +83,17 @@ func (s *Store) splitCheck() {
 	}
 }
 
-// splitKey scans the region once and returns the key to split at, if the
-// region is over either threshold.
-func (e *engine) splitKey(r region.Region, maxKeys, maxBytes uint64) (key []byte, ok bool) {
-	var keys, size uint64
-	_ = e.db.View(func(tx *bbolt.Tx) error {
+// splitKey scans the region once, counting it, and returns the key to
+// split at if the region is over either threshold.
+func (e *engine) splitKey(r region.Region, maxKeys, maxBytes uint64) (size regionSize, key []byte, ok bool) {
+	size = regionSize{version: r.Epoch.Version}
+	err := e.db.View(func(tx *bbolt.Tx) error {
 		c := tx.Bucket(bucketData).Cursor()
 		for k, v := c.Seek(r.StartKey); k != nil && (len(r.EndKey) == 0 || bytes.Compare(k, r.EndKey) < 0); k, v = c.Next() {
-			keys++
-			size += uint64(len(k) + len(v))
+			size.keys++
+			size.bytes += uint64(len(k) + len(v))
 		}
-		overKeys, overBytes := maxKeys > 0 && keys > maxKeys, maxBytes > 0 && size > maxBytes
+		overKeys, overBytes := maxKeys > 0 && size.keys > maxKeys, maxBytes > 0 && size.bytes > maxBytes
 		if !overKeys && !overBytes {
 			return nil
 		}
@@ -94,7 +101,7 @@ func (e *engine) splitKey(r region.Region, maxKeys, maxBytes uint64) (key []byte
 		for k, v := c.Seek(r.StartKey); k != nil; k, v = c.Next() {
 			n++
 			acc += uint64(len(k) + len(v))
-			if (overKeys && n > keys/2) || (!overKeys && acc > size/2) {
+			if (overKeys && n > size.keys/2) || (!overKeys && acc > size.bytes/2) {
 				if !bytes.Equal(k, r.StartKey) {
 					key, ok = append([]byte(nil), k...), true
 				}
@@ -103,5 +110,6 @@ func (e *engine) splitKey(r region.Region, maxKeys, maxBytes uint64) (key []byte
 		}
 		return nil
 	})
-	return key, ok
+	size.counted = err == nil
+	return size, key, ok
 }

@@ -352,6 +352,9 @@ func (s *Store) ID() uint64 { return s.cfg.StoreID }
 // Zone is the store's zone label.
 func (s *Store) Zone() string { return s.cfg.Zone }
 
+// MaxReplicas is how many voters the balancer keeps per region.
+func (s *Store) MaxReplicas() int { return s.cfg.MaxReplicas }
+
 func (s *Store) stopped() bool {
 	select {
 	case <-s.stopc:
@@ -651,6 +654,9 @@ func (s *Store) Regions() []RegionStatus {
 		}
 		if p.leaseValidLocked(s.now()) {
 			st.LeaseExpiry = p.lease.until
+		}
+		if st.IsLeader && p.size.counted && p.size.version == p.region.Epoch.Version {
+			st.SizeKnown, st.ApproximateKeys, st.ApproximateBytes = true, p.size.keys, p.size.bytes
 		}
 		p.mu.Unlock()
 		out = append(out, st)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/cluster.sh — a local three-store hedgekv cluster.
+# scripts/cluster.sh — a local hedgekv cluster: three stores, and more on demand.
 #
 #   scripts/cluster.sh start [--topology FILE|default] [--tls] [--timeout SECONDS]
 #   scripts/cluster.sh stop
@@ -7,6 +7,12 @@
 #   scripts/cluster.sh kill N          # kill -9 store N
 #   scripts/cluster.sh restart N       # stop store N gracefully if it runs, start it
 #                                      # again with the same args, wait until /readyz
+#   scripts/cluster.sh add N [--zone Z] [--grpc-port P] [--status-port P]
+#                                      # start store N (not 1-3) and join it to the
+#                                      # cluster; the balancers move replicas to it
+#   scripts/cluster.sh remove N [--timeout SECONDS]
+#                                      # move every replica off store N (ctl
+#                                      # remove-store --wait), stop it, delete its data
 #   scripts/cluster.sh partition N [--mode blackhole|disconnect]   # needs --topology
 #   scripts/cluster.sh heal            # end every partition (needs --topology)
 #   scripts/cluster.sh endpoints       # print the cluster's gRPC endpoints
@@ -15,6 +21,15 @@
 # Stores 1-3 listen on 127.0.0.1:GRPC_PORT_BASE+N (gRPC) and
 # 127.0.0.1:STATUS_PORT_BASE+N (status HTTP: /metrics, /status), in zones
 # dc-a, dc-b, dc-c. Each store's data, log and pid file live in $CLUSTER_DIR.
+#
+# `add N` starts an extra store N with --join: by default on store 1's ports
+# plus N-1 (20164 and 20184 for store 4) and in zone dc-a, dc-b or dc-c
+# (N-1 mod 3). `remove N` (any store, 1-3 too) runs `ctl remove-store N
+# --wait`: the balancers move its replicas and leaderships to the other
+# stores, then it is stopped and its data deleted; a removed id is not
+# reused. Every other command (stop, status, kill, restart, endpoints)
+# covers the extra stores too. Neither works behind --topology, whose
+# simulated network places stores 1, 2 and 3 only.
 #
 # The simulated WAN (docs/topology.md): `start --topology default` (or a
 # topology FILE placing stores 1, 2 and 3) first runs `hedgekv netsim` in
@@ -52,7 +67,8 @@
 #   FOLLOWER_LEASES=1 start servers with --follower-leases (followers serve
 #                     linearizable reads locally from read leases)
 #   TICK              pass --tick TICK to the servers (e.g. 50ms)
-#   START_TIMEOUT     seconds `start`/`restart` wait for leaders (default: 30)
+#   START_TIMEOUT     seconds `start`/`restart`/`add` wait for leaders (default: 30)
+#   REMOVE_TIMEOUT    seconds `remove` waits for the replicas to move (default: 120)
 #   STOP_TIMEOUT      seconds `stop` and `restart` wait after SIGTERM before SIGKILL
 #                     (default: 15; a store hands over its leaderships and
 #                     finishes its requests first, within about 11s)
@@ -68,13 +84,17 @@ set -euo pipefail
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 
-STORES=(1 2 3)
+FOUNDERS=(1 2 3) # the stores that bootstrap the cluster (--peers)
+STORES=(1 2 3)   # the cluster's stores: founders not removed, then extras
+EXTRAS=()        # stores added with `add`, in order
+REMOVED=()       # stores taken out with `remove` (ids never reused)
 DEFAULT_ZONES=(dc-a dc-b dc-c)
 ZONES=("${DEFAULT_ZONES[@]}") # store N is in ZONES[N-1] (the topology's, behind netsim)
 
 CLUSTER_DIR=${CLUSTER_DIR:-$ROOT/.cluster}
 BIN=${BIN:-$ROOT/bin/hedgekv}
 START_TIMEOUT=${START_TIMEOUT:-30}
+REMOVE_TIMEOUT=${REMOVE_TIMEOUT:-120}
 STOP_TIMEOUT=${STOP_TIMEOUT:-15}
 CTL_TIMEOUT=${CTL_TIMEOUT:-5}
 NETSIM_TIMEOUT=${NETSIM_TIMEOUT:-15}
@@ -169,12 +189,29 @@ ensure_certs() {
 	client_tls_flags >"$d/flags"
 }
 
+# check_store_arg N : N is one of the cluster's stores (call after load_conf).
 check_store_arg() {
-	case ${1:-} in
-	1 | 2 | 3) ;;
-	"") die 2 "missing store id (1, 2 or 3)" ;;
-	*) die 2 "bad store id '$1': want 1, 2 or 3" ;;
-	esac
+	local n=${1:-}
+	[[ -n $n ]] || die 2 "missing store id (one of ${STORES[*]})"
+	is_member "$n" "${STORES[@]}" || die 2 "bad store id '$n': the cluster's stores are ${STORES[*]}"
+}
+
+# is_member X LIST... : X is one of LIST.
+is_member() {
+	local x=$1 y
+	shift
+	for y in "$@"; do [[ $x == "$y" ]] && return 0; done
+	return 1
+}
+
+# compute_stores: STORES from the founders not removed, then the extras.
+compute_stores() {
+	local n
+	STORES=()
+	for n in "${FOUNDERS[@]}"; do
+		is_member "$n" "${REMOVED[@]}" || STORES+=("$n")
+	done
+	STORES+=("${EXTRAS[@]}")
 }
 
 is_port() { [[ $1 =~ ^[0-9]+$ ]] && ((10#$1 > 0 && 10#$1 < 65536)); }
@@ -190,7 +227,7 @@ parse_ports() {
 	else
 		is_port "$base" || die 2 "bad port base '$base'"
 		local n
-		for n in "${STORES[@]}"; do _out+=($((base + n))); done
+		for n in "${FOUNDERS[@]}"; do _out+=($((base + n))); done
 	fi
 	for p in "${_out[@]}"; do
 		is_port "$p" || die 2 "bad port '$p' in '${list:-base $base}'"
@@ -224,12 +261,15 @@ ports_from_env() {
 	NS_CONTROL=${NETSIM_CONTROL:-127.0.0.1:21999}
 	ZONES=("${DEFAULT_ZONES[@]}")
 	TLS_ON=0
+	EXTRAS=()
+	REMOVED=()
+	compute_stores
 }
 
 # Load the configuration the running (or last) cluster was started with;
 # fall back to the environment when there is none.
 load_conf() {
-	local f key val line
+	local f key val line extras="" entries=()
 	f=$(conf_file)
 	ports_from_env
 	[[ -f $f ]] || return 0
@@ -247,28 +287,47 @@ load_conf() {
 		TLS) if [[ $val == 1 ]]; then TLS_ON=1; fi ;;
 		ZONES)
 			IFS=, read -r -a ZONES <<<"$val"
-			((${#ZONES[@]} == ${#STORES[@]})) || ZONES=("${DEFAULT_ZONES[@]}")
+			((${#ZONES[@]} == ${#FOUNDERS[@]})) || ZONES=("${DEFAULT_ZONES[@]}")
 			;;
+		EXTRA_STORES) extras=$val ;;
+		REMOVED_STORES) [[ -z $val ]] || IFS=, read -r -a REMOVED <<<"$val" ;;
 		esac
 	done <"$f"
+	# Extra stores: ID@GRPC_PORT@STATUS_PORT@ZONE;... (after ZONES, which
+	# they extend).
+	local e id gp sp z
+	if [[ -n $extras ]]; then
+		IFS=';' read -r -a entries <<<"$extras"
+		for e in "${entries[@]}"; do
+			IFS=@ read -r id gp sp z <<<"$e"
+			[[ $id =~ ^[0-9]+$ ]] && is_port "$gp" && is_port "$sp" && [[ -n $z ]] || die 1 "bad EXTRA_STORES entry '$e' in $f"
+			EXTRAS+=("$id")
+			GPORTS[id - 1]=$gp
+			SPORTS[id - 1]=$sp
+			ZONES[id - 1]=$z
+		done
+	fi
+	compute_stores
 }
 
 save_conf() {
-	local f
+	local f n extras=()
 	f=$(conf_file)
+	for n in "${EXTRAS[@]}"; do extras+=("$n@${GPORTS[n - 1]}@${SPORTS[n - 1]}@${ZONES[n - 1]}"); done
 	{
-		printf 'GRPC_PORTS=%s\n' "$(
-			IFS=,
-			echo "${GPORTS[*]}"
-		)"
-		printf 'STATUS_PORTS=%s\n' "$(
-			IFS=,
-			echo "${SPORTS[*]}"
-		)"
+		# The founders' ports and zones (indexes 0-2 of the arrays, which
+		# the extras' entries make sparse beyond).
+		printf 'GRPC_PORTS=%s,%s,%s\n' "${GPORTS[0]}" "${GPORTS[1]}" "${GPORTS[2]}"
+		printf 'STATUS_PORTS=%s,%s,%s\n' "${SPORTS[0]}" "${SPORTS[1]}" "${SPORTS[2]}"
 		printf 'BIN=%s\n' "$BIN"
-		printf 'ZONES=%s\n' "$(
+		printf 'ZONES=%s,%s,%s\n' "${ZONES[0]}" "${ZONES[1]}" "${ZONES[2]}"
+		printf 'EXTRA_STORES=%s\n' "$(
+			IFS=';'
+			echo "${extras[*]}"
+		)"
+		printf 'REMOVED_STORES=%s\n' "$(
 			IFS=,
-			echo "${ZONES[*]}"
+			echo "${REMOVED[*]}"
 		)"
 		if [[ -n $TOPOLOGY ]]; then
 			printf 'TOPOLOGY=%s\n' "$TOPOLOGY"
@@ -293,9 +352,11 @@ endpoints() {
 	)
 }
 
+# peers_flag: the founders' --peers (all three, removed or not: it names
+# the cluster they bootstrapped; each store's data directory keeps the rest).
 peers_flag() {
 	local n out=()
-	for n in "${STORES[@]}"; do out+=("$n=$(grpc_addr "$n")"); done
+	for n in "${FOUNDERS[@]}"; do out+=("$n=$(grpc_addr "$n")"); done
 	(
 		IFS=,
 		echo "${out[*]}"
@@ -356,14 +417,24 @@ count_matches() {
 	printf '%d\n' "$((c + 0))"
 }
 
+# server_args N : store N's command line: a founder bootstraps with
+# --peers, an extra store joins through the other stores (--join).
 server_args() {
-	local n=$1
+	local n=$1 m join=()
 	SERVER_ARGS=(server
 		--id "$n"
 		--listen "$(grpc_addr "$n")"
-		--status "$(status_addr "$n")"
-		--peers "$(peers_flag)"
-		--zone "$(zone_of "$n")"
+		--status "$(status_addr "$n")")
+	if is_member "$n" "${FOUNDERS[@]}"; then
+		SERVER_ARGS+=(--peers "$(peers_flag)")
+	else
+		for m in "${STORES[@]}"; do [[ $m == "$n" ]] || join+=("$(grpc_addr "$m")"); done
+		SERVER_ARGS+=(--join "$(
+			IFS=,
+			echo "${join[*]}"
+		)")
+	fi
+	SERVER_ARGS+=(--zone "$(zone_of "$n")"
 		--data-dir "$(data_dir "$n")")
 	if [[ -n $TOPOLOGY ]]; then
 		[[ -n ${ZADDRS[$n - 1]:-} ]] || die 1 "internal: no netsim addresses for store $n"
@@ -437,7 +508,7 @@ netsim_pid() {
 
 upstream_flag() {
 	local n out=()
-	for n in "${STORES[@]}"; do out+=("$n=$(grpc_addr "$n")"); done
+	for n in "${FOUNDERS[@]}"; do out+=("$n=$(grpc_addr "$n")"); done
 	(
 		IFS=,
 		echo "${out[*]}"
@@ -542,7 +613,7 @@ read_topology() {
 		zone_of_store[$s]=$sz
 		addrs[$s]+="${addrs[$s]:+,}$z=$addr"
 	done < <(grep -oE '"zone":"[^"]*","store":[0-9]+,"store_zone":"[^"]*","address":"[^"]*"' <<<"$flat" || true)
-	for n in "${STORES[@]}"; do
+	for n in "${FOUNDERS[@]}"; do
 		[[ -n ${zone_of_store[$n]:-} ]] || missing+=("$n")
 	done
 	if ((${#missing[@]} > 0)); then
@@ -555,7 +626,7 @@ read_topology() {
 	fi
 	ZONES=()
 	ZADDRS=()
-	for n in "${STORES[@]}"; do
+	for n in "${FOUNDERS[@]}"; do
 		ZONES+=("${zone_of_store[$n]}")
 		ZADDRS+=("${addrs[$n]}")
 	done
@@ -695,7 +766,7 @@ wait_ready() {
 # ---------------------------------------------------------------- commands
 
 cmd_start() {
-	local topology="" timeout=$START_TIMEOUT n running=() p tls=0
+	local topology="" timeout=$START_TIMEOUT n running=() p tls=0 i env_bin=$BIN
 	while (($#)); do
 		case $1 in
 		--tls)
@@ -732,6 +803,8 @@ cmd_start() {
 	check_bin
 	mkdir -p "$CLUSTER_DIR"
 	resolve_paths
+	# Which stores the cluster in this directory has (extras included).
+	if [[ -f $(conf_file) ]]; then load_conf; fi
 	for n in "${STORES[@]}"; do
 		if store_pid "$n" >/dev/null; then running+=("$n"); fi
 	done
@@ -766,7 +839,27 @@ cmd_start() {
 			fi
 		fi
 		rm -f "$(netsim_pid_file)" "$(netsim_args_file)"
+		# The stores added and removed before the cluster was stopped are
+		# its members still (their data directories say so); the rest of
+		# the configuration comes from the environment, as for a new one.
+		local kept_extras=() kept_removed=() kept_ports=() e
+		if [[ -f $(conf_file) ]]; then
+			load_conf
+			kept_removed=("${REMOVED[@]}")
+			for e in "${EXTRAS[@]}"; do kept_extras+=("$e") kept_ports+=("${GPORTS[e - 1]}@${SPORTS[e - 1]}@${ZONES[e - 1]}"); done
+		fi
 		ports_from_env
+		BIN=$env_bin # load_conf read the last cluster's
+		REMOVED=("${kept_removed[@]}")
+		for i in "${!kept_extras[@]}"; do
+			e=${kept_extras[i]}
+			EXTRAS+=("$e")
+			IFS=@ read -r "GPORTS[e - 1]" "SPORTS[e - 1]" "ZONES[e - 1]" <<<"${kept_ports[i]}"
+		done
+		compute_stores
+		if [[ -n $topology ]] && ((${#EXTRAS[@]} + ${#REMOVED[@]} > 0)); then
+			die 2 "--topology places stores 1, 2 and 3 only, and this cluster's stores are ${STORES[*]} (added or removed with add/remove); 'scripts/cluster.sh clean' starts afresh"
+		fi
 		TOPOLOGY=$topology
 		TLS_ON=$tls
 		if ((TLS_ON)); then ensure_certs; fi
@@ -925,6 +1018,8 @@ cmd_status() {
 		# not contradict each other.
 		local down=() json i
 		for n in "${STORES[@]}"; do store_pid "$n" >/dev/null || down+=("$n"); done
+		# A removed store is stopped: wait for the view to say so too.
+		for n in "${REMOVED[@]}"; do down+=("$n"); done
 		if [[ -z $asked && ${#down[@]} -gt 0 ]]; then
 			# Each store has its own view: wait for, and show, one store's.
 			for n in "${STORES[@]}"; do
@@ -962,8 +1057,8 @@ cmd_status() {
 
 cmd_kill() {
 	local n=${1:-} pid i
-	check_store_arg "$n"
 	load_conf
+	check_store_arg "$n"
 	if ! pid=$(store_pid "$n"); then
 		rm -f "$(pid_file "$n")"
 		say "store $n is not running"
@@ -980,10 +1075,10 @@ cmd_kill() {
 }
 
 cmd_restart() {
-	local n=${1:-} f i timeout=$START_TIMEOUT
-	check_store_arg "$n"
+	local n=${1:-} f timeout=$START_TIMEOUT
 	[[ -d $CLUSTER_DIR ]] || die 1 "no cluster in $CLUSTER_DIR (run 'scripts/cluster.sh start' first)"
 	load_conf
+	check_store_arg "$n"
 	check_bin
 	if [[ -n $TOPOLOGY ]]; then
 		# The store's saved args name the netsim's proxies: bring it back too.
@@ -1005,24 +1100,161 @@ cmd_restart() {
 	fi
 	launch "$n" "${SERVER_ARGS[@]}"
 	# Wait until it serves gRPC, then until every region has a leader again.
-	for ((i = 0; i < timeout * 10; i++)); do
-		port_in_use "${GPORTS[$n - 1]}" && break
-		if ! launched_alive "$n"; then
-			log_tail "$n"
-			die 1 "store $n exited right after restart"
-		fi
-		sleep 0.1
-	done
-	port_in_use "${GPORTS[$n - 1]}" || {
-		log_tail "$n"
-		die 1 "store $n does not listen on $(grpc_addr "$n") after ${timeout}s"
-	}
+	wait_serving "$n" "$timeout" || die 1 "restart $n failed (log $(log_file "$n"))"
 	EXPECT_UP=("$n")
 	wait_leaders "$timeout" || die 1 "store $n restarted but regions lack a leader"
 	wait_ready "$n" "$timeout" || die 1 "store $n restarted but is not ready"
 	if [[ -n $TOPOLOGY ]]; then
 		wait_zone_routes "$timeout" || die 1 "store $n restarted but the stores do not reach each other through the netsim"
 	fi
+}
+
+# wait_serving N TIMEOUT : until store N, just launched, listens on its
+# gRPC port; fails (with its log) if it exits first.
+wait_serving() {
+	local n=$1 timeout=$2 i
+	for ((i = 0; i < timeout * 10; i++)); do
+		port_in_use "${GPORTS[$n - 1]}" && return 0
+		if ! launched_alive "$n"; then
+			log_tail "$n"
+			warn "store $n exited right after it was started"
+			return 1
+		fi
+		sleep 0.1
+	done
+	log_tail "$n"
+	warn "store $n does not listen on $(grpc_addr "$n") after ${timeout}s"
+	return 1
+}
+
+# no_topology WHAT : add and remove change the set of stores, which the
+# simulated network fixes at 1, 2 and 3.
+no_topology() {
+	[[ -z $TOPOLOGY ]] || die 2 "$1: this cluster runs behind the simulated network (topology $TOPOLOGY), which places stores 1, 2 and 3 only"
+}
+
+cmd_add() {
+	local n=${1:-} zone="" gp="" sp="" timeout=$START_TIMEOUT m p running=()
+	[[ -n $n ]] || die 2 "add: missing store id"
+	shift
+	while (($#)); do
+		case $1 in
+		--zone | --grpc-port | --status-port)
+			(($# >= 2)) || die 2 "$1 needs a value"
+			case $1 in
+			--zone) zone=$2 ;;
+			--grpc-port) gp=$2 ;;
+			--status-port) sp=$2 ;;
+			esac
+			shift 2
+			;;
+		*) die 2 "add: unknown argument '$1'" ;;
+		esac
+	done
+	[[ -d $CLUSTER_DIR ]] || die 1 "no cluster in $CLUSTER_DIR (run 'scripts/cluster.sh start' first)"
+	load_conf
+	check_bin
+	no_topology "add $n"
+	[[ $n =~ ^[1-9][0-9]*$ ]] && ((n <= 65535)) || die 2 "bad store id '$n': want a number from 4 to 65535"
+	is_member "$n" "${REMOVED[@]}" && die 2 "store $n was removed from this cluster, and a removed store's id is not reused: add another id"
+	is_member "$n" "${STORES[@]}" && die 2 "store $n is already one of the cluster's stores (${STORES[*]})"
+	for m in "${STORES[@]}"; do
+		if store_pid "$m" >/dev/null; then running+=("$m"); fi
+	done
+	((${#running[@]} > 0)) || die 1 "no store of the cluster in $CLUSTER_DIR is running (run 'scripts/cluster.sh start' first)"
+	zone=${zone:-${DEFAULT_ZONES[(n - 1) % 3]}}
+	[[ $zone =~ ^[A-Za-z0-9._-]+$ ]] || die 2 "bad zone '$zone': letters, digits, '.', '_' and '-' only"
+	gp=${gp:-$((GPORTS[0] + n - 1))}
+	sp=${sp:-$((SPORTS[0] + n - 1))}
+	for p in "$gp" "$sp"; do
+		is_port "$p" || die 2 "bad port '$p' for store $n"
+		for m in "${STORES[@]}"; do
+			if [[ $p == "${GPORTS[m - 1]}" || $p == "${SPORTS[m - 1]}" ]]; then
+				die 2 "port $p for store $n is store $m's already: pass --grpc-port and --status-port"
+			fi
+		done
+		if port_in_use "$p"; then
+			die 1 "port $p on 127.0.0.1 is already in use: pass --grpc-port and --status-port"
+		fi
+	done
+	[[ $gp != "$sp" ]] || die 2 "store $n: the gRPC and status ports must differ"
+	[[ ! -e $(data_dir "$n") ]] || die 1 "$(data_dir "$n") exists (left by an earlier store $n?): remove it, or add another id"
+	# Only the running stores are worth joining through.
+	local all=("${STORES[@]}")
+	STORES=("${running[@]}")
+	GPORTS[n - 1]=$gp
+	SPORTS[n - 1]=$sp
+	ZONES[n - 1]=$zone
+	balance_flag
+	server_args "$n"
+	STORES=("${all[@]}")
+	EXTRAS+=("$n")
+	compute_stores
+	save_conf
+	launch "$n" "${SERVER_ARGS[@]}"
+	if ! wait_serving "$n" "$timeout"; then
+		# Not a member after all: forget it, so stop and status do not
+		# look for it.
+		stop_stores "$n"
+		local kept=() e
+		for e in "${EXTRAS[@]}"; do [[ $e != "$n" ]] && kept+=("$e"); done
+		EXTRAS=("${kept[@]}")
+		compute_stores
+		save_conf
+		rm -rf -- "$(data_dir "$n")"
+		die 1 "add $n failed (log $(log_file "$n"))"
+	fi
+	wait_ready "$n" "$timeout" || die 1 "store $n started but is not ready"
+	say "store $n joined the cluster (stores ${STORES[*]}); the balancers move replicas to it ('bin/hedgekv ctl stores' shows its regions)"
+}
+
+cmd_remove() {
+	local n=${1:-} timeout=$REMOVE_TIMEOUT m eps=() out e kept=()
+	[[ -n $n ]] || die 2 "remove: missing store id"
+	shift
+	while (($#)); do
+		case $1 in
+		--timeout)
+			(($# >= 2)) || die 2 "--timeout needs seconds"
+			timeout=$2
+			shift 2
+			;;
+		*) die 2 "remove: unknown argument '$1'" ;;
+		esac
+	done
+	[[ $timeout =~ ^[1-9][0-9]*$ ]] || die 2 "bad timeout '$timeout'"
+	[[ -d $CLUSTER_DIR ]] || die 1 "no cluster in $CLUSTER_DIR"
+	load_conf
+	check_bin
+	no_topology "remove $n"
+	check_store_arg "$n"
+	for m in "${STORES[@]}"; do
+		[[ $m != "$n" ]] && store_pid "$m" >/dev/null && eps+=("$(grpc_addr "$m")")
+	done
+	((${#eps[@]} > 0)) || die 1 "remove $n: no other store is running to take its replicas"
+	say "removing store $n: its replicas and leaderships move to the other stores (at most ${timeout}s)"
+	# ctl waits within its --timeout; hk's own bound must be longer.
+	if ! out=$(CTL_TIMEOUT=$((timeout + 10)) hk ctl remove-store "$n" --wait --timeout "${timeout}s" --endpoints "$(
+		IFS=,
+		echo "${eps[*]}"
+	)" 2>&1); then
+		printf '%s\n' "$out" >&2
+		if [[ $out != *"is being removed"* && $out != *"already being removed"* ]]; then
+			die 1 "remove $n refused; nothing changed"
+		fi
+		die 1 "remove $n: its replicas did not all move within ${timeout}s; it is still marked removing and keeps running ('scripts/cluster.sh remove $n' again waits on)"
+	fi
+	printf '%s\n' "$out"
+	if store_pid "$n" >/dev/null; then stop_stores "$n"; fi
+	store_pid "$n" >/dev/null && die 1 "store $n is still running"
+	rm -rf -- "$(data_dir "$n")"
+	rm -f "$(pid_file "$n")" "$(args_file "$n")"
+	for e in "${EXTRAS[@]}"; do [[ $e != "$n" ]] && kept+=("$e"); done
+	EXTRAS=("${kept[@]}")
+	REMOVED+=("$n")
+	compute_stores
+	save_conf
+	say "store $n removed: stopped, its data deleted; the cluster's stores are ${STORES[*]}"
 }
 
 # need_netsim WHAT : the cluster runs behind a live netsim, or say plainly
@@ -1038,6 +1270,7 @@ need_netsim() {
 
 cmd_partition() {
 	local n=${1:-} out
+	load_conf
 	check_store_arg "$n"
 	shift
 	local extra=()
@@ -1091,6 +1324,8 @@ main() {
 	status) cmd_status ;;
 	kill) cmd_kill "$@" ;;
 	restart) cmd_restart "$@" ;;
+	add) cmd_add "$@" ;;
+	remove) cmd_remove "$@" ;;
 	partition) cmd_partition "$@" ;;
 	heal)
 		(($# == 0)) || die 2 "heal takes no argument"

@@ -34,28 +34,34 @@ type addressBook struct {
 	// zones holds each store's address per zone; a store advertising
 	// none has no entry. Never modified in place (replaced on change).
 	zones map[uint64]map[string]string
+	// removing holds the stores being removed from the cluster
+	// (Admin.RemoveStore). A store stays in it for good: its id is not
+	// reused. Never modified in place.
+	removing map[uint64]bool
 }
 
 // peersJSON is the file's shape: {"peers": {"1": "127.0.0.1:20161", ...},
-// "zone_addresses": {"1": {"dc-a": "127.0.0.1:21101", ...}, ...}}. Files
-// written before zone addresses existed have no "zone_addresses".
+// "zone_addresses": {"1": {"dc-a": "127.0.0.1:21101", ...}, ...},
+// "removing": [4]}. Files written before zone addresses (or removals)
+// existed have no "zone_addresses" ("removing").
 type peersJSON struct {
 	Peers         map[string]string            `json:"peers"`
 	ZoneAddresses map[string]map[string]string `json:"zone_addresses,omitempty"`
+	Removing      []uint64                     `json:"removing,omitempty"`
 }
 
 // openAddressBook loads dir's address book (if any), lays configured over
 // it (the operator's flags win for the stores they name) and writes the
 // result back when that changed anything. dir "" keeps it in memory.
 func openAddressBook(dir string, configured map[uint64]string) (*addressBook, error) {
-	b := &addressBook{addrs: make(map[uint64]string), zones: make(map[uint64]map[string]string)}
+	b := &addressBook{addrs: make(map[uint64]string), zones: make(map[uint64]map[string]string), removing: make(map[uint64]bool)}
 	if dir != "" {
 		b.path = filepath.Join(dir, peersFile)
-		loaded, zones, err := readPeersFile(b.path)
+		f, err := readPeersFile(b.path)
 		if err != nil {
 			return nil, err
 		}
-		b.addrs, b.zones = loaded, zones
+		b.addrs, b.zones, b.removing = f.addrs, f.zones, f.removing
 	}
 	next := maps.Clone(b.addrs)
 	for id, addr := range configured {
@@ -64,7 +70,7 @@ func openAddressBook(dir string, configured map[uint64]string) (*addressBook, er
 		}
 	}
 	if !maps.Equal(next, b.addrs) {
-		if err := b.persist(next, b.zones); err != nil {
+		if err := b.persist(next, b.zones, b.removing); err != nil {
 			return nil, err
 		}
 		b.addrs = next
@@ -72,52 +78,64 @@ func openAddressBook(dir string, configured map[uint64]string) (*addressBook, er
 	return b, nil
 }
 
-func readPeersFile(path string) (map[uint64]string, map[uint64]map[string]string, error) {
+// bookContents is an address book as read from its file.
+type bookContents struct {
+	addrs    map[uint64]string
+	zones    map[uint64]map[string]string
+	removing map[uint64]bool
+}
+
+func readPeersFile(path string) (bookContents, error) {
+	out := bookContents{addrs: map[uint64]string{}, zones: map[uint64]map[string]string{}, removing: map[uint64]bool{}}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return map[uint64]string{}, map[uint64]map[string]string{}, nil
+		return out, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("read address book: %w", err)
+		return bookContents{}, fmt.Errorf("read address book: %w", err)
 	}
 	var f peersJSON
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, nil, fmt.Errorf("address book %s: %w", path, err)
+		return bookContents{}, fmt.Errorf("address book %s: %w", path, err)
 	}
-	out := make(map[uint64]string, len(f.Peers))
 	for k, addr := range f.Peers {
 		id, err := strconv.ParseUint(k, 10, 64)
 		if err != nil || id == 0 || addr == "" {
-			return nil, nil, fmt.Errorf("address book %s: bad entry %q: %q", path, k, addr)
+			return bookContents{}, fmt.Errorf("address book %s: bad entry %q: %q", path, k, addr)
 		}
-		out[id] = addr
+		out.addrs[id] = addr
 	}
-	zones := make(map[uint64]map[string]string, len(f.ZoneAddresses))
 	for k, za := range f.ZoneAddresses {
 		id, err := strconv.ParseUint(k, 10, 64)
 		if err != nil || id == 0 {
-			return nil, nil, fmt.Errorf("address book %s: bad zone_addresses entry %q", path, k)
+			return bookContents{}, fmt.Errorf("address book %s: bad zone_addresses entry %q", path, k)
 		}
 		for zone, addr := range za {
 			if zone == "" || addr == "" {
-				return nil, nil, fmt.Errorf("address book %s: store %d: bad zone address %q: %q", path, id, zone, addr)
+				return bookContents{}, fmt.Errorf("address book %s: store %d: bad zone address %q: %q", path, id, zone, addr)
 			}
 		}
 		if len(za) > 0 {
-			zones[id] = za
+			out.zones[id] = za
 		}
 	}
-	return out, zones, nil
+	for _, id := range f.Removing {
+		if id == 0 {
+			return bookContents{}, fmt.Errorf("address book %s: store 0 in removing", path)
+		}
+		out.removing[id] = true
+	}
+	return out, nil
 }
 
-// persist writes addrs and zones to the file: a temporary file, synced,
-// renamed over the old one, and the directory synced, so a crash leaves
-// either book whole.
-func (b *addressBook) persist(addrs map[uint64]string, zones map[uint64]map[string]string) error {
+// persist writes addrs, zones and removing to the file: a temporary file,
+// synced, renamed over the old one, and the directory synced, so a crash
+// leaves either book whole.
+func (b *addressBook) persist(addrs map[uint64]string, zones map[uint64]map[string]string, removing map[uint64]bool) error {
 	if b.path == "" {
 		return nil
 	}
-	f := peersJSON{Peers: make(map[string]string, len(addrs))}
+	f := peersJSON{Peers: make(map[string]string, len(addrs)), Removing: slices.Sorted(maps.Keys(removing))}
 	for id, addr := range addrs {
 		f.Peers[strconv.FormatUint(id, 10)] = addr
 	}
@@ -213,7 +231,7 @@ func (b *addressBook) update(entries map[uint64]string, overwrite bool) (map[uin
 	}
 	next := maps.Clone(b.addrs)
 	maps.Copy(next, changed)
-	if err := b.persist(next, b.zones); err != nil {
+	if err := b.persist(next, b.zones, b.removing); err != nil {
 		return nil, err
 	}
 	b.addrs = next
@@ -278,12 +296,54 @@ func (b *addressBook) updateZones(entries map[uint64]map[string]string) ([]uint6
 	if len(changed) == 0 {
 		return nil, nil
 	}
-	if err := b.persist(b.addrs, next); err != nil {
+	if err := b.persist(b.addrs, next, b.removing); err != nil {
 		return nil, err
 	}
 	b.zones = next
 	slices.Sort(changed)
 	return changed, nil
+}
+
+// isRemoving reports whether store id is being removed from the cluster.
+func (b *addressBook) isRemoving(id uint64) bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.removing[id]
+}
+
+// removingIDs lists the stores being removed, in order.
+func (b *addressBook) removingIDs() []uint64 {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return slices.Sorted(maps.Keys(b.removing))
+}
+
+// markRemoving records ids as being removed and persists the result. It
+// returns the ids that were not marked before; the book is unchanged if
+// writing it fails.
+func (b *addressBook) markRemoving(ids ...uint64) ([]uint64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var added []uint64
+	next := maps.Clone(b.removing)
+	if next == nil {
+		next = make(map[uint64]bool)
+	}
+	for _, id := range ids {
+		if id != 0 && !next[id] {
+			next[id] = true
+			added = append(added, id)
+		}
+	}
+	if len(added) == 0 {
+		return nil, nil
+	}
+	if err := b.persist(b.addrs, b.zones, next); err != nil {
+		return nil, err
+	}
+	b.removing = next
+	slices.Sort(added)
+	return added, nil
 }
 
 // dialAddr is the rule by which a store in zone (or a client) picks the

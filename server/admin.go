@@ -28,11 +28,12 @@ func (s *adminService) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.Sta
 func (s *adminService) localStatus() *pb.StatusResponse {
 	store := s.srv.store
 	out := &pb.StatusResponse{
-		StoreId:       store.ID(),
-		Address:       s.srv.advertiseAddr(),
-		Zone:          store.Zone(),
-		Peers:         s.srv.book.all(),
-		ZoneAddresses: maps.Clone(s.srv.cfg.ZoneAddrs),
+		StoreId:        store.ID(),
+		Address:        s.srv.advertiseAddr(),
+		Zone:           store.Zone(),
+		Peers:          s.srv.book.all(),
+		ZoneAddresses:  maps.Clone(s.srv.cfg.ZoneAddrs),
+		RemovingStores: s.srv.book.removingIDs(),
 	}
 	if _, ok := out.Peers[store.ID()]; !ok {
 		out.Peers[store.ID()] = out.Address
@@ -105,8 +106,9 @@ var adminOpen = map[string]bool{
 
 // adminGuard refuses, when disabled is set, the Admin calls adminOpen does
 // not list (split, transfer, add/remove peer, fault, ...) with
-// PermissionDenied. Join is the exception for stores: stores call it on
-// each other (a newcomer, and forwarding it), so it stays open to a caller
+// PermissionDenied. Join and RemoveStore are the exceptions for stores:
+// stores call them on each other (a newcomer, and forwarding), so they stay
+// open to a caller
 // whose TLS certificate proves it is a store (callerIsStore); without TLS
 // nobody can prove that, and no store joins a cluster whose stores run
 // with DisableAdmin.
@@ -115,7 +117,7 @@ func adminGuard(disabled bool) grpc.UnaryServerInterceptor {
 		if !disabled || !strings.HasPrefix(info.FullMethod, "/"+pb.Admin_ServiceDesc.ServiceName+"/") || adminOpen[info.FullMethod] {
 			return handler(ctx, req)
 		}
-		if info.FullMethod == pb.Admin_Join_FullMethodName && callerIsStore(ctx) {
+		if (info.FullMethod == pb.Admin_Join_FullMethodName || info.FullMethod == pb.Admin_RemoveStore_FullMethodName) && callerIsStore(ctx) {
 			return handler(ctx, req)
 		}
 		return nil, status.Errorf(codes.PermissionDenied, "%s: admin calls are disabled on this store (server --disable-admin)", info.FullMethod)
@@ -129,6 +131,9 @@ func fromRegionStatus(rs raftstore.RegionStatus) *pb.RegionInfo {
 		Term:          rs.Term,
 		CommitIndex:   rs.CommitIndex,
 		AppliedIndex:  rs.AppliedIndex,
+	}
+	if rs.SizeKnown {
+		out.SizeKnown, out.ApproximateKeys, out.ApproximateSize = true, rs.ApproximateKeys, rs.ApproximateBytes
 	}
 	if rs.LeaderPeerID != 0 {
 		out.Leader = &pb.Peer{Id: rs.LeaderPeerID, StoreId: rs.LeaderStoreID}

@@ -30,15 +30,17 @@ const clusterViewTTL = time.Second
 // Listings are cached for ttl and shared: callers arriving while one is
 // being gathered wait for it instead of asking every store again.
 type clusterView struct {
-	selfID  uint64
-	book    *addressBook
-	trans   *transport
-	local   func() *pb.StatusResponse     // this store's own Status, answered locally
-	learn   func(peers map[uint64]string) // stores named in an answer, for the address book
-	base    context.Context               // ends when the server stops
-	ttl     time.Duration
-	timeout time.Duration
-	logger  *slog.Logger
+	selfID uint64
+	book   *addressBook
+	trans  *transport
+	local  func() *pb.StatusResponse     // this store's own Status, answered locally
+	learn  func(peers map[uint64]string) // stores named in an answer, for the address book
+	// learnRemoving gets the stores answers name as being removed.
+	learnRemoving func(ids []uint64)
+	base          context.Context // ends when the server stops
+	ttl           time.Duration
+	timeout       time.Duration
+	logger        *slog.Logger
 	// heard, if set, gets every other store's Status answer, or nil for a
 	// store that did not answer: what a store says of itself (its zone
 	// addresses) goes to the address book, and a store that could not be
@@ -75,6 +77,7 @@ func (v *clusterView) Stores(ctx context.Context) []raftstore.StoreInfo {
 			Up:          s.GetUp(),
 			LeaderCount: int(s.GetLeaderCount()),
 			RegionCount: int(s.GetRegionCount()),
+			Removing:    s.GetRemoving(),
 		})
 	}
 	return out
@@ -176,6 +179,8 @@ func (v *clusterView) collect(ctx context.Context) []*pb.Store {
 	}
 	wg.Wait()
 	learned := make(map[uint64]string)
+	var removing []uint64
+	hosted := make(map[uint64]bool) // stores some answering store's regions name as replicas
 	v.mu.Lock()
 	if v.zones == nil {
 		v.zones = make(map[uint64]string)
@@ -190,6 +195,12 @@ func (v *clusterView) collect(ctx context.Context) []*pb.Store {
 					learned[id] = addr
 				}
 			}
+			removing = append(removing, st.GetRemovingStores()...)
+			for _, r := range st.GetRegions() {
+				for _, p := range r.GetRegion().GetPeers() {
+					hosted[p.GetStoreId()] = true
+				}
+			}
 		} else if out[i].GetZone() == "" {
 			out[i].Zone = v.zones[out[i].GetId()]
 		}
@@ -197,6 +208,18 @@ func (v *clusterView) collect(ctx context.Context) []*pb.Store {
 	v.mu.Unlock()
 	if len(learned) > 0 && v.learn != nil {
 		v.learn(learned)
+	}
+	if len(removing) > 0 && v.learnRemoving != nil {
+		v.learnRemoving(removing)
+	}
+	for _, s := range out {
+		if v.book.isRemoving(s.GetId()) {
+			s.Removing = true
+			// Removed: nothing left on it, as far as the stores that
+			// answered know (a store down with replicas still counts as
+			// holding them: the regions that name it say so).
+			s.Removed = !hosted[s.GetId()] && (!s.GetUp() || s.GetRegionCount() == 0)
+		}
 	}
 	if v.heard != nil {
 		for i, st := range answers {

@@ -98,6 +98,9 @@ func (s *adminService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinR
 	if id == self {
 		return nil, status.Errorf(codes.AlreadyExists, "store id %d is the id of the store at %s", id, s.srv.advertiseAddr())
 	}
+	if s.srv.book.isRemoving(id) {
+		return nil, status.Errorf(codes.FailedPrecondition, "store %d was removed from the cluster and its id is not reused: start the store with another --id", id)
+	}
 	if old, known := s.srv.book.get(id); known && old != addr && !req.GetForwarded() && s.srv.answersAs(ctx, id) {
 		return nil, status.Errorf(codes.AlreadyExists, "store %d is up at %s; a store cannot join with its id", id, old)
 	}
@@ -119,6 +122,109 @@ func (s *adminService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinR
 		peers[self] = s.srv.advertiseAddr()
 	}
 	return &pb.JoinResponse{Peers: peers, ZoneAddresses: pb.FromZoneAddrs(s.srv.book.allZoneAddrs())}, nil
+}
+
+// RemoveStore starts removing a store from the cluster: it is marked
+// removing in this store's address book (persisted), the store first
+// contacted (forwarded unset) tells every other store, and from then on
+// the balancers move the store's replicas and leaderships to other stores
+// and put none on it (raftstore's balancer, StoreInfo.Removing). The
+// cluster view reports the store removed once no region has a replica on
+// it: it may then be stopped and its data deleted. A store that misses the
+// call learns of it from another store's Status.
+//
+// The first store refuses with FailedPrecondition when fewer than
+// MaxReplicas stores would be left up to hold the replicas: removing a
+// store must not cost a region its full replica set.
+func (s *adminService) RemoveStore(ctx context.Context, req *pb.RemoveStoreRequest) (*pb.RemoveStoreResponse, error) {
+	id := req.GetStoreId()
+	switch {
+	case id == 0:
+		return nil, status.Error(codes.InvalidArgument, "store id is 0")
+	case id > maxStoreID:
+		return nil, status.Errorf(codes.InvalidArgument, "store id %d over the maximum %d", id, maxStoreID)
+	}
+	self := s.srv.store.ID()
+	if _, known := s.srv.book.get(id); !known && id != self {
+		return nil, status.Errorf(codes.NotFound, "store %d is unknown to store %d (ctl stores lists the stores)", id, self)
+	}
+	already := s.srv.book.isRemoving(id)
+	if !already && !req.GetForwarded() {
+		if err := s.srv.checkRemovable(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.srv.markRemoving(id); err != nil {
+		return nil, toStatus(err)
+	}
+	if !req.GetForwarded() {
+		// Also when it was already marked here: a store that missed the
+		// first call hears of it now rather than on its next Status poll.
+		s.srv.forwardRemoveStore(ctx, id)
+	}
+	return &pb.RemoveStoreResponse{Already: already}, nil
+}
+
+// checkRemovable refuses to remove store id when fewer than MaxReplicas
+// stores, up and not being removed, would be left.
+func (s *Server) checkRemovable(ctx context.Context, id uint64) error {
+	stores, err := s.view.stores(ctx)
+	if err != nil {
+		return toStatus(fmt.Errorf("list stores: %w", err))
+	}
+	left := 0
+	for _, st := range stores {
+		if st.GetId() != id && st.GetUp() && !st.GetRemoving() {
+			left++
+		}
+	}
+	if want := s.store.MaxReplicas(); left < want {
+		return status.Errorf(codes.FailedPrecondition, "removing store %d would leave %d stores up to hold the %d replicas of each region: add a store first (server --join)", id, left, want)
+	}
+	return nil
+}
+
+// markRemoving records stores as being removed; the view's next listing
+// shows it, and the balancer acts on it.
+func (s *Server) markRemoving(ids ...uint64) error {
+	added, err := s.book.markRemoving(ids...)
+	if err != nil {
+		return fmt.Errorf("store %d: record stores %v as removing: %w", s.store.ID(), ids, err)
+	}
+	if len(added) > 0 {
+		s.view.invalidate()
+		s.logger.Info("stores being removed from the cluster", "stores", added)
+	}
+	return nil
+}
+
+// learnRemoving records the removals another store's Status names.
+func (s *Server) learnRemoving(ids []uint64) {
+	if err := s.markRemoving(ids...); err != nil {
+		s.logger.Warn("could not record stores learned to be removed", "err", err)
+	}
+}
+
+// forwardRemoveStore tells every other known store that store id is being
+// removed, in parallel and bounded, as forwardJoin does.
+func (s *Server) forwardRemoveStore(ctx context.Context, id uint64) {
+	fwd := &pb.RemoveStoreRequest{StoreId: id, Forwarded: true}
+	var wg sync.WaitGroup
+	for _, to := range s.book.ids() {
+		if to == s.store.ID() {
+			continue
+		}
+		wg.Go(func() {
+			err := s.callDirect(ctx, to, joinForwardTimeout, func(ctx context.Context, a pb.AdminClient) error {
+				_, err := a.RemoveStore(ctx, fwd)
+				return err
+			})
+			if err != nil {
+				s.logger.Warn("could not forward a store removal", "removed_store", id, "to_store", to, "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func validateJoin(req *pb.JoinRequest) error {

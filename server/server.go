@@ -188,16 +188,17 @@ func New(cfg Config) (*Server, error) {
 	s.raft.onStream = s.peerConnected
 	s.admin = &adminService{srv: s}
 	s.view = &clusterView{
-		selfID:  cfg.Store.StoreID,
-		book:    book,
-		trans:   s.trans,
-		local:   s.admin.localStatus,
-		learn:   s.learnPeers,
-		heard:   s.heardFrom,
-		base:    s.ctx,
-		ttl:     clusterViewTTL,
-		timeout: storeStatusTimeout,
-		logger:  logger,
+		selfID:        cfg.Store.StoreID,
+		book:          book,
+		trans:         s.trans,
+		local:         s.admin.localStatus,
+		learn:         s.learnPeers,
+		learnRemoving: s.learnRemoving,
+		heard:         s.heardFrom,
+		base:          s.ctx,
+		ttl:           clusterViewTTL,
+		timeout:       storeStatusTimeout,
+		logger:        logger,
 	}
 	if !cfg.DisableBalancing {
 		store.SetClusterView(s.view)

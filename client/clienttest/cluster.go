@@ -52,6 +52,7 @@ type Cluster struct {
 	nextID   uint64 // for regions and peers made by Admin calls
 	requests []Request
 	notReady map[uint64]bool // stores that refuse stale reads with DataIsNotReady
+	removing map[uint64]bool // stores RemoveStore was called for
 }
 
 type regionState struct {
@@ -60,6 +61,9 @@ type regionState struct {
 	// reported overrides the leader Admin.Regions reports, to fake a
 	// store whose view of the leader is stale. 0: report the true one.
 	reported uint64
+	// size is what the leader reports as the region's approximate size
+	// (SetSize); nil: not counted.
+	size *[2]uint64
 }
 
 // Store is one fake store.
@@ -107,7 +111,7 @@ func (s *Store) Stop() {
 // led by store 1. Everything stops when the test ends.
 func NewCluster(t testing.TB, zones ...string) *Cluster {
 	t.Helper()
-	c := &Cluster{stores: make(map[uint64]*Store), data: make(map[string][]byte), notReady: make(map[uint64]bool), nextID: 1000}
+	c := &Cluster{stores: make(map[uint64]*Store), data: make(map[string][]byte), notReady: make(map[uint64]bool), removing: make(map[uint64]bool), nextID: 1000}
 	r := region.Region{ID: 1, Epoch: region.Epoch{ConfVer: 1, Version: 1}}
 	for i, z := range zones {
 		id := uint64(i + 1)
@@ -230,6 +234,16 @@ func (c *Cluster) SetLearner(regionID, storeID uint64, learner bool) {
 		if rs.r.Peers[i].StoreID == storeID {
 			rs.r.Peers[i].IsLearner = learner
 		}
+	}
+}
+
+// SetSize makes the region's leader report keys and bytes as the
+// region's approximate size, as a real leader does once it has counted it.
+func (c *Cluster) SetSize(regionID, keys, bytes uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rs := c.regionByIDLocked(regionID); rs != nil {
+		rs.size = &[2]uint64{keys, bytes}
 	}
 }
 
@@ -557,7 +571,7 @@ func (a *adminServer) Stores(ctx context.Context, _ *pb.StoresRequest) (*pb.Stor
 		up := !s.down
 		za := maps.Clone(s.zoneAddrs)
 		s.mu.Unlock()
-		st := &pb.Store{Id: id, Address: s.addr, Zone: s.Zone, Up: up, ZoneAddresses: za}
+		st := &pb.Store{Id: id, Address: s.addr, Zone: s.Zone, Up: up, ZoneAddresses: za, Removing: c.removing[id]}
 		for _, rs := range c.regions {
 			if _, ok := rs.r.PeerOnStore(id); ok {
 				st.RegionCount++
@@ -566,6 +580,7 @@ func (a *adminServer) Stores(ctx context.Context, _ *pb.StoresRequest) (*pb.Stor
 				st.LeaderCount++
 			}
 		}
+		st.Removed = st.Removing && st.RegionCount == 0
 		resp.Stores = append(resp.Stores, st)
 	}
 	return resp, nil
@@ -591,12 +606,48 @@ func (a *adminServer) Regions(ctx context.Context, req *pb.RegionsRequest) (*pb.
 			leader = rs.reported
 		}
 		info := &pb.RegionInfo{Region: regionToPB(rs.r), LeaderStoreId: leader, Term: 1}
+		if rs.size != nil && a.s.ID == rs.leader {
+			info.SizeKnown, info.ApproximateKeys, info.ApproximateSize = true, rs.size[0], rs.size[1]
+		}
 		if p, ok := rs.r.PeerOnStore(leader); ok {
 			info.Leader = &pb.Peer{Id: p.ID, StoreId: p.StoreID}
 		}
 		resp.Regions = append(resp.Regions, info)
 	}
 	return resp, nil
+}
+
+// RemoveStore marks the store removing, refusing as the server does when
+// fewer than three stores would be left up. The fake has no balancer:
+// the store is reported removed once no region has a replica on it (move
+// them with AddPeer/RemovePeer).
+func (a *adminServer) RemoveStore(ctx context.Context, req *pb.RemoveStoreRequest) (*pb.RemoveStoreResponse, error) {
+	c := a.s.c
+	if err := c.runHook(ctx, a.s.ID, "RemoveStore"); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id := req.GetStoreId()
+	if _, ok := c.stores[id]; !ok {
+		return nil, status.Errorf(codes.NotFound, "store %d is unknown to store %d", id, a.s.ID)
+	}
+	if c.removing[id] {
+		return &pb.RemoveStoreResponse{Already: true}, nil
+	}
+	left := 0
+	for sid, s := range c.stores {
+		s.mu.Lock()
+		if sid != id && !s.down && !c.removing[sid] {
+			left++
+		}
+		s.mu.Unlock()
+	}
+	if left < 3 {
+		return nil, status.Errorf(codes.FailedPrecondition, "removing store %d would leave %d stores up to hold the 3 replicas of each region", id, left)
+	}
+	c.removing[id] = true
+	return &pb.RemoveStoreResponse{}, nil
 }
 
 func (a *adminServer) TransferLeader(ctx context.Context, req *pb.TransferLeaderRequest) (*pb.TransferLeaderResponse, error) {

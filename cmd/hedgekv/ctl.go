@@ -28,7 +28,7 @@ func newCtlCmd(a *app) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	ctl.AddCommand(newCtlStoresCmd(a), newCtlRegionsCmd(a), newCtlRegionCmd(a), newCtlStatusCmd(a), newCtlTransferLeaderCmd(a),
-		newCtlSplitCmd(a), newCtlAddPeerCmd(a), newCtlRemovePeerCmd(a), newCtlFaultCmd(a), newCtlCheckCmd(a))
+		newCtlSplitCmd(a), newCtlAddPeerCmd(a), newCtlRemovePeerCmd(a), newCtlRemoveStoreCmd(a), newCtlFaultCmd(a), newCtlCheckCmd(a))
 	return ctl
 }
 
@@ -36,7 +36,7 @@ func newCtlStoresCmd(a *app) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "stores",
-		Short: "List the stores: address, zone, up or down, leader and region counts",
+		Short: "List the stores: address, zone, up or down, leader and region counts, removal",
 		Args:  exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
@@ -63,7 +63,7 @@ type regionsFlags struct {
 
 func (f *regionsFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print JSON (keys in the escaped form of docs/design.md)")
-	cmd.Flags().BoolVar(&f.size, "size", false, "add SIZE and KEYS columns, counted by each region's leader (reads the whole region: slow on big ones)")
+	cmd.Flags().BoolVar(&f.size, "size", false, "count SIZE and KEYS exactly now, by each region's leader (reads the whole region: slow on big ones), instead of the leader's last count")
 }
 
 // print writes regions as --json or as the table; the table marks the
@@ -90,10 +90,12 @@ func newCtlRegionsCmd(a *app) *cobra.Command {
 	var f regionsFlags
 	cmd := &cobra.Command{
 		Use:   "regions",
-		Short: "List the regions in key order: range, epoch, leader, replicas",
+		Short: "List the regions in key order: range, epoch, leader, replicas, size, keys",
 		Long: `List the regions in key order: key range, epoch, leader, replicas (learners
 and replicas on down stores marked), the leader's raft term and applied
-index; --size adds each region's size and key count. Keys are shown in the
+index, and the region's size (bytes of keys and values) and key count as
+its leader last counted them (every --split-check-interval, 10s by
+default; "-" until it has); --size counts them exactly now instead. Keys are shown in the
 escaped form of docs/design.md (the key itself when it is printable UTF-8
 without a backslash, else \\ and \xHH escapes), in the table and in
 --json alike.`,
@@ -146,7 +148,8 @@ func newCtlStatusCmd(a *app) *cobra.Command {
 		Use:   "status",
 		Short: "Say whether every region has a leader and a full replica set on up stores (exit 1 if not)",
 		Long: `Say whether the cluster is healthy: every store up, and every region with
-a leader on an up store and --replicas voters, all on up stores. Each
+a leader on an up store and --replicas voters, all on up stores (a store
+removed with ctl remove-store no longer counts). Each
 problem is one line on stdout; a cluster that is not healthy exits 1.
 Whether a store is up is the cluster view's answer, at most about a
 second old: a store killed a moment ago may still count as up.`,
@@ -169,11 +172,11 @@ second old: a store killed a moment ago may still count as up.`,
 					fmt.Fprintln(a.stdout, p)
 				}
 				if len(rep.problems) == 0 {
-					fmt.Fprintf(a.stdout, "OK: %d stores up; %d regions, each with a leader and %d voters on up stores\n", len(stores), len(regions), replicas)
+					fmt.Fprintf(a.stdout, "OK: %d stores up; %d regions, each with a leader and %d voters on up stores\n", rep.stores, len(regions), replicas)
 					return nil
 				}
 				return fmt.Errorf("not healthy: %d of %d stores down, %d of %d regions without a leader or a full replica set",
-					rep.downStores, len(stores), rep.badRegions, len(regions))
+					rep.downStores, rep.stores, rep.badRegions, len(regions))
 			})
 		}),
 	}
@@ -184,6 +187,7 @@ second old: a store killed a moment ago may still count as up.`,
 // healthReport is what ctl status found.
 type healthReport struct {
 	problems   []string
+	stores     int // the stores that count: all but those removed
 	downStores int
 	badRegions int
 }
@@ -196,6 +200,11 @@ func clusterHealth(stores []client.StoreInfo, regions []client.RegionInfo, repli
 	up := make(map[uint64]bool, len(stores))
 	for _, s := range stores {
 		up[s.ID] = s.Up
+		if s.Removed {
+			// Gone for good (ctl remove-store): down is what it should be.
+			continue
+		}
+		rep.stores++
 		if !s.Up {
 			rep.downStores++
 			rep.problems = append(rep.problems, fmt.Sprintf("store %d (%s, zone %s): down", s.ID, s.Address, orDash(s.Zone)))
@@ -332,6 +341,86 @@ func newCtlRemovePeerCmd(a *app) *cobra.Command {
 			}
 			return fmt.Sprintf("OK: region %d has no replica on store %d any more", r.ID, storeID), nil
 		})
+}
+
+func newCtlRemoveStoreCmd(a *app) *cobra.Command {
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "remove-store STORE_ID",
+		Short: "Remove a store from the cluster: its replicas and leaderships move to the other stores",
+		Long: `Remove a store from the cluster. Every store records it as being removed,
+and the stores' balancers move its replicas and leaderships to the other
+stores (a replica is added elsewhere before the store's is removed) and put
+none on it; ctl stores shows it "removing", then "removed" once no region
+has a replica on it: it may then be stopped and its data deleted. Its id is
+not reused: a store that joins later needs another --id.
+
+Refused when fewer stores than a full replica set (server --max-replicas,
+3 by default) would be left up. With --wait the command waits (within
+--timeout) until the store is removed, printing how many replicas are
+left.`,
+		Args: exactArgs("STORE_ID"),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			storeID, err := parseID("STORE_ID", args[0])
+			if err != nil {
+				return err
+			}
+			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				already, err := cli.RemoveStore(ctx, storeID)
+				if err != nil {
+					return err
+				}
+				if already {
+					fmt.Fprintf(a.stdout, "store %d was already being removed\n", storeID)
+				} else {
+					fmt.Fprintf(a.stdout, "OK: store %d is being removed; its replicas move to the other stores\n", storeID)
+				}
+				if !wait {
+					fmt.Fprintf(a.stdout, "ctl stores shows it removed when none is left (or run this with --wait)\n")
+					return nil
+				}
+				return waitStoreRemoved(ctx, a.stdout, cli, storeID)
+			})
+		}),
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait (within --timeout) until no region has a replica on the store")
+	return cmd
+}
+
+// waitStoreRemoved polls the regions until none has a replica on storeID
+// and the stores report it removed, saying how many are left whenever
+// that changes.
+func waitStoreRemoved(ctx context.Context, out io.Writer, cli *client.Client, storeID uint64) error {
+	last := -1
+	for {
+		regions, err := cli.Regions(ctx)
+		if err == nil {
+			left := 0
+			for _, r := range regions {
+				if _, ok := r.Region.PeerOnStore(storeID); ok {
+					left++
+				}
+			}
+			if left != last {
+				fmt.Fprintf(out, "store %d: %d replicas left\n", storeID, left)
+				last = left
+			}
+			if left == 0 {
+				stores, err := cli.Stores(ctx)
+				if err == nil {
+					if i := slices.IndexFunc(stores, func(s client.StoreInfo) bool { return s.ID == storeID }); i >= 0 && stores[i].Removed {
+						fmt.Fprintf(out, "OK: store %d is removed: it may be stopped and its data deleted\n", storeID)
+						return nil
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("store %d not removed yet (%d replicas left when --timeout ran out): %w", storeID, last, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // storesOf lists the stores a region's replicas are on: "stores 1, 2, 3".
@@ -497,6 +586,9 @@ type storeJSON struct {
 	// ZoneAddresses (zone -> address, from --advertise-zone-addrs) is
 	// added to the contract's fields only for stores that advertise any.
 	ZoneAddresses map[string]string `json:"zone_addresses,omitempty"`
+	// Removing and Removed (ctl remove-store) appear only when set.
+	Removing bool `json:"removing,omitempty"`
+	Removed  bool `json:"removed,omitempty"`
 }
 
 type epochJSON struct {
@@ -519,6 +611,10 @@ type regionJSON struct {
 	Epoch         epochJSON  `json:"epoch"`
 	Peers         []peerJSON `json:"peers"`
 	LeaderStoreID uint64     `json:"leader_store_id"`
+	// ApproximateKeys and ApproximateSize (bytes of keys and values), as
+	// the leader last counted them, appear only when it has.
+	ApproximateKeys *uint64 `json:"approximate_keys,omitempty"`
+	ApproximateSize *uint64 `json:"approximate_size,omitempty"`
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -537,6 +633,7 @@ func writeStoresJSON(w io.Writer, stores []client.StoreInfo) error {
 			ID: s.ID, Address: s.Address, Zone: s.Zone, Up: s.Up,
 			LeaderCount: s.LeaderCount, RegionCount: s.RegionCount,
 			ZoneAddresses: s.ZoneAddresses,
+			Removing:      s.Removing, Removed: s.Removed,
 		})
 	}
 	return writeJSON(w, out)
@@ -560,6 +657,10 @@ func regionsJSON(regions []client.RegionInfo) []regionJSON {
 		for _, p := range r.Peers {
 			rj.Peers = append(rj.Peers, peerJSON{ID: p.ID, StoreID: p.StoreID, IsLearner: p.IsLearner})
 		}
+		if info.SizeKnown {
+			keys, size := info.ApproximateKeys, info.ApproximateBytes
+			rj.ApproximateKeys, rj.ApproximateSize = &keys, &size
+		}
 		out = append(out, rj)
 	}
 	return out
@@ -575,15 +676,23 @@ func writeRegionsJSON(w io.Writer, regions []client.RegionInfo) error {
 func writeStoresTable(w io.Writer, stores []client.StoreInfo) error {
 	zoned := slices.ContainsFunc(stores, func(s client.StoreInfo) bool { return len(s.ZoneAddresses) > 0 })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	header := "ID\tADDRESS\tZONE\tUP\tLEADERS\tREGIONS"
 	if zoned {
-		fmt.Fprintln(tw, "ID\tADDRESS\tZONE\tUP\tLEADERS\tREGIONS\tZONE ADDRESSES")
-	} else {
-		fmt.Fprintln(tw, "ID\tADDRESS\tZONE\tUP\tLEADERS\tREGIONS")
+		header += "\tZONE ADDRESSES"
 	}
+	fmt.Fprintln(tw, header)
 	for _, s := range stores {
 		up := "down"
 		if s.Up {
 			up = "up"
+		}
+		// A store on its way out says so beside up/down: "up, removing",
+		// "down, removed".
+		switch {
+		case s.Removed:
+			up += ", removed"
+		case s.Removing:
+			up += ", removing"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d", s.ID, s.Address, orDash(s.Zone), up, s.LeaderCount, s.RegionCount)
 		if zoned {
@@ -612,9 +721,9 @@ type regionSize struct {
 }
 
 // regionSizes asks each region's leader (or, without one, its first
-// replica) for its key count and size, in parallel. The stores do not
-// report sizes with their regions, and counting reads the whole region,
-// hence ctl regions --size is opt-in.
+// replica) for its key count and size, in parallel. Counting reads the
+// whole region, hence ctl regions --size is opt-in: the table shows the
+// leaders' last counts otherwise.
 func regionSizes(ctx context.Context, cli *client.Client, regions []client.RegionInfo) map[uint64]regionSize {
 	var (
 		mu  sync.Mutex
@@ -645,19 +754,16 @@ func regionSizes(ctx context.Context, cli *client.Client, regions []client.Regio
 
 // writeRegionsTable prints the regions, one a line: key range, epoch,
 // leader, replicas (learners and those on down stores marked), the
-// leader's term and applied index, and with sizes (ctl regions --size)
-// SIZE and KEYS ("?" where the leader did not answer).
+// leader's term and applied index, SIZE and KEYS: counted now when sizes
+// is given (ctl regions --size; "?" where the leader did not answer), else
+// the leader's last count ("-" until it has counted).
 func writeRegionsTable(w io.Writer, regions []client.RegionInfo, stores []client.StoreInfo, sizes map[uint64]regionSize) error {
 	down := map[uint64]bool{}
 	for _, s := range stores {
 		down[s.ID] = !s.Up
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	header := "ID\tSTART\tEND\tEPOCH\tLEADER\tREPLICAS (peer@store)\tTERM\tAPPLIED"
-	if sizes != nil {
-		header += "\tSIZE\tKEYS"
-	}
-	fmt.Fprintln(tw, header)
+	fmt.Fprintln(tw, "ID\tSTART\tEND\tEPOCH\tLEADER\tREPLICAS (peer@store)\tTERM\tAPPLIED\tSIZE\tKEYS")
 	for _, info := range regions {
 		r := info.Region
 		peers := make([]string, 0, len(r.Peers))
@@ -674,12 +780,15 @@ func writeRegionsTable(w io.Writer, regions []client.RegionInfo, stores []client
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\t%d\t%d", r.ID, keyBound(r.StartKey, "-inf"), keyBound(r.EndKey, "+inf"),
 			r.Epoch.ConfVer, r.Epoch.Version, leader, orDash(strings.Join(peers, ",")), info.Term, info.AppliedIndex)
-		if sizes != nil {
-			if sz, ok := sizes[r.ID]; ok && sz.err == nil {
-				fmt.Fprintf(tw, "\t%s\t%d", humanBytes(sz.bytes), sz.keys)
-			} else {
-				fmt.Fprint(tw, "\t?\t?")
-			}
+		switch sz, ok := sizes[r.ID]; {
+		case sizes != nil && ok && sz.err == nil:
+			fmt.Fprintf(tw, "\t%s\t%d", humanBytes(sz.bytes), sz.keys)
+		case sizes != nil:
+			fmt.Fprint(tw, "\t?\t?")
+		case info.SizeKnown:
+			fmt.Fprintf(tw, "\t%s\t%d", humanBytes(info.ApproximateBytes), info.ApproximateKeys)
+		default:
+			fmt.Fprint(tw, "\t-\t-")
 		}
 		fmt.Fprintln(tw)
 	}

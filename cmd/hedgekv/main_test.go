@@ -665,3 +665,97 @@ func TestStaleReadRefusedSaysSo(t *testing.T) {
 		t.Errorf("stderr %q does not say the read was refused for its bound", stderr)
 	}
 }
+
+// TestCtlRemoveStore: remove-store marks a store removing (refused when
+// too few stores would be left), ctl stores shows it removing and then
+// removed once no region has a replica on it, --wait waits for that, and
+// ctl status no longer counts a removed store.
+func TestCtlRemoveStore(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c", "dc-d")
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+	steps := []struct {
+		args       []string
+		wantCode   int
+		wantStdout string // substring
+		wantStderr string // substring; "": stderr must be empty
+	}{
+		{args: []string{"ctl", "remove-store", "9"}, wantCode: exitFailure, wantStderr: "store 9 is unknown"},
+		{args: []string{"ctl", "remove-store", "0"}, wantCode: exitUsage, wantStderr: "STORE_ID must be a positive integer"},
+		{args: []string{"ctl", "remove-store", "4"}, wantStdout: "OK: store 4 is being removed; its replicas move to the other stores\n"},
+		{args: []string{"ctl", "remove-store", "4"}, wantStdout: "store 4 was already being removed\n"},
+		{args: []string{"ctl", "remove-store", "3"}, wantCode: exitFailure, wantStderr: "removing store 3 would leave 2 stores up"},
+		{args: []string{"ctl", "stores"}, wantStdout: "up, removing"},
+		{args: []string{"ctl", "remove-store", "4", "--wait", "--timeout", "1s"}, wantCode: exitFailure, wantStderr: "store 4 not removed yet (1 replicas left"},
+	}
+	for _, s := range steps {
+		args := append(s.args, ep)
+		if !slices.Contains(args, "--timeout") {
+			args = append(args, "--timeout", "5s")
+		}
+		code, stdout, stderr := runCLI(t, args...)
+		if code != s.wantCode {
+			t.Fatalf("%v: exit %d, want %d (stdout %q, stderr %q)", s.args, code, s.wantCode, stdout, stderr)
+		}
+		if !strings.Contains(stdout, s.wantStdout) {
+			t.Errorf("%v: stdout %q, want it to contain %q", s.args, stdout, s.wantStdout)
+		}
+		if s.wantStderr == "" && stderr != "" {
+			t.Errorf("%v: stderr %q, want nothing", s.args, stderr)
+		}
+		if s.wantStderr != "" {
+			oneLine(t, stderr)
+			if !strings.Contains(stderr, s.wantStderr) {
+				t.Errorf("%v: stderr %q does not contain %q", s.args, stderr, s.wantStderr)
+			}
+		}
+	}
+
+	// What the balancers do on real stores: the replica moves off.
+	if code, _, stderr := runCLI(t, "ctl", "remove-peer", "1", "4", ep); code != 0 {
+		t.Fatalf("remove-peer 1 4: exit %d: %s", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "ctl", "remove-store", "4", "--wait", ep)
+	if code != 0 || !strings.HasSuffix(stdout, "store 4: 0 replicas left\nOK: store 4 is removed: it may be stopped and its data deleted\n") {
+		t.Errorf("remove-store --wait after the move: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI(t, "ctl", "stores", "--json", ep)
+	var stores []storeJSON
+	if err := json.Unmarshal([]byte(stdout), &stores); code != 0 || err != nil || len(stores) != 4 {
+		t.Fatalf("ctl stores --json: exit %d, %v\n%s", code, err, stdout)
+	}
+	if !stores[3].Removing || !stores[3].Removed || stores[0].Removing || strings.Count(stdout, `"removed"`) != 1 {
+		t.Errorf("ctl stores --json after the removal:\n%s", stdout)
+	}
+
+	// Stopped for good: ctl status counts three stores and is healthy.
+	cl.Store(4).Stop()
+	code, stdout, stderr = runCLI(t, "ctl", "status", "--endpoints", strings.Join(cl.Endpoints()[:3], ","))
+	if code != 0 || !strings.HasPrefix(stdout, "OK: 3 stores up; 1 regions") {
+		t.Errorf("ctl status with store 4 removed and stopped: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// TestCtlRegionsSize: the table and JSON show the size and key count the
+// leader reports, "-" (and no JSON field) before it has counted.
+func TestCtlRegionsSize(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	if err := cl.Split([]byte("m"), 2); err != nil {
+		t.Fatal(err)
+	}
+	cl.SetSize(2, 42, 3<<10)
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+	code, stdout, stderr := runCLI(t, "ctl", "regions", ep)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if code != 0 || len(lines) != 3 || !strings.HasSuffix(lines[0], "SIZE    KEYS") ||
+		!strings.HasSuffix(lines[1], "-       -") || !strings.HasSuffix(lines[2], "3.0KiB  42") {
+		t.Errorf("ctl regions: exit %d, stderr %q\n%s", code, stderr, stdout)
+	}
+	code, stdout, _ = runCLI(t, "ctl", "regions", "--json", ep)
+	var regions []map[string]any
+	if err := json.Unmarshal([]byte(stdout), &regions); code != 0 || err != nil || len(regions) != 2 {
+		t.Fatalf("ctl regions --json: exit %d, %v\n%s", code, err, stdout)
+	}
+	if _, ok := regions[0]["approximate_keys"]; ok || regions[1]["approximate_keys"] != 42.0 || regions[1]["approximate_size"] != 3072.0 {
+		t.Errorf("ctl regions --json sizes:\n%s", stdout)
+	}
+}

@@ -82,6 +82,13 @@ func run(timeout time.Duration, env []string, name string, args ...string) resul
 
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
+	return startClusterEnv(t)
+}
+
+// startClusterEnv starts a cluster with extra environment for cluster.sh
+// (BALANCE=500ms, say).
+func startClusterEnv(t *testing.T, extraEnv ...string) *cluster {
+	t.Helper()
 	if skipWhy != "" {
 		t.Skip(skipWhy)
 	}
@@ -107,6 +114,7 @@ func startCluster(t *testing.T) *cluster {
 		),
 		endpoints: strings.Join(addrs, ","),
 	}
+	c.env = append(c.env, extraEnv...)
 	// Registered after t.TempDir, so it runs before the directory is removed.
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -134,7 +142,7 @@ func (c *cluster) cli(timeout time.Duration, args ...string) result {
 }
 
 func (c *cluster) dumpLogs() {
-	for n := 1; n <= 3; n++ {
+	for n := 1; n <= 5; n++ { // stores 4 and 5: added ones
 		f := filepath.Join(c.dir, fmt.Sprintf("store%d.log", n))
 		b, err := os.ReadFile(f)
 		if err != nil {

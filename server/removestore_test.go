@@ -1,0 +1,221 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/server/pb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestWithStoreRemoveStore: four balancing stores hold four regions; store
+// 4 is removed. Every store learns it (here from another's Status, the
+// call reaching store 1 alone), the balancers move store 4's replicas and
+// leaderships to stores 1-3, the view reports store 4 removed, the data
+// is all there, and store 4's id cannot join again. Removing store 3 too
+// is refused: two stores cannot hold three replicas. The leaders' split
+// checks meanwhile report each region's size.
+func TestWithStoreRemoveStore(t *testing.T) {
+	c := newClusterWith(t, 4, nil, func(cfg *raftstore.Config) {
+		cfg.BalanceInterval = 100 * time.Millisecond
+		cfg.MaxStoreDownTime = time.Minute // only the removal moves replicas
+		cfg.SplitCheckInterval = 100 * time.Millisecond
+	}, nil)
+	for _, s := range c.servers {
+		if err := s.Start(); err != nil {
+			t.Fatalf("start: %v", err)
+		}
+	}
+	c.waitLeader(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	const numKeys = 40
+	for i := range numKeys {
+		put(ctx, t, c, 1, fmt.Sprintf("k%02d", i), fmt.Sprintf("v%02d", i))
+	}
+	for _, k := range []string{"k10", "k20", "k30"} {
+		// On the leader of the region holding k, whichever store that is.
+		waitFor(t, 15*time.Second, "split at "+k, func() bool {
+			for _, srv := range c.servers {
+				for _, rs := range srv.Store().Regions() {
+					if rs.IsLeader && rs.Region.Contains([]byte(k)) {
+						if string(rs.Region.StartKey) == k {
+							return true // an earlier attempt split it
+						}
+						_, err := c.admin(t, srv.Store().ID()).Split(ctx, &pb.SplitRequest{Key: []byte(k)})
+						return err == nil
+					}
+				}
+			}
+			return false
+		})
+	}
+
+	// placement is what store 1 sees: region id -> the stores of its voters,
+	// and which store leads it.
+	placement := func() (map[uint64][]uint64, map[uint64]uint64) {
+		voters, leaders := map[uint64][]uint64{}, map[uint64]uint64{}
+		for _, s := range c.servers {
+			for _, rs := range s.Store().Regions() {
+				if rs.IsLeader {
+					v, _ := peerStores(rs.Region)
+					voters[rs.Region.ID], leaders[rs.Region.ID] = v, s.Store().ID()
+				}
+			}
+		}
+		return voters, leaders
+	}
+	onStore4 := func() int {
+		voters, leaders := placement()
+		n := 0
+		for id, v := range voters {
+			for _, s := range v {
+				if s == 4 {
+					n++
+				}
+			}
+			if leaders[id] == 4 {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, 30*time.Second, "four regions of three voters, some on store 4", func() bool {
+		voters, _ := placement()
+		if len(voters) != 4 {
+			return false
+		}
+		for _, v := range voters {
+			if len(v) != 3 {
+				return false
+			}
+		}
+		return onStore4() > 0
+	})
+
+	// Store 1 alone hears of it (forwarded: it does not pass it on); the
+	// others learn it from store 1's Status.
+	if _, err := c.admin(t, 1).RemoveStore(ctx, &pb.RemoveStoreRequest{StoreId: 4, Forwarded: true}); err != nil {
+		t.Fatalf("remove store 4 on store 1: %v", err)
+	}
+	waitFor(t, 10*time.Second, "every store to know store 4 is being removed", func() bool {
+		for _, s := range c.servers {
+			if !s.book.isRemoving(4) {
+				return false
+			}
+		}
+		return true
+	})
+	resp, err := c.admin(t, 2).RemoveStore(ctx, &pb.RemoveStoreRequest{StoreId: 4})
+	if err != nil || !resp.GetAlready() {
+		t.Errorf("remove store 4 again: %v, %v; want already", resp, err)
+	}
+	_, err = c.admin(t, 2).RemoveStore(ctx, &pb.RemoveStoreRequest{StoreId: 3})
+	if status.Code(err) != codes.FailedPrecondition || c.server(1).book.isRemoving(3) {
+		t.Errorf("remove store 3 with store 4 being removed: %v, want FailedPrecondition and no change", err)
+	}
+	if _, err := c.admin(t, 2).RemoveStore(ctx, &pb.RemoveStoreRequest{StoreId: 9}); status.Code(err) != codes.NotFound {
+		t.Errorf("remove unknown store 9: %v, want NotFound", err)
+	}
+
+	waitFor(t, 60*time.Second, "no replica or leadership on store 4", func() bool {
+		voters, _ := placement()
+		if len(voters) != 4 || onStore4() != 0 {
+			return false
+		}
+		for _, v := range voters {
+			if len(v) != 3 {
+				return false
+			}
+		}
+		return len(c.server(4).Store().Regions()) == 0
+	})
+	waitFor(t, 10*time.Second, "store 1's view to list store 4 removed", func() bool {
+		st, err := c.admin(t, 1).Stores(ctx, &pb.StoresRequest{})
+		if err != nil {
+			return false
+		}
+		for _, s := range st.GetStores() {
+			if (s.GetId() == 4) != (s.GetRemoving() && s.GetRemoved()) {
+				return false
+			}
+		}
+		return true
+	})
+
+	for i := range numKeys {
+		k := fmt.Sprintf("k%02d", i)
+		id := uint64(0)
+		for _, rs := range c.server(1).Store().Regions() {
+			if rs.Region.Contains([]byte(k)) {
+				id = rs.Region.ID
+			}
+		}
+		var got *pb.GetResponse
+		waitFor(t, 10*time.Second, "read "+k, func() bool {
+			got, err = c.kv(t, c.leaderOf(t, id)).Get(ctx, &pb.GetRequest{Key: []byte(k)})
+			return err == nil
+		})
+		if string(got.GetValue()) != fmt.Sprintf("v%02d", i) {
+			t.Errorf("%s = %q after the removal", k, got.GetValue())
+		}
+	}
+
+	if _, err := c.admin(t, 1).Join(ctx, &pb.JoinRequest{StoreId: 4, Address: deadAddr(t)}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("join as removed store 4: %v, want FailedPrecondition", err)
+	}
+
+	// Each leader reports its region's size once it has counted it:
+	// ten keys of three bytes with values of three.
+	waitFor(t, 10*time.Second, "every leader to report its region's size", func() bool {
+		n := 0
+		for _, s := range c.servers {
+			for _, rs := range s.Store().Regions() {
+				if rs.IsLeader && rs.SizeKnown && rs.ApproximateKeys == 10 && rs.ApproximateBytes == 60 {
+					n++
+				}
+			}
+		}
+		return n == 4
+	})
+}
+
+// TestAddressBookRemoving: the stores being removed survive a restart
+// (peers.json), and a file naming store 0 is refused.
+func TestAddressBookRemoving(t *testing.T) {
+	dir := t.TempDir()
+	b, err := openAddressBook(dir, map[uint64]string{1: "h:1", 2: "h:2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if added, err := b.markRemoving(2, 2); err != nil || len(added) != 1 || added[0] != 2 {
+		t.Fatalf("markRemoving(2, 2): %v, %v", added, err)
+	}
+	if added, err := b.markRemoving(2); err != nil || len(added) != 0 {
+		t.Errorf("markRemoving(2) again: %v, %v; want nothing added", added, err)
+	}
+	if _, err := b.update(map[uint64]string{3: "h:3"}, false); err != nil {
+		t.Fatal(err)
+	}
+	b2, err := openAddressBook(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b2.isRemoving(2) || b2.isRemoving(1) || len(b2.removingIDs()) != 1 || b2.len() != 3 {
+		t.Errorf("reopened book: removing %v, %d stores", b2.removingIDs(), b2.len())
+	}
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, peersFile), []byte(`{"peers":{"1":"h:1"},"removing":[0]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openAddressBook(bad, nil); err == nil {
+		t.Error("a book removing store 0 was accepted")
+	}
+}
