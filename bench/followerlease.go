@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,27 +141,13 @@ func (cfg *FollowerLeaseConfig) setDefaults() error {
 	if cfg.Variants, err = chooseVariants(cfg.Variants, FollowerLeaseVariants, func(v FollowerLeaseVariant) string { return v.Name }); err != nil {
 		return err
 	}
-	if cfg.Records <= 0 {
-		cfg.Records = map[bool]int64{false: 10000, true: 1000}[cfg.Quick]
-	}
-	if cfg.Threads <= 0 {
-		cfg.Threads = 32
-	}
-	if cfg.WriteThreads <= 0 {
-		cfg.WriteThreads = 16
-	}
-	if cfg.WriteKeys <= 0 {
-		cfg.WriteKeys = 1000
-	}
-	if cfg.ValueSize <= 0 {
-		cfg.ValueSize = 128
-	}
-	if cfg.RunDuration <= 0 {
-		cfg.RunDuration = map[bool]time.Duration{false: 10 * time.Second, true: 2 * time.Second}[cfg.Quick]
-	}
-	if cfg.Warmup == 0 {
-		cfg.Warmup = map[bool]time.Duration{false: time.Second, true: 300 * time.Millisecond}[cfg.Quick]
-	}
+	setDefault(&cfg.Records, quickOr[int64](cfg.Quick, 10000, 1000))
+	setDefault(&cfg.Threads, 32)
+	setDefault(&cfg.WriteThreads, 16)
+	setDefault(&cfg.WriteKeys, 1000)
+	setDefault(&cfg.ValueSize, 128)
+	setDefault(&cfg.RunDuration, quickOr(cfg.Quick, 10*time.Second, 2*time.Second))
+	setDefaultIfZero(&cfg.Warmup, quickOr(cfg.Quick, time.Second, 300*time.Millisecond))
 	if cfg.Topology == nil {
 		cfg.Topology, cfg.TopologyName = netsim.Default(), netsim.DefaultTopology
 	}
@@ -179,16 +164,8 @@ func (cfg *FollowerLeaseConfig) setDefaults() error {
 			return fmt.Errorf("stores 1 and %d share zone %s: the WAN rows need the holder across the WAN", flVictim, z)
 		}
 	}
-	if cfg.Step <= 0 {
-		cfg.Step = 50 * time.Millisecond
-	}
-	if cfg.OutDir == "" {
-		cfg.OutDir = "results"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	cfg.Out = discardIfNil(cfg.Out)
+	setDefault(&cfg.Step, 50*time.Millisecond)
+	setOutputDefaults(&cfg.OutDir, &cfg.Logger, &cfg.Out)
 	return nil
 }
 
@@ -261,10 +238,7 @@ func RunFollowerLease(ctx context.Context, cfg FollowerLeaseConfig) (*FollowerLe
 	for _, p := range phases {
 		steps += len(p.variants)
 	}
-	var prog *Progress
-	if cfg.Progress != nil {
-		prog = NewProgress(cfg.Progress, "follower-lease", steps+1, 0)
-	}
+	prog := newProgress(cfg.Progress, "follower-lease", steps+1)
 	defer prog.Done()
 
 	var errs []error
@@ -413,21 +387,6 @@ func (cfg *FollowerLeaseConfig) loadC(ctx context.Context, c *flCluster, prog *P
 	return nil
 }
 
-// statsDelta is what every store's read counters rose by, as a runDelta
-// (for servedBy).
-func statsDelta(before, after map[uint64]raftstore.Stats) runDelta {
-	d := runDelta{reads: map[uint64]uint64{}, byMode: map[uint64]map[string]uint64{}}
-	for id, a := range after {
-		modes := readsByMode(before[id], a)
-		var n uint64
-		for _, v := range modes {
-			n += v
-		}
-		d.reads[id], d.byMode[id] = n, modes
-	}
-	return d
-}
-
 func (cfg *FollowerLeaseConfig) measureReads(ctx context.Context, c *flCluster, v FollowerLeaseVariant, prog *Progress) (*FollowerLeaseRun, error) {
 	db, err := ycsbdb.Open(ctx, ycsbdb.Options{
 		Endpoints: c.endpoints(), Zone: c.zone, Read: client.ReadPolicy{Replica: v.Replica},
@@ -442,28 +401,13 @@ func (cfg *FollowerLeaseConfig) measureReads(ctx context.Context, c *flCluster, 
 		Variant: v.Name, Param: flWorkloadC, ProgressInterval: -1, QuietWorkload: true, Logger: cfg.Logger,
 		AbortAfterFailures: -1,
 	}
-	ops := cfg.MaxOps
-	if ops <= 0 {
-		ops = 1 << 40
-	}
-	prog.Step(v.Name, cfg.MaxOps, max(cfg.Warmup, 0)+cfg.RunDuration)
-	if cfg.Warmup > 0 {
-		prog.SetLabel(v.Name + " warm-up")
-		w := spec
-		w.Ops, w.MaxDuration = max(int64(cfg.Threads), ops/10), cfg.Warmup
-		if _, err := Run(ctx, w); err != nil && ctx.Err() != nil {
-			return nil, err
-		}
-		prog.SetLabel(v.Name)
-	}
-	spec.Ops, spec.MaxDuration, spec.OnProgress = ops, cfg.RunDuration, prog.Update
-	before := c.lc.Stats()
-	r, err := Run(ctx, spec)
-	after := c.lc.Stats()
-	if r == nil || r.Run == nil {
+	var before map[uint64]raftstore.Stats
+	phase, err := runTimed(ctx, spec, v.Name, cfg.MaxOps, cfg.Warmup, cfg.RunDuration, prog, func() { before = c.lc.Stats() })
+	if phase == nil {
 		return nil, err
 	}
-	run := &FollowerLeaseRun{Variant: v, Place: flPlaceLocal, Row: r.Run.Row, Latency: r.Run.Latency, FirstErr: r.Run.Total.FirstErr}
+	after := c.lc.Stats()
+	run := &FollowerLeaseRun{Variant: v, Place: flPlaceLocal, Row: phase.Row, Latency: phase.Latency, FirstErr: phase.Total.FirstErr}
 	run.Row.Param = flWorkloadC
 	run.Row.ServedBy = (&wanCluster{LocalCluster: c.lc}).servedBy(statsDelta(before, after))
 	if err == nil && run.Row.Failed > 0 {
@@ -526,11 +470,9 @@ func (cfg *FollowerLeaseConfig) measureWrites(ctx context.Context, c *flCluster,
 	}
 	label := v.Name + " " + c.place
 	prog.Step(label, 0, max(cfg.Warmup, 0)+cfg.RunDuration)
-	if cfg.Warmup > 0 {
-		prog.SetLabel(label + " warm-up")
+	prog.warmUp(label, cfg.Warmup, func() {
 		runWrites(ctx, writeSpec{Client: cli, Keys: keys, Value: value, Threads: cfg.WriteThreads, Duration: cfg.Warmup})
-		prog.SetLabel(label)
-	}
+	})
 	run := &FollowerLeaseRun{Variant: v, Place: c.place}
 	if c.leases {
 		run.Holders = fmtStores(leaseHolders(ctx, c.lc))
@@ -631,18 +573,7 @@ type writeResult struct {
 }
 
 func (r *writeResult) row(variant, param string) Row {
-	q := func(p float64) float64 {
-		if r.Latency.TotalCount() == 0 {
-			return 0
-		}
-		return round(float64(r.Latency.ValueAtQuantile(p))/1000, 3)
-	}
-	row := Row{Variant: variant, Param: param, Ops: r.OK + r.Failed, Failed: r.Failed,
-		P50Ms: q(50), P99Ms: q(99), P999Ms: q(99.9), P9999Ms: q(99.99)}
-	if s := r.Elapsed.Seconds(); s > 0 {
-		row.QPS = round(float64(r.OK)/s, 1)
-	}
-	return row
+	return latencyRow(variant, param, r.Latency, r.OK, r.Failed, r.Elapsed)
 }
 
 // runWrites puts random keys from s.Threads goroutines, each one put at a
@@ -678,7 +609,7 @@ func runWrites(ctx context.Context, s writeSpec) *writeResult {
 					}
 				} else {
 					ok.Add(1)
-					_ = res.Latency.RecordValue(min(max(time.Since(begin).Microseconds(), 1), histMaxMicros))
+					recordLatency(res.Latency, time.Since(begin))
 					done = append(done, at)
 				}
 				mu.Unlock()
@@ -701,20 +632,7 @@ func runWrites(ctx context.Context, s writeSpec) *writeResult {
 			}
 		})
 	}
-	if s.OnProgress != nil {
-		side.Go(func() {
-			t := time.NewTicker(100 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-					s.OnProgress(ok.Load()+failed.Load(), failed.Load())
-				}
-			}
-		})
-	}
+	reportProgress(&side, stop, &ok, &failed, s.OnProgress)
 	wg.Wait()
 	res.Elapsed = time.Since(start)
 	close(stop)
@@ -902,28 +820,14 @@ func (cfg *FollowerLeaseConfig) write(res *FollowerLeaseResult, started time.Tim
 		errs = append(errs, err)
 	}
 	fmt.Fprintf(cfg.Out, "\n%s\n%s", table, targets)
-	fmt.Fprintf(cfg.Out, "\nwrote %s, %s", filepath.Join(res.Dir, "results.json"), filepath.Join(res.Dir, "report.md"))
-	if len(res.Plots) > 0 {
-		fmt.Fprintf(cfg.Out, " and %s", strings.Join(res.Plots, ", "))
-	}
-	fmt.Fprintln(cfg.Out)
+	printWritten(cfg.Out, res.Dir, res.Plots)
 	return errors.Join(errs...)
 }
 
 func (cfg *FollowerLeaseConfig) plots(res *FollowerLeaseResult) ([]string, error) {
-	var out []string
-	var errs []error
-	add := func(f string, err error) {
-		if err != nil {
-			errs = append(errs, err)
-		} else if f != "" {
-			out = append(out, f)
-		}
-	}
-	var names []string
-	for _, v := range FollowerLeaseVariants {
-		names = append(names, v.Name)
-	}
+	var plots plotSet
+	add := plots.add
+	names := variantNames(FollowerLeaseVariants, func(v FollowerLeaseVariant) string { return v.Name })
 	// Reads: throughput bars, p99 in the note.
 	var labels, notes []string
 	var qps []float64
@@ -980,24 +884,18 @@ func (cfg *FollowerLeaseConfig) plots(res *FollowerLeaseResult) ([]string, error
 		p := newPlot(fmt.Sprintf("follower-lease: puts per %v, %s at %.1f s (%s)", cfg.Step, k.what,
 			cfg.RunDuration.Seconds()/3, place), "seconds into the run", fmt.Sprintf("puts per %v", cfg.Step))
 		if err := addSeries(p, names, ss, false); err != nil {
-			errs = append(errs, err)
+			add("", err)
 			continue
 		}
 		p.Y.Min = 0
 		add(savePlot(p, res.Dir, k.file))
 	}
-	return out, errors.Join(errs...)
+	return plots.files, errors.Join(plots.errs...)
 }
 
 func (cfg *FollowerLeaseConfig) report(res *FollowerLeaseResult, started time.Time, table, targets string) string {
 	var b strings.Builder
-	host, _ := os.Hostname()
-	b.WriteString("# follower-lease: follower read leases, what they give and what they cost\n\n")
-	fmt.Fprintf(&b, "Run %s on %s (%d CPUs, %s), in %v.\n\n", started.UTC().Format(time.RFC3339), host, runtime.NumCPU(),
-		runtime.Version(), time.Since(started).Round(time.Second))
-	if cfg.Command != "" {
-		fmt.Fprintf(&b, "```\n%s\n```\n\n", cfg.Command)
-	}
+	writeReportHeader(&b, "follower-lease: follower read leases, what they give and what they cost", started, cfg.Command)
 	b.WriteString(loadNote(res.LoadBefore))
 	b.WriteString("- Every cluster: three stores in this process, balancer paused, splits off (region 1 holds every key), its leader moved to store 1; bbolt without fsync; raftstore's default timing (50 ms tick, 10-tick election), ")
 	fmt.Fprintf(&b, "so a follower lease lasts at most %v (the leader lease) and a holder counts it %v less (drift margin).\n", flDefaultLease, flDefaultLease/10)
@@ -1018,12 +916,7 @@ func (cfg *FollowerLeaseConfig) report(res *FollowerLeaseResult, started time.Ti
 	fmt.Fprintf(&b, "- Transfer rows: %v into the run region 1's leadership is moved to store 2 (`MoveLeader`: TransferLeader until it holds); `after the transfer began` counts from the moment the move is asked for. "+
 		"After the run the leader is moved back to store 1 and the next run waits %v, unmeasured. With leases on, a new leader holds its first commit back for %v (one lease, plus the drift margin, plus a tick).\n",
 		cfg.RunDuration/3, 2*flDefaultDefer, flDefaultDefer)
-	b.WriteString("\nVariants:\n\n")
-	for _, v := range FollowerLeaseVariants {
-		if slices.Contains(cfg.Variants, v.Name) {
-			fmt.Fprintf(&b, "- `%s`: %s.\n", v.Name, v.Doc)
-		}
-	}
+	writeVariantList(&b, "Variants:", FollowerLeaseVariants, cfg.Variants, func(v FollowerLeaseVariant) (string, string) { return v.Name, v.Doc })
 	b.WriteString("\n## Figures measured in this run\n\n")
 	b.WriteString(targets)
 	b.WriteString("\n## Every run\n\n")
@@ -1037,21 +930,13 @@ func (cfg *FollowerLeaseConfig) report(res *FollowerLeaseResult, started time.Ti
 			notes = append(notes, "follower-lease: no read was served from a follower lease.")
 		}
 		if r.FirstErr != "" {
-			notes = append(notes, fmt.Sprintf("%s (%s): first error: `%s`", r.Variant.Name, r.Place, strings.ReplaceAll(r.FirstErr, "`", "'")))
+			notes = append(notes, fmt.Sprintf("%s (%s): first error: %s", r.Variant.Name, r.Place, inlineCode(r.FirstErr)))
 		}
 	}
 	notes = append(notes, res.Notes...)
 	if len(notes) > 0 {
-		b.WriteString("\n## Notes\n\n")
-		for _, n := range notes {
-			fmt.Fprintf(&b, "- %s\n", n)
-		}
+		writeNotes(&b, notes)
 	}
-	if len(res.Plots) > 0 {
-		b.WriteString("\n## Plots\n\n")
-		for _, p := range res.Plots {
-			fmt.Fprintf(&b, "![%s](%s)\n\n", p, p)
-		}
-	}
+	writePlots(&b, res.Plots)
 	return b.String()
 }

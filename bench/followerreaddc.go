@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,53 +117,26 @@ func (cfg *FollowerReadDCConfig) setDefaults() error {
 		"one for the leader, one for the client and its follower"); err != nil {
 		return err
 	}
-	if cfg.Records <= 0 {
-		cfg.Records = map[bool]int64{false: 20000, true: 2000}[cfg.Quick]
-	}
-	if cfg.Threads <= 0 {
-		cfg.Threads = 32
-	}
+	setDefault(&cfg.Records, quickOr[int64](cfg.Quick, 20000, 2000))
+	setDefault(&cfg.Threads, 32)
 	if len(cfg.ScanLengths) == 0 {
-		cfg.ScanLengths = DefaultScanLengths
-		if cfg.Quick {
-			cfg.ScanLengths = []int{10, 100}
-		}
+		cfg.ScanLengths = quickOr(cfg.Quick, DefaultScanLengths, []int{10, 100})
 	}
-	for _, l := range cfg.ScanLengths {
-		if l < 1 || l > ycsbdb.MaxScanLimit {
-			return fmt.Errorf("scan length %d out of 1..%d", l, ycsbdb.MaxScanLimit)
-		}
+	if err := checkScanLengths(cfg.ScanLengths); err != nil {
+		return err
 	}
 	if cfg.Variants, err = chooseVariants(cfg.Variants, DCVariants, func(v DCVariant) string { return v.Name }); err != nil {
 		return err
 	}
-	if cfg.RunDuration <= 0 {
-		cfg.RunDuration = map[bool]time.Duration{false: 15 * time.Second, true: 3 * time.Second}[cfg.Quick]
-	}
-	if cfg.Warmup == 0 {
-		cfg.Warmup = map[bool]time.Duration{false: time.Second, true: 500 * time.Millisecond}[cfg.Quick]
-	}
-	if cfg.MaxStaleness <= 0 {
-		cfg.MaxStaleness = 10 * time.Second
-	}
-	if cfg.OutDir == "" {
-		cfg.OutDir = "results"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	cfg.Out = discardIfNil(cfg.Out)
+	setDefault(&cfg.RunDuration, quickOr(cfg.Quick, 15*time.Second, 3*time.Second))
+	setDefaultIfZero(&cfg.Warmup, quickOr(cfg.Quick, time.Second, 500*time.Millisecond))
+	setDefault(&cfg.MaxStaleness, 10*time.Second)
+	setOutputDefaults(&cfg.OutDir, &cfg.Logger, &cfg.Out)
 	return nil
 }
 
 func (cfg *FollowerReadDCConfig) variants() []DCVariant {
-	var out []DCVariant
-	for _, v := range DCVariants {
-		if slices.Contains(cfg.Variants, v.Name) {
-			out = append(out, v)
-		}
-	}
-	return out
+	return pickVariants(DCVariants, cfg.Variants, func(v DCVariant) string { return v.Name })
 }
 
 // DCRun is one measured run of follower-read-dc.
@@ -224,10 +196,7 @@ func RunFollowerReadDC(ctx context.Context, cfg FollowerReadDCConfig) (*Follower
 			groups = append(groups, g)
 		}
 	}
-	prog := NewProgress(cfg.Progress, "follower-read-dc", len(groups)+len(variants)*len(cfg.ScanLengths), 0)
-	if cfg.Progress == nil {
-		prog = nil
-	}
+	prog := newProgress(cfg.Progress, "follower-read-dc", len(groups)+len(variants)*len(cfg.ScanLengths))
 	defer prog.Done()
 
 	res := &FollowerReadDCResult{Dir: filepath.Join(cfg.OutDir, "follower-read-dc")}
@@ -363,46 +332,22 @@ func (cfg *FollowerReadDCConfig) measure(ctx context.Context, c *wanCluster, db 
 		Variant: v.Name, Param: param, ProgressInterval: -1, QuietWorkload: true, Logger: cfg.Logger,
 		AbortAfterFailures: -1,
 	}
-	ops := cfg.MaxOps
-	if ops <= 0 {
-		ops = 1 << 40
-	}
-	label := fmt.Sprintf("%s scan=%d", v.Name, scanLen)
-	prog.Step(label, cfg.MaxOps, max(cfg.Warmup, 0)+cfg.RunDuration)
-	if cfg.Warmup > 0 {
-		prog.SetLabel(label + " warm-up")
-		w := spec
-		w.Ops, w.MaxDuration = max(int64(cfg.Threads), ops/10), cfg.Warmup
-		if _, err := Run(ctx, w); err != nil && ctx.Err() != nil {
-			return nil, err
-		}
-		prog.SetLabel(label)
-	}
-	spec.Ops, spec.MaxDuration = ops, cfg.RunDuration
-	spec.OnProgress = prog.Update
-	before := c.snap(ctx, "KV.Scan")
-	r, err := Run(ctx, spec)
-	after := c.snap(ctx, "KV.Scan")
-	if r == nil || r.Run == nil {
+	var before clusterSnap
+	phase, err := runTimed(ctx, spec, fmt.Sprintf("%s scan=%d", v.Name, scanLen), cfg.MaxOps, cfg.Warmup, cfg.RunDuration, prog,
+		func() { before = c.snap(ctx, "KV.Scan") })
+	if phase == nil {
 		return nil, err
 	}
-	d := c.delta(before, after)
+	d := c.delta(before, c.snap(ctx, "KV.Scan"))
 	run := &DCRun{
-		Variant: v, ScanLength: scanLen, ClientZone: cfg.clientZone(v), Phase: r.Run,
+		Variant: v, ScanLength: scanLen, ClientZone: cfg.clientZone(v), Phase: phase,
 		ServedBy: c.servedBy(d), LocalShare: c.localShare(d, cfg.clientZone(v)), WANBytes: d.wanBytes,
 		LeaderMoved: c.leaderCheck(ctx),
 	}
-	row := &run.Phase.Row
-	if p99, ok := d.server.Quantile(0.99); ok && d.err == nil {
-		row.ServerP99Ms = ptr(round(p99, 3))
+	if p50, ok := d.serverMs(0.5); ok {
+		run.ServerP50Ms = p50
 	}
-	if p50, ok := d.server.Quantile(0.5); ok && d.err == nil {
-		run.ServerP50Ms = round(p50, 3)
-	}
-	if ok := row.Ops - row.Failed; ok > 0 {
-		row.WANBytesPerOp = ptr(round(float64(d.wanBytes)/float64(ok), 0))
-	}
-	row.ServedBy = run.ServedBy
+	d.annotate(&run.Phase.Row, run.ServedBy)
 	return run, err
 }
 
@@ -631,13 +576,7 @@ func fmtBytes(b float64) string {
 
 func (cfg *FollowerReadDCConfig) report(res *FollowerReadDCResult, leader uint64, started time.Time, notes []string) string {
 	var b strings.Builder
-	host, _ := os.Hostname()
-	b.WriteString("# follower-read-dc: follower read across data centers (TiDB 3.1, scenarios 1–3)\n\n")
-	fmt.Fprintf(&b, "Run %s on %s (%d CPUs, %s), in %v.\n\n", started.UTC().Format(time.RFC3339), host, runtime.NumCPU(),
-		runtime.Version(), time.Since(started).Round(time.Second))
-	if cfg.Command != "" {
-		fmt.Fprintf(&b, "```\n%s\n```\n\n", cfg.Command)
-	}
+	writeReportHeader(&b, "follower-read-dc: follower read across data centers (TiDB 3.1, scenarios 1–3)", started, cfg.Command)
 	fmt.Fprintf(&b, "- WAN (`%s`): %s. Every store and client reaches every store through its own zone's link (toxiproxy, in this process).\n",
 		cfg.TopologyName, describeTopology(cfg.Topology))
 	fmt.Fprintf(&b, "- Region %d holds every row (splits off) and its leader is on store %d in %s; the balancer is paused. The client sits in %s (`same-zone`: in %s).\n",
@@ -757,16 +696,11 @@ func (cfg *FollowerReadDCConfig) report(res *FollowerReadDCResult, leader uint64
 	for _, r := range res.Runs {
 		for _, o := range r.Phase.Ops {
 			if o.FirstErr != "" {
-				fmt.Fprintf(&b, "\nFirst %s error of %s at scan %d: `%s`\n", o.Op, r.Variant.Name, r.ScanLength, strings.ReplaceAll(o.FirstErr, "`", "'"))
+				fmt.Fprintf(&b, "\nFirst %s error of %s at scan %d: %s\n", o.Op, r.Variant.Name, r.ScanLength, inlineCode(o.FirstErr))
 			}
 		}
 	}
 
-	if len(res.Plots) > 0 {
-		b.WriteString("\n## Plots\n\n")
-		for _, p := range res.Plots {
-			fmt.Fprintf(&b, "![%s](%s)\n\n", p, p)
-		}
-	}
+	writePlots(&b, res.Plots)
 	return b.String()
 }

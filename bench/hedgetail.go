@@ -115,46 +115,22 @@ func (cfg *HedgeTailConfig) setDefaults() error {
 			return fmt.Errorf("unknown fault %q (want %s)", f, strings.Join(HedgeTailFaults, " or "))
 		}
 	}
-	if cfg.Keys <= 0 {
-		cfg.Keys = 1000
-	}
-	if cfg.ValueSize <= 0 {
-		cfg.ValueSize = 128
-	}
-	if cfg.Rate <= 0 {
-		cfg.Rate = 2000
-	}
-	if cfg.RunDuration <= 0 {
-		cfg.RunDuration = map[bool]time.Duration{false: 25 * time.Second, true: 3 * time.Second}[cfg.Quick]
-	}
-	if cfg.Warmup == 0 {
-		cfg.Warmup = map[bool]time.Duration{false: 3 * time.Second, true: time.Second}[cfg.Quick]
-	}
-	if cfg.PauseLen <= 0 {
-		cfg.PauseLen = 150 * time.Millisecond
-	}
-	if cfg.Pauses <= 0 {
-		cfg.Pauses = 1
-	}
+	setDefault(&cfg.Keys, 1000)
+	setDefault(&cfg.ValueSize, 128)
+	setDefault(&cfg.Rate, 2000)
+	setDefault(&cfg.RunDuration, quickOr(cfg.Quick, 25*time.Second, 3*time.Second))
+	setDefaultIfZero(&cfg.Warmup, quickOr(cfg.Quick, 3*time.Second, time.Second))
+	setDefault(&cfg.PauseLen, 150*time.Millisecond)
+	setDefault(&cfg.Pauses, 1)
 	if time.Duration(cfg.Pauses)*cfg.PauseLen >= cfg.RunDuration {
 		return fmt.Errorf("%d pauses of %v do not fit in a %v run", cfg.Pauses, cfg.PauseLen, cfg.RunDuration)
 	}
-	if cfg.HedgeBudget == 0 {
-		cfg.HedgeBudget = 1
-	}
+	setDefaultIfZero(&cfg.HedgeBudget, 1)
 	if cfg.HedgeBudget < 0 || cfg.HedgeBudget > 1 {
 		return fmt.Errorf("hedge budget %v outside (0, 1]", cfg.HedgeBudget)
 	}
-	if cfg.MaxStaleness <= 0 {
-		cfg.MaxStaleness = 10 * time.Second
-	}
-	if cfg.OutDir == "" {
-		cfg.OutDir = "results"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	cfg.Out = discardIfNil(cfg.Out)
+	setDefault(&cfg.MaxStaleness, 10*time.Second)
+	setOutputDefaults(&cfg.OutDir, &cfg.Logger, &cfg.Out)
 	return nil
 }
 
@@ -194,22 +170,9 @@ func RunHedgeTail(ctx context.Context, cfg HedgeTailConfig) (*HedgeTailResult, e
 		return nil, fmt.Errorf("hedge-tail: %w", err)
 	}
 	started, load := time.Now(), loadAvg()
-	var variants []HedgeTailVariant
-	for _, v := range HedgeTailVariants {
-		if slices.Contains(cfg.Variants, v.Name) {
-			variants = append(variants, v)
-		}
-	}
-	var faults []string
-	for _, f := range HedgeTailFaults {
-		if slices.Contains(cfg.Faults, f) {
-			faults = append(faults, f)
-		}
-	}
-	var prog *Progress
-	if cfg.Progress != nil {
-		prog = NewProgress(cfg.Progress, "hedge-tail", 1+len(variants)*len(faults), 0)
-	}
+	variants := pickVariants(HedgeTailVariants, cfg.Variants, func(v HedgeTailVariant) string { return v.Name })
+	faults := pickVariants(HedgeTailFaults, cfg.Faults, func(f string) string { return f })
+	prog := newProgress(cfg.Progress, "hedge-tail", 1+len(variants)*len(faults))
 	defer prog.Done()
 
 	prog.Printf("hedge-tail: starting 3 stores")
@@ -356,13 +319,11 @@ func (cfg *HedgeTailConfig) measure(ctx context.Context, lc *LocalCluster, admin
 			return info, err
 		}
 	}
-	if cfg.Warmup > 0 {
-		prog.SetLabel(label + " warm-up")
+	prog.warmUp(label, cfg.Warmup, func() {
 		// The warm-up's own session: the measured one starts with clean
 		// hedge counters, but the client's latency windows are warm.
 		runOpenLoop(ctx, openLoopSpec{Rate: cfg.Rate, Duration: cfg.Warmup, Timeout: 10 * time.Second, Read: read(cli.Session(cfg.policy(v, fault)))})
-		prog.SetLabel(label)
-	}
+	})
 	sess := cli.Session(cfg.policy(v, fault))
 	sched := pauseSchedule{store: leader, fault: fault, length: cfg.PauseLen, count: cfg.Pauses, within: cfg.RunDuration}
 	var (
@@ -548,10 +509,8 @@ func (cfg *HedgeTailConfig) write(res *HedgeTailResult, started time.Time) error
 		return fmt.Errorf("hedge-tail: %w", err)
 	}
 	if !cfg.NoPlots {
-		var names []string
-		for _, v := range HedgeTailVariants {
-			names = append(names, v.Name)
-		}
+		names := variantNames(HedgeTailVariants, func(v HedgeTailVariant) string { return v.Name })
+		var plots plotSet
 		for _, f := range HedgeTailFaults {
 			var hists []*hdrhistogram.Histogram
 			var labels, notes []string
@@ -571,17 +530,11 @@ func (cfg *HedgeTailConfig) write(res *HedgeTailResult, started time.Time) error
 			if len(hists) == 0 {
 				continue
 			}
-			if file, err := percentilePlot(res.Dir, "percentiles-"+f+".png", "hedge-tail: latency by percentile, "+f, names, hists, labels); err != nil {
-				errs = append(errs, err)
-			} else if file != "" {
-				res.Plots = append(res.Plots, file)
-			}
-			if file, err := barPlot(res.Dir, "p9999-"+f+".png", "hedge-tail: p99.99 by hedging policy, "+f, "p99.99 latency (ms)", labels, p9999, notes); err != nil {
-				errs = append(errs, err)
-			} else {
-				res.Plots = append(res.Plots, file)
-			}
+			plots.add(percentilePlot(res.Dir, "percentiles-"+f+".png", "hedge-tail: latency by percentile, "+f, names, hists, labels))
+			plots.add(barPlot(res.Dir, "p9999-"+f+".png", "hedge-tail: p99.99 by hedging policy, "+f, "p99.99 latency (ms)", labels, p9999, notes))
 		}
+		res.Plots = plots.files
+		errs = append(errs, plots.errs...)
 	}
 	report := cfg.report(res, started)
 	if err := WriteResults(res.Dir, Results{Scenario: "hedge-tail", Rows: res.Rows}, report); err != nil {
@@ -592,11 +545,7 @@ func (cfg *HedgeTailConfig) write(res *HedgeTailResult, started time.Time) error
 			fmt.Fprintf(cfg.Out, "\n%s (%s):\n\n%s", f, faultDoc(f, cfg), cfg.table(res, f))
 		}
 	}
-	fmt.Fprintf(cfg.Out, "\nwrote %s, %s", filepath.Join(res.Dir, "results.json"), filepath.Join(res.Dir, "report.md"))
-	if len(res.Plots) > 0 {
-		fmt.Fprintf(cfg.Out, " and %s", strings.Join(res.Plots, ", "))
-	}
-	fmt.Fprintln(cfg.Out)
+	printWritten(cfg.Out, res.Dir, res.Plots)
 	return errors.Join(errs...)
 }
 
@@ -609,13 +558,7 @@ func faultDoc(fault string, cfg *HedgeTailConfig) string {
 
 func (cfg *HedgeTailConfig) report(res *HedgeTailResult, started time.Time) string {
 	var b strings.Builder
-	host, _ := os.Hostname()
-	b.WriteString("# hedge-tail: hedged reads against a leader that pauses now and then\n\n")
-	fmt.Fprintf(&b, "Run %s on %s (%d CPUs, %s), in %v.\n\n", started.UTC().Format(time.RFC3339), host, runtime.NumCPU(),
-		runtime.Version(), time.Since(started).Round(time.Second))
-	if cfg.Command != "" {
-		fmt.Fprintf(&b, "```\n%s\n```\n\n", cfg.Command)
-	}
+	writeReportHeader(&b, "hedge-tail: hedged reads against a leader that pauses now and then", started, cfg.Command)
 	b.WriteString(loadNote(res.LoadBefore))
 	hit := float64(cfg.Pauses) * cfg.PauseLen.Seconds() / cfg.RunDuration.Seconds()
 	fmt.Fprintf(&b, "- Three stores in this process on loopback ports (no simulated WAN), balancer paused, splits off: region %d holds all %d keys (%d-byte values), its leader on store %d.\n",
@@ -643,12 +586,7 @@ func (cfg *HedgeTailConfig) report(res *HedgeTailResult, started time.Time) stri
 			fmt.Fprintf(&b, "- `%s`: %s.\n", f, faultDoc(f, cfg))
 		}
 	}
-	b.WriteString("\nVariants:\n\n")
-	for _, v := range HedgeTailVariants {
-		if slices.Contains(cfg.Variants, v.Name) {
-			fmt.Fprintf(&b, "- `%s`: %s.\n", v.Name, v.Doc)
-		}
-	}
+	writeVariantList(&b, "Variants:", HedgeTailVariants, cfg.Variants, func(v HedgeTailVariant) (string, string) { return v.Name, v.Doc })
 	for _, f := range HedgeTailFaults {
 		if !slices.Contains(cfg.Faults, f) {
 			continue
@@ -689,7 +627,7 @@ func (cfg *HedgeTailConfig) report(res *HedgeTailResult, started time.Time) stri
 			notes = append(notes, fmt.Sprintf("%s %s: %d of %d pauses injected", r.Variant.Name, r.Fault, r.PausesInjected, cfg.Pauses))
 		}
 		if r.FirstErr != "" {
-			notes = append(notes, fmt.Sprintf("%s %s: first error: `%s`", r.Variant.Name, r.Fault, strings.ReplaceAll(r.FirstErr, "`", "'")))
+			notes = append(notes, fmt.Sprintf("%s %s: first error: %s", r.Variant.Name, r.Fault, inlineCode(r.FirstErr)))
 		}
 	}
 	var lag time.Duration
@@ -697,16 +635,8 @@ func (cfg *HedgeTailConfig) report(res *HedgeTailResult, started time.Time) stri
 		lag = max(lag, r.MaxLag)
 	}
 	notes = append(notes, fmt.Sprintf("The sender fell at most %v behind its schedule in any run.", lag.Round(100*time.Microsecond)))
-	b.WriteString("\n## Notes\n\n")
-	for _, n := range notes {
-		fmt.Fprintf(&b, "- %s\n", n)
-	}
-	if len(res.Plots) > 0 {
-		b.WriteString("\n## Plots\n\n")
-		for _, p := range res.Plots {
-			fmt.Fprintf(&b, "![%s](%s)\n\n", p, p)
-		}
-	}
+	writeNotes(&b, notes)
+	writePlots(&b, res.Plots)
 	return b.String()
 }
 
@@ -763,20 +693,7 @@ func runOpenLoop(ctx context.Context, s openLoopSpec) *openLoopResult {
 	)
 	stopProg := make(chan struct{})
 	var progWG sync.WaitGroup
-	if s.OnProgress != nil {
-		progWG.Go(func() {
-			t := time.NewTicker(100 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-stopProg:
-					return
-				case <-t.C:
-					s.OnProgress(ok.Load()+failed.Load(), failed.Load())
-				}
-			}
-		})
-	}
+	reportProgress(&progWG, stopProg, &ok, &failed, s.OnProgress)
 	start := time.Now()
 	for i := range n {
 		due := start.Add(time.Duration(i) * interval)
@@ -812,7 +729,7 @@ func runOpenLoop(ctx context.Context, s openLoopSpec) *openLoopResult {
 				return
 			}
 			ok.Add(1)
-			_ = res.Latency.RecordValue(min(max(lat.Microseconds(), 1), histMaxMicros))
+			recordLatency(res.Latency, lat)
 			res.ByStore[info.StoreID]++
 		})
 	}
@@ -829,20 +746,8 @@ func runOpenLoop(ctx context.Context, s openLoopSpec) *openLoopResult {
 
 // row turns the run into a results row (with p95).
 func (r *openLoopResult) row(variant, param string) Row {
-	q := func(p float64) float64 {
-		if r.Latency.TotalCount() == 0 {
-			return 0
-		}
-		return round(float64(r.Latency.ValueAtQuantile(p))/1000, 3)
-	}
-	row := Row{
-		Variant: variant, Param: param, Ops: r.OK + r.Failed, Failed: r.Failed,
-		P50Ms: q(50), P99Ms: q(99), P999Ms: q(99.9), P9999Ms: q(99.99),
-		P95Ms: ptr(q(95)),
-	}
-	if secs := r.Elapsed.Seconds(); secs > 0 {
-		row.QPS = round(float64(r.OK)/secs, 1)
-	}
+	row := latencyRow(variant, param, r.Latency, r.OK, r.Failed, r.Elapsed)
+	row.P95Ms = ptr(quantileMs(r.Latency, 95))
 	return row
 }
 

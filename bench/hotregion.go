@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -92,9 +90,7 @@ type HotRegionConfig struct {
 }
 
 func (cfg *HotRegionConfig) setDefaults() error {
-	if cfg.LinkMbit <= 0 {
-		cfg.LinkMbit = DefaultHotLinkMbit
-	}
+	setDefault(&cfg.LinkMbit, DefaultHotLinkMbit)
 	if cfg.Topology == nil {
 		cfg.Topology = HotRegionTopology(cfg.LinkMbit)
 		cfg.TopologyName = fmt.Sprintf("default, every link %g Mbit/s", cfg.LinkMbit)
@@ -113,15 +109,9 @@ func (cfg *HotRegionConfig) setDefaults() error {
 			}
 		}
 	}
-	if cfg.Records <= 0 {
-		cfg.Records = map[bool]int64{false: 10000, true: 2000}[cfg.Quick]
-	}
-	if cfg.ThreadsPerZone <= 0 {
-		cfg.ThreadsPerZone = 16
-	}
-	if cfg.ScanLength <= 0 {
-		cfg.ScanLength = 100
-	}
+	setDefault(&cfg.Records, quickOr[int64](cfg.Quick, 10000, 2000))
+	setDefault(&cfg.ThreadsPerZone, 16)
+	setDefault(&cfg.ScanLength, 100)
 	if cfg.ScanLength > ycsbdb.MaxScanLimit {
 		return fmt.Errorf("scan length %d over %d", cfg.ScanLength, ycsbdb.MaxScanLimit)
 	}
@@ -129,19 +119,9 @@ func (cfg *HotRegionConfig) setDefaults() error {
 	if cfg.Variants, err = chooseVariants(cfg.Variants, HotVariants, func(v HotVariant) string { return v.Name }); err != nil {
 		return err
 	}
-	if cfg.RunDuration <= 0 {
-		cfg.RunDuration = map[bool]time.Duration{false: 15 * time.Second, true: 4 * time.Second}[cfg.Quick]
-	}
-	if cfg.Warmup == 0 {
-		cfg.Warmup = map[bool]time.Duration{false: time.Second, true: 500 * time.Millisecond}[cfg.Quick]
-	}
-	if cfg.OutDir == "" {
-		cfg.OutDir = "results"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	cfg.Out = discardIfNil(cfg.Out)
+	setDefault(&cfg.RunDuration, quickOr(cfg.Quick, 15*time.Second, 4*time.Second))
+	setDefaultIfZero(&cfg.Warmup, quickOr(cfg.Quick, time.Second, 500*time.Millisecond))
+	setOutputDefaults(&cfg.OutDir, &cfg.Logger, &cfg.Out)
 	return nil
 }
 
@@ -240,17 +220,9 @@ func RunHotRegion(ctx context.Context, cfg HotRegionConfig) (*HotRegionResult, e
 		return nil, fmt.Errorf("hot-region: %w", err)
 	}
 	started := time.Now()
-	var variants []HotVariant
-	for _, v := range HotVariants {
-		if slices.Contains(cfg.Variants, v.Name) {
-			variants = append(variants, v)
-		}
-	}
+	variants := pickVariants(HotVariants, cfg.Variants, func(v HotVariant) string { return v.Name })
 	zones := cfg.Topology.ZoneNames()
-	var prog *Progress
-	if cfg.Progress != nil {
-		prog = NewProgress(cfg.Progress, "hot-region", 1+len(variants), 0)
-	}
+	prog := newProgress(cfg.Progress, "hot-region", 1+len(variants))
 	defer prog.Done()
 
 	prog.Printf("hot-region: starting %d stores behind %s", len(cfg.Topology.Stores()), cfg.TopologyName)
@@ -327,32 +299,18 @@ func (cfg *HotRegionConfig) measure(ctx context.Context, c *wanCluster, z *zoned
 		Variant: v.Name, Param: "scan=" + strconv.Itoa(cfg.ScanLength), ProgressInterval: -1, QuietWorkload: true, Logger: cfg.Logger,
 		AbortAfterFailures: -1,
 	}
-	ops := cfg.MaxOps
-	if ops <= 0 {
-		ops = 1 << 40
-	}
-	prog.Step(v.Name, cfg.MaxOps, max(cfg.Warmup, 0)+cfg.RunDuration)
-	if cfg.Warmup > 0 {
-		prog.SetLabel(v.Name + " warm-up")
-		w := spec
-		w.Ops, w.MaxDuration = max(int64(threads), ops/10), cfg.Warmup
-		if _, err := Run(ctx, w); err != nil && ctx.Err() != nil {
-			return nil, err
+	var before clusterSnap
+	phase, err := runTimed(ctx, spec, v.Name, cfg.MaxOps, cfg.Warmup, cfg.RunDuration, prog, func() {
+		for i := range z.ok {
+			z.ok[i].Store(0)
 		}
-		prog.SetLabel(v.Name)
-	}
-	for i := range z.ok {
-		z.ok[i].Store(0)
-	}
-	spec.Ops, spec.MaxDuration, spec.OnProgress = ops, cfg.RunDuration, prog.Update
-	before := c.snap(ctx, "KV.Scan")
-	r, err := Run(ctx, spec)
-	after := c.snap(ctx, "KV.Scan")
-	if r == nil || r.Run == nil {
+		before = c.snap(ctx, "KV.Scan")
+	})
+	if phase == nil {
 		return nil, err
 	}
-	d := c.delta(before, after)
-	run := &HotRun{Variant: v, Phase: r.Run, ServedBy: c.servedBy(d), WANBytes: d.wanBytes,
+	d := c.delta(before, c.snap(ctx, "KV.Scan"))
+	run := &HotRun{Variant: v, Phase: phase, ServedBy: c.servedBy(d), WANBytes: d.wanBytes,
 		StoreShare: map[uint64]float64{}, LeaderMoved: c.leaderCheck(ctx)}
 	for i := range z.ok {
 		run.ZoneOps = append(run.ZoneOps, z.ok[i].Load())
@@ -366,14 +324,7 @@ func (cfg *HotRegionConfig) measure(ctx context.Context, c *wanCluster, z *zoned
 			run.StoreShare[id] = float64(n) / float64(total)
 		}
 	}
-	row := &run.Phase.Row
-	if p99, ok := d.server.Quantile(0.99); ok && d.err == nil {
-		row.ServerP99Ms = ptr(round(p99, 3))
-	}
-	if ok := row.Ops - row.Failed; ok > 0 {
-		row.WANBytesPerOp = ptr(round(float64(d.wanBytes)/float64(ok), 0))
-	}
-	row.ServedBy = run.ServedBy
+	d.annotate(&run.Phase.Row, run.ServedBy)
 	return run, err
 }
 
@@ -452,21 +403,13 @@ func (cfg *HotRegionConfig) write(res *HotRegionResult, c *wanCluster, started t
 			}
 			notes = append(notes, note)
 		}
-		var names []string
-		for _, v := range HotVariants {
-			names = append(names, v.Name)
-		}
-		if f, err := barPlot(res.Dir, "hot-region-throughput.png",
-			fmt.Sprintf("hot-region: reads/s of one region, clients in %d zones", len(res.Zones)), "reads per second", labels, qps, notes); err != nil {
-			errs = append(errs, err)
-		} else {
-			res.Plots = append(res.Plots, f)
-		}
-		if f, err := cdfPlot(res.Dir, "hot-region-cdf.png", "hot-region: latency CDF", names, hists, labels); err != nil {
-			errs = append(errs, err)
-		} else if f != "" {
-			res.Plots = append(res.Plots, f)
-		}
+		names := variantNames(HotVariants, func(v HotVariant) string { return v.Name })
+		var plots plotSet
+		plots.add(barPlot(res.Dir, "hot-region-throughput.png",
+			fmt.Sprintf("hot-region: reads/s of one region, clients in %d zones", len(res.Zones)), "reads per second", labels, qps, notes))
+		plots.add(cdfPlot(res.Dir, "hot-region-cdf.png", "hot-region: latency CDF", names, hists, labels))
+		res.Plots = plots.files
+		errs = append(errs, plots.errs...)
 	}
 	table := cfg.table(res)
 	ratio, best := hotRatio(res.Runs)
@@ -477,23 +420,13 @@ func (cfg *HotRegionConfig) write(res *HotRegionResult, c *wanCluster, started t
 	if best != "" {
 		fmt.Fprintf(cfg.Out, "\nbest of follower/mixed vs leader-only: %s %.2f× (target ≥ 2.5×, TiDB ~2×)\n", best, ratio)
 	}
-	fmt.Fprintf(cfg.Out, "\nwrote %s, %s", filepath.Join(res.Dir, "results.json"), filepath.Join(res.Dir, "report.md"))
-	if len(res.Plots) > 0 {
-		fmt.Fprintf(cfg.Out, " and %s", strings.Join(res.Plots, ", "))
-	}
-	fmt.Fprintln(cfg.Out)
+	printWritten(cfg.Out, res.Dir, res.Plots)
 	return errors.Join(errs...)
 }
 
 func (cfg *HotRegionConfig) report(res *HotRegionResult, c *wanCluster, started time.Time, threads int, table string, notes []string) string {
 	var b strings.Builder
-	host, _ := os.Hostname()
-	b.WriteString("# hot-region: read throughput of one hot region, leader-only vs follower vs mixed\n\n")
-	fmt.Fprintf(&b, "Run %s on %s (%d CPUs, %s), in %v.\n\n", started.UTC().Format(time.RFC3339), host, runtime.NumCPU(),
-		runtime.Version(), time.Since(started).Round(time.Second))
-	if cfg.Command != "" {
-		fmt.Fprintf(&b, "```\n%s\n```\n\n", cfg.Command)
-	}
+	writeReportHeader(&b, "hot-region: read throughput of one hot region, leader-only vs follower vs mixed", started, cfg.Command)
 	fmt.Fprintf(&b, "- WAN (`%s`): %s.\n", cfg.TopologyName, describeTopology(cfg.Topology))
 	b.WriteString("- **The links are the bottleneck on purpose**: a link's bandwidth is per connection and direction, and each client holds one connection per store, ")
 	b.WriteString("so a store can send a zone's clients at most one link's worth. Every link, those inside a zone too, is limited so that the links, ")
@@ -507,12 +440,7 @@ func (cfg *HotRegionConfig) report(res *HotRegionResult, c *wanCluster, started 
 	for _, n := range notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
-	b.WriteString("\nVariants:\n\n")
-	for _, v := range HotVariants {
-		if slices.Contains(cfg.Variants, v.Name) {
-			fmt.Fprintf(&b, "- `%s`: %s.\n", v.Name, v.Doc)
-		}
-	}
+	writeVariantList(&b, "Variants:", HotVariants, cfg.Variants, func(v HotVariant) (string, string) { return v.Name, v.Doc })
 	b.WriteString("\n## Throughput\n\n")
 	b.WriteString(table)
 	if ratio, best := hotRatio(res.Runs); best != "" {
@@ -549,15 +477,10 @@ func (cfg *HotRegionConfig) report(res *HotRegionResult, c *wanCluster, started 
 	for _, r := range res.Runs {
 		for _, o := range r.Phase.Ops {
 			if o.FirstErr != "" {
-				fmt.Fprintf(&b, "\nFirst %s error of %s: `%s`\n", o.Op, r.Variant.Name, strings.ReplaceAll(o.FirstErr, "`", "'"))
+				fmt.Fprintf(&b, "\nFirst %s error of %s: %s\n", o.Op, r.Variant.Name, inlineCode(o.FirstErr))
 			}
 		}
 	}
-	if len(res.Plots) > 0 {
-		b.WriteString("\n## Plots\n\n")
-		for _, p := range res.Plots {
-			fmt.Fprintf(&b, "![%s](%s)\n\n", p, p)
-		}
-	}
+	writePlots(&b, res.Plots)
 	return b.String()
 }

@@ -13,7 +13,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -117,56 +116,24 @@ func (cfg *NodeKillConfig) setDefaults() error {
 	if cfg.Binary == "" {
 		return errors.New("no hedgekv binary given")
 	}
-	def := func(full, quick time.Duration) time.Duration {
-		if cfg.Quick {
-			return quick
-		}
-		return full
-	}
-	if cfg.Records <= 0 {
-		cfg.Records = map[bool]int64{false: 10000, true: 1000}[cfg.Quick]
-	}
-	if cfg.ValueSize <= 0 {
-		cfg.ValueSize = 100
-	}
-	if cfg.Threads <= 0 {
-		cfg.Threads = map[bool]int{false: 16, true: 8}[cfg.Quick]
-	}
+	setDefault(&cfg.Records, quickOr[int64](cfg.Quick, 10000, 1000))
+	setDefault(&cfg.ValueSize, 100)
+	setDefault(&cfg.Threads, quickOr(cfg.Quick, 16, 8))
 	var err error
 	if cfg.Variants, err = chooseVariants(cfg.Variants, NodeKillVariants, func(v NodeKillVariant) string { return v.Name }); err != nil {
 		return err
 	}
-	if cfg.Warmup == 0 {
-		cfg.Warmup = def(2*time.Second, time.Second)
-	}
-	if cfg.KillAfter <= 0 {
-		cfg.KillAfter = def(5*time.Second, 2*time.Second)
-	}
-	if cfg.RunAfterKill <= 0 {
-		cfg.RunAfterKill = def(10*time.Second, 3*time.Second)
-	}
-	if cfg.OpTimeout <= 0 {
-		cfg.OpTimeout = time.Second
-	}
-	if cfg.Step <= 0 {
-		cfg.Step = 100 * time.Millisecond
-	}
-	if cfg.MaxStaleness <= 0 {
-		cfg.MaxStaleness = 5 * time.Second
-	}
+	setDefaultIfZero(&cfg.Warmup, quickOr(cfg.Quick, 2*time.Second, time.Second))
+	setDefault(&cfg.KillAfter, quickOr(cfg.Quick, 5*time.Second, 2*time.Second))
+	setDefault(&cfg.RunAfterKill, quickOr(cfg.Quick, 10*time.Second, 3*time.Second))
+	setDefault(&cfg.OpTimeout, time.Second)
+	setDefault(&cfg.Step, 100*time.Millisecond)
+	setDefault(&cfg.MaxStaleness, 5*time.Second)
 	if cfg.Hedge.Off() {
 		cfg.Hedge = client.HedgeAfterPercentile(0.99)
 	}
-	if cfg.Tick <= 0 {
-		cfg.Tick = nodeKillDefaultTick
-	}
-	if cfg.OutDir == "" {
-		cfg.OutDir = "results"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	cfg.Out = discardIfNil(cfg.Out)
+	setDefault(&cfg.Tick, nodeKillDefaultTick)
+	setOutputDefaults(&cfg.OutDir, &cfg.Logger, &cfg.Out)
 	return nil
 }
 
@@ -249,16 +216,8 @@ func RunNodeKill(ctx context.Context, cfg NodeKillConfig) (_ *NodeKillResult, er
 		return nil, fmt.Errorf("node-kill: %w", err)
 	}
 	started := time.Now()
-	var variants []NodeKillVariant
-	for _, v := range NodeKillVariants {
-		if slices.Contains(cfg.Variants, v.Name) {
-			variants = append(variants, v)
-		}
-	}
-	var prog *Progress
-	if cfg.Progress != nil {
-		prog = NewProgress(cfg.Progress, "node-kill", 1+len(variants), 0)
-	}
+	variants := pickVariants(NodeKillVariants, cfg.Variants, func(v NodeKillVariant) string { return v.Name })
+	prog := newProgress(cfg.Progress, "node-kill", 1+len(variants))
 	defer prog.Done()
 
 	prog.Printf("node-kill: starting three `%s server` processes", cfg.Binary)
@@ -445,14 +404,12 @@ func (cfg *NodeKillConfig) measure(ctx context.Context, c *ProcCluster, v NodeKi
 	defer cli.Close()
 	sess := cli.Session(cfg.policy(v))
 	var done, failed atomic.Int64
-	if cfg.Warmup > 0 {
-		prog.SetLabel(v.Name + " warm-up")
+	prog.warmUp(v.Name, cfg.Warmup, func() {
 		now := time.Now()
 		cfg.readLoad(ctx, sess, now, now.Add(cfg.Warmup), nil, &done, &failed)
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		prog.SetLabel(v.Name)
+	})
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
 	}
 	hedgeBefore := sess.HedgeStats()
 	done.Store(0)
@@ -531,9 +488,10 @@ func (cfg *NodeKillConfig) measure(ctx context.Context, c *ProcCluster, v NodeKi
 	var tl []tlBucket
 	var okAt []time.Duration
 	var firstErr error
+	var failedReads int64
 	for _, st := range stats {
 		run.Latency.Merge(st.hist)
-		run.Row.Failed += st.failed
+		failedReads += st.failed
 		for m, n := range st.modes {
 			run.Modes[m] += n
 		}
@@ -555,6 +513,7 @@ func (cfg *NodeKillConfig) measure(ctx context.Context, c *ProcCluster, v NodeKi
 	if firstErr != nil {
 		run.FirstErr = firstErr.Error()
 	}
+	run.Row = latencyRow(v.Name, "", run.Latency, run.Latency.TotalCount(), failedReads, run.Elapsed)
 	for i, b := range tl {
 		run.Row.Timeline = append(run.Row.Timeline, TimelinePoint{TMs: int64(i) * cfg.Step.Milliseconds(), OK: b.ok, Failed: b.failed})
 	}
@@ -566,17 +525,8 @@ func (cfg *NodeKillConfig) measure(ctx context.Context, c *ProcCluster, v NodeKi
 		}
 		prev = at
 	}
-	ok := run.Latency.TotalCount()
-	h := run.Latency
-	run.Row.Variant = v.Name
-	run.Row.Ops = ok + run.Row.Failed
-	run.Row.QPS = round(float64(ok)/run.Elapsed.Seconds(), 1)
-	if ok > 0 {
-		run.Row.P50Ms = microsToMs(h.ValueAtQuantile(50))
-		run.Row.P99Ms = microsToMs(h.ValueAtQuantile(99))
-		run.Row.P999Ms = microsToMs(h.ValueAtQuantile(99.9))
-		run.Row.P9999Ms = microsToMs(h.ValueAtQuantile(99.99))
-		run.MaxMs = microsToMs(h.Max())
+	if run.Latency.TotalCount() > 0 {
+		run.MaxMs = microsToMs(run.Latency.Max())
 	}
 	if v.Hedged {
 		after := sess.HedgeStats()
@@ -651,11 +601,7 @@ func (cfg *NodeKillConfig) write(res *NodeKillResult, started time.Time) error {
 	for _, t := range cfg.targets(res) {
 		fmt.Fprintf(cfg.Out, "%s: %s (target %s) %s\n", t[0], t[1], t[2], t[3])
 	}
-	fmt.Fprintf(cfg.Out, "\nwrote %s, %s", filepath.Join(res.Dir, "results.json"), filepath.Join(res.Dir, "report.md"))
-	if len(res.Plots) > 0 {
-		fmt.Fprintf(cfg.Out, " and %s", strings.Join(res.Plots, ", "))
-	}
-	fmt.Fprintln(cfg.Out)
+	printWritten(cfg.Out, res.Dir, res.Plots)
 	return errors.Join(errs...)
 }
 
@@ -706,13 +652,7 @@ func (cfg *NodeKillConfig) targets(res *NodeKillResult) [][]string {
 
 func (cfg *NodeKillConfig) report(res *NodeKillResult, started time.Time, table string) string {
 	var b strings.Builder
-	host, _ := os.Hostname()
-	b.WriteString("# node-kill: reads while the leader's store is killed (Cassandra rapid read protection)\n\n")
-	fmt.Fprintf(&b, "Run %s on %s (%d CPUs, %s), in %v.\n\n", started.UTC().Format(time.RFC3339), host, runtime.NumCPU(),
-		runtime.Version(), time.Since(started).Round(time.Second))
-	if cfg.Command != "" {
-		fmt.Fprintf(&b, "```\n%s\n```\n\n", cfg.Command)
-	}
+	writeReportHeader(&b, "node-kill: reads while the leader's store is killed (Cassandra rapid read protection)", started, cfg.Command)
 	e := cfg.ElectionTimeout()
 	fmt.Fprintf(&b, "- Three stores, each a `hedgekv server` process (`%s`), on loopback ports, zones dc-a, dc-b, dc-c, balancer off so that only the kill moves a leader. ",
 		filepath.Base(cfg.Binary))
@@ -730,12 +670,7 @@ func (cfg *NodeKillConfig) report(res *NodeKillResult, started time.Time, table 
 	for _, r := range res.Restarts {
 		fmt.Fprintf(&b, "- %s.\n", r)
 	}
-	b.WriteString("\nVariants (every one reads from the leader first):\n\n")
-	for _, v := range NodeKillVariants {
-		if slices.Contains(cfg.Variants, v.Name) {
-			fmt.Fprintf(&b, "- `%s`: %s.\n", v.Name, v.Doc)
-		}
-	}
+	writeVariantList(&b, "Variants (every one reads from the leader first):", NodeKillVariants, cfg.Variants, func(v NodeKillVariant) (string, string) { return v.Name, v.Doc })
 	b.WriteString("\n## Reads\n\n")
 	b.WriteString(table)
 	b.WriteString("\n## Targets\n\n")
@@ -752,15 +687,10 @@ func (cfg *NodeKillConfig) report(res *NodeKillResult, started time.Time, table 
 	}
 	for _, r := range res.Runs {
 		if r.FirstErr != "" {
-			fmt.Fprintf(&b, "\nFirst failed read of %s: `%s`\n", r.Variant.Name, strings.ReplaceAll(r.FirstErr, "`", "'"))
+			fmt.Fprintf(&b, "\nFirst failed read of %s: %s\n", r.Variant.Name, inlineCode(r.FirstErr))
 		}
 	}
-	if len(res.Plots) > 0 {
-		b.WriteString("\n## Plots\n\n")
-		for _, p := range res.Plots {
-			fmt.Fprintf(&b, "![%s](%s)\n\n", p, p)
-		}
-	}
+	writePlots(&b, res.Plots)
 	return b.String()
 }
 
@@ -813,10 +743,7 @@ func aroundKill(r NodeKillRun, step time.Duration) string {
 // plots draws Cassandra's graph: successful reads per second and failed
 // reads per 100 ms over time, per variant, the kill marked.
 func (cfg *NodeKillConfig) plots(res *NodeKillResult) ([]string, error) {
-	var names []string
-	for _, v := range NodeKillVariants {
-		names = append(names, v.Name)
-	}
+	names := variantNames(NodeKillVariants, func(v NodeKillVariant) string { return v.Name })
 	runFor := (cfg.KillAfter + cfg.RunAfterKill).Seconds()
 	perSec := float64(time.Second) / float64(cfg.Step)
 	var files []string

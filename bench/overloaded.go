@@ -9,8 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -75,46 +73,22 @@ func (cfg *OverloadedConfig) setDefaults() error {
 	if cfg.Variants, err = chooseVariants(cfg.Variants, OverloadedVariants, func(v OverloadedVariant) string { return v.Name }); err != nil {
 		return err
 	}
-	if cfg.Clients <= 0 {
-		cfg.Clients = 16
-	}
-	if cfg.Keys <= 0 {
-		cfg.Keys = 1000
-	}
-	if cfg.ValueSize <= 0 {
-		cfg.ValueSize = 128
-	}
-	if cfg.Rate <= 0 {
-		cfg.Rate = 2000
-	}
-	if cfg.SlowStore == 0 {
-		cfg.SlowStore = 3
-	}
+	setDefault(&cfg.Clients, 16)
+	setDefault(&cfg.Keys, 1000)
+	setDefault(&cfg.ValueSize, 128)
+	setDefault(&cfg.Rate, 2000)
+	setDefaultIfZero(&cfg.SlowStore, 3)
 	if cfg.SlowStore > 3 {
 		return fmt.Errorf("slow store %d: the cluster has stores 1-3", cfg.SlowStore)
 	}
-	if cfg.Delay <= 0 {
-		cfg.Delay = 50 * time.Millisecond
-	}
-	if cfg.Prob == 0 {
-		cfg.Prob = 1
-	}
+	setDefault(&cfg.Delay, 50*time.Millisecond)
+	setDefaultIfZero(&cfg.Prob, 1)
 	if cfg.Prob < 0 || cfg.Prob > 1 {
 		return fmt.Errorf("probability %v outside (0, 1]", cfg.Prob)
 	}
-	if cfg.RunDuration <= 0 {
-		cfg.RunDuration = map[bool]time.Duration{false: 20 * time.Second, true: 4 * time.Second}[cfg.Quick]
-	}
-	if cfg.Warmup == 0 {
-		cfg.Warmup = map[bool]time.Duration{false: 2 * time.Second, true: time.Second}[cfg.Quick]
-	}
-	if cfg.OutDir == "" {
-		cfg.OutDir = "results"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	cfg.Out = discardIfNil(cfg.Out)
+	setDefault(&cfg.RunDuration, quickOr(cfg.Quick, 20*time.Second, 4*time.Second))
+	setDefaultIfZero(&cfg.Warmup, quickOr(cfg.Quick, 2*time.Second, time.Second))
+	setOutputDefaults(&cfg.OutDir, &cfg.Logger, &cfg.Out)
 	return nil
 }
 
@@ -148,16 +122,8 @@ func RunOverloaded(ctx context.Context, cfg OverloadedConfig) (*OverloadedResult
 		return nil, fmt.Errorf("overloaded-replica: %w", err)
 	}
 	started, load := time.Now(), loadAvg()
-	var variants []OverloadedVariant
-	for _, v := range OverloadedVariants {
-		if slices.Contains(cfg.Variants, v.Name) {
-			variants = append(variants, v)
-		}
-	}
-	var prog *Progress
-	if cfg.Progress != nil {
-		prog = NewProgress(cfg.Progress, "overloaded-replica", 1+len(variants), 0)
-	}
+	variants := pickVariants(OverloadedVariants, cfg.Variants, func(v OverloadedVariant) string { return v.Name })
+	prog := newProgress(cfg.Progress, "overloaded-replica", 1+len(variants))
 	defer prog.Done()
 
 	prog.Printf("overloaded-replica: starting 3 stores")
@@ -221,11 +187,9 @@ func (cfg *OverloadedConfig) measure(ctx context.Context, lc *LocalCluster, admi
 	}
 	target := int64(cfg.Rate * cfg.RunDuration.Seconds())
 	prog.Step(v.Name, target, max(cfg.Warmup, 0)+cfg.RunDuration)
-	if cfg.Warmup > 0 {
-		prog.SetLabel(v.Name + " warm-up")
+	prog.warmUp(v.Name, cfg.Warmup, func() {
 		runOpenLoop(ctx, openLoopSpec{Rate: cfg.Rate, Duration: cfg.Warmup, Timeout: 10 * time.Second, Read: read})
-		prog.SetLabel(v.Name)
-	}
+	})
 	// The store turns slow as the measured run starts, so what p2c pays to
 	// learn it (each client on its own) is measured too.
 	if err := admin.Fault(ctx, cfg.SlowStore, client.Fault{Delay: cfg.Delay, Prob: cfg.Prob}); err != nil {
@@ -287,28 +251,21 @@ func (cfg *OverloadedConfig) write(res *OverloadedResult, started time.Time) err
 		return fmt.Errorf("overloaded-replica: %w", err)
 	}
 	if !cfg.NoPlots {
-		var names, labels, notes []string
+		var labels, notes []string
 		var hists []*hdrhistogram.Histogram
 		var p99 []float64
-		for _, v := range OverloadedVariants {
-			names = append(names, v.Name)
-		}
+		names := variantNames(OverloadedVariants, func(v OverloadedVariant) string { return v.Name })
 		for _, r := range res.Runs {
 			labels = append(labels, r.Variant.Name)
 			hists = append(hists, r.Latency)
 			p99 = append(p99, r.Row.P99Ms)
 			notes = append(notes, "p95 "+FormatFloat(derefOr(r.Row.P95Ms, 0), 1))
 		}
-		if f, err := percentilePlot(res.Dir, "percentiles.png", fmt.Sprintf("overloaded-replica: latency by percentile, %d clients", cfg.Clients), names, hists, labels); err != nil {
-			errs = append(errs, err)
-		} else if f != "" {
-			res.Plots = append(res.Plots, f)
-		}
-		if f, err := barPlot(res.Dir, "p99.png", fmt.Sprintf("overloaded-replica: p99 with store %d slow", cfg.SlowStore), "p99 latency (ms)", labels, p99, notes); err != nil {
-			errs = append(errs, err)
-		} else {
-			res.Plots = append(res.Plots, f)
-		}
+		var plots plotSet
+		plots.add(percentilePlot(res.Dir, "percentiles.png", fmt.Sprintf("overloaded-replica: latency by percentile, %d clients", cfg.Clients), names, hists, labels))
+		plots.add(barPlot(res.Dir, "p99.png", fmt.Sprintf("overloaded-replica: p99 with store %d slow", cfg.SlowStore), "p99 latency (ms)", labels, p99, notes))
+		res.Plots = plots.files
+		errs = append(errs, plots.errs...)
 	}
 	table := cfg.table(res)
 	if err := WriteResults(res.Dir, Results{Scenario: "overloaded-replica", Rows: res.Rows}, cfg.report(res, started, table)); err != nil {
@@ -318,23 +275,13 @@ func (cfg *OverloadedConfig) write(res *OverloadedResult, started time.Time) err
 	if _, r99 := overloadedRatio(res.Runs); r99 > 0 {
 		fmt.Fprintf(cfg.Out, "\np2c p99 / round-robin p99: %.3f (target ≤ 0.333)\n", r99)
 	}
-	fmt.Fprintf(cfg.Out, "\nwrote %s, %s", filepath.Join(res.Dir, "results.json"), filepath.Join(res.Dir, "report.md"))
-	if len(res.Plots) > 0 {
-		fmt.Fprintf(cfg.Out, " and %s", strings.Join(res.Plots, ", "))
-	}
-	fmt.Fprintln(cfg.Out)
+	printWritten(cfg.Out, res.Dir, res.Plots)
 	return errors.Join(errs...)
 }
 
 func (cfg *OverloadedConfig) report(res *OverloadedResult, started time.Time, table string) string {
 	var b strings.Builder
-	host, _ := os.Hostname()
-	b.WriteString("# overloaded-replica: one slow store, round-robin vs power of two choices\n\n")
-	fmt.Fprintf(&b, "Run %s on %s (%d CPUs, %s), in %v.\n\n", started.UTC().Format(time.RFC3339), host, runtime.NumCPU(),
-		runtime.Version(), time.Since(started).Round(time.Second))
-	if cfg.Command != "" {
-		fmt.Fprintf(&b, "```\n%s\n```\n\n", cfg.Command)
-	}
+	writeReportHeader(&b, "overloaded-replica: one slow store, round-robin vs power of two choices", started, cfg.Command)
 	b.WriteString(loadNote(res.LoadBefore))
 	fmt.Fprintf(&b, "- Three stores in this process on loopback ports (no simulated WAN), balancer paused, splits off: region %d holds all %d keys (%d-byte values), its leader on store 1.\n",
 		hedgeTailRegion, cfg.Keys, cfg.ValueSize)
@@ -347,12 +294,7 @@ func (cfg *OverloadedConfig) report(res *OverloadedResult, started time.Time, ta
 	fmt.Fprintf(&b, "- Each run: fresh clients, a %v warm-up without the fault (connections, region cache), then %v measured with it: what p2c pays to learn the slow store is in the figures.\n",
 		max(cfg.Warmup, 0), cfg.RunDuration)
 	b.WriteString("- The share of reads each store served is counted from every answer's `ReadInfo.StoreID`.\n")
-	b.WriteString("\nVariants:\n\n")
-	for _, v := range OverloadedVariants {
-		if slices.Contains(cfg.Variants, v.Name) {
-			fmt.Fprintf(&b, "- `%s`: %s.\n", v.Name, v.Doc)
-		}
-	}
+	writeVariantList(&b, "Variants:", OverloadedVariants, cfg.Variants, func(v OverloadedVariant) (string, string) { return v.Name, v.Doc })
 	b.WriteString("\n## Results\n\n")
 	b.WriteString(table)
 	if r95, r99 := overloadedRatio(res.Runs); r99 > 0 {
@@ -371,19 +313,11 @@ func (cfg *OverloadedConfig) report(res *OverloadedResult, started time.Time, ta
 	for _, r := range res.Runs {
 		lag = max(lag, r.MaxLag)
 		if r.FirstErr != "" {
-			notes = append(notes, fmt.Sprintf("%s: first error: `%s`", r.Variant.Name, strings.ReplaceAll(r.FirstErr, "`", "'")))
+			notes = append(notes, fmt.Sprintf("%s: first error: %s", r.Variant.Name, inlineCode(r.FirstErr)))
 		}
 	}
 	notes = append(notes, fmt.Sprintf("The sender fell at most %v behind its schedule in any run.", lag.Round(100*time.Microsecond)))
-	b.WriteString("\n## Notes\n\n")
-	for _, n := range notes {
-		fmt.Fprintf(&b, "- %s\n", n)
-	}
-	if len(res.Plots) > 0 {
-		b.WriteString("\n## Plots\n\n")
-		for _, p := range res.Plots {
-			fmt.Fprintf(&b, "![%s](%s)\n\n", p, p)
-		}
-	}
+	writeNotes(&b, notes)
+	writePlots(&b, res.Plots)
 	return b.String()
 }

@@ -139,15 +139,9 @@ func (cfg *PeerEtcdConfig) setDefaults() error {
 			return fmt.Errorf("peer-etcd: %w", err)
 		}
 	}
-	if cfg.Records <= 0 {
-		cfg.Records = map[bool]int64{false: 20000, true: 2000}[cfg.Quick]
-	}
-	if cfg.Ops <= 0 {
-		cfg.Ops = map[bool]int64{false: 50000, true: 4000}[cfg.Quick]
-	}
-	if cfg.Threads <= 0 {
-		cfg.Threads = map[bool]int{false: 32, true: 16}[cfg.Quick]
-	}
+	setDefault(&cfg.Records, quickOr[int64](cfg.Quick, 20000, 2000))
+	setDefault(&cfg.Ops, quickOr[int64](cfg.Quick, 50000, 4000))
+	setDefault(&cfg.Threads, quickOr(cfg.Quick, 32, 16))
 	if cfg.Quick && cfg.MaxDuration <= 0 {
 		cfg.MaxDuration = 5 * time.Second
 	}
@@ -159,15 +153,9 @@ func (cfg *PeerEtcdConfig) setDefaults() error {
 			return fmt.Errorf("peer-etcd: %w", err)
 		}
 	}
-	if len(cfg.Variants) == 0 {
-		for _, v := range PeerVariants {
-			cfg.Variants = append(cfg.Variants, v.Name)
-		}
-	}
-	for _, name := range cfg.Variants {
-		if !slices.ContainsFunc(PeerVariants, func(v PeerVariant) bool { return v.Name == name }) {
-			return fmt.Errorf("peer-etcd: unknown variant %q", name)
-		}
+	var err error
+	if cfg.Variants, err = chooseVariants(cfg.Variants, PeerVariants, func(v PeerVariant) string { return v.Name }); err != nil {
+		return fmt.Errorf("peer-etcd: %w", err)
 	}
 	switch cfg.EtcdBinding {
 	case "":
@@ -189,15 +177,7 @@ func (cfg *PeerEtcdConfig) setDefaults() error {
 			cfg.MaxStaleness = 10 * time.Second // as follower-read-dc's stale-local
 		}
 	}
-	if cfg.OutDir == "" {
-		cfg.OutDir = "results"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Out == nil {
-		cfg.Out = io.Discard
-	}
+	setOutputDefaults(&cfg.OutDir, &cfg.Logger, &cfg.Out)
 	return nil
 }
 
@@ -525,17 +505,7 @@ func (st *peerState) report(table, ratios string) string {
 	b.WriteString("\n## Per operation\n")
 	for _, r := range st.res.Runs {
 		fmt.Fprintf(&b, "\n### %s, workload %s\n\n", r.Variant.Name, r.Workload)
-		fmt.Fprintf(&b, "%v with %d threads", r.Phase.Elapsed.Round(time.Millisecond), r.Phase.Threads)
-		if r.Phase.Stopped {
-			b.WriteString(", stopped by the time limit")
-		}
-		b.WriteString(".\n\n")
-		b.WriteString(OpsTable(r.Phase.Ops))
-		for _, o := range r.Phase.Ops {
-			if o.FirstErr != "" {
-				fmt.Fprintf(&b, "\nFirst %s error: `%s`\n", o.Op, strings.ReplaceAll(o.FirstErr, "`", "'"))
-			}
-		}
+		writePhaseDetail(&b, r.Phase)
 	}
 	return b.String()
 }
@@ -559,26 +529,16 @@ func (cfg *PeerEtcdConfig) setWANDefaults() error {
 		"one for the leaders, one for the client and its local replica"); err != nil {
 		return err
 	}
-	if cfg.Records <= 0 {
-		cfg.Records = map[bool]int64{false: 20000, true: 2000}[cfg.Quick]
-	}
-	if cfg.Threads <= 0 {
-		cfg.Threads = 32
-	}
+	setDefault(&cfg.Records, quickOr[int64](cfg.Quick, 20000, 2000))
+	setDefault(&cfg.Threads, 32)
 	if len(cfg.ScanLengths) == 0 {
 		cfg.ScanLengths = []int{10, 100}
 	}
-	for _, l := range cfg.ScanLengths {
-		if l < 1 || l > ycsbdb.MaxScanLimit {
-			return fmt.Errorf("scan length %d out of 1..%d", l, ycsbdb.MaxScanLimit)
-		}
+	if err := checkScanLengths(cfg.ScanLengths); err != nil {
+		return err
 	}
-	if cfg.RunDuration <= 0 {
-		cfg.RunDuration = map[bool]time.Duration{false: 15 * time.Second, true: 3 * time.Second}[cfg.Quick]
-	}
-	if cfg.Warmup == 0 {
-		cfg.Warmup = map[bool]time.Duration{false: time.Second, true: 500 * time.Millisecond}[cfg.Quick]
-	}
+	setDefault(&cfg.RunDuration, quickOr(cfg.Quick, 15*time.Second, 3*time.Second))
+	setDefaultIfZero(&cfg.Warmup, quickOr(cfg.Quick, time.Second, 500*time.Millisecond))
 	cfg.Workloads = []string{"scan"}
 	return nil
 }
@@ -595,16 +555,13 @@ func firstStore(t *netsim.Topology, zone string) uint64 {
 
 // wanProgress is the progress bar of a topology run (nil: none).
 func (st *peerState) wanProgress(etcd, hk int) *Progress {
-	if st.cfg.Progress == nil {
-		return nil
-	}
 	steps := 0
 	for _, n := range []int{etcd, hk} {
 		if n > 0 {
 			steps += 1 + n*len(st.cfg.ScanLengths)
 		}
 	}
-	return NewProgress(st.cfg.Progress, "peer-etcd", steps, 0)
+	return newProgress(st.cfg.Progress, "peer-etcd", steps)
 }
 
 // runWAN runs the scenario behind cfg.Topology: etcd first, then hedgekv,
@@ -678,7 +635,7 @@ func (st *peerState) wanEtcd(ctx context.Context, binary string, variants []Peer
 	if err != nil {
 		return fmt.Errorf("peer-etcd: %w", err)
 	}
-	load, err := loadPeerRows(ctx, loader, cfg.Records, max(cfg.Threads, 64), prog, cfg.Logger)
+	load, err := loadRows(ctx, loader, cfg.Records, max(cfg.Threads, 64), prog, cfg.Logger)
 	_ = loader.Close()
 	if load != nil {
 		st.res.Loads[SystemEtcd] = load
@@ -709,26 +666,16 @@ func (st *peerState) wanEtcd(ctx context.Context, binary string, variants []Peer
 			attributed, unattributed))
 	}()
 
-	var errs []error
-	for _, l := range cfg.ScanLengths {
-		for i, v := range variants {
-			var before uint64
-			r, err := st.measureWAN(ctx, dbs[i], v, l, prog, func() { before = c.WANBytes() })
-			if r != nil {
-				r.WANBytes = c.WANBytes() - before
-				r.ServedBy = fmt.Sprintf("member m%d (%s), the client's only endpoint", local, cfg.ClientZone)
-				r.LeaderMoved = st.etcdLeaderCheck(ctx, c, leader)
-				st.addWANRun(r, prog)
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("peer-etcd: %s, scan %d: %w", v.Name, l, err))
-				if !errors.Is(err, ErrAllFailed) {
-					return errors.Join(errs...)
-				}
-			}
+	return st.eachWANRun(variants, prog, func(i, scan int) (*PeerRun, error) {
+		var before uint64
+		r, err := st.measureWAN(ctx, dbs[i], variants[i], scan, prog, func() { before = c.WANBytes() })
+		if r != nil {
+			r.WANBytes = c.WANBytes() - before
+			r.ServedBy = fmt.Sprintf("member m%d (%s), the client's only endpoint", local, cfg.ClientZone)
+			r.LeaderMoved = st.etcdLeaderCheck(ctx, c, leader)
 		}
-	}
-	return errors.Join(errs...)
+		return r, err
+	})
 }
 
 func etcdMembersText(c *EtcdCluster) string {
@@ -794,7 +741,7 @@ func (st *peerState) wanHedgeKV(ctx context.Context, variants []PeerVariant, pro
 	if err != nil {
 		return fmt.Errorf("peer-etcd: %w", err)
 	}
-	load, err := loadPeerRows(ctx, loader, cfg.Records, max(cfg.Threads, 64), prog, cfg.Logger)
+	load, err := loadRows(ctx, loader, cfg.Records, max(cfg.Threads, 64), prog, cfg.Logger)
 	_ = loader.Close()
 	if load != nil {
 		st.res.Loads[SystemHedgeKV] = load
@@ -807,21 +754,33 @@ func (st *peerState) wanHedgeKV(ctx context.Context, variants []PeerVariant, pro
 		"hedgekv-follower-stale reads with MaxStaleness %v",
 		hkStoresText(c), hotRegionID, c.leaderStore, cfg.LeaderZone, cfg.ClientZone, cfg.ClientZone, cfg.MaxStaleness))
 
+	return st.eachWANRun(variants, prog, func(i, scan int) (*PeerRun, error) {
+		var before clusterSnap
+		r, err := st.measureWAN(ctx, dbs[i], variants[i], scan, prog, func() { before = c.snap(ctx, "KV.Scan") })
+		if r != nil {
+			d := c.delta(before, c.snap(ctx, "KV.Scan"))
+			r.WANBytes, r.ServedBy = d.wanBytes, c.servedBy(d)
+			r.LeaderMoved = c.leaderCheck(ctx)
+			if p99, ok := d.serverMs(0.99); ok {
+				r.Phase.Row.ServerP99Ms = ptr(p99)
+			}
+			if p50, ok := d.serverMs(0.5); ok {
+				r.ServerP50Ms = p50
+			}
+		}
+		return r, err
+	})
+}
+
+// eachWANRun measures every variant at every scan length, in that order,
+// and records each run: a run whose operations all failed is kept and the
+// next goes on; any other error ends them.
+func (st *peerState) eachWANRun(variants []PeerVariant, prog *Progress, measure func(i, scan int) (*PeerRun, error)) error {
 	var errs []error
-	for _, l := range cfg.ScanLengths {
+	for _, l := range st.cfg.ScanLengths {
 		for i, v := range variants {
-			var before clusterSnap
-			r, err := st.measureWAN(ctx, dbs[i], v, l, prog, func() { before = c.snap(ctx, "KV.Scan") })
+			r, err := measure(i, l)
 			if r != nil {
-				d := c.delta(before, c.snap(ctx, "KV.Scan"))
-				r.WANBytes, r.ServedBy = d.wanBytes, c.servedBy(d)
-				r.LeaderMoved = c.leaderCheck(ctx)
-				if p99, ok := d.server.Quantile(0.99); ok && d.err == nil {
-					r.Phase.Row.ServerP99Ms = ptr(round(p99, 3))
-				}
-				if p50, ok := d.server.Quantile(0.5); ok && d.err == nil {
-					r.ServerP50Ms = round(p50, 3)
-				}
 				st.addWANRun(r, prog)
 			}
 			if err != nil {
@@ -843,23 +802,6 @@ func hkStoresText(c *wanCluster) string {
 	return strings.Join(parts, ", ")
 }
 
-// loadPeerRows inserts records ~1 KB rows through db with threads threads
-// (unmeasured: the client sits beside the leader).
-func loadPeerRows(ctx context.Context, db ycsb.DB, records int64, threads int, prog *Progress, logger *slog.Logger) (*PhaseResult, error) {
-	prog.Step(fmt.Sprintf("load %d rows", records), records, 0)
-	res, err := Run(ctx, Spec{
-		Instance: db, Workload: "scan", Records: records, Threads: threads, Load: true,
-		Properties: rowProps(), Variant: "load", ProgressInterval: -1, QuietWorkload: true, OnProgress: prog.Update, Logger: logger,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("load: %w", err)
-	}
-	if res.Load.Row.Failed > 0 {
-		return res.Load, fmt.Errorf("load: %d of %d inserts failed; first error: %s", res.Load.Row.Failed, records, res.Load.Total.FirstErr)
-	}
-	return res.Load, nil
-}
-
 // measureWAN runs one variant at one scan length: an unmeasured warm-up,
 // then mark (a snapshot of the system's counters), then the measured run.
 // The caller fills in what the counters say.
@@ -871,38 +813,18 @@ func (st *peerState) measureWAN(ctx context.Context, db ycsb.DB, v PeerVariant, 
 		Variant: v.Name, Param: strconv.Itoa(scanLen), ProgressInterval: -1, QuietWorkload: true, Logger: cfg.Logger,
 		AbortAfterFailures: -1,
 	}
-	ops := cfg.MaxOps
-	if ops <= 0 {
-		ops = 1 << 40
-	}
-	label := fmt.Sprintf("%s scan=%d", v.Name, scanLen)
-	prog.Step(label, cfg.MaxOps, max(cfg.Warmup, 0)+cfg.RunDuration)
-	if cfg.Warmup > 0 {
-		prog.SetLabel(label + " warm-up")
-		w := spec
-		w.Ops, w.MaxDuration = max(int64(cfg.Threads), ops/10), cfg.Warmup
-		if _, err := Run(ctx, w); err != nil && ctx.Err() != nil {
-			return nil, err
-		}
-		prog.SetLabel(label)
-	}
-	spec.Ops, spec.MaxDuration = ops, cfg.RunDuration
-	spec.OnProgress = prog.Update
-	mark()
-	r, err := Run(ctx, spec)
-	if r == nil || r.Run == nil {
+	phase, err := runTimed(ctx, spec, fmt.Sprintf("%s scan=%d", v.Name, scanLen), cfg.MaxOps, cfg.Warmup, cfg.RunDuration, prog, mark)
+	if phase == nil {
 		return nil, err
 	}
-	return &PeerRun{Variant: v, Workload: "scan", Phase: r.Run, ScanLength: scanLen}, err
+	return &PeerRun{Variant: v, Workload: "scan", Phase: phase, ScanLength: scanLen}, err
 }
 
 // addWANRun records a run: its row gets the WAN bytes per successful read
 // and where the reads were served.
 func (st *peerState) addWANRun(r *PeerRun, prog *Progress) {
 	row := &r.Phase.Row
-	if ok := row.Ops - row.Failed; ok > 0 {
-		row.WANBytesPerOp = ptr(round(float64(r.WANBytes)/float64(ok), 0))
-	}
+	setWANBytesPerOp(row, r.WANBytes)
 	row.ServedBy = r.ServedBy
 	st.res.Runs = append(st.res.Runs, *r)
 	st.res.Rows = append(st.res.Rows, *row)
@@ -995,10 +917,7 @@ func (st *peerState) writeWAN() error {
 	var errs []error
 	var plots []string
 	if !cfg.NoPlots {
-		var names []string
-		for _, v := range PeerVariants {
-			names = append(names, v.Name)
-		}
+		names := variantNames(PeerVariants, func(v PeerVariant) string { return v.Name })
 		for _, l := range cfg.ScanLengths {
 			var hists []*hdrhistogram.Histogram
 			var labels []string
@@ -1035,13 +954,7 @@ func (st *peerState) writeWAN() error {
 func (st *peerState) wanReport(table, ratios string, plots []string) string {
 	cfg := st.cfg
 	var b strings.Builder
-	host, _ := os.Hostname()
-	b.WriteString("# peer-etcd across the simulated WAN: hedgekv and etcd, scans from a client away from the leader\n\n")
-	fmt.Fprintf(&b, "Run %s on %s (%d CPUs, %s), in %v.\n\n", st.started.UTC().Format(time.RFC3339), host, runtime.NumCPU(),
-		runtime.Version(), time.Since(st.started).Round(time.Second))
-	if cfg.Command != "" {
-		fmt.Fprintf(&b, "```\n%s\n```\n\n", cfg.Command)
-	}
+	writeReportHeader(&b, "peer-etcd across the simulated WAN: hedgekv and etcd, scans from a client away from the leader", st.started, cfg.Command)
 	fmt.Fprintf(&b, "- WAN (`%s`): %s. Both systems run behind it, one after the other, never at the same time; servers, proxies and the client share this machine's CPUs.\n",
 		cfg.TopologyName, describeTopology(cfg.Topology))
 	fmt.Fprintf(&b, "- Each system's leader is in %s; the client sits in %s. %d rows of %d fields × %d bytes (~1 KB, the same encoding in both unless the binding is go-ycsb's), loaded by a client beside the leader; ",
@@ -1093,16 +1006,11 @@ func (st *peerState) wanReport(table, ratios string, plots []string) string {
 	for _, r := range st.res.Runs {
 		for _, o := range r.Phase.Ops {
 			if o.FirstErr != "" {
-				fmt.Fprintf(&b, "\nFirst %s error of %s at scan %d: `%s`\n", o.Op, r.Variant.Name, r.ScanLength, strings.ReplaceAll(o.FirstErr, "`", "'"))
+				fmt.Fprintf(&b, "\nFirst %s error of %s at scan %d: %s\n", o.Op, r.Variant.Name, r.ScanLength, inlineCode(o.FirstErr))
 			}
 		}
 	}
-	if len(plots) > 0 {
-		b.WriteString("\n## Plots\n\n")
-		for _, p := range plots {
-			fmt.Fprintf(&b, "![%s](%s)\n\n", p, p)
-		}
-	}
+	writePlots(&b, plots)
 	return b.String()
 }
 

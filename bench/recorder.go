@@ -249,6 +249,19 @@ func opStats(name string, o *opRec, elapsed time.Duration) OpStats {
 
 func microsToMs(us int64) float64 { return round(float64(us)/1000, 3) }
 
+// quantileMs is h's q-th percentile (h in µs) in ms, 0 for an empty h.
+func quantileMs(h *hdrhistogram.Histogram, q float64) float64 {
+	if h.TotalCount() == 0 {
+		return 0
+	}
+	return microsToMs(h.ValueAtQuantile(q))
+}
+
+// recordLatency records d in h (µs), clamped to what h holds.
+func recordLatency(h *hdrhistogram.Histogram, d time.Duration) {
+	_ = h.RecordValue(min(max(d.Microseconds(), 1), histMaxMicros))
+}
+
 func round(v float64, digits int) float64 {
 	p := math.Pow10(digits)
 	return math.Round(v*p) / p

@@ -7,9 +7,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 )
 
 // Row is one line of a scenario's results.json (docs/BENCHMARKS.md).
@@ -72,6 +74,19 @@ func RowFromStats(variant, param string, total OpStats) Row {
 		P9999Ms: total.P9999Ms,
 		Failed:  total.Failed,
 	}
+}
+
+// latencyRow is the results row of a run of ok successful operations,
+// whose latencies (µs) h holds, and failed others, in elapsed.
+func latencyRow(variant, param string, h *hdrhistogram.Histogram, ok, failed int64, elapsed time.Duration) Row {
+	row := Row{
+		Variant: variant, Param: param, Ops: ok + failed, Failed: failed,
+		P50Ms: quantileMs(h, 50), P99Ms: quantileMs(h, 99), P999Ms: quantileMs(h, 99.9), P9999Ms: quantileMs(h, 99.99),
+	}
+	if secs := elapsed.Seconds(); secs > 0 {
+		row.QPS = round(float64(ok)/secs, 1)
+	}
+	return row
 }
 
 // ReadResults reads a results.json; a missing file is not an error and
@@ -206,22 +221,4 @@ func OpsTable(ops []OpStats) string {
 // FormatFloat formats v with the given number of decimals.
 func FormatFloat(v float64, decimals int) string {
 	return strconv.FormatFloat(v, 'f', decimals, 64)
-}
-
-// chooseVariants returns the variants a scenario runs: those named, each
-// checked against all, or every one of all when none is named.
-func chooseVariants[V any](named []string, all []V, name func(V) string) ([]string, error) {
-	if len(named) == 0 {
-		out := make([]string, len(all))
-		for i, v := range all {
-			out[i] = name(v)
-		}
-		return out, nil
-	}
-	for _, n := range named {
-		if !slices.ContainsFunc(all, func(v V) bool { return name(v) == n }) {
-			return nil, fmt.Errorf("unknown variant %q", n)
-		}
-	}
-	return named, nil
 }

@@ -272,17 +272,7 @@ func ycsbReport(cfg YCSBScenario, started time.Time, load *PhaseResult, records 
 	b.WriteString(RowsTable(rows))
 	for _, r := range records {
 		fmt.Fprintf(&b, "\n### %s, workload %s\n\n", r.variant, r.phase.Row.Param)
-		fmt.Fprintf(&b, "%v with %d threads", r.phase.Elapsed.Round(time.Millisecond), r.phase.Threads)
-		if r.phase.Stopped {
-			b.WriteString(", stopped by the time limit")
-		}
-		b.WriteString(".\n\n")
-		b.WriteString(OpsTable(r.phase.Ops))
-		for _, o := range r.phase.Ops {
-			if o.FirstErr != "" {
-				fmt.Fprintf(&b, "\nFirst %s error: `%s`\n", o.Op, strings.ReplaceAll(o.FirstErr, "`", "'"))
-			}
-		}
+		writePhaseDetail(&b, r.phase)
 		fmt.Fprintf(&b, "\n<details><summary>go-ycsb summary</summary>\n\n```\n%s```\n\n</details>\n", r.phase.Summary)
 	}
 	b.WriteString("\n## Every row in results.json\n\n")

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pingcap/go-ycsb/pkg/ycsb"
 
 	"github.com/hedgekv/hedgekv/bench/netsim"
 	"github.com/hedgekv/hedgekv/bench/ycsbdb"
@@ -156,15 +157,19 @@ type runDelta struct {
 }
 
 func (c *wanCluster) delta(before, after clusterSnap) runDelta {
-	d := runDelta{
-		wanBytes: after.wan - before.wan,
-		server:   after.hist.Sub(before.hist),
-		reads:    map[uint64]uint64{},
-		byMode:   map[uint64]map[string]uint64{},
-		err:      after.err,
-	}
-	for id, a := range after.stats {
-		modes := readsByMode(before.stats[id], a)
+	d := statsDelta(before.stats, after.stats)
+	d.wanBytes = after.wan - before.wan
+	d.server = after.hist.Sub(before.hist)
+	d.err = after.err
+	return d
+}
+
+// statsDelta is what every store's read counters rose by, as a runDelta
+// (for servedBy).
+func statsDelta(before, after map[uint64]raftstore.Stats) runDelta {
+	d := runDelta{reads: map[uint64]uint64{}, byMode: map[uint64]map[string]uint64{}}
+	for id, a := range after {
+		modes := readsByMode(before[id], a)
 		var n uint64
 		for _, v := range modes {
 			n += v
@@ -172,6 +177,32 @@ func (c *wanCluster) delta(before, after clusterSnap) runDelta {
 		d.reads[id], d.byMode[id] = n, modes
 	}
 	return d
+}
+
+// serverMs is the stores' own q-quantile latency over the run, in ms
+// rounded to µs (false: not known, the scrape failed).
+func (d runDelta) serverMs(q float64) (float64, bool) {
+	ms, ok := d.server.Quantile(q)
+	return round(ms, 3), ok && d.err == nil
+}
+
+// annotate fills in a measured run's row from what the cluster counted
+// around it: the stores' p99, the WAN bytes per successful operation, and
+// where the reads were served.
+func (d runDelta) annotate(row *Row, servedBy string) {
+	if p99, ok := d.serverMs(0.99); ok {
+		row.ServerP99Ms = ptr(p99)
+	}
+	setWANBytesPerOp(row, d.wanBytes)
+	row.ServedBy = servedBy
+}
+
+// setWANBytesPerOp sets row's WAN bytes per successful operation (none
+// without one).
+func setWANBytesPerOp(row *Row, wanBytes uint64) {
+	if ok := row.Ops - row.Failed; ok > 0 {
+		row.WANBytesPerOp = ptr(round(float64(wanBytes)/float64(ok), 0))
+	}
 }
 
 // readModes are the ways a store serves a read, as its counters
@@ -251,17 +282,9 @@ func describeTopology(t *netsim.Topology) string {
 	return s
 }
 
-// discardIfNil returns w, or io.Discard for nil.
-func discardIfNil(w io.Writer) io.Writer {
-	if w == nil {
-		return io.Discard
-	}
-	return w
-}
-
 // loadRows inserts records ~1 KB rows through db (a client beside the
 // leader: the load is not what is measured), with threads threads.
-func loadRows(ctx context.Context, db *ycsbdb.DB, records int64, threads int, prog *Progress, logger *slog.Logger) (*PhaseResult, error) {
+func loadRows(ctx context.Context, db ycsb.DB, records int64, threads int, prog *Progress, logger *slog.Logger) (*PhaseResult, error) {
 	prog.Step(fmt.Sprintf("load %d rows", records), records, 0)
 	res, err := Run(ctx, Spec{
 		Instance: db, Workload: "scan", Records: records, Threads: threads, Load: true,
@@ -274,6 +297,17 @@ func loadRows(ctx context.Context, db *ycsbdb.DB, records int64, threads int, pr
 		return res.Load, fmt.Errorf("load: %d of %d inserts failed; first error: %s", res.Load.Row.Failed, records, res.Load.Total.FirstErr)
 	}
 	return res.Load, nil
+}
+
+// checkScanLengths checks the scan lengths of a WAN scenario: from 1 to
+// ycsbdb.MaxScanLimit keys.
+func checkScanLengths(lengths []int) error {
+	for _, l := range lengths {
+		if l < 1 || l > ycsbdb.MaxScanLimit {
+			return fmt.Errorf("scan length %d out of 1..%d", l, ycsbdb.MaxScanLimit)
+		}
+	}
+	return nil
 }
 
 // pickZones checks a scenario's leader and client zones against topo,
