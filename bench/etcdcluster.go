@@ -112,15 +112,7 @@ type etcdMember struct {
 // process before the member started) makes it start over on new ports, up
 // to three times, when the data directory is its own.
 func StartEtcdCluster(ctx context.Context, cfg EtcdClusterConfig) (*EtcdCluster, error) {
-	for attempt := 1; ; attempt++ {
-		c, err := startEtcdCluster(ctx, cfg)
-		if err == nil || cfg.Dir != "" || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
-			return c, err
-		}
-		if cfg.Logger != nil {
-			cfg.Logger.Info("etcd cluster: a port was taken; starting again on new ports", "err", err)
-		}
-	}
+	return startRetryingPorts("etcd cluster", cfg.Dir == "", cfg.Logger, func() (*EtcdCluster, error) { return startEtcdCluster(ctx, cfg) })
 }
 
 func startEtcdCluster(ctx context.Context, cfg EtcdClusterConfig) (_ *EtcdCluster, err error) {
@@ -406,6 +398,22 @@ func (c *EtcdCluster) Stop() {
 	if c.ownDir && c.dir != "" {
 		_ = os.RemoveAll(c.dir)
 		c.dir = ""
+	}
+}
+
+// startRetryingPorts returns what start returns, calling it again (up to
+// three times in all) while it fails because a port it picked was taken
+// before its process bound it, when ownDir says the data directory is the
+// cluster's own (a fresh one each time). what names the cluster in the log.
+func startRetryingPorts[C any](what string, ownDir bool, logger *slog.Logger, start func() (C, error)) (C, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := start()
+		if err == nil || !ownDir || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return c, err
+		}
+		if logger != nil {
+			logger.Info(what+": a port was taken; starting again on new ports", "err", err)
+		}
 	}
 }
 

@@ -96,15 +96,7 @@ func (r *procRun) running() bool {
 // when picked, bound by someone else before the store started) makes it
 // start over on new ports, up to three times, when the directory is its own.
 func StartProcCluster(ctx context.Context, cfg ProcClusterConfig) (*ProcCluster, error) {
-	for attempt := 1; ; attempt++ {
-		c, err := startProcCluster(ctx, cfg)
-		if err == nil || cfg.Dir != "" || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
-			return c, err
-		}
-		if cfg.Logger != nil {
-			cfg.Logger.Info("process cluster: a port was taken; starting again on new ports", "err", err)
-		}
-	}
+	return startRetryingPorts("process cluster", cfg.Dir == "", cfg.Logger, func() (*ProcCluster, error) { return startProcCluster(ctx, cfg) })
 }
 
 func startProcCluster(ctx context.Context, cfg ProcClusterConfig) (_ *ProcCluster, err error) {
