@@ -101,6 +101,34 @@ func newBenchEnv(cmd *cobra.Command) (*benchEnv, error) {
 	return env, nil
 }
 
+// benchRunE is the RunE of a scenario: run gets the environment taken from
+// the root command, cancelled when run returns.
+func benchRunE(run func(cmd *cobra.Command, env *benchEnv) error) func(*cobra.Command, []string) error {
+	return runE(func(cmd *cobra.Command, _ []string) error {
+		env, err := newBenchEnv(cmd)
+		if err != nil {
+			return err
+		}
+		defer env.cancel()
+		return run(cmd, env)
+	})
+}
+
+// scenarioFlags are the flags of every scenario that starts a cluster of
+// its own and draws plots: --quick, --out and --no-plots.
+type scenarioFlags struct {
+	quick, noPlots bool
+	out            string
+}
+
+// register adds the flags to f; scenario names the results directory,
+// quickHelp says what --quick runs.
+func (s *scenarioFlags) register(f *pflag.FlagSet, scenario, quickHelp string) {
+	f.BoolVar(&s.quick, "quick", false, quickHelp)
+	f.StringVar(&s.out, "out", "results", "results directory (writes OUT/"+scenario+"/)")
+	f.BoolVar(&s.noPlots, "no-plots", false, "write no PNG plots")
+}
+
 func splitList(s string) []string { return ycsbdb.SplitList(s) }
 
 func parseProps(kvs []string) (map[string]string, error) {
@@ -140,12 +168,7 @@ Workloads: a (50% read, 50% update), b (95/5), c (read only), d (read latest,
 5% insert), e (95% scan, 5% insert), f (read-modify-write), scan (100% scans,
 --max-scan-length, default 100; --scan-insert for 95% scans + 5% inserts).`,
 		Args: exactArgs(),
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			env, err := newBenchEnv(cmd)
-			if err != nil {
-				return err
-			}
-			defer env.cancel()
+		RunE: benchRunE(func(cmd *cobra.Command, env *benchEnv) error {
 			flags := cmd.Flags()
 			if quick {
 				if !flags.Changed("records") {
@@ -254,12 +277,7 @@ scans of --scan-lengths ~1 KB rows for --duration each: etcd's local member
 (linearizable and serializable) against hedgekv's remote leader, local
 follower and bounded-staleness local follower; it also writes latency CDFs.`,
 		Args: exactArgs(),
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			env, err := newBenchEnv(cmd)
-			if err != nil {
-				return err
-			}
-			defer env.cancel()
+		RunE: benchRunE(func(cmd *cobra.Command, env *benchEnv) error {
 			cfg := bench.PeerEtcdConfig{
 				Quick: quick, Records: records, Ops: ops, Threads: threads,
 				Workloads: splitList(workloads), Variants: splitList(variants),
@@ -306,7 +324,7 @@ follower and bounded-staleness local follower; it also writes latency CDFs.`,
 					return usageError{err}
 				}
 			}
-			_, err = bench.RunPeerEtcd(env.ctx, cfg)
+			_, err := bench.RunPeerEtcd(env.ctx, cfg)
 			return err
 		}),
 	}
@@ -384,11 +402,11 @@ func parseInts(s string) ([]int, error) {
 
 func newBenchFollowerReadDCCmd() *cobra.Command {
 	var (
-		out, scanLengths, topology, variants, leaderZone, clientZone string
-		records                                                      int64
-		threads                                                      int
-		quick, noPlots                                               bool
-		duration, warmup, maxStale                                   time.Duration
+		scanLengths, topology, variants, leaderZone, clientZone string
+		records                                                 int64
+		threads                                                 int
+		duration, warmup, maxStale                              time.Duration
+		sf                                                      scenarioFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "follower-read-dc [--quick] [--out results] [--threads 32] [--records N] [--scan-lengths 10,100,...] [--topology FILE|default]",
@@ -405,12 +423,7 @@ no round trip). Writes OUT/follower-read-dc/{results.json,report.md,*.png} with
 TiDB's published figures beside ours. --quick runs scans of 10 and 100 keys on
 2,000 rows in under a minute; the full run takes about nine.`,
 		Args: exactArgs(),
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			env, err := newBenchEnv(cmd)
-			if err != nil {
-				return err
-			}
-			defer env.cancel()
+		RunE: benchRunE(func(cmd *cobra.Command, env *benchEnv) error {
 			topo, name, err := loadTopology(topology)
 			if err != nil {
 				return err
@@ -423,9 +436,9 @@ TiDB's published figures beside ours. --quick runs scans of 10 and 100 keys on
 				return usagef("--records and --threads must not be negative")
 			}
 			cfg := bench.FollowerReadDCConfig{
-				Quick: quick, Topology: topo, TopologyName: name, LeaderZone: leaderZone, ClientZone: clientZone,
+				Quick: sf.quick, Topology: topo, TopologyName: name, LeaderZone: leaderZone, ClientZone: clientZone,
 				Records: records, Threads: threads, ScanLengths: lengths, Variants: splitList(variants),
-				RunDuration: duration, Warmup: warmup, MaxStaleness: maxStale, OutDir: out, NoPlots: noPlots,
+				RunDuration: duration, Warmup: warmup, MaxStaleness: maxStale, OutDir: sf.out, NoPlots: sf.noPlots,
 				Command: commandLine(cmd), Progress: cmd.ErrOrStderr(), Logger: wanLogger(cmd), Out: cmd.OutOrStdout(),
 			}
 			_, err = bench.RunFollowerReadDC(env.ctx, cfg)
@@ -433,8 +446,7 @@ TiDB's published figures beside ours. --quick runs scans of 10 and 100 keys on
 		}),
 	}
 	f := cmd.Flags()
-	f.BoolVar(&quick, "quick", false, "under a minute: scan lengths 10,100, 2000 rows, 3s runs (explicit flags win)")
-	f.StringVar(&out, "out", "results", "results directory (writes OUT/follower-read-dc/)")
+	sf.register(f, "follower-read-dc", "under a minute: scan lengths 10,100, 2000 rows, 3s runs (explicit flags win)")
 	f.IntVar(&threads, "threads", 32, "client threads")
 	f.Int64Var(&records, "records", 0, "rows to load (default 20000; --quick 2000)")
 	f.StringVar(&scanLengths, "scan-lengths", "", "comma list of keys per scan (default 10,100,200,500,1000,1500; --quick 10,100)")
@@ -445,18 +457,17 @@ TiDB's published figures beside ours. --quick runs scans of 10 and 100 keys on
 	f.DurationVar(&duration, "duration", 0, "length of each measured run (default 15s; --quick 3s)")
 	f.DurationVar(&warmup, "warmup", 0, "unmeasured warm-up before each run (default 1s; --quick 500ms; negative: none)")
 	f.DurationVar(&maxStale, "max-staleness", 10*time.Second, "staleness bound of stale-local")
-	f.BoolVar(&noPlots, "no-plots", false, "write no PNG plots")
 	return cmd
 }
 
 func newBenchHotRegionCmd() *cobra.Command {
 	var (
-		out, topology, variants, leaderZone string
-		records                             int64
-		threads, scanLength                 int
-		linkMbit                            float64
-		quick, noPlots                      bool
-		duration, warmup                    time.Duration
+		topology, variants, leaderZone string
+		records                        int64
+		threads, scanLength            int
+		linkMbit                       float64
+		duration, warmup               time.Duration
+		sf                             scenarioFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "hot-region [--quick] [--out results] [--threads-per-zone 16] [--link-mbit 40] [--topology FILE]",
@@ -469,22 +480,18 @@ leader-only, follower and mixed reads (all linearizable). Reports reads/s per
 variant and the ratio to leader-only (TiDB: follower read "roughly doubles" it)
 in OUT/hot-region/{results.json,report.md,*.png}.`,
 		Args: exactArgs(),
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			env, err := newBenchEnv(cmd)
-			if err != nil {
-				return err
-			}
-			defer env.cancel()
+		RunE: benchRunE(func(cmd *cobra.Command, env *benchEnv) error {
 			cfg := bench.HotRegionConfig{
-				Quick: quick, LinkMbit: linkMbit, LeaderZone: leaderZone, Records: records, ThreadsPerZone: threads,
+				Quick: sf.quick, LinkMbit: linkMbit, LeaderZone: leaderZone, Records: records, ThreadsPerZone: threads,
 				ScanLength: scanLength, Variants: splitList(variants), RunDuration: duration, Warmup: warmup,
-				OutDir: out, NoPlots: noPlots, Command: commandLine(cmd), Progress: cmd.ErrOrStderr(),
+				OutDir: sf.out, NoPlots: sf.noPlots, Command: commandLine(cmd), Progress: cmd.ErrOrStderr(),
 				Logger: wanLogger(cmd), Out: cmd.OutOrStdout(),
 			}
 			if topology != "" {
 				if cmd.Flags().Changed("link-mbit") {
 					return usagef("--link-mbit applies to the built-in topology only, not with --topology")
 				}
+				var err error
 				if cfg.Topology, cfg.TopologyName, err = loadTopology(topology); err != nil {
 					return err
 				}
@@ -492,13 +499,12 @@ in OUT/hot-region/{results.json,report.md,*.png}.`,
 			if records < 0 || threads < 0 || scanLength < 0 || linkMbit < 0 {
 				return usagef("--records, --threads-per-zone, --scan-length and --link-mbit must not be negative")
 			}
-			_, err = bench.RunHotRegion(env.ctx, cfg)
+			_, err := bench.RunHotRegion(env.ctx, cfg)
 			return err
 		}),
 	}
 	f := cmd.Flags()
-	f.BoolVar(&quick, "quick", false, "under a minute: 2000 rows, 4s runs (explicit flags win)")
-	f.StringVar(&out, "out", "results", "results directory (writes OUT/hot-region/)")
+	sf.register(f, "hot-region", "under a minute: 2000 rows, 4s runs (explicit flags win)")
 	f.IntVar(&threads, "threads-per-zone", 16, "client threads in each zone")
 	f.Int64Var(&records, "records", 0, "rows to load (default 10000; --quick 2000)")
 	f.IntVar(&scanLength, "scan-length", 100, "rows per read (a scan)")
@@ -508,7 +514,6 @@ in OUT/hot-region/{results.json,report.md,*.png}.`,
 	variantsFlag(f, &variants, bench.HotVariants, func(v bench.HotVariant) string { return v.Name })
 	f.DurationVar(&duration, "duration", 0, "length of each measured run (default 15s; --quick 4s)")
 	f.DurationVar(&warmup, "warmup", 0, "unmeasured warm-up before each run (default 1s; --quick 500ms; negative: none)")
-	f.BoolVar(&noPlots, "no-plots", false, "write no PNG plots")
 	return cmd
 }
 

@@ -10,11 +10,12 @@ import (
 
 func newBenchFollowerLeaseCmd() *cobra.Command {
 	var (
-		out, variants, topology string
-		records                 int64
-		threads, writers, keys  int
-		quick, noPlots, noWAN   bool
-		duration, warmup, step  time.Duration
+		variants, topology     string
+		records                int64
+		threads, writers, keys int
+		noWAN                  bool
+		duration, warmup, step time.Duration
+		sf                     scenarioFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "follower-lease [--quick] [--out results] [--threads 32] [--writers 16] [--topology FILE|default] [--no-wan]",
@@ -39,36 +40,31 @@ measure, each pair side by side in one run:
 Writes OUT/follower-lease/{results.json,report.md,*.png}. --quick runs 2 s per
 run on 1,000 records in under a minute; the full run takes about three.`,
 		Args: exactArgs(),
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			env, err := newBenchEnv(cmd)
-			if err != nil {
-				return err
-			}
-			defer env.cancel()
+		RunE: benchRunE(func(cmd *cobra.Command, env *benchEnv) error {
 			if records < 0 || threads < 0 || writers < 0 || keys < 0 {
 				return usagef("--records, --threads, --writers and --keys must not be negative")
 			}
 			cfg := bench.FollowerLeaseConfig{
-				Quick: quick, Variants: splitList(variants), Records: records, Threads: threads,
+				Quick: sf.quick, Variants: splitList(variants), Records: records, Threads: threads,
 				WriteThreads: writers, WriteKeys: keys, RunDuration: duration, Warmup: warmup, Step: step,
-				NoWAN: noWAN, OutDir: out, NoPlots: noPlots, Command: commandLine(cmd),
+				NoWAN: noWAN, OutDir: sf.out, NoPlots: sf.noPlots, Command: commandLine(cmd),
 				Progress: cmd.ErrOrStderr(), Logger: wanLogger(cmd), Out: cmd.OutOrStdout(),
 			}
 			if topology != "" {
 				if noWAN {
 					return usagef("--topology and --no-wan contradict each other")
 				}
+				var err error
 				if cfg.Topology, cfg.TopologyName, err = loadTopology(topology); err != nil {
 					return err
 				}
 			}
-			_, err = bench.RunFollowerLease(env.ctx, cfg)
+			_, err := bench.RunFollowerLease(env.ctx, cfg)
 			return err
 		}),
 	}
 	f := cmd.Flags()
-	f.BoolVar(&quick, "quick", false, "under a minute: 1000 records, 2s runs, 300ms warm-ups (explicit flags win)")
-	f.StringVar(&out, "out", "results", "results directory (writes OUT/follower-lease/)")
+	sf.register(f, "follower-lease", "under a minute: 1000 records, 2s runs, 300ms warm-ups (explicit flags win)")
 	variantsFlag(f, &variants, bench.FollowerLeaseVariants, func(v bench.FollowerLeaseVariant) string { return v.Name })
 	f.Int64Var(&records, "records", 0, "workload C records (default 10000; --quick 1000)")
 	f.IntVar(&threads, "threads", 0, "workload C client threads (default 32)")
@@ -79,6 +75,5 @@ run on 1,000 records in under a minute; the full run takes about three.`,
 	f.DurationVar(&duration, "duration", 0, "length of each measured run (default 10s; --quick 2s)")
 	f.DurationVar(&warmup, "warmup", 0, "unmeasured warm-up before each run (default 1s; --quick 300ms; negative: none)")
 	f.DurationVar(&step, "step", 0, "timeline step of the kill rows (default 50ms)")
-	f.BoolVar(&noPlots, "no-plots", false, "write no PNG plots")
 	return cmd
 }

@@ -11,11 +11,11 @@ import (
 
 func newBenchHedgeTailCmd() *cobra.Command {
 	var (
-		out, variants, faults             string
+		variants, faults                  string
 		keys, pauses                      int
 		rate, budget                      float64
-		quick, noPlots                    bool
 		duration, warmup, pause, maxStale time.Duration
+		sf                                scenarioFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "hedge-tail [--quick] [--out results] [--rate 2000] [--pause 150ms --pauses 1] [--duration 25s]",
@@ -35,30 +35,24 @@ extra-request ratio and hedges won per variant, beside Pegasus's, Bailis's and
 Dean's figures, in OUT/hedge-tail/{results.json,report.md,*.png}. --quick runs
 3s per variant, in well under a minute.`,
 		Args: exactArgs(),
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			env, err := newBenchEnv(cmd)
-			if err != nil {
-				return err
-			}
-			defer env.cancel()
+		RunE: benchRunE(func(cmd *cobra.Command, env *benchEnv) error {
 			if keys < 0 || pauses < 0 || rate < 0 {
 				return usagef("--keys, --pauses and --rate must not be negative")
 			}
 			if budget < 0 || budget > 1 {
 				return usagef("--hedge-budget must be in (0, 1]")
 			}
-			_, err = bench.RunHedgeTail(env.ctx, bench.HedgeTailConfig{
-				Quick: quick, Variants: splitList(variants), Faults: splitList(faults), Keys: keys, Rate: rate,
+			_, err := bench.RunHedgeTail(env.ctx, bench.HedgeTailConfig{
+				Quick: sf.quick, Variants: splitList(variants), Faults: splitList(faults), Keys: keys, Rate: rate,
 				RunDuration: duration, Warmup: warmup, PauseLen: pause, Pauses: pauses, HedgeBudget: budget,
-				MaxStaleness: maxStale, OutDir: out, NoPlots: noPlots, Command: commandLine(cmd),
+				MaxStaleness: maxStale, OutDir: sf.out, NoPlots: sf.noPlots, Command: commandLine(cmd),
 				Progress: cmd.ErrOrStderr(), Logger: wanLogger(cmd), Out: cmd.OutOrStdout(),
 			})
 			return err
 		}),
 	}
 	f := cmd.Flags()
-	f.BoolVar(&quick, "quick", false, "well under a minute: 3s runs, 1s warm-ups (explicit flags win)")
-	f.StringVar(&out, "out", "results", "results directory (writes OUT/hedge-tail/)")
+	sf.register(f, "hedge-tail", "well under a minute: 3s runs, 1s warm-ups (explicit flags win)")
 	variantsFlag(f, &variants, bench.HedgeTailVariants, func(v bench.HedgeTailVariant) string { return v.Name })
 	f.StringVar(&faults, "faults", "", "comma list of faults (default both: "+strings.Join(bench.HedgeTailFaults, ",")+")")
 	f.IntVar(&keys, "keys", 0, "keys to load and read (default 1000)")
@@ -69,6 +63,5 @@ Dean's figures, in OUT/hedge-tail/{results.json,report.md,*.png}. --quick runs
 	f.IntVar(&pauses, "pauses", 0, "pauses per run, evenly spaced (default 1)")
 	f.Float64Var(&budget, "hedge-budget", 0, "HedgeBudget of the hedging sessions, in (0,1] (default 1: no cap)")
 	f.DurationVar(&maxStale, "max-staleness", 0, "staleness bound of stall-stale's session (default 10s)")
-	f.BoolVar(&noPlots, "no-plots", false, "write no PNG plots")
 	return cmd
 }

@@ -15,13 +15,13 @@ import (
 // protection graph, with three real server processes and a real kill -9.
 func newBenchNodeKillCmd() *cobra.Command {
 	var (
-		bin, variants, hedge, out, dir        string
+		bin, variants, hedge, dir             string
 		records                               int64
 		threads                               int
-		quick, noPlots                        bool
 		warmup, killAfter, afterKill, timeout time.Duration
 		maxStale, tick                        time.Duration
 		budget                                float64
+		sf                                    scenarioFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "node-kill [--quick] [--out results] [--threads 16] [--kill-after 5s --after-kill 10s] [--op-timeout 1s]",
@@ -38,12 +38,7 @@ that lets a hedge or retry read a follower without a leader). Writes
 OUT/node-kill/{results.json,report.md,*.png}. Every process started is stopped
 at the end, on an error and on ctrl-C too.`,
 		Args: exactArgs(),
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			env, err := newBenchEnv(cmd)
-			if err != nil {
-				return err
-			}
-			defer env.cancel()
+		RunE: benchRunE(func(cmd *cobra.Command, env *benchEnv) error {
 			if env.endpointsSet {
 				return usagef("--endpoints does not apply: node-kill starts and kills stores of its own")
 			}
@@ -63,10 +58,10 @@ at the end, on an error and on ctrl-C too.`,
 				}
 			}
 			cfg := bench.NodeKillConfig{
-				Binary: bin, Quick: quick, Records: records, Threads: threads, Variants: splitList(variants),
+				Binary: bin, Quick: sf.quick, Records: records, Threads: threads, Variants: splitList(variants),
 				Warmup: warmup, KillAfter: killAfter, RunAfterKill: afterKill, OpTimeout: timeout,
 				MaxStaleness: maxStale, Hedge: h, HedgeBudget: budget, Tick: tick, Dir: dir,
-				OutDir: out, NoPlots: noPlots, Command: commandLine(cmd),
+				OutDir: sf.out, NoPlots: sf.noPlots, Command: commandLine(cmd),
 				Progress: cmd.ErrOrStderr(), Logger: wanLogger(cmd), Out: cmd.OutOrStdout(),
 			}
 			_, err = bench.RunNodeKill(env.ctx, cfg)
@@ -74,7 +69,7 @@ at the end, on an error and on ctrl-C too.`,
 		}),
 	}
 	f := cmd.Flags()
-	f.BoolVar(&quick, "quick", false, "under a minute: 1000 keys, 8 threads, 1s warm-up, the kill 2s into a 5s run (explicit flags win)")
+	sf.register(f, "node-kill", "under a minute: 1000 keys, 8 threads, 1s warm-up, the kill 2s into a 5s run (explicit flags win)")
 	f.StringVar(&bin, "bin", "", "hedgekv binary to run the stores with (default: this one)")
 	f.Int64Var(&records, "records", 0, "keys to load (default 10000; --quick 1000)")
 	f.IntVar(&threads, "threads", 0, "reader goroutines, one read each at a time (default 16; --quick 8)")
@@ -88,7 +83,5 @@ at the end, on an error and on ctrl-C too.`,
 	f.Float64Var(&budget, "hedge-budget", 0, "hedges at most this fraction of reads (0: the client's default, 0.05)")
 	f.DurationVar(&tick, "tick", 0, "the stores' raft tick (default 50ms; the election timeout is 10 ticks)")
 	f.StringVar(&dir, "dir", "", "directory for the stores' data and logs, kept (default: a temporary one, removed)")
-	f.StringVar(&out, "out", "results", "results directory (writes OUT/node-kill/)")
-	f.BoolVar(&noPlots, "no-plots", false, "write no PNG plots")
 	return cmd
 }

@@ -10,12 +10,12 @@ import (
 
 func newBenchOverloadedCmd() *cobra.Command {
 	var (
-		out, variants           string
+		variants                string
 		clients, keys           int
 		slowStore               uint64
 		rate, prob              float64
-		quick, noPlots          bool
 		duration, warmup, delay time.Duration
+		sf                      scenarioFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "overloaded-replica [--quick] [--out results] [--clients 16] [--rate 2000] [--slow-store 3 --delay 50ms --prob 1]",
@@ -29,30 +29,24 @@ round-robin replica choice and once with power of two choices (p2c), while
 reads each store served in OUT/overloaded-replica/{results.json,report.md,*.png}.
 --quick runs 4s per variant, in well under a minute.`,
 		Args: exactArgs(),
-		RunE: runE(func(cmd *cobra.Command, _ []string) error {
-			env, err := newBenchEnv(cmd)
-			if err != nil {
-				return err
-			}
-			defer env.cancel()
+		RunE: benchRunE(func(cmd *cobra.Command, env *benchEnv) error {
 			if clients < 0 || keys < 0 || rate < 0 {
 				return usagef("--clients, --keys and --rate must not be negative")
 			}
 			if prob < 0 || prob > 1 {
 				return usagef("--prob must be in (0, 1]")
 			}
-			_, err = bench.RunOverloaded(env.ctx, bench.OverloadedConfig{
-				Quick: quick, Variants: splitList(variants), Clients: clients, Keys: keys, Rate: rate,
+			_, err := bench.RunOverloaded(env.ctx, bench.OverloadedConfig{
+				Quick: sf.quick, Variants: splitList(variants), Clients: clients, Keys: keys, Rate: rate,
 				SlowStore: slowStore, Delay: delay, Prob: prob, RunDuration: duration, Warmup: warmup,
-				OutDir: out, NoPlots: noPlots, Command: commandLine(cmd), Progress: cmd.ErrOrStderr(),
+				OutDir: sf.out, NoPlots: sf.noPlots, Command: commandLine(cmd), Progress: cmd.ErrOrStderr(),
 				Logger: wanLogger(cmd), Out: cmd.OutOrStdout(),
 			})
 			return err
 		}),
 	}
 	f := cmd.Flags()
-	f.BoolVar(&quick, "quick", false, "well under a minute: 4s runs, 1s warm-ups (explicit flags win)")
-	f.StringVar(&out, "out", "results", "results directory (writes OUT/overloaded-replica/)")
+	sf.register(f, "overloaded-replica", "well under a minute: 4s runs, 1s warm-ups (explicit flags win)")
 	variantsFlag(f, &variants, bench.OverloadedVariants, func(v bench.OverloadedVariant) string { return v.Name })
 	f.IntVar(&clients, "clients", 0, "independent clients (default 16)")
 	f.IntVar(&keys, "keys", 0, "keys to load and read (default 1000)")
@@ -62,6 +56,5 @@ reads each store served in OUT/overloaded-replica/{results.json,report.md,*.png}
 	f.Float64Var(&prob, "prob", 0, "fraction of the slow store's reads delayed (default 1)")
 	f.DurationVar(&duration, "duration", 0, "length of each measured run (default 20s; --quick 4s)")
 	f.DurationVar(&warmup, "warmup", 0, "unmeasured warm-up before each run, without the fault (default 2s; --quick 1s; negative: none)")
-	f.BoolVar(&noPlots, "no-plots", false, "write no PNG plots")
 	return cmd
 }
