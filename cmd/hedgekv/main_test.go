@@ -221,12 +221,7 @@ func TestCtlMembership(t *testing.T) {
 	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c", "dc-d")
 	cl.SetLeader(1, 2) // the CLI learns the leader from a NotLeader hint or the region listing
 	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
-	steps := []struct {
-		args       []string
-		wantCode   int
-		wantStdout string
-		wantStderr string // substring; "": stderr must be empty
-	}{
+	runSteps(t, false, []cliStep{
 		{args: []string{"ctl", "split", "m"}, wantStdout: "left:  region 1 [-inf, m) epoch 1/2 peers 1@1,2@2,3@3,4@4\n" +
 			"right: region 1001 [m, +inf) epoch 1/2 peers 100101@1,100102@2,100103@3,100104@4\n"},
 		{args: []string{"ctl", "split", "m"}, wantCode: exitFailure, wantStderr: "already a region boundary"},
@@ -241,25 +236,7 @@ func TestCtlMembership(t *testing.T) {
 		{args: []string{"ctl", "remove-peer", "1", "99"}, wantCode: exitFailure, wantStderr: "remove-peer: store 99 does not exist"},
 		{args: []string{"ctl", "add-peer", "77", "1"}, wantCode: exitFailure, wantStderr: "region 77 does not exist"},
 		{args: []string{"ctl", "remove-peer", "77", "1"}, wantCode: exitFailure, wantStderr: "region 77 does not exist"},
-	}
-	for _, s := range steps {
-		code, stdout, stderr := runCLI(t, append(s.args, ep, "--timeout", "5s")...)
-		if code != s.wantCode {
-			t.Fatalf("%v: exit %d, want %d (stderr %q)", s.args, code, s.wantCode, stderr)
-		}
-		if stdout != s.wantStdout {
-			t.Errorf("%v: stdout %q, want %q", s.args, stdout, s.wantStdout)
-		}
-		if s.wantStderr == "" && stderr != "" {
-			t.Errorf("%v: stderr %q, want nothing", s.args, stderr)
-		}
-		if s.wantStderr != "" {
-			oneLine(t, stderr)
-			if !strings.Contains(stderr, s.wantStderr) {
-				t.Errorf("%v: stderr %q does not contain %q", s.args, stderr, s.wantStderr)
-			}
-		}
-	}
+	}, ep)
 	rs := cl.Regions()
 	if len(rs) != 2 {
 		t.Fatalf("regions after the split: %v", rs)
@@ -287,6 +264,44 @@ func TestCtlMembership(t *testing.T) {
 	code, stdout, _ = runCLI(t, "ctl", "regions", ep)
 	if code != 0 || !strings.Contains(stdout, "@4(learner)") {
 		t.Errorf("regions table with one learner (exit %d):\n%s", code, stdout)
+	}
+}
+
+// cliStep is one command of a scripted CLI session and what it must do.
+type cliStep struct {
+	args       []string
+	wantCode   int
+	wantStdout string // all of stdout, or with runSteps' contains a part
+	wantStderr string // a part of the one line; "": stderr must be empty
+}
+
+// runSteps runs the steps in order with extra args (--endpoints) and
+// --timeout 5s unless a step sets its own; a wrong exit code ends the test.
+func runSteps(t *testing.T, contains bool, steps []cliStep, extra ...string) {
+	t.Helper()
+	for _, s := range steps {
+		args := append(slices.Clone(s.args), extra...)
+		if !slices.Contains(args, "--timeout") {
+			args = append(args, "--timeout", "5s")
+		}
+		code, stdout, stderr := runCLI(t, args...)
+		if code != s.wantCode {
+			t.Fatalf("%v: exit %d, want %d (stdout %q, stderr %q)", s.args, code, s.wantCode, stdout, stderr)
+		}
+		if contains && !strings.Contains(stdout, s.wantStdout) {
+			t.Errorf("%v: stdout %q, want it to contain %q", s.args, stdout, s.wantStdout)
+		} else if !contains && stdout != s.wantStdout {
+			t.Errorf("%v: stdout %q, want %q", s.args, stdout, s.wantStdout)
+		}
+		if s.wantStderr == "" && stderr != "" {
+			t.Errorf("%v: stderr %q, want nothing", s.args, stderr)
+		}
+		if s.wantStderr != "" {
+			oneLine(t, stderr)
+			if !strings.Contains(stderr, s.wantStderr) {
+				t.Errorf("%v: stderr %q does not contain %q", s.args, stderr, s.wantStderr)
+			}
+		}
 	}
 }
 
@@ -673,12 +688,7 @@ func TestStaleReadRefusedSaysSo(t *testing.T) {
 func TestCtlRemoveStore(t *testing.T) {
 	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c", "dc-d")
 	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
-	steps := []struct {
-		args       []string
-		wantCode   int
-		wantStdout string // substring
-		wantStderr string // substring; "": stderr must be empty
-	}{
+	runSteps(t, true, []cliStep{
 		{args: []string{"ctl", "remove-store", "9"}, wantCode: exitFailure, wantStderr: "store 9 is unknown"},
 		{args: []string{"ctl", "remove-store", "0"}, wantCode: exitUsage, wantStderr: "STORE_ID must be a positive integer"},
 		{args: []string{"ctl", "remove-store", "4"}, wantStdout: "OK: store 4 is being removed; its replicas move to the other stores\n"},
@@ -686,29 +696,7 @@ func TestCtlRemoveStore(t *testing.T) {
 		{args: []string{"ctl", "remove-store", "3"}, wantCode: exitFailure, wantStderr: "removing store 3 would leave 2 stores up"},
 		{args: []string{"ctl", "stores"}, wantStdout: "up, removing"},
 		{args: []string{"ctl", "remove-store", "4", "--wait", "--timeout", "1s"}, wantCode: exitFailure, wantStderr: "store 4 not removed yet (1 replicas left"},
-	}
-	for _, s := range steps {
-		args := append(s.args, ep)
-		if !slices.Contains(args, "--timeout") {
-			args = append(args, "--timeout", "5s")
-		}
-		code, stdout, stderr := runCLI(t, args...)
-		if code != s.wantCode {
-			t.Fatalf("%v: exit %d, want %d (stdout %q, stderr %q)", s.args, code, s.wantCode, stdout, stderr)
-		}
-		if !strings.Contains(stdout, s.wantStdout) {
-			t.Errorf("%v: stdout %q, want it to contain %q", s.args, stdout, s.wantStdout)
-		}
-		if s.wantStderr == "" && stderr != "" {
-			t.Errorf("%v: stderr %q, want nothing", s.args, stderr)
-		}
-		if s.wantStderr != "" {
-			oneLine(t, stderr)
-			if !strings.Contains(stderr, s.wantStderr) {
-				t.Errorf("%v: stderr %q does not contain %q", s.args, stderr, s.wantStderr)
-			}
-		}
-	}
+	}, ep)
 
 	// What the balancers do on real stores: the replica moves off.
 	if code, _, stderr := runCLI(t, "ctl", "remove-peer", "1", "4", ep); code != 0 {
