@@ -21,6 +21,8 @@ import (
 	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/server"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The client specs run real servers (gRPC over loopback TCP, the server
@@ -59,8 +61,8 @@ func storeConfig(id uint64, dir string, initial []uint64, log *slog.Logger) raft
 }
 
 // startServers starts stores 1..n, which bootstrap region 1 together, and
-// stops them after the spec.
-func startServers(n int) *serverCluster {
+// stops them after the spec; tune, if given, adjusts each store's config.
+func startServers(n int, tune ...func(*raftstore.Config)) *serverCluster {
 	GinkgoHelper()
 	c := &serverCluster{
 		dir:     GinkgoT().TempDir(),
@@ -84,8 +86,12 @@ func startServers(n int) *serverCluster {
 		c.peers[ids[i]] = l.Addr().String()
 	}
 	for i, id := range ids {
+		cfg := storeConfig(id, c.dir, ids, c.log)
+		for _, t := range tune {
+			t(&cfg)
+		}
 		srv, err := server.New(server.Config{
-			Store:    storeConfig(id, c.dir, ids, c.log),
+			Store:    cfg,
 			Listener: lis[i],
 			Peers:    c.peers,
 		})
@@ -528,5 +534,87 @@ var _ = Describe("client", func() {
 		// Followers answered through ReadIndex; the leader only stands in
 		// when no follower can.
 		Expect(counts(&w.modes)).To(HaveKeyWithValue("read-index", BeNumerically(">", 0)))
+	})
+})
+
+var _ = Describe("store removal", func() {
+	It("drains a store under the client workload, follower reads included, with no error surfaced and no write lost", func() {
+		ctx := ctxFor(90 * time.Second)
+		c := startServers(4, func(cfg *raftstore.Config) {
+			cfg.BalanceInterval = 100 * time.Millisecond
+			cfg.MaxStoreDownTime = time.Minute // only the removal moves replicas off store 4
+		})
+		cli, err := client.New(ctx, client.Config{Endpoints: c.endpoints(), RequestTimeout: clientOpTimeout})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(cli.Close)
+		Eventually(func() error {
+			return cli.Put(ctx, []byte("ck"), []byte("ready"))
+		}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Succeed())
+		for _, at := range []string{"ck/1", "ck/2", "ck/3"} {
+			_, _, err := cli.Split(ctx, []byte(at))
+			Expect(err).NotTo(HaveOccurred(), "split at %s", at)
+		}
+		// onStore4 counts the replicas the stores' regions put on store 4.
+		onStore4 := func() (int, error) {
+			regions, err := cli.Regions(ctx)
+			if err != nil {
+				return 0, err
+			}
+			n := 0
+			for _, r := range regions {
+				if _, ok := r.Region.PeerOnStore(4); ok {
+					n++
+				}
+			}
+			return n, nil
+		}
+		Eventually(onStore4).WithContext(ctx).WithTimeout(30 * time.Second).Should(BeNumerically(">=", 2))
+
+		w := &workload{acked: map[string]int{}}
+		prime(ctx, cli, w)
+		policy := client.ReadPolicy{Replica: client.ReplicaFollower}
+		stop := make(chan struct{})
+		var once sync.Once
+		halt := func() { once.Do(func() { close(stop) }) }
+		wg := runWorkload(cli, cli.Session(policy), w, stop)
+		DeferCleanup(func() { halt(); wg.Wait() })
+
+		start := time.Now()
+		already, err := cli.RemoveStore(ctx, 4)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(already).To(BeFalse())
+		Eventually(func() error {
+			n, err := onStore4()
+			if err != nil {
+				return err
+			}
+			stores, err := cli.Stores(ctx)
+			if err != nil {
+				return err
+			}
+			if n != 0 || len(stores) != 4 || !stores[3].Removed {
+				return fmt.Errorf("%d replicas on store 4; stores %+v", n, stores)
+			}
+			return nil
+		}).WithContext(ctx).WithTimeout(40 * time.Second).Should(Succeed())
+		drained := time.Since(start)
+		time.Sleep(300 * time.Millisecond) // the workload runs on after the drain
+		halt()
+		wg.Wait()
+		GinkgoWriter.Printf("store 4 drained in %v; %d client operations; read modes %v; reads served %v\n",
+			drained.Round(time.Millisecond), w.ops.Load(), counts(&w.modes), counts(&w.served))
+		Expect(w.errors()).To(BeEmpty(), "errors surfaced to the client goroutines")
+		Expect(c.servers[4].Store().Regions()).To(BeEmpty(), "store 4 still hosts replicas")
+
+		final := w.snapshot()
+		Expect(final).To(HaveLen(clientWriters * keysPerWriter))
+		for k, seq := range final {
+			v, err := cli.Get(ctx, []byte(k))
+			Expect(err).NotTo(HaveOccurred(), "read back %s", k)
+			Expect(string(v)).To(Equal(clientValue(k, seq)), "read back %s", k)
+		}
+		// Removing another store now would leave two: refused.
+		_, err = cli.RemoveStore(ctx, 3)
+		Expect(status.Code(err)).To(Equal(codes.FailedPrecondition), "remove store 3: %v", err)
 	})
 })
