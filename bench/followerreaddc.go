@@ -245,13 +245,7 @@ func (cfg *FollowerReadDCConfig) runGroup(ctx context.Context, variants []DCVari
 
 	// One client per variant, connected before anything is measured.
 	dbs := make([]*ycsbdb.DB, len(variants))
-	defer func() {
-		for _, db := range dbs {
-			if db != nil {
-				_ = db.Close()
-			}
-		}
-	}()
+	defer closeDBs(dbs)
 	for i, v := range variants {
 		read := client.ReadPolicy{Replica: v.Read}
 		if v.Stale {
@@ -517,20 +511,7 @@ func dcHeadlineTable(runs []DCRun, want int) string {
 }
 
 func nearestScan(runs []DCRun, want int) int {
-	best := -1
-	for _, r := range runs {
-		if best < 0 || absInt(r.ScanLength-want) < absInt(best-want) {
-			best = r.ScanLength
-		}
-	}
-	return best
-}
-
-func absInt(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
+	return nearestScanLength(runs, func(r DCRun) int { return r.ScanLength }, want)
 }
 
 func dcTargetsTable(ts []dcTarget) string {

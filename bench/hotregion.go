@@ -239,11 +239,7 @@ func RunHotRegion(ctx context.Context, cfg HotRegionConfig) (*HotRegionResult, e
 			if z == nil {
 				continue
 			}
-			for _, db := range z.dbs {
-				if db != nil {
-					_ = db.Close()
-				}
-			}
+			closeDBs(z.dbs)
 		}
 	}()
 	for i, v := range variants {

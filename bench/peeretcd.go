@@ -326,13 +326,7 @@ func (st *peerState) runSystem(ctx context.Context, system string, variants []Pe
 	// One DB per variant, created once: the connection set-up stays out of
 	// the measured phases.
 	dbs := make([]ycsb.DB, len(variants))
-	defer func() {
-		for _, db := range dbs {
-			if db != nil {
-				_ = db.Close()
-			}
-		}
-	}()
+	defer closeDBs(dbs)
 	specFor := func(i int, workload string) (Spec, error) {
 		name, props := cfg.dbFor(variants[i], endpoints)
 		s := Spec{
@@ -644,13 +638,7 @@ func (st *peerState) wanEtcd(ctx context.Context, binary string, variants []Peer
 		return fmt.Errorf("peer-etcd: etcd: %w", err)
 	}
 	dbs := make([]ycsb.DB, len(variants))
-	defer func() {
-		for _, db := range dbs {
-			if db != nil {
-				_ = db.Close()
-			}
-		}
-	}()
+	defer closeDBs(dbs)
 	endpoint := c.ZoneEndpoint(cfg.ClientZone, local)
 	for i, v := range variants {
 		if dbs[i], err = open(v, endpoint); err != nil {
@@ -718,13 +706,7 @@ func (st *peerState) wanHedgeKV(ctx context.Context, variants []PeerVariant, pro
 	}
 	defer c.Stop()
 	dbs := make([]*ycsbdb.DB, len(variants))
-	defer func() {
-		for _, db := range dbs {
-			if db != nil {
-				_ = db.Close()
-			}
-		}
-	}()
+	defer closeDBs(dbs)
 	for i, v := range variants {
 		read := client.ReadPolicy{Replica: client.ReplicaLeader}
 		switch v.Name {
@@ -1015,13 +997,7 @@ func (st *peerState) wanReport(table, ratios string, plots []string) string {
 }
 
 func (st *peerState) nearestWANScan(want int) int {
-	best := -1
-	for _, r := range st.res.Runs {
-		if best < 0 || absInt(r.ScanLength-want) < absInt(best-want) {
-			best = r.ScanLength
-		}
-	}
-	return best
+	return nearestScanLength(st.res.Runs, func(r PeerRun) int { return r.ScanLength }, want)
 }
 
 // wanLimits explains, from the run's own figures, what bounds the

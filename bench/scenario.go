@@ -105,6 +105,20 @@ func variantNames[V any](all []V, name func(V) string) []string {
 	return out
 }
 
+// closeDBs closes every DB of dbs that was opened (the others are nil):
+// a scenario opens one per variant before it measures anything.
+func closeDBs[DB interface {
+	comparable
+	Close() error
+}](dbs []DB) {
+	var none DB
+	for _, db := range dbs {
+		if db != none {
+			_ = db.Close()
+		}
+	}
+}
+
 // ---- progress ---------------------------------------------------------------
 
 // newProgress is the progress display of a scenario whose Progress writer

@@ -310,6 +310,25 @@ func checkScanLengths(lengths []int) error {
 	return nil
 }
 
+// nearestScanLength is the scan length of runs nearest want (the first
+// run's of two as near; -1 without a run).
+func nearestScanLength[R any](runs []R, scanLength func(R) int, want int) int {
+	best := -1
+	for _, r := range runs {
+		if l := scanLength(r); best < 0 || absInt(l-want) < absInt(best-want) {
+			best = l
+		}
+	}
+	return best
+}
+
+func absInt(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
 // pickZones checks a scenario's leader and client zones against topo,
 // defaulting the leader to the first zone with stores and the client to the
 // next: both must be distinct zones holding stores. roles says what the two
