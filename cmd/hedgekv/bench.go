@@ -300,13 +300,9 @@ follower and bounded-staleness local follower; it also writes latency CDFs.`,
 				if env.endpointsSet {
 					return usagef("--endpoints does not apply with --topology: it starts hedgekv behind the WAN itself")
 				}
-				topo, name, err := loadTopology(topology)
+				topo, name, lengths, err := loadWANFlags(topology, scanLens)
 				if err != nil {
 					return err
-				}
-				lengths, err := parseInts(scanLens)
-				if err != nil {
-					return usagef("--scan-lengths: %v", err)
 				}
 				cfg.Topology, cfg.TopologyName, cfg.LeaderZone, cfg.ClientZone = topo, name, leaderZone, clientZone
 				cfg.ScanLengths, cfg.RunDuration, cfg.Warmup, cfg.MaxDuration = lengths, duration, warmup, 0
@@ -388,6 +384,20 @@ func loadTopology(name string) (*netsim.Topology, string, error) {
 	return topo, name, nil
 }
 
+// loadWANFlags reads the --topology and --scan-lengths of a scenario that
+// scans behind the simulated WAN.
+func loadWANFlags(topology, scanLengths string) (*netsim.Topology, string, []int, error) {
+	topo, name, err := loadTopology(topology)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	lengths, err := parseInts(scanLengths)
+	if err != nil {
+		return nil, "", nil, usagef("--scan-lengths: %v", err)
+	}
+	return topo, name, lengths, nil
+}
+
 func parseInts(s string) ([]int, error) {
 	var out []int
 	for _, part := range splitList(s) {
@@ -424,13 +434,9 @@ TiDB's published figures beside ours. --quick runs scans of 10 and 100 keys on
 2,000 rows in under a minute; the full run takes about nine.`,
 		Args: exactArgs(),
 		RunE: benchRunE(func(cmd *cobra.Command, env *benchEnv) error {
-			topo, name, err := loadTopology(topology)
+			topo, name, lengths, err := loadWANFlags(topology, scanLengths)
 			if err != nil {
 				return err
-			}
-			lengths, err := parseInts(scanLengths)
-			if err != nil {
-				return usagef("--scan-lengths: %v", err)
 			}
 			if records < 0 || threads < 0 {
 				return usagef("--records and --threads must not be negative")
