@@ -201,7 +201,9 @@ func (s *Store) collectReady(dirty map[uint64]*Peer) []*readyPeer {
 			directs = append(directs, readyDirect{p, *direct})
 		}
 		if p.rn.HasReady() {
-			batch = append(batch, &readyPeer{p: p, rd: p.rn.Ready(), leader: p.isLeaderLocked()})
+			rp := &readyPeer{p: p, rd: p.rn.Ready(), leader: p.isLeaderLocked()}
+			p.countLeadershipLocked(&rp.rd)
+			batch = append(batch, rp)
 		}
 		p.mu.Unlock()
 	}

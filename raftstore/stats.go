@@ -1,10 +1,15 @@
 package raftstore
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // Stats are the store's cumulative counters, for metrics and for tests that
@@ -31,6 +36,15 @@ type Stats struct {
 	// DiskFailures: rounds whose disk write failed, each freezing the store
 	// until a write succeeded again (diskfail.go).
 	DiskFailures uint64
+	// LeadershipsByTransfer and LeadershipsByElection count the times a
+	// peer here became leader, by how: by a transfer (it won the campaign
+	// that the previous leader's MsgTimeoutNow forced: a handover) or by
+	// any other campaign (after an election timeout with no leader heard,
+	// or a split-born region's first). Once a cluster has started and
+	// split, a region whose leader stops without handing it over gets a
+	// new leader only by an election, so the election count says how many
+	// leaderships were lost rather than handed over.
+	LeadershipsByTransfer, LeadershipsByElection uint64
 }
 
 type stats struct {
@@ -39,6 +53,11 @@ type stats struct {
 	votesRefused, safePointsRefused                          atomic.Uint64
 	readsFollowerLease, followerLeaseGrants                  atomic.Uint64
 	diskFailures                                             atomic.Uint64
+	leadersByTransfer, leadersByElection                     atomic.Uint64
+	// transferTerms maps a region ID to the term of the latest campaign its
+	// peer here started because of a leadership transfer, until the peer
+	// next becomes leader (countLeadershipLocked).
+	transferTerms sync.Map // uint64 -> uint64
 	// hook receives the measurements that are distributions, not counts.
 	hook atomic.Pointer[MetricsHook]
 }
@@ -60,6 +79,34 @@ func (s *Store) Stats() Stats {
 		ReadsFollowerLease:  s.stats.readsFollowerLease.Load(),
 		FollowerLeaseGrants: s.stats.followerLeaseGrants.Load(),
 		DiskFailures:        s.stats.diskFailures.Load(),
+
+		LeadershipsByTransfer: s.stats.leadersByTransfer.Load(),
+		LeadershipsByElection: s.stats.leadersByElection.Load(),
+	}
+}
+
+// countLeadershipLocked is called with every Ready taken from p's raft,
+// under p.mu. Raft does not say why a peer campaigned, but a campaign a
+// transfer forces (MsgTimeoutNow) sends its vote requests with the
+// CampaignTransfer context, and a peer campaigns at most once per term: a
+// leadership won at the term of such a campaign was handed over, any other
+// was won by an election. A peer that steps down and wins again between
+// two Readys is not counted (raft reports no change of soft state).
+func (p *Peer) countLeadershipLocked(rd *raft.Ready) {
+	st := &p.store.stats
+	for _, m := range rd.Messages {
+		if m.Type == raftpb.MsgVote && bytes.Equal(m.Context, campaignTransfer) {
+			st.transferTerms.Store(p.regionID, m.Term)
+			break
+		}
+	}
+	if rd.SoftState == nil || rd.SoftState.RaftState != raft.StateLeader {
+		return
+	}
+	if term, ok := st.transferTerms.LoadAndDelete(p.regionID); ok && term.(uint64) == p.rn.BasicStatus().Term {
+		st.leadersByTransfer.Add(1)
+	} else {
+		st.leadersByElection.Add(1)
 	}
 }
 

@@ -77,3 +77,64 @@ func TestMetricsHookAndGauges(t *testing.T) {
 		t.Fatalf("DiskError = %v on a healthy disk", err)
 	}
 }
+
+// Each store counts the leaderships its peers take, by cause: the first
+// leader is elected, one handed over by TransferLeader is a transfer, and
+// the one that follows a crashed leader (no handover) is elected.
+func TestLeadershipsCountedByCause(t *testing.T) {
+	c := newCluster(t, raftstoretest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stores := map[uint64]*raftstore.Store{}
+	for _, id := range c.IDs() {
+		stores[id], _ = c.Store(id)
+	}
+	count := func() (transfer, election uint64) {
+		for _, s := range stores {
+			st := s.Stats()
+			transfer += st.LeadershipsByTransfer
+			election += st.LeadershipsByElection
+		}
+		return transfer, election
+	}
+	// The count follows the Ready that reports the leadership, shortly
+	// after raft's own state says so.
+	waitCount := func(what string, ok func(transfer, election uint64) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			tr, el := count()
+			if ok(tr, el) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d leaderships by transfer, %d by election", what, tr, el)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	leader, err := c.WaitLeader(1, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCount("first leader", func(tr, el uint64) bool { return tr == 0 && el >= 1 })
+	_, elected := count()
+
+	target := leader%3 + 1
+	if err := stores[leader].TransferLeader(ctx, 1, target); err != nil {
+		t.Fatal(err)
+	}
+	waitCount("after a transfer", func(tr, el uint64) bool { return tr == 1 && el == elected })
+	if err := c.Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+
+	// A crash hands nothing over: the next leader is elected.
+	if err := c.StopStore(target); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitLeader(1, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitCount("after the leader crashed", func(tr, el uint64) bool { return tr == 1 && el > elected })
+}

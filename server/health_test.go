@@ -171,6 +171,8 @@ func TestMetricsScrape(t *testing.T) {
 		{lbody, `hedgekv_store_apply_lag_max_entries`, 0},
 		{lbody, `hedgekv_store_db_file_size_bytes`, 1},
 		{lbody, `hedgekv_store_disk_failures_total`, 0},
+		{lbody, `hedgekv_store_leaderships_taken_total{cause="election"}`, 1},
+		{lbody, `hedgekv_store_leaderships_taken_total{cause="transfer"}`, 0},
 		{lbody, `hedgekv_server_ready`, 1},
 	} {
 		if v := metricValue(want.body, want.prefix); v < want.min {
@@ -195,6 +197,10 @@ func TestShutdownHandsOverLeadership(t *testing.T) {
 	c := startCluster(t, 3, nil)
 	leader := c.waitLeader(t)
 	ctx := testCtx(t)
+	before := map[uint64]raftstore.Stats{}
+	for _, s := range c.servers {
+		before[s.Store().ID()] = s.Store().Stats()
+	}
 	c.server(leader).Shutdown(ctx)
 
 	var next uint64
@@ -214,6 +220,13 @@ func TestShutdownHandsOverLeadership(t *testing.T) {
 	})
 	if _, err := c.kv(t, next).Put(ctx, &pb.PutRequest{Key: []byte("after"), Value: []byte("1")}); err != nil {
 		t.Fatalf("put on the new leader %d: %v", next, err)
+	}
+	// The new leader counts its leadership as handed over, not elected.
+	waitFor(t, 5*time.Second, "the new leader's transfer counted", func() bool {
+		return c.server(next).Store().Stats().LeadershipsByTransfer == before[next].LeadershipsByTransfer+1
+	})
+	if st := c.server(next).Store().Stats(); st.LeadershipsByElection != before[next].LeadershipsByElection {
+		t.Fatalf("new leader %d counted %d leaderships by election, %d before the shutdown", next, st.LeadershipsByElection, before[next].LeadershipsByElection)
 	}
 	if code, _ := get(c.server(leader).statusHandler(), "/readyz"); code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz of the stopped store = %d", code)

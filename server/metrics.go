@@ -260,6 +260,20 @@ func (m *metrics) registerStoreStats(stats func() raftstore.Stats) {
 		counter("hedgekv_store_disk_failures_total", "Ready rounds whose disk write failed, each freezing the store until a write succeeded again.",
 			func(s raftstore.Stats) uint64 { return s.DiskFailures }),
 	)
+	// One name, a cause label: transfer (the previous leader handed the
+	// region over, raft's MsgTimeoutNow) or election (any other campaign:
+	// an election timeout without a leader, a split-born region's first).
+	const leadershipsHelp = "Leaderships this store's replicas took, by cause: transfer (handed over by the previous leader) or election (won after an election timeout, or a split-born region's first campaign)."
+	for cause, get := range map[string]func(raftstore.Stats) uint64{
+		"transfer": func(s raftstore.Stats) uint64 { return s.LeadershipsByTransfer },
+		"election": func(s raftstore.Stats) uint64 { return s.LeadershipsByElection },
+	} {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "hedgekv_store_leaderships_taken_total",
+			Help:        leadershipsHelp,
+			ConstLabels: prometheus.Labels{"cause": cause},
+		}, func() float64 { return float64(get(stats())) }))
+	}
 }
 
 // registerStoreGauges exports the store's state (raftstore.Gauges) and

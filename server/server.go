@@ -420,8 +420,9 @@ func (s *Server) Stop() {
 	// A stall or delay in progress would hold requests past the drain.
 	s.faults.apply(&pb.FaultRequest{Clear: true})
 
+	var unfinished int64
 	if started {
-		s.drain()
+		unfinished = s.drain()
 		if s.http != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
 			if err := s.http.Shutdown(ctx); err != nil {
@@ -448,15 +449,17 @@ func (s *Server) Stop() {
 	if err := s.store.Stop(); err != nil {
 		s.logger.Error("stop store", "err", err)
 	}
-	s.logger.Info("server stopped")
+	s.logger.Info("server stopped", "requests_unfinished", unfinished)
 }
 
 // drain stops gRPC in an order that lets in-flight requests finish: first
 // refuse new RPCs while raft traffic still flows both ways (a pending write
 // needs it to commit), then, once the requests are done or
 // gracefulStopTimeout passed, end the inbound raft streams, which never end
-// by themselves and would hold GracefulStop forever.
-func (s *Server) drain() {
+// by themselves and would hold GracefulStop forever. It returns how many
+// requests were still in flight when it stopped waiting for them (0 when
+// the drain let every one finish; "server stopped" logs it).
+func (s *Server) drain() int64 {
 	stopped := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
@@ -466,14 +469,16 @@ func (s *Server) drain() {
 	for s.inflight.Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
+	unfinished := s.inflight.Load()
 	s.raft.stop()
 	select {
 	case <-stopped:
 	case <-time.After(time.Until(deadline) + 100*time.Millisecond):
-		s.logger.Warn("graceful stop timed out, closing connections")
+		s.logger.Warn("graceful stop timed out, closing connections", "requests_in_flight", s.inflight.Load())
 		s.grpc.Stop()
 		<-stopped
 	}
+	return unfinished
 }
 
 // Addr is the gRPC address actually listened on (after Start), else the

@@ -5,6 +5,19 @@
 // restart N` waits until the restarted store's /readyz says it caught up
 // before the next store goes down. Three `hedgekv server` processes are
 // started by scripts/cluster.sh on free ports.
+//
+// No failed request alone cannot tell a graceful stop from an abrupt one:
+// the operations have 5 s deadlines and the client retries, so a kill -9
+// (a region leaderless for an election timeout) passes that too. So the
+// test also counts, on every store, the leaderships taken by election
+// (hedgekv_store_leaderships_taken_total{cause="election"}): a region
+// whose leader stops without handing it over gets its next leader only by
+// an election, one handed over (raft's MsgTimeoutNow) by a transfer. Each
+// graceful restart must see no election anywhere in the cluster and at
+// least one transfer, and each stopping store must lead a region when it
+// is stopped (the test hands it one if the balancer gave it none). A
+// control then restarts a store abruptly (kill -9, then restart) and
+// requires that the same check sees the elections: it discriminates.
 package rolling
 
 import (
@@ -16,6 +29,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +48,11 @@ const (
 	opTimeout = 5 * time.Second
 	writers   = 4
 	readers   = 4
+	// settle is the time after each restart before the next: load on the
+	// full cluster again, time for the balancer to give the restarted
+	// store leaders, and for any election the restart caused to happen
+	// inside the window that counts it.
+	settle = 3 * time.Second
 )
 
 // opLog counts operations and keeps the first failures.
@@ -68,6 +87,74 @@ func (l *opLog) fail(what string) {
 	l.mu.Unlock()
 }
 
+// phase is one part of the run (the graceful restarts, the abrupt
+// control): an operation counts in the phase it started in.
+type phase struct {
+	name          string
+	writes, reads opLog
+	running       sync.WaitGroup // operations started in this phase
+}
+
+// phases hands operations their phase, and lets the test move to the next
+// one and wait for the last phase's operations to end.
+type phases struct {
+	mu  sync.Mutex
+	cur *phase
+}
+
+func (p *phases) begin() *phase {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cur.running.Add(1)
+	return p.cur
+}
+
+func (p *phases) current() *phase {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cur
+}
+
+// next starts phase name and waits (at most 2*opTimeout) until every
+// operation of the previous one has ended.
+func (p *phases) next(t *testing.T, name string) {
+	t.Helper()
+	p.mu.Lock()
+	prev := p.cur
+	p.cur = &phase{name: name}
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		prev.running.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * opTimeout):
+		t.Fatalf("operations of phase %q still running %v after it ended", prev.name, 2*opTimeout)
+	}
+}
+
+func (ph *phase) ops() int64 { return ph.writes.ok.Load() + ph.reads.ok.Load() }
+
+// report logs the phase's counts and fails the test for each failed
+// operation it kept.
+func (ph *phase) report(t *testing.T) {
+	t.Helper()
+	t.Logf("%s: %d writes and %d reads succeeded, %d writes and %d reads failed", ph.name,
+		ph.writes.ok.Load(), ph.reads.ok.Load(), ph.writes.failed.Load(), ph.reads.failed.Load())
+	t.Logf("%s: slowest write %v, slowest read %v; %d writes and %d reads took longer than %v", ph.name,
+		ph.writes.max.Round(time.Millisecond), ph.reads.max.Round(time.Millisecond), ph.writes.slow.Load(), ph.reads.slow.Load(), slowOp)
+	for _, l := range []*opLog{&ph.writes, &ph.reads} {
+		for _, f := range l.first {
+			t.Errorf("%s: failed: %s", ph.name, f)
+		}
+	}
+	if ph.writes.ok.Load() == 0 || ph.reads.ok.Load() == 0 {
+		t.Errorf("%s: no load ran: %d writes, %d reads", ph.name, ph.writes.ok.Load(), ph.reads.ok.Load())
+	}
+}
+
 func TestRollingRestartFailsNoRequest(t *testing.T) {
 	b, err := testbin.Locate("hedgekv-rolling-bin-")
 	if err != nil {
@@ -81,7 +168,8 @@ func TestRollingRestartFailsNoRequest(t *testing.T) {
 	dir := t.TempDir()
 	env := append(append(os.Environ(), "BIN="+b.Path, "CLUSTER_DIR="+dir), block.Env()...)
 	// BALANCE=1s: the balancer spreads the leaders (and gives a restarted
-	// store some back) within the test, so most stores stop as leaders.
+	// store some back) within the test, so most stores stop as leaders
+	// of several regions (leadSome sees to the others).
 	env = append(env, "FAULTS=0", "TICK=", "START_TIMEOUT=60", "STOP_TIMEOUT=15", "BALANCE=1s")
 	script := func(args ...string) testbin.Result {
 		return testbin.ClusterScript(b.RepoRoot, scriptTimeout, env, args...)
@@ -115,18 +203,21 @@ func TestRollingRestartFailsNoRequest(t *testing.T) {
 			t.Fatalf("split at %s: %v", at, err)
 		}
 	}
+	c := &cluster{cli: cli, statusAddrs: block.StatusAddrs}
+	regions := c.regionCount(t)
 
 	// Writers write each key once, with its own value; readers read keys
 	// already acknowledged, from the leader and from followers (ReadIndex),
 	// and check the value. Nothing may fail, and nothing may read wrong.
 	var (
-		writes, reads opLog
-		mu            sync.Mutex
-		acked         []string // keys; key i's value is value(key)
-		stop          = make(chan struct{})
-		wg            sync.WaitGroup
+		ph     = &phases{cur: &phase{name: "graceful rolling restart"}}
+		mu     sync.Mutex
+		acked  []string // keys; key i's value is value(key)
+		stop   = make(chan struct{})
+		wg     sync.WaitGroup
+		value  = func(key string) string { return "v:" + key }
+		halted atomic.Bool
 	)
-	value := func(key string) string { return "v:" + key }
 	stopped := func() bool {
 		select {
 		case <-stop:
@@ -135,23 +226,32 @@ func TestRollingRestartFailsNoRequest(t *testing.T) {
 			return false
 		}
 	}
+	halt := func() {
+		if halted.CompareAndSwap(false, true) {
+			close(stop)
+			wg.Wait()
+		}
+	}
+	defer halt()
 	for w := range writers {
 		wg.Go(func() {
 			for n := 0; !stopped(); n++ {
 				key := fmt.Sprintf("rolling/%d/%07d", w, n)
+				p := ph.begin()
 				ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 				start := time.Now()
 				err := cli.Put(ctx, []byte(key), []byte(value(key)))
-				writes.took(time.Since(start))
+				p.writes.took(time.Since(start))
 				cancel()
 				if err != nil {
-					writes.fail(fmt.Sprintf("put %s: %v", key, err))
-					continue
+					p.writes.fail(fmt.Sprintf("put %s: %v", key, err))
+				} else {
+					p.writes.ok.Add(1)
+					mu.Lock()
+					acked = append(acked, key)
+					mu.Unlock()
 				}
-				writes.ok.Add(1)
-				mu.Lock()
-				acked = append(acked, key)
-				mu.Unlock()
+				p.running.Done()
 			}
 		})
 	}
@@ -175,75 +275,115 @@ func TestRollingRestartFailsNoRequest(t *testing.T) {
 					time.Sleep(5 * time.Millisecond)
 					continue
 				}
+				p := ph.begin()
 				ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 				start := time.Now()
 				got, err := sess.Get(ctx, []byte(key))
-				reads.took(time.Since(start))
+				p.reads.took(time.Since(start))
 				cancel()
 				switch {
 				case err != nil:
-					reads.fail(fmt.Sprintf("get %s (%s): %v", key, policy.Replica, err))
+					p.reads.fail(fmt.Sprintf("get %s (%s): %v", key, policy.Replica, err))
 				case string(got) != value(key):
-					reads.fail(fmt.Sprintf("get %s (%s) = %q, want %q", key, policy.Replica, got, value(key)))
+					p.reads.fail(fmt.Sprintf("get %s (%s) = %q, want %q", key, policy.Replica, got, value(key)))
 				default:
-					reads.ok.Add(1)
+					p.reads.ok.Add(1)
 				}
+				p.running.Done()
 			}
 		})
 	}
 
+	// restart restarts store n with the cluster.sh commands given, store
+	// n leading at least one region when it goes down, and returns the
+	// leaderships the stores took from just before until settle after.
+	restart := func(t *testing.T, n int, graceful bool, cmds ...string) window {
+		t.Helper()
+		c.leadSome(t, n)
+		before := c.scrape(t)
+		start, ops := time.Now(), ph.current().ops()
+		for _, cmd := range cmds {
+			r := script(strings.Fields(cmd)...)
+			if r.Err != nil {
+				t.Fatalf("cluster.sh %s: %v", cmd, r)
+			}
+			if graceful && strings.Contains(r.Stderr+r.Stdout, "SIGKILL") {
+				t.Errorf("cluster.sh %s: store %d needed SIGKILL to stop:\n%s", cmd, n, r)
+			}
+		}
+		t.Logf("store %d: %s: ready again in %v (%d operations meanwhile)", n, strings.Join(cmds, ", "),
+			time.Since(start).Round(time.Millisecond), ph.current().ops()-ops)
+		time.Sleep(settle)
+		w := c.window(n, before, c.scrape(t))
+		t.Logf("store %d led %d regions when stopped; from then until %v after it was ready, the stores took %d leaderships by transfer, %d by election",
+			n, w.led, settle, w.transfers, w.elections)
+		return w
+	}
+
 	time.Sleep(3 * time.Second)
-	for n := 1; n <= 3; n++ {
-		before := writes.ok.Load() + reads.ok.Load()
-		start := time.Now()
-		r := script("restart", strconv.Itoa(n))
-		if r.Err != nil {
-			close(stop)
-			wg.Wait()
-			t.Fatalf("restart store %d: %v", n, r)
+	t.Run("graceful", func(t *testing.T) {
+		for n := 1; n <= 3; n++ {
+			w := restart(t, n, true, fmt.Sprintf("restart %d", n))
+			// Every region store n led went to another store by a
+			// handover: not one election anywhere, and some transfer.
+			if w.elections != 0 {
+				t.Errorf("restarting store %d: %d leaderships taken by election, want 0: a region lost its leader without a handover", n, w.elections)
+			}
+			if w.transfers < w.led {
+				t.Errorf("restarting store %d, which led %d regions: %d leaderships taken by transfer, want at least %d", n, w.led, w.transfers, w.led)
+			}
 		}
-		if strings.Contains(r.Stderr+r.Stdout, "SIGKILL") {
-			t.Errorf("store %d needed SIGKILL to stop:\n%s", n, r)
-		}
-		t.Logf("store %d restarted and ready in %v (%d operations meanwhile)", n, time.Since(start).Round(time.Millisecond),
-			writes.ok.Load()+reads.ok.Load()-before)
-		// Load on the full cluster again, and time for the balancer to
-		// give the restarted store leaders, before the next store goes.
-		time.Sleep(3 * time.Second)
-	}
-	close(stop)
-	wg.Wait()
+		graceful := ph.current()
+		ph.next(t, "abrupt control")
+		graceful.report(t)
 
-	t.Logf("rolling restart of stores 1, 2, 3: %d writes and %d reads succeeded, %d writes and %d reads failed",
-		writes.ok.Load(), reads.ok.Load(), writes.failed.Load(), reads.failed.Load())
-	t.Logf("slowest write %v, slowest read %v; %d writes and %d reads took longer than %v",
-		writes.max.Round(time.Millisecond), reads.max.Round(time.Millisecond), writes.slow.Load(), reads.slow.Load(), slowOp)
-	for _, l := range []*opLog{&writes, &reads} {
-		for _, f := range l.first {
-			t.Errorf("failed: %s", f)
+		// Each store says it stopped gracefully, once, having handed over
+		// every region it led and let every request in flight finish.
+		for n := 1; n <= 3; n++ {
+			log, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("store%d.log", n)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			stops, handovers := strings.Count(string(log), "server stopped"), strings.Count(string(log), "shutdown: leaderships handed over")
+			switch {
+			case stops != 1:
+				t.Errorf("store %d's log shows %d graceful stops, want 1", n, stops)
+			case handovers != 1:
+				t.Errorf("store %d's log shows %d handovers of its leaderships, want 1 (it led a region when stopped)", n, handovers)
+			case strings.Contains(string(log), "leadership not handed over"):
+				t.Errorf("store %d stopped without handing over a leadership", n)
+			case !strings.Contains(stoppedLine(string(log)), " requests_unfinished=0"):
+				t.Errorf("store %d's drain cut requests in flight: %q", n, stoppedLine(string(log)))
+			}
 		}
-	}
-	if writes.ok.Load() == 0 || reads.ok.Load() == 0 {
-		t.Fatalf("no load ran: %d writes, %d reads", writes.ok.Load(), reads.ok.Load())
-	}
+	})
 
-	// Each store stopped gracefully, and handed over every region it led.
-	handovers := 0
-	for n := 1; n <= 3; n++ {
-		log, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("store%d.log", n)))
-		if err != nil {
-			t.Fatal(err)
+	// The control: the same restart, abrupt. Store 1 leads a region and is
+	// killed; the region waits out an election timeout and elects a new
+	// leader. The check must see it, or it proves nothing above.
+	t.Run("abrupt control", func(t *testing.T) {
+		w := restart(t, 1, false, "kill 1", "restart 1")
+		if w.elections < 1 {
+			t.Errorf("store 1 was killed leading %d regions, yet no leadership was taken by election: the check cannot tell an abrupt stop from a graceful one", w.led)
+		} else {
+			t.Logf("detected: store 1 was killed leading %d regions, and %d leaderships were taken by election", w.led, w.elections)
 		}
-		switch {
-		case !strings.Contains(string(log), "server stopped"):
-			t.Errorf("store %d's log does not show a graceful stop", n)
-		case strings.Contains(string(log), "leadership not handed over"):
-			t.Errorf("store %d stopped without handing over a leadership", n)
-		}
-		handovers += strings.Count(string(log), "shutdown: leaderships handed over")
-	}
-	t.Logf("%d of the 3 stopping stores led regions and handed them over", handovers)
+		// Requests may fail here or not (the client retries past an
+		// election timeout): that is why the graceful test cannot rest on
+		// them alone. Only logged.
+		halt()
+		ctl := ph.current()
+		t.Logf("%s: %d writes and %d reads succeeded, %d writes and %d reads failed; slowest write %v, slowest read %v",
+			ctl.name, ctl.writes.ok.Load(), ctl.reads.ok.Load(), ctl.writes.failed.Load(), ctl.reads.failed.Load(),
+			ctl.writes.max.Round(time.Millisecond), ctl.reads.max.Round(time.Millisecond))
+	})
+	halt()
 
+	// No split happened meanwhile (a split-born region's first leader is
+	// elected, which the check would take for a lost leadership).
+	if n := c.regionCount(t); n != regions {
+		t.Errorf("%d regions at the end, %d at the start: a split during the test", n, regions)
+	}
 	// Every acknowledged write reads back, linearizably.
 	mu.Lock()
 	defer mu.Unlock()
@@ -262,10 +402,144 @@ func TestRollingRestartFailsNoRequest(t *testing.T) {
 		t.Errorf("%d of %d acknowledged writes do not read back", lost, len(acked))
 	}
 	for i, addr := range block.StatusAddrs {
-		if code, body := httpGet(t, "http://"+addr+"/healthz"); code != http.StatusOK {
+		if code, body := httpGet("http://" + addr + "/healthz"); code != http.StatusOK {
 			t.Errorf("store %d /healthz = %d %q", i+1, code, body)
 		}
 	}
+}
+
+// window is what the stores did while one of them restarted.
+type window struct {
+	// led is how many regions the restarted store led just before.
+	led int
+	// transfers and elections are the leaderships all stores took,
+	// by cause.
+	transfers, elections int
+}
+
+// counts are one store's counters.
+type counts struct {
+	led, transfers, elections int
+}
+
+// cluster reads the stores' state for the test.
+type cluster struct {
+	cli         *client.Client
+	statusAddrs []string
+}
+
+var (
+	reTransfers = regexp.MustCompile(`(?m)^hedgekv_store_leaderships_taken_total\{cause="transfer"\} (\S+)$`)
+	reElections = regexp.MustCompile(`(?m)^hedgekv_store_leaderships_taken_total\{cause="election"\} (\S+)$`)
+	reLed       = regexp.MustCompile(`(?m)^hedgekv_store_leader_regions (\S+)$`)
+)
+
+// scrape reads every store's leadership counters from /metrics.
+func (c *cluster) scrape(t *testing.T) []counts {
+	t.Helper()
+	out := make([]counts, len(c.statusAddrs))
+	for i, addr := range c.statusAddrs {
+		code, body := httpGet("http://" + addr + "/metrics")
+		if code != http.StatusOK {
+			t.Fatalf("store %d /metrics = %d %q", i+1, code, body)
+		}
+		for _, m := range []struct {
+			re  *regexp.Regexp
+			dst *int
+		}{{reTransfers, &out[i].transfers}, {reElections, &out[i].elections}, {reLed, &out[i].led}} {
+			sub := m.re.FindStringSubmatch(body)
+			if sub == nil {
+				t.Fatalf("store %d /metrics has no %s", i+1, m.re)
+			}
+			v, err := strconv.ParseFloat(sub[1], 64)
+			if err != nil {
+				t.Fatalf("store %d /metrics: %s: %v", i+1, sub[0], err)
+			}
+			*m.dst = int(v)
+		}
+	}
+	return out
+}
+
+// window sums what the stores took between two scrapes around store n's
+// restart: the others' counters went on, n's started again from zero.
+func (c *cluster) window(n int, before, after []counts) window {
+	w := window{led: before[n-1].led}
+	for i := range after {
+		d := after[i]
+		if i != n-1 {
+			d.transfers -= before[i].transfers
+			d.elections -= before[i].elections
+		}
+		w.transfers += d.transfers
+		w.elections += d.elections
+	}
+	return w
+}
+
+// leadSome makes sure store n leads a region: if it leads none, it is
+// handed one from the store that leads the most. (The balancer moves a
+// leadership only to a store that leads two fewer, so it never takes a
+// store's last one.)
+func (c *cluster) leadSome(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if c.scrape(t)[n-1].led > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("store %d leads no region after 20s", n)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		infos, err := c.cli.Regions(ctx)
+		cancel()
+		if err != nil {
+			t.Logf("regions: %v", err)
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		byStore := map[uint64]int{}
+		for _, r := range infos {
+			byStore[r.LeaderStoreID]++
+		}
+		var pick client.RegionInfo
+		for _, r := range infos {
+			if _, ok := r.Region.PeerOnStore(uint64(n)); ok && r.LeaderStoreID != 0 && r.LeaderStoreID != uint64(n) &&
+				(pick.Region.ID == 0 || byStore[r.LeaderStoreID] > byStore[pick.LeaderStoreID]) {
+				pick = r
+			}
+		}
+		if pick.Region.ID != 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			err := c.cli.TransferLeader(ctx, pick.Region.ID, uint64(n))
+			cancel()
+			t.Logf("store %d led no region: region %d handed to it from store %d: %v", n, pick.Region.ID, pick.LeaderStoreID, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// regionCount is how many regions the cluster has.
+func (c *cluster) regionCount(t *testing.T) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	infos, err := c.cli.Regions(ctx)
+	if err != nil {
+		t.Fatalf("regions: %v", err)
+	}
+	return len(infos)
+}
+
+// stoppedLine is the "server stopped" line of a store's log.
+func stoppedLine(log string) string {
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, "server stopped") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
 }
 
 // waitReady waits for store n's /readyz to answer 200.
@@ -273,7 +547,7 @@ func waitReady(t *testing.T, n int, addr string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		code, body := httpGet(t, "http://"+addr+"/readyz")
+		code, body := httpGet("http://" + addr + "/readyz")
 		if code == http.StatusOK {
 			return
 		}
@@ -285,8 +559,7 @@ func waitReady(t *testing.T, n int, addr string) {
 }
 
 // httpGet answers code and body, or 0 and the error.
-func httpGet(t *testing.T, url string) (int, string) {
-	t.Helper()
+func httpGet(url string) (int, string) {
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get(url)
 	if err != nil {
