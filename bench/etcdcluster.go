@@ -130,12 +130,9 @@ func startEtcdCluster(ctx context.Context, cfg EtcdClusterConfig) (_ *EtcdCluste
 			return nil, err
 		}
 	}
-	c := &EtcdCluster{dir: cfg.Dir, logger: cfg.Logger}
-	if c.dir == "" {
-		if c.dir, err = os.MkdirTemp("", "hedgekv-bench-etcd-*"); err != nil {
-			return nil, fmt.Errorf("etcd cluster: %w", err)
-		}
-		c.ownDir = true
+	c := &EtcdCluster{logger: cfg.Logger}
+	if c.dir, c.ownDir, err = clusterDir(cfg.Dir, "hedgekv-bench-etcd-*"); err != nil {
+		return nil, fmt.Errorf("etcd cluster: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -415,6 +412,17 @@ func startRetryingPorts[C any](what string, ownDir bool, logger *slog.Logger, st
 			logger.Info(what+": a port was taken; starting again on new ports", "err", err)
 		}
 	}
+}
+
+// clusterDir is the directory a cluster keeps its data and logs in: dir,
+// or if dir is "" a new temporary one, the cluster's own (removed when it
+// stops).
+func clusterDir(dir, pattern string) (_ string, own bool, err error) {
+	if dir != "" {
+		return dir, false, nil
+	}
+	dir, err = os.MkdirTemp("", pattern)
+	return dir, true, err
 }
 
 // reservePorts returns n distinct free TCP ports on 127.0.0.1, held

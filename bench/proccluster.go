@@ -122,12 +122,9 @@ func startProcCluster(ctx context.Context, cfg ProcClusterConfig) (_ *ProcCluste
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("process cluster: hedgekv binary: %w", err)
 	}
-	c := &ProcCluster{binary: bin, dir: cfg.Dir, logger: cfg.Logger, admins: map[uint64]*grpc.ClientConn{}}
-	if c.dir == "" {
-		if c.dir, err = os.MkdirTemp("", "hedgekv-bench-procs-*"); err != nil {
-			return nil, fmt.Errorf("process cluster: %w", err)
-		}
-		c.ownDir = true
+	c := &ProcCluster{binary: bin, logger: cfg.Logger, admins: map[uint64]*grpc.ClientConn{}}
+	if c.dir, c.ownDir, err = clusterDir(cfg.Dir, "hedgekv-bench-procs-*"); err != nil {
+		return nil, fmt.Errorf("process cluster: %w", err)
 	}
 	defer func() {
 		if err != nil {
