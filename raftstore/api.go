@@ -82,6 +82,10 @@ type Message struct {
 	SafePoint *SafePoint
 	// Lease rides on follower-lease notices (followerlease.go).
 	Lease *LeaseMsg
+	// FromConfVer is the sending peer's region epoch conf version (0:
+	// unknown). A member that has applied more conf changes and does not
+	// list the sender answers with a tombstone (membership.go).
+	FromConfVer uint64
 }
 
 // SafePoint is a leader's promise, made while it holds a valid lease: every

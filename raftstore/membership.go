@@ -54,6 +54,31 @@ func (s *Store) handleTombstone(p *Peer, m raftpb.Message) error {
 	return s.destroyPeer(p)
 }
 
+// tombstoneForStale returns the tombstone to answer m with when its sender
+// is a removed peer of this region that never heard of its removal (its
+// store was down when the leader's tombstone went out): m comes from a peer
+// this replica does not list, under an epoch with fewer conf changes
+// applied than this replica's. Conf changes apply in log order, so this
+// replica has applied the one that added the sender (the sender's own
+// epoch includes it), and the sender is absent only because a later one
+// removed it; a peer added since is never behind this replica's conf
+// version. nil: m is not from such a peer.
+func (p *Peer) tombstoneForStale(m *Message, self uint64) *Message {
+	if m.FromConfVer == 0 || m.Msg.From == 0 {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.initialized || p.removed || m.FromConfVer >= p.region.Epoch.ConfVer {
+		return nil
+	}
+	if _, member := p.region.PeerByID(m.Msg.From); member {
+		return nil
+	}
+	t := tombstoneMsg(p.id, m.Msg.From, p.rn.BasicStatus().Term)
+	return &Message{RegionID: p.regionID, FromStore: self, ToStore: m.FromStore, Msg: t, FromConfVer: p.region.Epoch.ConfVer}
+}
+
 // maybeCreatePeer creates an uninitialized peer for a message from a
 // region's leader (appends, heartbeats, snapshots). Other messages (votes
 // from a region we don't know) are refused: they don't need us.

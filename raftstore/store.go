@@ -410,6 +410,14 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 		}
 		return s.handleTombstone(p, m.Msg)
 	}
+	if ok {
+		if t := p.tombstoneForStale(m, s.cfg.StoreID); t != nil {
+			s.log.Info("a removed peer is still live: told it to destroy itself", "region", m.RegionID, "peer", m.Msg.From, "peer_store", m.FromStore, "msg", m.Msg.Type)
+			s.trans.Send(t)
+			s.trans.Flush()
+			return nil
+		}
+	}
 	if ok && m.Msg.To != p.id && p.supersedePlaceholder() {
 		// A placeholder for a peer ID this region no longer uses.
 		s.mu.Lock()
@@ -575,12 +583,12 @@ func (s *Store) sendNotice(p *Peer, m raftpb.Message, lease *LeaseMsg) {
 	}
 	p.mu.Lock()
 	to, found := p.region.PeerByID(m.To)
-	r := p.regionID
+	r, confVer := p.regionID, p.region.Epoch.ConfVer
 	p.mu.Unlock()
 	if !found {
 		return
 	}
-	msg := &Message{RegionID: r, FromStore: s.cfg.StoreID, ToStore: to.StoreID, Msg: m, Lease: lease}
+	msg := &Message{RegionID: r, FromStore: s.cfg.StoreID, ToStore: to.StoreID, Msg: m, Lease: lease, FromConfVer: confVer}
 	if direct {
 		ds.SendNow(msg)
 		return
@@ -621,7 +629,7 @@ func (s *Store) send(p *Peer, msgs []raftpb.Message) {
 		if !ok {
 			continue
 		}
-		m := &Message{RegionID: r.ID, FromStore: s.cfg.StoreID, ToStore: to.StoreID, Msg: msgs[i]}
+		m := &Message{RegionID: r.ID, FromStore: s.cfg.StoreID, ToStore: to.StoreID, Msg: msgs[i], FromConfVer: r.Epoch.ConfVer}
 		if msgs[i].Type == raftpb.MsgHeartbeat {
 			m.SafePoint = sp
 		}

@@ -137,7 +137,7 @@ func (t *inmemTransport) Send(m *Message) {
 	if err != nil {
 		return
 	}
-	c := &Message{RegionID: m.RegionID, FromStore: m.FromStore, ToStore: m.ToStore}
+	c := &Message{RegionID: m.RegionID, FromStore: m.FromStore, ToStore: m.ToStore, FromConfVer: m.FromConfVer}
 	if m.SafePoint != nil {
 		sp := *m.SafePoint
 		sp.Time = time.Unix(0, sp.Time.UnixNano()) // wall clock only, as on a wire

@@ -175,7 +175,7 @@ func (s *raftService) deliver(rm *pb.RaftMessage, snap bool, snapData []byte) er
 	if rm.GetToStore() != s.storeID {
 		return status.Errorf(codes.InvalidArgument, "raft message for store %d arrived at store %d", rm.GetToStore(), s.storeID)
 	}
-	m := &raftstore.Message{RegionID: rm.GetRegionId(), FromStore: rm.GetFromStore(), ToStore: rm.GetToStore()}
+	m := &raftstore.Message{RegionID: rm.GetRegionId(), FromStore: rm.GetFromStore(), ToStore: rm.GetToStore(), FromConfVer: rm.GetFromConfVer()}
 	if sp := rm.GetSafePoint(); sp != nil {
 		m.SafePoint = &raftstore.SafePoint{Term: sp.GetTerm(), Commit: sp.GetCommit(), Time: time.Unix(0, sp.GetTimeUnixNano())}
 	}

@@ -378,7 +378,7 @@ func (t *transport) sendSnapshot(m *raftstore.Message) error {
 	if err != nil {
 		return fmt.Errorf("open snapshot stream to store %d: %w", m.ToStore, err)
 	}
-	chunk := &pb.SnapshotChunk{Header: &pb.RaftMessage{RegionId: m.RegionID, FromStore: t.selfID, ToStore: m.ToStore, Message: hb}}
+	chunk := &pb.SnapshotChunk{Header: &pb.RaftMessage{RegionId: m.RegionID, FromStore: t.selfID, ToStore: m.ToStore, Message: hb, FromConfVer: m.FromConfVer}}
 	for {
 		n := min(t.opts.snapshotChunk, len(data))
 		chunk.Data, data = data[:n], data[n:]
@@ -559,7 +559,7 @@ func (p *peerSender) send(msgs []*raftstore.Message) {
 			p.t.metrics.raftSent.Add(float64(len(inBatch)))
 			batch, inBatch, size = &pb.RaftMessageBatch{}, inBatch[:0], 0
 		}
-		rm := &pb.RaftMessage{RegionId: m.RegionID, FromStore: p.t.selfID, ToStore: m.ToStore, Message: data}
+		rm := &pb.RaftMessage{RegionId: m.RegionID, FromStore: p.t.selfID, ToStore: m.ToStore, Message: data, FromConfVer: m.FromConfVer}
 		if sp := m.SafePoint; sp != nil {
 			rm.SafePoint = &pb.SafePoint{Term: sp.Term, Commit: sp.Commit, TimeUnixNano: sp.Time.UnixNano()}
 		}

@@ -3160,7 +3160,11 @@ type RaftMessage struct {
 	SafePoint *SafePoint `protobuf:"bytes,5,opt,name=safe_point,json=safePoint,proto3" json:"safe_point,omitempty"`
 	// lease rides on follower-lease notices: a follower's request (seq), a
 	// leader's grant (seq answered, its commit index, the lease length).
-	Lease         *LeaseMsg `protobuf:"bytes,6,opt,name=lease,proto3" json:"lease,omitempty"`
+	Lease *LeaseMsg `protobuf:"bytes,6,opt,name=lease,proto3" json:"lease,omitempty"`
+	// from_conf_ver is the sender's region epoch conf_ver (0: unknown): a
+	// member that has applied more conf changes and does not list the
+	// sending peer knows it was removed, and tells it to destroy itself.
+	FromConfVer   uint64 `protobuf:"varint,7,opt,name=from_conf_ver,json=fromConfVer,proto3" json:"from_conf_ver,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3235,6 +3239,13 @@ func (x *RaftMessage) GetLease() *LeaseMsg {
 		return x.Lease
 	}
 	return nil
+}
+
+func (x *RaftMessage) GetFromConfVer() uint64 {
+	if x != nil {
+		return x.FromConfVer
+	}
+	return 0
 }
 
 type LeaseMsg struct {
@@ -3723,7 +3734,7 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\vstall_nanos\x18\x03 \x01(\x03R\n" +
 	"stallNanos\x12\x14\n" +
 	"\x05clear\x18\x04 \x01(\bR\x05clear\"\x0f\n" +
-	"\rFaultResponse\"\xda\x01\n" +
+	"\rFaultResponse\"\xfe\x01\n" +
 	"\vRaftMessage\x12\x1b\n" +
 	"\tregion_id\x18\x01 \x01(\x04R\bregionId\x12\x1d\n" +
 	"\n" +
@@ -3732,7 +3743,8 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\fR\amessage\x121\n" +
 	"\n" +
 	"safe_point\x18\x05 \x01(\v2\x12.hedgekv.SafePointR\tsafePoint\x12'\n" +
-	"\x05lease\x18\x06 \x01(\v2\x11.hedgekv.LeaseMsgR\x05lease\"[\n" +
+	"\x05lease\x18\x06 \x01(\v2\x11.hedgekv.LeaseMsgR\x05lease\x12\"\n" +
+	"\rfrom_conf_ver\x18\a \x01(\x04R\vfromConfVer\"[\n" +
 	"\bLeaseMsg\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
 	"\x06commit\x18\x02 \x01(\x04R\x06commit\x12%\n" +

@@ -239,7 +239,7 @@ func (n *nemesis) loop() {
 		}
 		rng.Shuffle(len(followers), func(i, j int) { followers[i], followers[j] = followers[j], followers[i] })
 		hold := time.Duration(200+rng.IntN(400)) * time.Millisecond
-		switch rng.IntN(14) {
+		switch rng.IntN(15) {
 		case 0:
 			if !hasLeader {
 				continue
@@ -326,6 +326,8 @@ func (n *nemesis) loop() {
 			}
 		case 13:
 			n.transferUnheard(r, leader, hasLeader, followers, hold)
+		case 14:
+			n.moveWhileDown(r, leader, hasLeader, followers, hold)
 		}
 	}
 }
@@ -360,6 +362,28 @@ func (n *nemesis) transferUnheard(r region.Region, leader uint64, hasLeader bool
 	}
 	n.probeOn(holder, key, raftstore.ReadOptions{ReplicaRead: true}, "unheard-follower")
 	n.sleep(hold)
+}
+
+// moveWhileDown moves a follower's replica away while the follower's store
+// is down, then restarts the store: the leader's tombstone for the removed
+// peer went nowhere, so the peer comes back not knowing it was removed, and
+// must learn it from the members it contacts (and serve nothing meanwhile).
+func (n *nemesis) moveWhileDown(r region.Region, leader uint64, hasLeader bool, followers []uint64, hold time.Duration) {
+	if !hasLeader || len(followers) == 0 {
+		return
+	}
+	victim := followers[0]
+	to, ok := n.freeStore(r)
+	if !ok {
+		return
+	}
+	n.log.add("move-while-down", "region %d %d -> %d while store %d is down for %v", r.ID, victim, to, victim, hold)
+	if n.c.StopStore(victim) != nil {
+		return
+	}
+	n.move(leader, r.ID, victim, to)
+	n.sleep(hold)
+	_ = n.c.StartStore(victim)
 }
 
 // freeStore returns a store holding no replica of r.

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -219,6 +221,32 @@ var _ = Describe("regions", func() {
 			Expect(string(v)).To(Equal(fmt.Sprint(i)))
 		}
 		Expect(c.Put(ctx, key(1000), []byte("after"))).To(Succeed())
+	})
+
+	It("destroys a replica removed while its store was down once the store is back", func() {
+		// The leader's tombstone for a removed peer goes out once, when the
+		// removal applies; a store down then never hears it. The peer comes
+		// back with its store and must learn of its removal from the
+		// members it contacts, else it holds its data, and is counted as a
+		// replica of its store, for good.
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(60 * time.Second)
+		for i := range 20 {
+			Expect(c.Put(ctx, key(i), fmt.Appendf(nil, "%d", i))).To(Succeed())
+		}
+		leader, _ := c.Leader(1)
+		victim := otherThan(c, leader)[0]
+		Expect(c.StopStore(victim)).To(Succeed())
+		Expect(mustStore(c, leader).RemovePeer(ctx, 1, victim)).To(Succeed())
+		Expect(c.Put(ctx, key(100), []byte("after"))).To(Succeed())
+		Expect(c.StartStore(victim)).To(Succeed())
+		Eventually(func() int { return len(mustStore(c, victim).Regions()) }).WithTimeout(10 * time.Second).Should(BeZero())
+		// Its data is gone with it: a follower read there finds no region.
+		_, _, _, err := mustStore(c, victim).Get(ctx, raftstore.ReadOptions{ReplicaRead: true}, key(1))
+		var notFound *region.RegionNotFoundError
+		Expect(errors.As(err, &notFound)).To(BeTrue(), "read on the removed replica's store: %v", err)
+		r, _ := c.RegionOf(key(0))
+		Expect(r.Peers).To(HaveLen(2))
 	})
 
 	It("never answers a follower read from a replica whose data is being removed", func() {
