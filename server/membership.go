@@ -149,29 +149,33 @@ func (s *adminService) RemoveStore(ctx context.Context, req *pb.RemoveStoreReque
 		return nil, status.Errorf(codes.NotFound, "store %d is unknown to store %d (ctl stores lists the stores)", id, self)
 	}
 	already := s.srv.book.isRemoving(id)
-	if !already && !req.GetForwarded() {
-		if err := s.srv.checkRemovable(ctx, id); err != nil {
+	if req.GetForwarded() {
+		if err := s.srv.markRemoving(id); err != nil {
+			return nil, toStatus(err)
+		}
+		return &pb.RemoveStoreResponse{Already: already}, nil
+	}
+	stores, err := s.srv.view.stores(ctx)
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("list stores: %w", err))
+	}
+	if !already {
+		if err := s.srv.checkRemovable(stores, id); err != nil {
 			return nil, err
 		}
 	}
 	if err := s.srv.markRemoving(id); err != nil {
 		return nil, toStatus(err)
 	}
-	if !req.GetForwarded() {
-		// Also when it was already marked here: a store that missed the
-		// first call hears of it now rather than on its next Status poll.
-		s.srv.forwardRemoveStore(ctx, id)
-	}
+	// Also when it was already marked here: a store that missed the first
+	// call hears of it now rather than on its next Status poll.
+	s.srv.forwardRemoveStore(ctx, id, stores)
 	return &pb.RemoveStoreResponse{Already: already}, nil
 }
 
 // checkRemovable refuses to remove store id when fewer than MaxReplicas
-// stores, up and not being removed, would be left.
-func (s *Server) checkRemovable(ctx context.Context, id uint64) error {
-	stores, err := s.view.stores(ctx)
-	if err != nil {
-		return toStatus(fmt.Errorf("list stores: %w", err))
-	}
+// of stores, up and not being removed, would be left.
+func (s *Server) checkRemovable(stores []*pb.Store, id uint64) error {
 	left := 0
 	for _, st := range stores {
 		if st.GetId() != id && st.GetUp() && !st.GetRemoving() {
@@ -205,13 +209,17 @@ func (s *Server) learnRemoving(ids []uint64) {
 	}
 }
 
-// forwardRemoveStore tells every other known store that store id is being
-// removed, in parallel and bounded, as forwardJoin does.
-func (s *Server) forwardRemoveStore(ctx context.Context, id uint64) {
+// forwardRemoveStore tells every other store the listing shows up that
+// store id is being removed, in parallel and bounded, as forwardJoin does.
+// A store that is down is not waited for (removing a dead store is the
+// common case): it learns of the removal from the others' Status when it
+// is back.
+func (s *Server) forwardRemoveStore(ctx context.Context, id uint64, stores []*pb.Store) {
 	fwd := &pb.RemoveStoreRequest{StoreId: id, Forwarded: true}
 	var wg sync.WaitGroup
-	for _, to := range s.book.ids() {
-		if to == s.store.ID() {
+	for _, st := range stores {
+		to := st.GetId()
+		if to == s.store.ID() || !st.GetUp() {
 			continue
 		}
 		wg.Go(func() {

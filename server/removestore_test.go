@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -220,4 +221,74 @@ func TestAddressBookRemoving(t *testing.T) {
 	if _, err := openAddressBook(bad, nil); err == nil {
 		t.Error("a book removing store 0 was accepted")
 	}
+}
+
+// TestWithStoreRemoveDeadStore: removing a store that is down (the usual
+// reason to remove one) is accepted at once and its replicas move to the
+// live stores without waiting out MaxStoreDownTime.
+func TestWithStoreRemoveDeadStore(t *testing.T) {
+	c := newClusterWith(t, 4, nil, func(cfg *raftstore.Config) {
+		cfg.BalanceInterval = 100 * time.Millisecond
+		cfg.MaxStoreDownTime = time.Hour // only the removal may move the dead store's replica
+	}, nil)
+	for _, s := range c.servers {
+		if err := s.Start(); err != nil {
+			t.Fatalf("start: %v", err)
+		}
+	}
+	ctx := testCtx(t)
+	put(ctx, t, c, 1, "k", "v")
+	var victim uint64
+	waitFor(t, 20*time.Second, "region 1 trimmed to three voters", func() bool {
+		leader := c.leaderOf(t, 1)
+		rs, _ := regionOn(c.server(leader), 1)
+		voters, learners := peerStores(rs.Region)
+		if len(voters) != 3 || len(learners) != 0 {
+			return false
+		}
+		for _, v := range voters {
+			if v != leader {
+				victim = v
+			}
+		}
+		return true
+	})
+	c.server(victim).Stop()
+	var live uint64 = 1
+	for live == victim {
+		live++
+	}
+	waitFor(t, 10*time.Second, fmt.Sprintf("store %d's view to list store %d down", live, victim), func() bool {
+		st, err := c.admin(t, live).Stores(ctx, &pb.StoresRequest{})
+		if err != nil {
+			return false
+		}
+		for _, s := range st.GetStores() {
+			if s.GetId() == victim {
+				return !s.GetUp()
+			}
+		}
+		return false
+	})
+	if _, err := c.admin(t, live).RemoveStore(ctx, &pb.RemoveStoreRequest{StoreId: victim}); err != nil {
+		t.Fatalf("remove dead store %d: %v", victim, err)
+	}
+	waitFor(t, 20*time.Second, fmt.Sprintf("region 1 off store %d, three voters", victim), func() bool {
+		leader := c.leaderOf(t, 1)
+		rs, _ := regionOn(c.server(leader), 1)
+		voters, learners := peerStores(rs.Region)
+		return len(voters) == 3 && len(learners) == 0 && !slices.Contains(voters, victim)
+	})
+	waitFor(t, 10*time.Second, fmt.Sprintf("store %d listed removed", victim), func() bool {
+		st, err := c.admin(t, live).Stores(ctx, &pb.StoresRequest{})
+		if err != nil {
+			return false
+		}
+		for _, s := range st.GetStores() {
+			if s.GetId() == victim {
+				return s.GetRemoving() && s.GetRemoved() && !s.GetUp()
+			}
+		}
+		return false
+	})
 }
