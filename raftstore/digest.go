@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/bbolt"
@@ -442,4 +444,60 @@ func sortedKeys(m map[uint64]uint64) []uint64 {
 func IsReplicaNotFound(err error) bool {
 	var nf *ReplicaNotFoundError
 	return errors.As(err, &nf)
+}
+
+// PollReplicas drives a replica-agreement check until every region has
+// been compared once and found in agreement: each round, regions lists the
+// regions to check, and digests returns a region's replica digests, or why
+// they cannot be compared yet (a replica still waiting for its snapshot,
+// a store unreachable). Replicas not at one applied index are compared
+// again next round, poll later; agreed, if set, gets each region found in
+// agreement with its digests (none if it has no replica to compare). It returns nil once none is left, the
+// *ReplicaMismatchError (or any other error of CompareReplicas, regions or
+// digests) at once, and ctx's error with the regions left and why
+// (pending) if ctx ends first. The in-process harness and the check of a
+// running cluster (ctl check) both run on it.
+func PollReplicas(ctx context.Context, poll time.Duration,
+	regions func(context.Context) ([]region.Region, error),
+	digests func(context.Context, region.Region) ([]ReplicaDigest, string),
+	agreed func(region.Region, []ReplicaDigest),
+) (pending map[uint64]string, err error) {
+	verified := map[uint64]bool{}
+	for {
+		rs, err := regions(ctx)
+		if err != nil {
+			return nil, err
+		}
+		pending = map[uint64]string{}
+		for _, r := range rs {
+			if verified[r.ID] {
+				continue
+			}
+			ds, why := digests(ctx, r)
+			if why != "" {
+				pending[r.ID] = why
+				continue
+			}
+			var notSame *NotAtSameIndexError
+			switch err := CompareReplicas(ds); {
+			case err == nil:
+				verified[r.ID] = true
+				if agreed != nil {
+					agreed(r, ds)
+				}
+			case errors.As(err, &notSame):
+				pending[r.ID] = "no quiet moment: " + err.Error()
+			default:
+				return pending, err
+			}
+		}
+		if len(pending) == 0 {
+			return nil, nil
+		}
+		select {
+		case <-ctx.Done():
+			return pending, ctx.Err()
+		case <-time.After(poll):
+		}
+	}
 }

@@ -1,10 +1,12 @@
 package raftstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/bbolt"
@@ -320,5 +322,55 @@ func TestFirstDifference(t *testing.T) {
 		if ok != tc.ok || string(key) != tc.key {
 			t.Errorf("%s: FirstDifference = %q %v, want %q %v", tc.name, key, ok, tc.key, tc.ok)
 		}
+	}
+}
+
+// TestPollReplicas: a region is compared again until its replicas are at
+// one index, then counted once; a region without digests yet stays
+// pending; a mismatch ends the poll at once.
+func TestPollReplicas(t *testing.T) {
+	r1, r2 := region.Region{ID: 1}, region.Region{ID: 2}
+	at := func(store, index uint64, hash byte) ReplicaDigest {
+		d := ReplicaDigest{StoreID: store, PeerID: store, Region: r1, AppliedIndex: index, AppliedTerm: 1}
+		d.Hash[0] = hash
+		return d
+	}
+	list := func(context.Context) ([]region.Region, error) { return []region.Region{r1, r2}, nil }
+	round := 0
+	var agreed int
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pending, err := PollReplicas(ctx, time.Millisecond, list, func(_ context.Context, r region.Region) ([]ReplicaDigest, string) {
+		if r.ID == 2 {
+			round++
+			if round < 3 {
+				return nil, "store 2 has no replica yet"
+			}
+			return nil, ""
+		}
+		if round < 2 {
+			return []ReplicaDigest{at(1, 5, 0), at(2, 4, 0)}, ""
+		}
+		return []ReplicaDigest{at(1, 5, 0), at(2, 5, 0)}, ""
+	}, func(region.Region, []ReplicaDigest) { agreed++ })
+	if err != nil || len(pending) != 0 || agreed != 2 {
+		t.Errorf("agreeing replicas: pending %v, err %v, %d agreed; want none pending, 2 agreed", pending, err, agreed)
+	}
+
+	_, err = PollReplicas(ctx, time.Millisecond, list, func(_ context.Context, r region.Region) ([]ReplicaDigest, string) {
+		return []ReplicaDigest{at(1, 5, 0), at(2, 5, 1)}, ""
+	}, nil)
+	var mismatch *ReplicaMismatchError
+	if !errors.As(err, &mismatch) {
+		t.Errorf("disagreeing replicas: %v, want a *ReplicaMismatchError", err)
+	}
+
+	short, cancelShort := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancelShort()
+	pending, err = PollReplicas(short, time.Millisecond, list, func(_ context.Context, r region.Region) ([]ReplicaDigest, string) {
+		return []ReplicaDigest{at(1, 5, 0), at(2, 4, 0)}, ""
+	}, nil)
+	if !errors.Is(err, context.DeadlineExceeded) || len(pending) != 2 || !strings.Contains(pending[1], "no quiet moment") {
+		t.Errorf("never at one index: pending %v, err %v", pending, err)
 	}
 }

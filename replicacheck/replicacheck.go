@@ -5,8 +5,8 @@
 // the digests once they are at the same applied index, and when two
 // replicas disagree dumps both to name the first differing key. It is the
 // live-cluster form of the check the in-process specs run after every
-// spec (raftstoretest.CheckReplicas), with the same comparison
-// (raftstore.CompareReplicas).
+// spec (raftstoretest.CheckReplicas), with the same poll loop and
+// comparison (raftstore.PollReplicas, raftstore.CompareReplicas).
 package replicacheck
 
 import (
@@ -56,13 +56,13 @@ type Agreement struct {
 // uncompared if ctx ends first; nil once every region agrees.
 func Check(ctx context.Context, cli *client.Client, poll time.Duration) (Report, error) {
 	rep := Report{Pending: map[uint64]string{}}
-	verified := map[uint64]bool{}
-	for {
+	up := map[uint64]bool{}
+	regions := func(ctx context.Context) ([]region.Region, error) {
 		stores, err := cli.Stores(ctx)
 		if err != nil {
-			return rep, fmt.Errorf("check: list stores: %w", err)
+			return nil, fmt.Errorf("list stores: %w", err)
 		}
-		up := map[uint64]bool{}
+		clear(up)
 		rep.SkippedStores = rep.SkippedStores[:0]
 		for _, s := range stores {
 			up[s.ID] = s.Up
@@ -72,50 +72,44 @@ func Check(ctx context.Context, cli *client.Client, poll time.Duration) (Report,
 		}
 		infos, err := cli.Regions(ctx)
 		if err != nil {
-			return rep, fmt.Errorf("check: list regions: %w", err)
+			return nil, fmt.Errorf("list regions: %w", err)
 		}
-		clear(rep.Pending)
-		for _, info := range infos {
-			r := info.Region
-			if verified[r.ID] {
-				continue
-			}
-			ds, why := digests(ctx, cli, r, up)
-			if why != "" {
-				rep.Pending[r.ID] = why
-				continue
-			}
-			err := raftstore.CompareReplicas(ds)
-			var notSame *raftstore.NotAtSameIndexError
-			var mismatch *raftstore.ReplicaMismatchError
-			switch {
-			case err == nil:
-				verified[r.ID] = true
-				a := Agreement{RegionID: r.ID, AppliedIndex: ds[0].AppliedIndex, Keys: ds[0].Keys}
-				for _, d := range ds {
-					a.Stores = append(a.Stores, d.StoreID)
-				}
-				sort.Slice(a.Stores, func(i, j int) bool { return a.Stores[i] < a.Stores[j] })
-				rep.Agreed = append(rep.Agreed, a)
-			case errors.As(err, &notSame):
-				rep.Pending[r.ID] = notSame.Error()
-			case errors.As(err, &mismatch):
-				nameFirstDifference(ctx, cli, mismatch)
-				return rep, mismatch
-			default:
-				return rep, fmt.Errorf("check: region %d: %w", r.ID, err)
-			}
+		out := make([]region.Region, len(infos))
+		for i, info := range infos {
+			out[i] = info.Region
 		}
-		if len(rep.Pending) == 0 {
-			sort.Slice(rep.Agreed, func(i, j int) bool { return rep.Agreed[i].RegionID < rep.Agreed[j].RegionID })
-			return rep, nil
-		}
-		select {
-		case <-ctx.Done():
-			return rep, fmt.Errorf("check: %d region(s) not compared before the deadline: %s", len(rep.Pending), pendingString(rep.Pending))
-		case <-time.After(poll):
-		}
+		return out, nil
 	}
+	pending, err := raftstore.PollReplicas(ctx, poll, regions,
+		func(ctx context.Context, r region.Region) ([]raftstore.ReplicaDigest, string) {
+			return digests(ctx, cli, r, up)
+		},
+		func(r region.Region, ds []raftstore.ReplicaDigest) {
+			a := Agreement{RegionID: r.ID}
+			if len(ds) > 0 {
+				a.AppliedIndex, a.Keys = ds[0].AppliedIndex, ds[0].Keys
+			}
+			for _, d := range ds {
+				a.Stores = append(a.Stores, d.StoreID)
+			}
+			sort.Slice(a.Stores, func(i, j int) bool { return a.Stores[i] < a.Stores[j] })
+			rep.Agreed = append(rep.Agreed, a)
+		})
+	sort.Slice(rep.Agreed, func(i, j int) bool { return rep.Agreed[i].RegionID < rep.Agreed[j].RegionID })
+	if pending != nil {
+		rep.Pending = pending
+	}
+	var mismatch *raftstore.ReplicaMismatchError
+	switch {
+	case err == nil:
+		return rep, nil
+	case errors.As(err, &mismatch):
+		nameFirstDifference(ctx, cli, mismatch)
+		return rep, mismatch
+	case ctx.Err() != nil && len(rep.Pending) > 0:
+		return rep, fmt.Errorf("check: %d region(s) not compared before the deadline: %s", len(rep.Pending), pendingString(rep.Pending))
+	}
+	return rep, fmt.Errorf("check: %w", err)
 }
 
 // digests collects the digest of every replica of r on a store that is up:

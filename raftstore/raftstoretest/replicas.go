@@ -43,53 +43,34 @@ const diffBudget = 3 * time.Second
 // ctx ends first. It never passes without having compared every region.
 func (c *Cluster) CheckReplicas(ctx context.Context) error {
 	start := time.Now()
-	poll := c.opts.TickInterval
-	verified := map[uint64]bool{}
-	for {
-		pending := map[uint64]string{}
-		for _, r := range c.Regions() {
-			if verified[r.ID] {
-				continue
-			}
-			ds, why := c.collectDigests(r)
-			if why != "" {
-				pending[r.ID] = why
-				continue
-			}
-			err := raftstore.CompareReplicas(ds)
-			var notSame *raftstore.NotAtSameIndexError
-			var mismatch *raftstore.ReplicaMismatchError
-			switch {
-			case err == nil:
-				verified[r.ID] = true
-			case errors.As(err, &notSame):
-				pending[r.ID] = "no quiet moment: " + err.Error()
-			case errors.As(err, &mismatch):
-				c.nameFirstDifference(ctx, mismatch)
-				return fmt.Errorf("replica check: %w", mismatch)
-			default:
-				return fmt.Errorf("replica check: %w", err)
-			}
-		}
-		if len(pending) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			ids := make([]uint64, 0, len(pending))
-			for id := range pending {
-				ids = append(ids, id)
-			}
-			sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-			reasons := make([]string, len(ids))
-			for i, id := range ids {
-				reasons[i] = pending[id]
-			}
-			return fmt.Errorf("replica check gave up after %v (%v) with %d region(s) never compared (%d agreed): %s",
-				time.Since(start).Round(time.Millisecond), ctx.Err(), len(ids), len(verified), strings.Join(reasons, "; "))
-		case <-time.After(poll):
-		}
+	agreed := 0
+	pending, err := raftstore.PollReplicas(ctx, c.opts.TickInterval,
+		func(context.Context) ([]region.Region, error) { return c.Regions(), nil },
+		func(_ context.Context, r region.Region) ([]raftstore.ReplicaDigest, string) {
+			return c.collectDigests(r)
+		},
+		func(region.Region, []raftstore.ReplicaDigest) { agreed++ })
+	var mismatch *raftstore.ReplicaMismatchError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &mismatch):
+		c.nameFirstDifference(ctx, mismatch)
+		return fmt.Errorf("replica check: %w", mismatch)
+	case ctx.Err() == nil:
+		return fmt.Errorf("replica check: %w", err)
 	}
+	ids := make([]uint64, 0, len(pending))
+	for id := range pending {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	reasons := make([]string, len(ids))
+	for i, id := range ids {
+		reasons[i] = pending[id]
+	}
+	return fmt.Errorf("replica check gave up after %v (%v) with %d region(s) never compared (%d agreed): %s",
+		time.Since(start).Round(time.Millisecond), ctx.Err(), len(ids), agreed, strings.Join(reasons, "; "))
 }
 
 // collectDigests reads the digest of r on every running store its newest
