@@ -402,7 +402,7 @@ func waitStoreRemoved(ctx context.Context, out io.Writer, cli *client.Client, st
 				}
 			}
 			if left != last {
-				fmt.Fprintf(out, "store %d: %d replicas left\n", storeID, left)
+				fmt.Fprintf(out, "store %d: replicas left: %d\n", storeID, left)
 				last = left
 			}
 			if left == 0 {
@@ -417,7 +417,7 @@ func waitStoreRemoved(ctx context.Context, out io.Writer, cli *client.Client, st
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("store %d not removed yet (%d replicas left when --timeout ran out): %w", storeID, last, ctx.Err())
+			return fmt.Errorf("store %d not removed yet (replicas left: %d when --timeout ran out): %w", storeID, last, ctx.Err())
 		case <-time.After(500 * time.Millisecond):
 		}
 	}

@@ -695,7 +695,7 @@ func TestCtlRemoveStore(t *testing.T) {
 		{args: []string{"ctl", "remove-store", "4"}, wantStdout: "store 4 was already being removed\n"},
 		{args: []string{"ctl", "remove-store", "3"}, wantCode: exitFailure, wantStderr: "removing store 3 would leave 2 stores up"},
 		{args: []string{"ctl", "stores"}, wantStdout: "up, removing"},
-		{args: []string{"ctl", "remove-store", "4", "--wait", "--timeout", "1s"}, wantCode: exitFailure, wantStderr: "store 4 not removed yet (1 replicas left"},
+		{args: []string{"ctl", "remove-store", "4", "--wait", "--timeout", "1s"}, wantCode: exitFailure, wantStderr: "store 4 not removed yet (replicas left: 1 when"},
 	}, ep)
 
 	// What the balancers do on real stores: the replica moves off.
@@ -703,7 +703,7 @@ func TestCtlRemoveStore(t *testing.T) {
 		t.Fatalf("remove-peer 1 4: exit %d: %s", code, stderr)
 	}
 	code, stdout, stderr := runCLI(t, "ctl", "remove-store", "4", "--wait", ep)
-	if code != 0 || !strings.HasSuffix(stdout, "store 4: 0 replicas left\nOK: store 4 is removed: it may be stopped and its data deleted\n") {
+	if code != 0 || !strings.HasSuffix(stdout, "store 4: replicas left: 0\nOK: store 4 is removed: it may be stopped and its data deleted\n") {
 		t.Errorf("remove-store --wait after the move: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	code, stdout, _ = runCLI(t, "ctl", "stores", "--json", ep)
