@@ -216,23 +216,16 @@ func (s *Server) learnRemoving(ids []uint64) {
 // is back.
 func (s *Server) forwardRemoveStore(ctx context.Context, id uint64, stores []*pb.Store) {
 	fwd := &pb.RemoveStoreRequest{StoreId: id, Forwarded: true}
-	var wg sync.WaitGroup
+	var to []uint64
 	for _, st := range stores {
-		to := st.GetId()
-		if to == s.store.ID() || !st.GetUp() {
-			continue
+		if st.GetId() != s.store.ID() && st.GetUp() {
+			to = append(to, st.GetId())
 		}
-		wg.Go(func() {
-			err := s.callDirect(ctx, to, joinForwardTimeout, func(ctx context.Context, a pb.AdminClient) error {
-				_, err := a.RemoveStore(ctx, fwd)
-				return err
-			})
-			if err != nil {
-				s.logger.Warn("could not forward a store removal", "removed_store", id, "to_store", to, "err", err)
-			}
-		})
 	}
-	wg.Wait()
+	s.forward(ctx, to, func(ctx context.Context, a pb.AdminClient) error {
+		_, err := a.RemoveStore(ctx, fwd)
+		return err
+	}, "could not forward a store removal", "removed_store", id)
 }
 
 func validateJoin(req *pb.JoinRequest) error {
@@ -310,18 +303,29 @@ func (s *Server) answersAs(ctx context.Context, id uint64) bool {
 // learns of the newcomer later from another store's Status.
 func (s *Server) forwardJoin(ctx context.Context, req *pb.JoinRequest) {
 	fwd := &pb.JoinRequest{StoreId: req.GetStoreId(), Address: req.GetAddress(), Zone: req.GetZone(), ZoneAddresses: req.GetZoneAddresses(), Forwarded: true}
-	var wg sync.WaitGroup
+	var to []uint64
 	for _, id := range s.book.ids() {
-		if id == s.store.ID() || id == req.GetStoreId() {
-			continue
+		if id != s.store.ID() && id != req.GetStoreId() {
+			to = append(to, id)
 		}
+	}
+	s.forward(ctx, to, func(ctx context.Context, a pb.AdminClient) error {
+		_, err := a.Join(ctx, fwd)
+		return err
+	}, "could not forward a join", "joined_store", req.GetStoreId())
+}
+
+// forward makes call on each of the stores to, in parallel, at their plain
+// addresses (callDirect: the address book's own, as learning uses), each
+// bounded by joinForwardTimeout, and waits for all. A store that cannot be
+// told is logged (warn, with attrs) and learns later from another store's
+// Status.
+func (s *Server) forward(ctx context.Context, to []uint64, call func(context.Context, pb.AdminClient) error, warn string, attrs ...any) {
+	var wg sync.WaitGroup
+	for _, id := range to {
 		wg.Go(func() {
-			err := s.callDirect(ctx, id, joinForwardTimeout, func(ctx context.Context, a pb.AdminClient) error {
-				_, err := a.Join(ctx, fwd)
-				return err
-			})
-			if err != nil {
-				s.logger.Warn("could not forward a join", "joined_store", req.GetStoreId(), "to_store", id, "err", err)
+			if err := s.callDirect(ctx, id, joinForwardTimeout, call); err != nil {
+				s.logger.Warn(warn, slices.Concat(attrs, []any{"to_store", id, "err", err})...)
 			}
 		})
 	}
