@@ -347,6 +347,31 @@ func runWorkload(cli *client.Client, sess *client.Session, w *workload, stop <-c
 	return &wg
 }
 
+// readyClient opens a client on c and waits until a write succeeds, so
+// that every error a workload sees afterwards is one the client let
+// through; it is closed after the spec.
+func readyClient(ctx context.Context, c *serverCluster) *client.Client {
+	GinkgoHelper()
+	cli, err := client.New(ctx, client.Config{Endpoints: c.endpoints(), RequestTimeout: clientOpTimeout})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(cli.Close)
+	Eventually(func() error {
+		return cli.Put(ctx, []byte("ck"), []byte("ready"))
+	}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Succeed())
+	return cli
+}
+
+// startWorkload runs the workload (reads under policy) until halt is
+// called, or until the spec ends; wait on wg after halt.
+func startWorkload(cli *client.Client, policy client.ReadPolicy, w *workload) (halt func(), wg *sync.WaitGroup) {
+	stop := make(chan struct{})
+	var once sync.Once
+	halt = func() { once.Do(func() { close(stop) }) }
+	wg = runWorkload(cli, cli.Session(policy), w, stop)
+	DeferCleanup(func() { halt(); wg.Wait() })
+	return halt, wg
+}
+
 // ---------------------------------------------------------------- events
 
 // reshape changes the cluster under the workload: it splits region 1 into
@@ -471,21 +496,10 @@ var _ = Describe("client", func() {
 		GinkgoHelper()
 		ctx := ctxFor(90 * time.Second)
 		c := startServers(3)
-		cli, err := client.New(ctx, client.Config{Endpoints: c.endpoints(), RequestTimeout: clientOpTimeout})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(cli.Close)
-		// The cluster serves before the workload starts, so that every
-		// error the workload sees is one the client let through.
-		Eventually(func() error {
-			return cli.Put(ctx, []byte("ck"), []byte("ready"))
-		}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Succeed())
+		cli := readyClient(ctx, c)
 		w := &workload{acked: map[string]int{}}
 		prime(ctx, cli, w)
-		stop := make(chan struct{})
-		var once sync.Once
-		halt := func() { once.Do(func() { close(stop) }) }
-		wg := runWorkload(cli, cli.Session(policy), w, stop)
-		DeferCleanup(func() { halt(); wg.Wait() })
+		halt, wg := startWorkload(cli, policy, w)
 
 		start := time.Now()
 		reshape(ctx, c, cli, 300*time.Millisecond)
@@ -544,12 +558,7 @@ var _ = Describe("store removal", func() {
 			cfg.BalanceInterval = 100 * time.Millisecond
 			cfg.MaxStoreDownTime = time.Minute // only the removal moves replicas off store 4
 		})
-		cli, err := client.New(ctx, client.Config{Endpoints: c.endpoints(), RequestTimeout: clientOpTimeout})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(cli.Close)
-		Eventually(func() error {
-			return cli.Put(ctx, []byte("ck"), []byte("ready"))
-		}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Succeed())
+		cli := readyClient(ctx, c)
 		for _, at := range []string{"ck/1", "ck/2", "ck/3"} {
 			_, _, err := cli.Split(ctx, []byte(at))
 			Expect(err).NotTo(HaveOccurred(), "split at %s", at)
@@ -572,12 +581,7 @@ var _ = Describe("store removal", func() {
 
 		w := &workload{acked: map[string]int{}}
 		prime(ctx, cli, w)
-		policy := client.ReadPolicy{Replica: client.ReplicaFollower}
-		stop := make(chan struct{})
-		var once sync.Once
-		halt := func() { once.Do(func() { close(stop) }) }
-		wg := runWorkload(cli, cli.Session(policy), w, stop)
-		DeferCleanup(func() { halt(); wg.Wait() })
+		halt, wg := startWorkload(cli, client.ReadPolicy{Replica: client.ReplicaFollower}, w)
 
 		start := time.Now()
 		already, err := cli.RemoveStore(ctx, 4)
