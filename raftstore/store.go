@@ -410,14 +410,6 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 		}
 		return s.handleTombstone(p, m.Msg)
 	}
-	if ok {
-		if t := p.tombstoneForStale(m, s.cfg.StoreID); t != nil {
-			s.log.Info("a removed peer is still live: told it to destroy itself", "region", m.RegionID, "peer", m.Msg.From, "peer_store", m.FromStore, "msg", m.Msg.Type)
-			s.trans.Send(t)
-			s.trans.Flush()
-			return nil
-		}
-	}
 	if ok && m.Msg.To != p.id && p.supersedePlaceholder() {
 		// A placeholder for a peer ID this region no longer uses.
 		s.mu.Lock()
@@ -465,6 +457,13 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 		// longer exists, acking state the live peer does not have.
 		p.mu.Unlock()
 		return &region.RegionNotFoundError{RegionID: m.RegionID}
+	}
+	if t := p.tombstoneForStaleLocked(m, s.cfg.StoreID); t != nil {
+		p.mu.Unlock()
+		s.log.Info("a removed peer is still live: told it to destroy itself", "region", m.RegionID, "peer", m.Msg.From, "peer_store", m.FromStore, "msg", m.Msg.Type)
+		s.trans.Send(t)
+		s.trans.Flush()
+		return nil
 	}
 	switch {
 	case isNotice(m.Msg, hibernateCtx):
