@@ -33,6 +33,17 @@ type Stats struct {
 	// FollowerLeaseGrants: leases this store's followers took (renewals of
 	// a valid lease not counted).
 	ReadsFollowerLease, FollowerLeaseGrants uint64
+	// FollowerLeaseGrantsRefused: grants a follower here ignored because
+	// they answered no request of its own instance (a late grant meant for
+	// an earlier instance of the peer, or for a request it no longer
+	// remembers).
+	FollowerLeaseGrantsRefused uint64
+	// FollowerLeaseCommitViolations counts commits a leader here made that
+	// broke the follower-lease rule (an entry committed that a valid holder
+	// had not acked, or an entry of a new term committed inside the
+	// deferral). The leader checks every rise of its commit index; the
+	// count must stay 0, and the specs and the nemesis assert it.
+	FollowerLeaseCommitViolations uint64
 	// DiskFailures: rounds whose disk write failed, each freezing the store
 	// until a write succeeded again (diskfail.go).
 	DiskFailures uint64
@@ -52,6 +63,7 @@ type stats struct {
 	proposals, snapshotsBuilt, snapshotsApplied, readyRounds atomic.Uint64
 	votesRefused, safePointsRefused                          atomic.Uint64
 	readsFollowerLease, followerLeaseGrants                  atomic.Uint64
+	followerLeaseGrantsRefused, followerLeaseViolations      atomic.Uint64
 	diskFailures                                             atomic.Uint64
 	leadersByTransfer, leadersByElection                     atomic.Uint64
 	// transferTerms maps a region ID to the term of the latest campaign its
@@ -78,7 +90,10 @@ func (s *Store) Stats() Stats {
 
 		ReadsFollowerLease:  s.stats.readsFollowerLease.Load(),
 		FollowerLeaseGrants: s.stats.followerLeaseGrants.Load(),
-		DiskFailures:        s.stats.diskFailures.Load(),
+
+		FollowerLeaseGrantsRefused:    s.stats.followerLeaseGrantsRefused.Load(),
+		FollowerLeaseCommitViolations: s.stats.followerLeaseViolations.Load(),
+		DiskFailures:                  s.stats.diskFailures.Load(),
 
 		LeadershipsByTransfer: s.stats.leadersByTransfer.Load(),
 		LeadershipsByElection: s.stats.leadersByElection.Load(),

@@ -397,3 +397,111 @@ var _ = Describe("follower lease expiry", func() {
 func isLeaseRevoke(m *raftstore.Message) bool {
 	return m.Msg.Type == raftpb.MsgHeartbeat && string(m.Msg.Context) == "hedgekv:lease-revoke"
 }
+
+// isLeaseGrant and isLeaseRequest match follower-lease notices.
+func isLeaseGrant(m *raftstore.Message) bool {
+	return m.Msg.Type == raftpb.MsgHeartbeat && string(m.Msg.Context) == "hedgekv:lease-grant"
+}
+
+func isLeaseRequest(m *raftstore.Message) bool {
+	return m.Msg.Type == raftpb.MsgHeartbeatResp && string(m.Msg.Context) == "hedgekv:lease-req"
+}
+
+var _ = Describe("follower lease grants", func() {
+	// The grant answers one request of one peer instance. Request numbers
+	// restart with every instance, so a grant made for an earlier instance
+	// of the holder, delivered late, names a request number the current
+	// instance may also have used: matched by number alone, the holder
+	// would time its lease from its own, later request while the leader's
+	// record of it ends earlier, and serve a write it never saw.
+	It("are never accepted by a later instance of the holder than the one that asked", func() {
+		c := startCluster(raftstoretest.Options{TickInterval: 50 * time.Millisecond, ElectionTicks: 10, FollowerLeases: true, FollowerLeaseDuration: 200 * time.Millisecond})
+		ctx := ctxFor(30 * time.Second)
+		Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
+		leader, _ := c.Leader(1)
+		h := otherThan(c, leader)[0]
+		waitFollowerLease(c, h, "x")
+
+		var (
+			mu        sync.Mutex
+			held      *raftstore.Message // the first grant to H's second instance
+			heldAt    time.Time
+			capturing atomic.Bool // H's second instance is up: hold its first grant
+			cut       atomic.Bool // a grant is held: H gets no appends, its requests are lost
+			third     atomic.Bool // H's third instance is up: report its requests
+		)
+		requests := make(chan uint64, 1000)
+		c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+			if !capturing.Load() {
+				return false, 0
+			}
+			if m.ToStore == h && isLeaseGrant(m) {
+				mu.Lock()
+				if held == nil && m.Lease != nil {
+					cp := *m
+					l := *m.Lease
+					cp.Lease = &l
+					held, heldAt = &cp, time.Now()
+					cut.Store(true)
+				}
+				mu.Unlock()
+				return true, 0
+			}
+			if !cut.Load() {
+				return false, 0
+			}
+			if m.ToStore == h && (m.Msg.Type == raftpb.MsgApp || m.Msg.Type == raftpb.MsgSnap) {
+				return true, 0
+			}
+			if m.FromStore == h && isLeaseRequest(m) {
+				if third.Load() && m.Lease != nil {
+					select {
+					case requests <- m.Lease.Seq:
+					default:
+					}
+				}
+				return true, 0
+			}
+			return false, 0
+		}))
+
+		Expect(c.StopStore(h)).To(Succeed())
+		capturing.Store(true)
+		Expect(c.StartStore(h)).To(Succeed())
+		Eventually(func() bool { mu.Lock(); defer mu.Unlock(); return held != nil }).
+			WithTimeout(5*time.Second).WithPolling(time.Millisecond).Should(BeTrue(), "the leader never granted H's second instance a lease")
+		mu.Lock()
+		grant, grantAt := held, heldAt
+		mu.Unlock()
+
+		time.Sleep(time.Until(grantAt.Add(150 * time.Millisecond)))
+		Expect(c.StopStore(h)).To(Succeed())
+		third.Store(true)
+		Expect(c.StartStore(h)).To(Succeed())
+		// Once the third instance has sent the request number the grant
+		// answers, deliver the grant: less than an election timeout after
+		// the leader made it.
+		deadline := time.After(2 * time.Second)
+	wait:
+		for {
+			select {
+			case seq := <-requests:
+				if seq >= grant.Lease.Seq {
+					break wait
+				}
+			case <-deadline:
+				Fail("H's third instance never sent the request number the held grant answers")
+			}
+		}
+		GinkgoWriter.Printf("delivering the grant for request %d, %v after it was made\n", grant.Lease.Seq, time.Since(grantAt).Round(time.Millisecond))
+		_ = mustStore(c, h).HandleRaftMessage(grant)
+
+		// The write commits once the leader's record of H runs out.
+		Expect(c.Put(ctx, []byte("x"), []byte("new"))).To(Succeed())
+		v, _, info, err := readOn(c, h, raftstore.ReadOptions{ReplicaRead: true}, "x", 100*time.Millisecond)
+		if err == nil {
+			Expect(v).To(Equal("new"), "H answered a write acknowledged before the read with an older value (served by %v)", info.Mode)
+		}
+		Expect(mustStore(c, h).Stats().FollowerLeaseGrantsRefused).To(BeNumerically(">=", 1), "the grant was not refused as another instance's")
+	})
+})
