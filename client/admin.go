@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -43,39 +43,6 @@ func (c *Client) adminTargets() []string {
 	return out
 }
 
-// adminCall runs fn against one store after another until one succeeds.
-// Each store gets at most DialTimeout, so a dead endpoint costs a bounded
-// delay. The endpoint that answered is tried first next time.
-func (c *Client) adminCall(ctx context.Context, what string, fn func(ctx context.Context, a pb.AdminClient) error) error {
-	targets := c.adminTargets()
-	if len(targets) == 0 {
-		return fmt.Errorf("%s: %w", what, errNoStore)
-	}
-	var errs []error
-	for _, addr := range targets {
-		if err := ctx.Err(); err != nil {
-			errs = append(errs, err)
-			break
-		}
-		stub, err := c.conns.admin(addr)
-		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		actx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
-		err = fn(actx, stub)
-		cancel()
-		if err == nil {
-			c.preferEndpoint(addr)
-			return nil
-		}
-		if f, ok := errors.AsType[finalError](err); ok {
-			return fmt.Errorf("%s: %w", what, &storeError{addr: addr, err: f.err})
-		}
-		errs = append(errs, &storeError{addr: addr, err: err})
-	}
-	return fmt.Errorf("%s: no store answered: %w", what, errors.Join(errs...))
-}
-
 // finalError is an answer to an admin call that another store would give
 // too (a refusal): adminCall ends with it instead of asking the next.
 type finalError struct{ err error }
@@ -106,22 +73,24 @@ func (c *Client) preferEndpoint(addr string) {
 	}
 }
 
-// loadRegionByKey is the cache's loader for a key.
+// loadRegionByKey is the cache's loader for a key: a hedged call (see
+// metadata.go). A store that hosts no region holding the key (NotFound:
+// its replica was moved, or it has not applied a split yet) gave no
+// answer: another store is asked at once, and when none knows the
+// region, the error wraps errNoRegion so the request retries.
 func (c *Client) loadRegionByKey(ctx context.Context, key []byte) ([]*pb.RegionInfo, error) {
-	var infos []*pb.RegionInfo
-	err := c.adminCall(ctx, "regions by key", func(ctx context.Context, a pb.AdminClient) error {
+	return adminCall(c, ctx, "regions by key", true, func(ctx context.Context, a pb.AdminClient) ([]*pb.RegionInfo, error) {
 		resp, err := a.Regions(ctx, &pb.RegionsRequest{Key: key, ByKey: true})
-		if err != nil {
-			return err
+		switch {
+		case status.Code(err) == codes.NotFound:
+			return nil, noAnswer{err}
+		case err != nil:
+			return nil, err
+		case len(resp.GetRegions()) == 0:
+			return nil, noAnswer{status.Error(codes.NotFound, "no region holding the key")}
 		}
-		if len(resp.GetRegions()) == 0 {
-			// This store hosts no replica of the key's region; another may.
-			return errNoRegion
-		}
-		infos = resp.GetRegions()
-		return nil
+		return resp.GetRegions(), nil
 	})
-	return infos, err
 }
 
 // loadAllRegions is the cache's loader by region id. It merges every
@@ -132,18 +101,15 @@ func (c *Client) loadAllRegions(ctx context.Context) ([]*pb.RegionInfo, error) {
 	return c.gatherRegions(ctx)
 }
 
-// loadStores is the cache's loader for the store list.
+// loadStores is the cache's loader for the store list: a hedged call.
 func (c *Client) loadStores(ctx context.Context) ([]*pb.Store, error) {
-	var stores []*pb.Store
-	err := c.adminCall(ctx, "stores", func(ctx context.Context, a pb.AdminClient) error {
+	return adminCall(c, ctx, "stores", true, func(ctx context.Context, a pb.AdminClient) ([]*pb.Store, error) {
 		resp, err := a.Stores(ctx, &pb.StoresRequest{})
 		if err != nil {
-			return err
+			return nil, err
 		}
-		stores = resp.GetStores()
-		return nil
+		return resp.GetStores(), nil
 	})
-	return stores, err
 }
 
 // StoreInfo is one store as the cluster view reports it.
@@ -252,7 +218,10 @@ func (c *Client) Regions(ctx context.Context) ([]RegionInfo, error) {
 }
 
 // gatherRegions asks every known store for its regions, in parallel, and
-// merges the answers (see mergeRegionInfos).
+// merges the answers (see mergeRegionInfos). Once one store has answered,
+// the others get gatherGrace (or twice what the first took, if longer):
+// a store cut off or stalled does not hold the answer up for DialTimeout,
+// and is asked last by the next metadata call.
 func (c *Client) gatherRegions(ctx context.Context) ([]*pb.RegionInfo, error) {
 	if len(c.cache.storeAddrs()) == 0 {
 		if err := c.cache.refreshStores(ctx); err != nil {
@@ -260,33 +229,72 @@ func (c *Client) gatherRegions(ctx context.Context) ([]*pb.RegionInfo, error) {
 		}
 	}
 	targets := c.adminTargets()
-	var (
-		mu      sync.Mutex
-		answers [][]*pb.RegionInfo
-		errs    []error
-		wg      sync.WaitGroup
-	)
+	if len(targets) == 0 {
+		return nil, fmt.Errorf("regions: %w", errNoStore)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		addr  string
+		infos []*pb.RegionInfo
+		err   error
+	}
+	ch := make(chan answer, len(targets))
+	pending := make(map[string]bool, len(targets))
+	begin := time.Now()
 	for _, addr := range targets {
 		stub, err := c.conns.admin(addr)
 		if err != nil {
 			return nil, fmt.Errorf("regions: %w", err)
 		}
-		wg.Go(func() {
-			actx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
-			defer cancel()
+		pending[addr] = true
+		st := c.meta.get(addr)
+		go func() {
+			actx, acancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+			defer acancel()
+			done := st.start()
 			resp, err := stub.Regions(actx, &pb.RegionsRequest{})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, &storeError{addr: addr, err: err})
-				return
-			}
-			answers = append(answers, resp.GetRegions())
-		})
+			done(err == nil, nil)
+			ch <- answer{addr, resp.GetRegions(), err}
+		}()
 	}
-	wg.Wait()
+	var (
+		answers [][]*pb.RegionInfo
+		errs    []error
+		grace   <-chan time.Time
+	)
+collect:
+	for len(pending) > 0 {
+		select {
+		case a := <-ch:
+			delete(pending, a.addr)
+			if a.err != nil {
+				if isUnreachable(ctx, a.err) {
+					c.markUnreachable(a.addr)
+				}
+				errs = append(errs, &storeError{addr: a.addr, err: a.err})
+				continue
+			}
+			answers = append(answers, a.infos)
+			if grace == nil {
+				grace = time.After(max(gatherGrace, 2*time.Since(begin)))
+			}
+		case <-grace:
+			for addr := range pending {
+				c.meta.get(addr).markFailure()
+				errs = append(errs, &storeError{addr: addr, err: errors.New("no answer within the grace after the first")})
+			}
+			break collect
+		case <-ctx.Done():
+			errs = append(errs, ctx.Err())
+			break collect
+		}
+	}
 	if len(answers) == 0 {
 		return nil, fmt.Errorf("regions: no store answered: %w", errors.Join(errs...))
+	}
+	if len(errs) > 0 {
+		c.log.Debug("regions merged without some stores", "answered", len(answers), "err", errors.Join(errs...))
 	}
 	return mergeRegionInfos(answers), nil
 }
@@ -452,15 +460,15 @@ func (c *Client) RemoveStore(ctx context.Context, storeID uint64) (already bool,
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	var resp *pb.RemoveStoreResponse
-	err = c.adminCall(ctx, fmt.Sprintf("remove store %d", storeID), func(ctx context.Context, a pb.AdminClient) error {
-		var err error
-		resp, err = a.RemoveStore(ctx, &pb.RemoveStoreRequest{StoreId: storeID})
+	// Not hedged: the first store to get it marks the store removing, and
+	// a hedge landing after it would answer "already".
+	resp, err := adminCall(c, ctx, fmt.Sprintf("remove store %d", storeID), false, func(ctx context.Context, a pb.AdminClient) (*pb.RemoveStoreResponse, error) {
+		resp, err := a.RemoveStore(ctx, &pb.RemoveStoreRequest{StoreId: storeID})
 		switch status.Code(err) {
 		case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.PermissionDenied, codes.Unauthenticated:
-			return finalError{err}
+			return nil, finalError{err}
 		}
-		return err
+		return resp, err
 	})
 	if err != nil {
 		return false, err

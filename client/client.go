@@ -62,6 +62,7 @@ type Client struct {
 	selector *replicaSelector
 	leader   *Session
 	hedges   hedgeCounters // every session's hedging, for HedgeStats
+	meta     metaStats     // metadata calls' latency and back-off by address (metadata.go)
 
 	mu        sync.Mutex
 	endpoints []string // Config.Endpoints, the last one that answered first
@@ -193,6 +194,10 @@ func (c *Client) probe(ctx context.Context, addr string) error {
 		// It answers, it just cannot say who it is.
 		return nil
 	case err != nil:
+		if isUnreachable(context.Background(), err) {
+			// Asked last by metadata calls until it answers again.
+			c.meta.get(addr).markFailure()
+		}
 		return &storeError{addr: addr, err: err}
 	}
 	if id := resp.GetStoreId(); id != 0 {

@@ -364,6 +364,24 @@ func (c *regionCache) adminAddr(ep string) string {
 	return ep
 }
 
+// storeAt returns the id of the store the client dials at addr, or that
+// the user-given endpoint addr stands for.
+func (c *regionCache) storeAt(addr string) (uint64, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for id, s := range c.stores {
+		if s.addr == addr || s.zoneAddr == addr {
+			return id, true
+		}
+	}
+	for id, o := range c.dialOverride {
+		if o == addr {
+			return id, true
+		}
+	}
+	return 0, false
+}
+
 // storeAddrs returns the dial address of every known store, sorted by id.
 func (c *regionCache) storeAddrs() []storeInfo {
 	c.mu.RLock()

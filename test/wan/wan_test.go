@@ -48,7 +48,16 @@ const (
 	cutProbe = 1500 * time.Millisecond
 	// catchUpBudget bounds the wait for a healed store to catch up.
 	catchUpBudget = 30 * time.Second
+
+	// opBudget is what one get or put may take, CLI process included,
+	// with one store cut off and the client's zone reaching the two
+	// others (28 ms round trips); cutRounds is how many of each a zone
+	// sends per cut store.
+	opBudget  = time.Second
+	cutRounds = 4
 )
+
+var zones = []string{"dc-a", "dc-b", "dc-c"}
 
 // region 1 is the only region: nothing splits it (64 MiB) and BALANCE=off
 // keeps its leader where transfer-leader puts it.
@@ -446,6 +455,76 @@ var _ = Describe("simulated WAN", func() {
 			g.Expect(resp.GetReadInfo().GetStoreId()).To(BeEquivalentTo(2))
 			g.Expect(resp.GetReadInfo().GetMode()).To(Equal(pb.ReadMode_READ_MODE_READ_INDEX))
 		}).WithTimeout(catchUpBudget).WithPolling(200 * time.Millisecond).Should(Succeed())
+	})
+
+	It("keeps every get and put from a zone that reaches a majority under 1 s while any one store is cut off", func() {
+		c := startWAN()
+		// One long-lived Go client per zone, made before any cut: its
+		// caches and connections are warm, unlike a CLI process's.
+		clients := map[string]*client.Client{}
+		for _, z := range zones {
+			clients[z] = c.newClient(z)
+		}
+		Expect(clients["dc-a"].Put(ctxFor(rpcTimeout), []byte("wan/cut"), []byte("v0"))).To(Succeed())
+
+		type slow struct {
+			what string
+			took time.Duration
+			err  string
+		}
+		var (
+			slowOps []slow
+			worst   time.Duration
+			ops     int
+		)
+		check := func(what string, took time.Duration, err error, stderr string) {
+			ops++
+			worst = max(worst, took)
+			switch {
+			case err != nil:
+				slowOps = append(slowOps, slow{what, took, err.Error() + " " + strings.TrimSpace(stderr)})
+			case took >= opBudget:
+				slowOps = append(slowOps, slow{what, took, ""})
+			case stderr != "":
+				// A command that succeeded says nothing on stderr: the
+				// client library's own log is no business of its user's.
+				slowOps = append(slowOps, slow{what, took, "stderr: " + strings.TrimSpace(stderr)})
+			}
+		}
+		for cut := 1; cut <= 3; cut++ {
+			// The leader sits elsewhere: a cut leader costs an election,
+			// which is no client's fault; this spec is about the client
+			// waiting on a store it need not ask.
+			c.leadRegion1On(cut%3 + 1)
+			c.mustScript("partition", strconv.Itoa(cut))
+			for zi, z := range zones {
+				if zi == cut-1 {
+					continue // the cut store's zone reaches no majority
+				}
+				for i := range cutRounds {
+					key := fmt.Sprintf("wan/cut/%d/%s/%d", cut, z, i)
+					r := c.cli("--zone", z, "put", key, "v")
+					check(fmt.Sprintf("store %d cut: cli put from %s", cut, z), r.Elapsed, r.Err, r.Stderr)
+					r = c.cli("--zone", z, "get", key)
+					check(fmt.Sprintf("store %d cut: cli get from %s", cut, z), r.Elapsed, r.Err, r.Stderr)
+					if r.Err == nil {
+						Expect(strings.TrimSpace(r.Stdout)).To(Equal("v"))
+					}
+					start := time.Now()
+					err := clients[z].Put(ctxFor(rpcTimeout), []byte(key), []byte("w"))
+					check(fmt.Sprintf("store %d cut: client put from %s", cut, z), time.Since(start), err, "")
+					start = time.Now()
+					_, err = clients[z].Get(ctxFor(rpcTimeout), []byte(key))
+					check(fmt.Sprintf("store %d cut: client get from %s", cut, z), time.Since(start), err, "")
+				}
+			}
+			c.mustScript("heal")
+		}
+		GinkgoWriter.Printf("%d gets and puts with one store cut off: slowest %v; %d over %v or failed\n", ops, worst.Round(time.Millisecond), len(slowOps), opBudget)
+		for _, s := range slowOps {
+			GinkgoWriter.Printf("  %s: %v %s\n", s.what, s.took.Round(time.Millisecond), s.err)
+		}
+		Expect(slowOps).To(BeEmpty(), "every get and put from a zone that reaches two stores finishes under %v, quietly", opBudget)
 	})
 
 	It("says plainly that partition and heal need the simulated network", func() {

@@ -1,0 +1,119 @@
+package client
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hedgekv/hedgekv/client/clienttest"
+)
+
+// TestMetadataNotHeldUpBySilentStore: store 1, first among the endpoints,
+// answers who it is but never answers a metadata call (as a store cut off
+// from the client's zone, whose own address the client bootstrapped from,
+// does). Connecting, the first put and get, and the store and region
+// lists all finish well within one DialTimeout, and the silent store is
+// remembered.
+func TestMetadataNotHeldUpBySilentStore(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	var silentCalls atomic.Int64
+	cl.SetHook(func(ctx context.Context, storeID uint64, method string) error {
+		switch {
+		case storeID == 1 && (method == "Stores" || method == "Regions"):
+			silentCalls.Add(1)
+			<-ctx.Done()
+			return ctx.Err()
+		case storeID != 1 && method == "Status":
+			// Store 1 answers first, so it leads the endpoint list.
+			time.Sleep(20 * time.Millisecond)
+		}
+		return nil
+	})
+	const dialTimeout = 3 * time.Second
+	ctx := context.Background()
+	begin := time.Now()
+	c, err := New(ctx, Config{Endpoints: cl.Endpoints(), DialTimeout: dialTimeout, RequestTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer c.Close()
+	took := map[string]time.Duration{"new": time.Since(begin)}
+	step := func(name string, fn func() error) {
+		t.Helper()
+		begin := time.Now()
+		if err := fn(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		took[name] = time.Since(begin)
+	}
+	step("put", func() error { return c.Put(ctx, []byte("k"), []byte("v")) })
+	step("get", func() error { _, err := c.Get(ctx, []byte("k")); return err })
+	step("stores", func() error { _, err := c.Stores(ctx); return err })
+	step("regions", func() error { _, err := c.Regions(ctx); return err })
+	if silentCalls.Load() == 0 {
+		t.Fatal("no metadata call went to store 1: the test proves nothing")
+	}
+	for name, d := range took {
+		// Regions waits gatherGrace for the silent store; the others a
+		// hedge delay at most.
+		if d > time.Second {
+			t.Errorf("%s took %v with store 1 silent (DialTimeout %v): %v", name, d, dialTimeout, took)
+		}
+	}
+	if c.meta.get(cl.Store(1).Addr()).failures.Load() == 0 {
+		t.Errorf("store 1 stayed silent while others answered, but is not remembered as failing")
+	}
+	// The next lookup asks store 1 last.
+	if got := c.orderTargets(c.adminTargets()); len(got) != 3 || got[2] != cl.Store(1).Addr() {
+		t.Errorf("admin targets %v: store 1 (%s) not last", got, cl.Store(1).Addr())
+	}
+}
+
+// TestRegionByKeyNotFoundIsNoAnswer: stores that host no region holding
+// the key (NotFound, as a store that has not applied a split yet answers)
+// give no answer: the client asks another store, and when none knows the
+// region yet, retries within the request's deadline instead of failing.
+func TestRegionByKeyNotFoundIsNoAnswer(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	var refusals atomic.Int64
+	cl.SetHook(func(ctx context.Context, storeID uint64, method string) error {
+		if method == "Regions" && refusals.Add(1) <= 5 {
+			return status.Errorf(codes.NotFound, "store %d hosts no region holding key", storeID)
+		}
+		return nil
+	})
+	c := newTestClient(t, cl, "")
+	if err := c.Put(context.Background(), []byte("k"), []byte("v")); err != nil {
+		t.Fatalf("put while the stores do not know the key's region yet: %v", err)
+	}
+	if n := refusals.Load(); n <= 5 {
+		t.Fatalf("%d region lookups: the refusals were not all seen", n)
+	}
+	if v, ok := cl.Value("k"); !ok || string(v) != "v" {
+		t.Fatalf("value %q, %v", v, ok)
+	}
+}
+
+// TestMetadataOwnZoneFirst: a client with a zone asks its own zone's
+// store for metadata first, and nobody else when it answers in time.
+func TestMetadataOwnZoneFirst(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	var asked [4]atomic.Int64
+	cl.SetHook(func(ctx context.Context, storeID uint64, method string) error {
+		if method == "Stores" || method == "Regions" {
+			asked[storeID].Add(1)
+		}
+		return nil
+	})
+	c := newTestClient(t, cl, "dc-c")
+	if err := c.Put(context.Background(), []byte("k"), []byte("v")); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	if asked[3].Load() == 0 || asked[1].Load()+asked[2].Load() != 0 {
+		t.Errorf("metadata calls by store: 1:%d 2:%d 3:%d; want all on store 3 (dc-c)", asked[1].Load(), asked[2].Load(), asked[3].Load())
+	}
+}
