@@ -74,6 +74,11 @@ func TestBalanceDecisions(t *testing.T) {
 		{"repair: a leader on a store being removed hands over to the voter leading fewest", decideRepair,
 			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, removing(up(1, 4, 5)), up(2, 3, 5), up(3, 1, 5), up(4, 0, 0)),
 			balanceAction{kind: balanceTransfer, region: 1, from: 1, to: 3}, true},
+		{"repair: a leader on a store being removed never hands over to a down voter, even one leading fewest", decideRepair,
+			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, removing(up(1, 4, 5)), up(2, 3, 5), down(3, 5)),
+			balanceAction{kind: balanceTransfer, region: 1, from: 1, to: 2}, true},
+		{"repair: a leader on a store being removed with only down voters stays", decideRepair,
+			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, removing(up(1, 4, 5)), down(2, 5), down(3, 5)), balanceAction{}, false},
 		{"repair: a leader on a store being removed with no voter to take over stays", decideRepair,
 			input([]region.Region{reg(1, 0, 1, 2)}, map[uint64]bool{2: true}, removing(up(1, 1, 1)), down(2, 1)), balanceAction{}, false},
 		{"repair: a learner on a store being removed is dropped", decideRepair,
@@ -101,6 +106,10 @@ func TestBalanceDecisions(t *testing.T) {
 			input([]region.Region{reg(1, 0, 1, 2, 3)}, nil, up(1, 1, 2), up(2, 0, 2), up(3, 1, 2)), balanceAction{}, false},
 		{"leaders: never to a store being removed", decideLeaderSpread,
 			input([]region.Region{reg(1, 0, 1, 2, 3), reg(2, 0, 1, 2, 3)}, nil, up(1, 2, 2), up(2, 1, 2), removing(up(3, 0, 2))), balanceAction{}, false},
+		{"leaders: never to a down store", decideLeaderSpread,
+			input([]region.Region{reg(1, 0, 1, 2, 3), reg(2, 0, 1, 2, 3)}, nil, up(1, 2, 2), up(2, 1, 2), down(3, 2)), balanceAction{}, false},
+		{"leaders: never to a down store being removed (which does not stop the spread)", decideLeaderSpread,
+			input([]region.Region{reg(1, 0, 1, 2, 3), reg(2, 0, 1, 2, 3)}, nil, up(1, 2, 2), up(2, 2, 2), removing(down(3, 2))), balanceAction{}, false},
 		{"leaders: never to a learner", decideLeaderSpread,
 			input([]region.Region{reg(1, 3, 1, 2)}, nil, up(1, 2, 2), up(2, 1, 2), up(3, 0, 2)), balanceAction{}, false},
 	}
@@ -112,5 +121,70 @@ func TestBalanceDecisions(t *testing.T) {
 				t.Errorf("got %+v, %v; want %+v, %v", got, ok, tt.want, tt.wantOK)
 			}
 		})
+	}
+}
+
+// TestBalanceNeverTransfersToDownStore: whatever state the other stores of
+// a region are in (up, down, being removed, holding a learner), no
+// decision hands a leadership to a store that is down, being removed, or
+// holds only a learner (issue 17: a transfer to a down store waits out its
+// whole deadline). Every combination for three other stores, with this
+// store being removed or not and leading more than the others.
+func TestBalanceNeverTransfersToDownStore(t *testing.T) {
+	type state int
+	const (
+		stUp state = iota
+		stDown
+		stDownLong // down longer than MaxStoreDownTime
+		stRemovingUp
+		stRemovingDown
+		stLearner
+		numStates
+	)
+	decisions := map[string]func(balanceInput) (balanceAction, bool){
+		"repair": decideRepair, "replicas": decideReplicaSpread, "leaders": decideLeaderSpread,
+	}
+	transfers := 0
+	for _, selfRemoving := range []bool{false, true} {
+		for combo := range int(numStates * numStates * numStates) {
+			states := map[uint64]state{2: state(combo % int(numStates)), 3: state(combo / int(numStates) % int(numStates)), 4: state(combo / int(numStates) / int(numStates))}
+			self := up(1, 5, 5)
+			if selfRemoving {
+				self = removing(self)
+			}
+			stores := []StoreInfo{self}
+			dead := map[uint64]bool{}
+			r := region.Region{ID: 1, Peers: []region.Peer{{ID: 101, StoreID: 1}}}
+			for id := uint64(2); id <= 4; id++ {
+				st := up(id, 0, 1)
+				switch states[id] {
+				case stDown:
+					st = down(id, 1)
+				case stDownLong:
+					st, dead[id] = down(id, 1), true
+				case stRemovingUp:
+					st = removing(up(id, 0, 1))
+				case stRemovingDown:
+					st = removing(down(id, 1))
+				}
+				stores = append(stores, st)
+				r.Peers = append(r.Peers, region.Peer{ID: 100 + id, StoreID: id, IsLearner: states[id] == stLearner})
+			}
+			in := input([]region.Region{r}, dead, stores...)
+			for name, decide := range decisions {
+				a, ok := decide(in)
+				if !ok || a.kind != balanceTransfer {
+					continue
+				}
+				transfers++
+				if s := states[a.to]; s != stUp {
+					t.Errorf("%s with self removing=%v and stores 2-4 in states %v: %+v hands the leadership to store %d in state %d",
+						name, selfRemoving, states, a, a.to, s)
+				}
+			}
+		}
+	}
+	if transfers == 0 {
+		t.Fatal("no combination led to a transfer: the test checks nothing")
 	}
 }
