@@ -3,11 +3,14 @@ package server
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/server/pb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -85,10 +88,98 @@ func (s *adminService) TransferLeader(ctx context.Context, req *pb.TransferLeade
 	if req.GetToStoreId() == 0 {
 		return nil, status.Error(codes.InvalidArgument, "target store id is 0")
 	}
+	if err := s.checkTransferTarget(ctx, req.GetRegionId(), req.GetToStoreId()); err != nil {
+		return nil, err
+	}
 	if err := s.srv.store.TransferLeader(ctx, req.GetRegionId(), req.GetToStoreId()); err != nil {
 		return nil, toStatus(err)
 	}
 	return &pb.TransferLeaderResponse{}, nil
+}
+
+// checkTransferTarget refuses at once a leadership transfer that cannot
+// succeed, rather than letting raft try it until the caller's deadline
+// (raft abandons a transfer to a peer that does not answer after an
+// election timeout, and the leader tries again): the target store does
+// not exist (NotFound, worded as ctl add-peer words it), holds no voter of
+// the region, is being removed, or is down (FailedPrecondition). These
+// answers carry no region error, so a client returns them as they are
+// instead of retrying. Any store hosting the region answers them, leader
+// or not: they need no leadership, only the region's peers as this
+// replica knows them and the target's state.
+//
+// Down is asked of the target itself, as the cluster view would (a Status
+// over the raft transport within storeStatusTimeout), rather than read
+// from the view's listing, which lags a kill or a restart by up to a
+// second.
+func (s *adminService) checkTransferTarget(ctx context.Context, regionID, toStore uint64) error {
+	self := s.srv.store.ID()
+	if _, ok := s.srv.book.get(toStore); !ok && toStore != self {
+		return status.Errorf(codes.NotFound, "store %d does not exist (ctl stores lists them)", toStore)
+	}
+	hosted := s.srv.store.Regions()
+	i := slices.IndexFunc(hosted, func(rs raftstore.RegionStatus) bool { return rs.Region.ID == regionID })
+	if i < 0 {
+		// Not hosted here: raftstore answers RegionNotFound, which sends
+		// the client to the region's other stores.
+		return nil
+	}
+	rs := hosted[i].Region
+	p, ok := rs.PeerOnStore(toStore)
+	switch {
+	case !ok:
+		return status.Errorf(codes.FailedPrecondition, "store %d has no replica of region %d (its replicas are on %s): add one first (ctl add-peer)",
+			toStore, regionID, replicaStores(rs))
+	case p.IsLearner:
+		return status.Errorf(codes.FailedPrecondition, "store %d has only a learner of region %d, which cannot lead until it is promoted to a voter", toStore, regionID)
+	case toStore == self:
+		return nil
+	case s.srv.book.isRemoving(toStore):
+		return status.Errorf(codes.FailedPrecondition, "store %d is being removed: its leaderships are moving off it", toStore)
+	}
+	if !s.answers(ctx, toStore) {
+		if err := ctx.Err(); err != nil {
+			return toStatus(fmt.Errorf("transfer leader of region %d to store %d: %w", regionID, toStore, err))
+		}
+		return status.Errorf(codes.FailedPrecondition, "store %d is down (it did not answer store %d within %v): a leader can only be handed to a live voter",
+			toStore, self, storeStatusTimeout)
+	}
+	return nil
+}
+
+// answers reports whether store id answers a Status within
+// storeStatusTimeout, asked over the raft transport's connection to it (so
+// up means reachable for raft, as in the cluster view). The connection's
+// reconnect backoff (up to 2s after the store was last unreachable) is
+// cut short and the call waits for the connection, so a store that has
+// just come back counts as up; one that is down costs the timeout.
+func (s *adminService) answers(ctx context.Context, id uint64) bool {
+	conn, err := s.srv.trans.conn(id)
+	if err != nil {
+		return false
+	}
+	conn.ResetConnectBackoff()
+	ctx, cancel := context.WithTimeout(ctx, storeStatusTimeout)
+	defer cancel()
+	st, err := pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		s.srv.logger.Debug("transfer target did not answer", "to_store", id, "err", err)
+		return false
+	}
+	// Something else answering at the store's address is not the store.
+	return st.GetStoreId() == 0 || st.GetStoreId() == id
+}
+
+// replicaStores lists the stores a region's replicas are on: "stores 1, 2, 3".
+func replicaStores(r region.Region) string {
+	ids := make([]string, 0, len(r.Peers))
+	for _, p := range r.Peers {
+		ids = append(ids, strconv.FormatUint(p.StoreID, 10))
+	}
+	if len(ids) == 0 {
+		return "no store"
+	}
+	return "stores " + strings.Join(ids, ", ")
 }
 
 // adminOpen lists the Admin calls a server started with DisableAdmin still

@@ -207,10 +207,10 @@ func TestWithStoreValidation(t *testing.T) {
 			_, err := admin.TransferLeader(ctx, &pb.TransferLeaderRequest{ToStoreId: 1})
 			return err
 		}, codes.InvalidArgument, false},
-		{"transfer leader to store without a peer", func() error {
+		{"transfer leader to a store that does not exist", func() error {
 			_, err := admin.TransferLeader(ctx, &pb.TransferLeaderRequest{RegionId: 1, ToStoreId: 9})
 			return err
-		}, codes.InvalidArgument, false},
+		}, codes.NotFound, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -260,7 +260,13 @@ func newCtlTransferLeaderCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "transfer-leader REGION_ID STORE_ID",
 		Short: "Move a region's leadership to its peer on STORE_ID",
-		Args:  exactArgs("REGION_ID", "STORE_ID"),
+		Long: `Move a region's leadership to its peer on STORE_ID and wait until it has
+moved (within --timeout).
+
+Refused at once (exit 1, the cause on stderr) when STORE_ID does not exist,
+holds no voter of the region, is being removed, or is down: a leader can
+only be handed to a live voter.`,
+		Args: exactArgs("REGION_ID", "STORE_ID"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			regionID, err := parseID("REGION_ID", args[0])
 			if err != nil {
