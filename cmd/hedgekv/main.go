@@ -4,6 +4,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -53,6 +55,46 @@ type app struct {
 	// tlsCert, tlsKey and tlsCA are --tls-cert, --tls-key and --tls-ca:
 	// the client's identity, or the server's (server command).
 	tlsCert, tlsKey, tlsCA string
+	// clientLog holds what the client library logged (warnings: a store
+	// that did not answer, a list that could not be loaded). A command
+	// that succeeded got around whatever it was, so it stays quiet; a
+	// command that fails adds it to its one error line.
+	clientLog logBuffer
+}
+
+// logBuffer is a bytes.Buffer the client's goroutines may log into.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// oneLine returns what was logged as one line, records separated by
+// "; " ("" if nothing was).
+func (l *logBuffer) oneLine() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.ReplaceAll(strings.TrimSpace(l.b.String()), "\n", "; ")
+}
+
+// clientLogger is the client library's logger for a CLI command: into
+// a.clientLog, at warn level (retries and hedges are debug), without the
+// time and component attributes that would only lengthen an error line.
+func (a *app) clientLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(&a.clientLog, &slog.HandlerOptions{
+		Level: slog.LevelWarn,
+		ReplaceAttr: func(groups []string, attr slog.Attr) slog.Attr {
+			if len(groups) == 0 && (attr.Key == slog.TimeKey || attr.Key == "component") {
+				return slog.Attr{}
+			}
+			return attr
+		},
+	}))
 }
 
 // usageError is a wrong command line: exit 2.
@@ -130,7 +172,11 @@ func runWithStdin(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		fmt.Fprintf(stderr, "hedgekv: %s\n", msg)
 		return exitUsage
 	default:
-		fmt.Fprintf(stderr, "hedgekv: %s\n", describe(re.err))
+		msg := describe(re.err)
+		if l := a.clientLog.oneLine(); l != "" {
+			msg += " (client log: " + l + ")"
+		}
+		fmt.Fprintf(stderr, "hedgekv: %s\n", msg)
 		return exitFailure
 	}
 }
@@ -189,7 +235,7 @@ func (a *app) connect(ctx context.Context) (*client.Client, context.Context, fun
 		return nil, nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	cli, err := client.New(ctx, client.Config{Endpoints: eps, Zone: a.zone, RequestTimeout: a.timeout, TLS: tlsCfg})
+	cli, err := client.New(ctx, client.Config{Endpoints: eps, Zone: a.zone, RequestTimeout: a.timeout, TLS: tlsCfg, Logger: a.clientLogger()})
 	if err != nil {
 		cancel()
 		if tlsCfg == nil && status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "error reading server preface") {
