@@ -46,8 +46,9 @@ func (s *Store) applyWriteTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry, cmd c
 		rp.ack(cmd.id, e.Term, &region.KeyNotInRegionError{Key: cmd.key, RegionID: p.regionID, StartKey: p.region.StartKey, EndKey: p.region.EndKey})
 		return nil
 	}
-	if !seenTx(tx, p.regionID, e.Index, cmd.id, s.cfg.DedupWindow) {
-		if err := rememberTx(tx, p.regionID, e.Index, cmd.id, cmd.key); err != nil {
+	clock := dedupClockTx(tx, p.regionID, e.Index)
+	if !seenTx(tx, cmd.key, cmd.id, clock, s.cfg.DedupWindow) {
+		if err := rememberTx(tx, cmd.key, cmd.id, clock); err != nil {
 			return err
 		}
 		var err error
@@ -106,11 +107,13 @@ func (s *Store) applySplitTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry, cmd c
 	// this split and must be left alone (its table came with the snapshot).
 	np, ok := s.peer(newID)
 	create := !ok || !np.isInitialized()
-	// The remembered requests of the moved keys go with them (dedup.go).
-	if err := splitDedupTx(tx, p.regionID, newID, e.Index, s.cfg.DedupWindow, right.StartKey, right.EndKey, create); err != nil {
-		return err
-	}
+	// No data and no dedup record moves: the new region owns the keys of
+	// its range and their records (dedup.go). The split costs the same
+	// whatever the region holds.
 	if create {
+		if err := splitDedupTx(tx, p.regionID, newID, e.Index); err != nil {
+			return err
+		}
 		hs := raftpb.HardState{Term: raftInitTerm, Commit: raftInitIndex}
 		// An uninitialized placeholder may have voted in a later term; that
 		// vote still binds the new peer.

@@ -31,23 +31,27 @@ func testEngine(t *testing.T) *engine {
 	return e
 }
 
-func records(t *testing.T, e *engine, regionID uint64) []dedupRecord {
+func records(t *testing.T, e *engine, r region.Region) []dedupRecord {
 	t.Helper()
 	var out []dedupRecord
 	if err := e.db.View(func(tx *bbolt.Tx) error {
-		out = regionDedupTx(tx, regionID)
-		return nil
+		var err error
+		out, err = regionDedupTx(tx, r)
+		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
 
-func seen(t *testing.T, e *engine, regionID, index, id, window uint64) bool {
+// everything is the whole key space.
+var everything = region.Region{ID: 1}
+
+func seen(t *testing.T, e *engine, key string, id, clock, window uint64) bool {
 	t.Helper()
 	var ok bool
 	if err := e.db.View(func(tx *bbolt.Tx) error {
-		ok = seenTx(tx, regionID, index, id, window)
+		ok = seenTx(tx, []byte(key), id, clock, window)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -55,64 +59,140 @@ func seen(t *testing.T, e *engine, regionID, index, id, window uint64) bool {
 	return ok
 }
 
-func TestDedupSeenWithinWindowOfItsRegion(t *testing.T) {
-	const w = 10
-	e := testEngine(t)
-	mustUpdate(t, e, func(tx *bbolt.Tx) error { return rememberTx(tx, 7, 100, 42, []byte("k")) })
-	for idx := uint64(101); idx <= 100+w; idx++ {
-		if !seen(t, e, 7, idx, 42, w) {
-			t.Errorf("entry %d: request applied at 100 not seen with window %d", idx, w)
+func remember(t *testing.T, e *engine, recs ...dedupRecord) {
+	t.Helper()
+	mustUpdate(t, e, func(tx *bbolt.Tx) error {
+		for _, d := range recs {
+			if err := rememberTx(tx, d.key, d.id, d.clock); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func sweepAll(t *testing.T, e *engine, r region.Region, below uint64, budget int) {
+	t.Helper()
+	var from []byte
+	for {
+		mustUpdate(t, e, func(tx *bbolt.Tx) error {
+			var err error
+			from, err = sweepDedupTx(tx, r.StartKey, r.EndKey, from, below, budget)
+			return err
+		})
+		if from == nil {
+			return
 		}
 	}
-	if seen(t, e, 7, 101+w, 42, w) {
-		t.Errorf("entry %d: request applied at 100 still seen past window %d", 101+w, w)
+}
+
+func TestDedupSeenWithinWindowOfItsKey(t *testing.T) {
+	const w = 10
+	e := testEngine(t)
+	remember(t, e, dedupRecord{clock: 100, id: 42, key: []byte("k")})
+	for c := uint64(101); c <= 100+w; c++ {
+		if !seen(t, e, "k", 42, c, w) {
+			t.Errorf("clock %d: request applied at 100 not seen with window %d", c, w)
+		}
 	}
-	if seen(t, e, 8, 101, 42, w) {
-		t.Error("a request applied in region 7 is seen in region 8")
+	if seen(t, e, "k", 42, 101+w, w) {
+		t.Errorf("clock %d: request applied at 100 still seen past window %d", 101+w, w)
 	}
-	if seen(t, e, 7, 101, 43, w) {
+	if seen(t, e, "k2", 42, 101, w) || seen(t, e, "k\x00", 42, 101, w) {
+		t.Error("a request ID applied to key k is seen for another key")
+	}
+	if seen(t, e, "k", 43, 101, w) {
 		t.Error("an unknown request is seen")
+	}
+	if seen(t, e, "k", 42, 100, w) || seen(t, e, "k", 42, 99, w) {
+		t.Error("a request is seen at or before the clock it was applied at")
 	}
 
 	// Remembering it again (applied again past the window) moves it.
-	mustUpdate(t, e, func(tx *bbolt.Tx) error { return rememberTx(tx, 7, 200, 42, []byte("k")) })
-	if got, want := records(t, e, 7), []dedupRecord{{index: 200, id: 42, key: []byte("k")}}; !reflect.DeepEqual(got, want) {
+	remember(t, e, dedupRecord{clock: 200, id: 42, key: []byte("k")})
+	if got, want := records(t, e, everything), []dedupRecord{{clock: 200, id: 42, key: []byte("k")}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("records = %v, want %v", got, want)
 	}
-	// Trimming below the first record leaves it, however often asked.
-	mustUpdate(t, e, func(tx *bbolt.Tx) error { return trimDedupTx(tx, 7, 200+w-1, w) })
-	if len(records(t, e, 7)) != 1 {
-		t.Fatal("trim removed a record a future entry could still see")
+	// Sweeping below the record leaves it, however often asked.
+	sweepAll(t, e, everything, 199, 1)
+	if len(records(t, e, everything)) != 1 {
+		t.Fatal("sweep removed a record a future entry could still see")
 	}
-	mustUpdate(t, e, func(tx *bbolt.Tx) error { return trimDedupTx(tx, 7, 200+w, w) })
-	if r := records(t, e, 7); len(r) != 0 {
-		t.Fatalf("records after trim = %v", r)
+	sweepAll(t, e, everything, 200, 1)
+	if r := records(t, e, everything); len(r) != 0 {
+		t.Fatalf("records after sweep = %v", r)
 	}
-	if seen(t, e, 7, 201, 42, w) {
+	if seen(t, e, "k", 42, 201, w) {
 		t.Fatal("trimmed record still seen")
 	}
 }
 
+// TestDedupKeysKeepUserKeyOrder: the bucket keys sort as (user key, ID)
+// do, decode back, and a region's records are exactly a bucket range.
+func TestDedupKeysKeepUserKeyOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	alphabet := []byte{0, 1, 0xff, 'a'}
+	randKey := func() []byte {
+		k := make([]byte, 1+rng.IntN(4))
+		for i := range k {
+			k[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		return k
+	}
+	for range 5000 {
+		a := dedupRecord{key: randKey(), id: uint64(rng.IntN(3))}
+		b := dedupRecord{key: randKey(), id: uint64(rng.IntN(3))}
+		if got, want := bytes.Compare(dedupKey(a.key, a.id), dedupKey(b.key, b.id)), compareDedup(a, b); got != want {
+			t.Fatalf("%v vs %v: bucket order %d, record order %d", a, b, got, want)
+		}
+		key, id, err := parseDedupKey(dedupKey(a.key, a.id))
+		if err != nil || !bytes.Equal(key, a.key) || id != a.id {
+			t.Fatalf("%v decodes as %q/%d, %v", a, key, id, err)
+		}
+		start, end := randKey(), randKey()
+		lo, hi := dedupRange(start, end)
+		k := dedupKey(a.key, a.id)
+		inBucket := bytes.Compare(k, lo) >= 0 && bytes.Compare(k, hi) < 0
+		inRegion := bytes.Compare(a.key, start) >= 0 && bytes.Compare(a.key, end) < 0
+		if inBucket != inRegion {
+			t.Fatalf("key %q in [%q, %q): region says %v, bucket range says %v", a.key, start, end, inRegion, inBucket)
+		}
+	}
+	for _, bad := range [][]byte{nil, {0, 1}, []byte("abcdefgh\x00\x01"), append([]byte("a\x00\x02"), make([]byte, 8)...), append([]byte("a\x00\x01b"), make([]byte, 8)...), append([]byte("a"), make([]byte, 8)...)} {
+		if _, _, err := parseDedupKey(bad); !errors.Is(err, errCorrupt) {
+			t.Errorf("parseDedupKey(%x) = %v, want errCorrupt", bad, err)
+		}
+	}
+	if !dedupKeyFits(make([]byte, 16000)) || dedupKeyFits(make([]byte, bbolt.MaxKeySize)) {
+		t.Error("dedupKeyFits misjudges")
+	}
+}
+
 // applyRounds applies a log of writes the way applyWriteTx does, in apply
-// rounds of the given sizes, trimming after each round as applyTx does, and
-// returns which entries were applied (not skipped as duplicates).
-func applyRounds(t *testing.T, e *engine, regionID, first uint64, ids []uint64, rounds []int, window uint64) []bool {
+// rounds of the given sizes, trimming after each round as applyTx does (the
+// real sweep, with its budget), and returns which entries were applied
+// (not skipped as duplicates).
+func applyRounds(t *testing.T, e *engine, first uint64, ids []uint64, rounds []int, window uint64) []bool {
 	t.Helper()
+	p := &Peer{regionID: 7, region: region.Region{ID: 7}}
+	s := &Store{cfg: Config{DedupWindow: window}, eng: e}
 	applied := make([]bool, len(ids))
 	i := 0
 	for _, n := range rounds {
 		mustUpdate(t, e, func(tx *bbolt.Tx) error {
-			for end := min(i+n, len(ids)); i < end; i++ {
-				idx := first + uint64(i)
-				if seenTx(tx, regionID, idx, ids[i], window) {
+			end := min(i+n, len(ids))
+			for ; i < end; i++ {
+				clock := dedupClockTx(tx, 7, first+uint64(i))
+				key := fmt.Appendf(nil, "k%d", ids[i]%3)
+				if seenTx(tx, key, ids[i], clock, window) {
 					continue
 				}
 				applied[i] = true
-				if err := rememberTx(tx, regionID, idx, ids[i], fmt.Appendf(nil, "k%d", ids[i])); err != nil {
+				if err := rememberTx(tx, key, ids[i], clock); err != nil {
 					return err
 				}
 			}
-			return trimDedupTx(tx, regionID, first+uint64(i)-1, window)
+			return s.trimDedupTx(tx, p, first+uint64(i)-1, n)
 		})
 	}
 	if i != len(ids) {
@@ -138,7 +218,7 @@ func TestDedupDecisionIgnoresApplyRounds(t *testing.T) {
 			randomRounds(rng, len(ids)), // anything between
 			randomRounds(rng, len(ids)),
 		} {
-			got := applyRounds(t, testEngine(t), 7, 6, ids, rounds, window)
+			got := applyRounds(t, testEngine(t), 6, ids, rounds, window)
 			if r == 0 {
 				want = got
 				continue
@@ -152,7 +232,7 @@ func TestDedupDecisionIgnoresApplyRounds(t *testing.T) {
 	// window 4 is applied again everywhere.
 	ids := []uint64{100, 2, 3, 4, 5, 6, 100}
 	for _, rounds := range [][]int{ones(len(ids)), {len(ids)}} {
-		if got := applyRounds(t, testEngine(t), 7, 6, ids, rounds, 4); !got[6] {
+		if got := applyRounds(t, testEngine(t), 6, ids, rounds, 4); !got[6] {
 			t.Errorf("rounds %v: retry past the window skipped", rounds)
 		}
 	}
@@ -176,104 +256,115 @@ func randomRounds(rng *rand.Rand, n int) []int {
 	return out
 }
 
-func TestDedupSplitMovesLiveRecordsOfTheMovedRange(t *testing.T) {
-	const w = 10
-	const parent, child, at = 7, 9, 20
-	setup := func(t *testing.T) *engine {
-		e := testEngine(t)
+// TestDedupSweepBoundsTheTable: a region writing a fresh request every
+// entry keeps about a window of records, not every request it ever saw,
+// and never trims a live one.
+func TestDedupSweepBoundsTheTable(t *testing.T) {
+	const window = 2000
+	e := testEngine(t)
+	r := region.Region{ID: 7}
+	p := &Peer{regionID: 7, region: r}
+	s := &Store{cfg: Config{DedupWindow: window}, eng: e}
+	rng := rand.New(rand.NewPCG(5, 6))
+	idx := uint64(raftInitIndex)
+	maxSize := 0
+	for round := range 2000 {
+		n := 1 + rng.IntN(10)
 		mustUpdate(t, e, func(tx *bbolt.Tx) error {
-			for _, r := range []dedupRecord{
-				{index: 15, id: 1, key: []byte("a")}, // left of the split: stays
-				{index: 12, id: 2, key: []byte("p")}, // moved
-				{index: 11, id: 3, key: []byte("q")}, // moved: entry 21 could still see it
-				{index: 10, id: 4, key: []byte("r")}, // dead: 21-10 > w
-				{index: 3, id: 5, key: []byte("z")},  // long dead, not trimmed yet here
-				{index: 19, id: 6, key: []byte("m")}, // the split key moves
-			} {
-				if err := rememberTx(tx, parent, r.index, r.id, r.key); err != nil {
+			for range n {
+				idx++
+				if err := rememberTx(tx, fmt.Appendf(nil, "k%08x", rng.Uint32()), rng.Uint64(), idx); err != nil {
 					return err
 				}
 			}
-			return nil
+			return s.trimDedupTx(tx, p, idx, n)
 		})
-		return e
-	}
-
-	e := setup(t)
-	mustUpdate(t, e, func(tx *bbolt.Tx) error {
-		return splitDedupTx(tx, parent, child, at, w, []byte("m"), nil, true)
-	})
-	if got, want := records(t, e, parent), []dedupRecord{{index: 15, id: 1, key: []byte("a")}}; !reflect.DeepEqual(got, want) {
-		t.Errorf("parent records = %v, want %v", got, want)
-	}
-	wantChild := []dedupRecord{
-		{index: raftInitIndex, id: 2, key: []byte("p")},
-		{index: raftInitIndex, id: 3, key: []byte("q")},
-		{index: raftInitIndex, id: 6, key: []byte("m")},
-	}
-	if got := records(t, e, child); !reflect.DeepEqual(got, wantChild) {
-		t.Errorf("child records = %v, want %v", got, wantChild)
-	}
-	// Re-based: a full window of the child's own log sees them.
-	if !seen(t, e, child, raftInitIndex+1, 2, w) || !seen(t, e, child, raftInitIndex+w, 3, w) || seen(t, e, child, raftInitIndex+w+1, 2, w) {
-		t.Error("moved records are not seen for exactly one window of the child's log")
-	}
-	if seen(t, e, child, raftInitIndex+1, 4, w) || seen(t, e, parent, at+1, 2, w) {
-		t.Error("a dead or moved-away record is seen")
-	}
-
-	// The split key range may be bounded on the right too.
-	e = setup(t)
-	mustUpdate(t, e, func(tx *bbolt.Tx) error {
-		return splitDedupTx(tx, parent, child, at, w, []byte("m"), []byte("q"), true)
-	})
-	if got := records(t, e, child); len(got) != 2 || string(got[0].key) != "p" || string(got[1].key) != "m" {
-		t.Errorf("child records for [m, q) = %v", got)
-	}
-	if got := records(t, e, parent); len(got) != 4 { // a, q, r, z
-		t.Errorf("parent records after moving [m, q) = %v", got)
-	}
-
-	// A child already initialized here (by a snapshot from its own leader)
-	// is ahead of the split and keeps its own table.
-	e = setup(t)
-	own := dedupRecord{index: 30, id: 77, key: []byte("x")}
-	mustUpdate(t, e, func(tx *bbolt.Tx) error {
-		if err := rememberTx(tx, child, own.index, own.id, own.key); err != nil {
-			return err
+		if round%100 == 99 {
+			recs := records(t, e, r)
+			maxSize = max(maxSize, len(recs))
+			live := 0
+			for _, d := range recs {
+				if d.clock+window > idx {
+					live++
+				}
+			}
+			if want := int(min(idx-raftInitIndex, window)); live != want {
+				t.Fatalf("after entry %d: %d live records, want %d", idx, live, want)
+			}
 		}
-		return splitDedupTx(tx, parent, child, at, w, []byte("m"), nil, false)
-	})
-	if got := records(t, e, child); !reflect.DeepEqual(got, []dedupRecord{own}) {
-		t.Errorf("initialized child's records = %v, want only its own", got)
 	}
-	if got := records(t, e, parent); len(got) != 1 {
-		t.Errorf("parent records = %v, want only the left one", got)
+	if maxSize > 2*window {
+		t.Errorf("the table grew to %d records with a window of %d", maxSize, window)
+	}
+	t.Logf("at most %d records for a window of %d", maxSize, window)
+}
+
+// TestDedupSplitMovesNothing: the split writes the new region's clock base
+// and leaves every record where it is; the new region sees the records of
+// its keys for the rest of their window, counted in the parent's entries
+// before the split and its own after.
+func TestDedupSplitMovesNothing(t *testing.T) {
+	const w = 10
+	f := newSplitFixture(t, 0)
+	f.s.cfg.DedupWindow = w
+	recs := []dedupRecord{
+		{clock: 12, id: 1, key: []byte("a")}, // left of the split: stays
+		{clock: 12, id: 2, key: []byte("p")}, // right of it
+		{clock: 15, id: 3, key: []byte("user8")},
+	}
+	remember(t, f.e, recs...)
+	f.lastAt = 19 // the split applies at 20: clock 20
+	before := records(t, f.e, everything)
+	f.split(t, 9)
+	if got := records(t, f.e, everything); !reflect.DeepEqual(got, before) {
+		t.Fatalf("split changed the table: %v, was %v", got, before)
+	}
+	child := region.Region{ID: 9, StartKey: []byte("user8")}
+	if got := records(t, f.e, child); len(got) != 1 || got[0].id != 3 {
+		t.Errorf("the new region's records = %v", got)
+	}
+	var base uint64
+	if err := f.e.db.View(func(tx *bbolt.Tx) error { base = dedupBaseTx(tx, 9); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if base != 20-raftInitIndex {
+		t.Fatalf("new region's clock base %d, want %d", base, 20-raftInitIndex)
+	}
+	// Entry raftInitIndex+1 of the new region is clock 21: record 3
+	// (clock 15) is seen until clock 25, entry raftInitIndex+5.
+	clockOf := func(i uint64) uint64 { return i + base }
+	if !seen(t, f.e, "user8", 3, clockOf(raftInitIndex+1), w) || !seen(t, f.e, "user8", 3, clockOf(raftInitIndex+5), w) {
+		t.Error("the new region does not see a live record of its range")
+	}
+	if seen(t, f.e, "user8", 3, clockOf(raftInitIndex+6), w) {
+		t.Error("a record outlives its window in the new region")
+	}
+	if !seen(t, f.e, "a", 1, 21, w) {
+		t.Error("the parent no longer sees a record of its range")
 	}
 }
 
-func TestDedupTrimAllForgetsOnlyTheRegion(t *testing.T) {
+func TestDedupDestroyForgetsOnlyTheRange(t *testing.T) {
 	e := testEngine(t)
+	remember(t, e, dedupRecord{clock: 11, id: 1, key: []byte("a")}, dedupRecord{clock: 12, id: 2, key: []byte("m")},
+		dedupRecord{clock: 13, id: 3, key: []byte("m\x00")}, dedupRecord{clock: 14, id: 4, key: []byte("t")})
 	mustUpdate(t, e, func(tx *bbolt.Tx) error {
-		for i := uint64(1); i <= 3; i++ {
-			if err := rememberTx(tx, 7, 10+i, i, []byte("k")); err != nil {
-				return err
-			}
-			if err := rememberTx(tx, 8, 10+i, i, []byte("k")); err != nil {
-				return err
-			}
+		if err := putDedupBaseTx(tx, 7, 99); err != nil {
+			return err
 		}
-		return trimDedupAllTx(tx, 7)
+		// A placeholder (uninitialized) holds no range: nothing goes.
+		if err := destroyDedupTx(tx, region.Region{ID: 8}, false); err != nil {
+			return err
+		}
+		return destroyDedupTx(tx, region.Region{ID: 7, StartKey: []byte("m"), EndKey: []byte("t")}, true)
 	})
-	if r := records(t, e, 7); len(r) != 0 {
-		t.Errorf("region 7 records after trimDedupAllTx = %v", r)
-	}
-	if r := records(t, e, 8); len(r) != 3 {
-		t.Errorf("region 8 records = %v, want 3", r)
+	got := records(t, e, everything)
+	if len(got) != 2 || string(got[0].key) != "a" || string(got[1].key) != "t" {
+		t.Errorf("records after destroying [m, t) = %v", got)
 	}
 	if err := e.db.View(func(tx *bbolt.Tx) error {
-		if n := tx.Bucket(bucketDedup).Stats().KeyN; n != 3 {
-			return fmt.Errorf("%d primary records left, want 3", n)
+		if b := dedupBaseTx(tx, 7); b != 0 {
+			return fmt.Errorf("clock base %d left", b)
 		}
 		return nil
 	}); err != nil {
@@ -281,8 +372,87 @@ func TestDedupTrimAllForgetsOnlyTheRegion(t *testing.T) {
 	}
 }
 
-// snapSource builds an engine holding region r with data and a dedup table.
-func snapSource(t *testing.T, r region.Region, kvs map[string]string, recs []dedupRecord) *engine {
+// TestDedupConvertsTheOldLayout: a store written by the per-region layout
+// (dedup2) opens with the same decisions: each region's records at the
+// same clocks (its own log index, base 0), records of keys outside their
+// region dropped, the old buckets gone.
+func TestDedupConvertsTheOldLayout(t *testing.T) {
+	dir := t.TempDir()
+	e, err := openEngine(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := region.Region{ID: 1, EndKey: []byte("m")}
+	right := region.Region{ID: 2, StartKey: []byte("m")}
+	old := func(regionID, index, id uint64, key string) (k, v []byte) {
+		k = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, regionID), id)
+		v = append(binary.BigEndian.AppendUint64(nil, index), key...)
+		return k, v
+	}
+	const n = dedupConvertBatch + 10 // more than one batch
+	mustUpdate(t, e, func(tx *bbolt.Tx) error {
+		for _, r := range []region.Region{left, right} {
+			if err := putRegion(tx, r); err != nil {
+				return err
+			}
+		}
+		b, err := tx.CreateBucket(bucketDedupV2)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucket(bucketDedupV2Idx); err != nil {
+			return err
+		}
+		for i := uint64(0); i < n; i++ {
+			if err := b.Put(old(1, 100+i, 1000+i, fmt.Sprintf("a%06d", i))); err != nil {
+				return err
+			}
+		}
+		k, v := old(2, raftInitIndex, 7, "p") // a split's re-based record
+		if err := b.Put(k, v); err != nil {
+			return err
+		}
+		k, v = old(2, 9, 8, "b") // outside its region: dropped
+		if err := b.Put(k, v); err != nil {
+			return err
+		}
+		k, v = old(3, 9, 9, "x") // a region this store no longer holds
+		return b.Put(k, v)
+	})
+	e.close()
+	e, err = openEngine(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	if err := e.db.View(func(tx *bbolt.Tx) error {
+		if tx.Bucket(bucketDedupV2) != nil || tx.Bucket(bucketDedupV2Idx) != nil {
+			return errors.New("old buckets left")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := records(t, e, right); !reflect.DeepEqual(got, []dedupRecord{{clock: raftInitIndex, id: 7, key: []byte("p")}}) {
+		t.Errorf("region 2 records = %v", got)
+	}
+	got := records(t, e, left)
+	if len(got) != n {
+		t.Fatalf("region 1 has %d records, want %d", len(got), n)
+	}
+	for i, d := range got {
+		if want := (dedupRecord{clock: 100 + uint64(i), id: 1000 + uint64(i), key: fmt.Appendf(nil, "a%06d", i)}); !reflect.DeepEqual(d, want) {
+			t.Fatalf("record %d = %v, want %v", i, d, want)
+		}
+	}
+	if !seen(t, e, "a000003", 1003, 110, 10) || seen(t, e, "a000003", 1003, 114, 10) {
+		t.Error("a converted record decides differently")
+	}
+}
+
+// snapSource builds an engine holding region r with data, a dedup clock
+// base and records.
+func snapSource(t *testing.T, r region.Region, kvs map[string]string, base uint64, recs []dedupRecord) *engine {
 	t.Helper()
 	e := testEngine(t)
 	mustUpdate(t, e, func(tx *bbolt.Tx) error {
@@ -292,13 +462,16 @@ func snapSource(t *testing.T, r region.Region, kvs map[string]string, recs []ded
 		if err := putApplyState(tx, r.ID, applyState{AppliedIndex: 50, AppliedTerm: 6, TruncatedIndex: 40, TruncatedTerm: 6}); err != nil {
 			return err
 		}
+		if err := putDedupBaseTx(tx, r.ID, base); err != nil {
+			return err
+		}
 		for k, v := range kvs {
 			if err := tx.Bucket(bucketData).Put([]byte(k), []byte(v)); err != nil {
 				return err
 			}
 		}
 		for _, d := range recs {
-			if err := rememberTx(tx, r.ID, d.index, d.id, d.key); err != nil {
+			if err := rememberTx(tx, d.key, d.id, d.clock); err != nil {
 				return err
 			}
 		}
@@ -310,31 +483,28 @@ func snapSource(t *testing.T, r region.Region, kvs map[string]string, recs []ded
 func TestSnapshotCarriesTheDedupTable(t *testing.T) {
 	r := testRegion()
 	r.StartKey, r.EndKey = []byte("m"), []byte("t")
-	recs := []dedupRecord{
-		{index: raftInitIndex, id: 9, key: []byte("p")},
-		{index: 45, id: 3, key: []byte("q")},
-		{index: 48, id: 1, key: []byte("")}, // not in range (a corrupt key would be refused) — replaced below
+	recs := []dedupRecord{ // in key order, as the snapshot carries them
+		{clock: 1045, id: 3, key: []byte("m")},
+		{clock: 1005, id: 9, key: []byte("p")},
+		{clock: 1045, id: 3, key: []byte("q")},
 	}
-	recs = recs[:2]
-	src := snapSource(t, r, map[string]string{"a": "left", "n": "1", "p": "2", "z": "right"}, recs)
-	// Another region's records stay out of its snapshot.
-	mustUpdate(t, src, func(tx *bbolt.Tx) error { return rememberTx(tx, 1, 30, 5, []byte("a")) })
+	src := snapSource(t, r, map[string]string{"a": "left", "n": "1", "p": "2", "z": "right"}, 1000, recs)
+	// The records of keys outside the region stay out of its snapshot.
+	remember(t, src, dedupRecord{clock: 30, id: 5, key: []byte("a")}, dedupRecord{clock: 30, id: 6, key: []byte("t")})
 	snap, err := src.buildSnapshot(r.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(snap.Data, []byte("HKVS3")) {
+	if !bytes.HasPrefix(snap.Data, []byte("HKVS4")) {
 		t.Fatalf("snapshot magic %q", snap.Data[:5])
 	}
 
 	dst := testEngine(t)
-	mustUpdate(t, dst, func(tx *bbolt.Tx) error {
-		// Stale state the snapshot replaces.
-		if err := rememberTx(tx, r.ID, 2, 99, []byte("n")); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketData).Put([]byte("o"), []byte("stale"))
-	})
+	other := dedupRecord{clock: 7, id: 77, key: []byte("b")}
+	remember(t, dst,
+		dedupRecord{clock: 2, id: 99, key: []byte("n")}, // stale state the snapshot replaces
+		other) // another region's, left alone
+	mustUpdate(t, dst, func(tx *bbolt.Tx) error { return tx.Bucket(bucketData).Put([]byte("o"), []byte("stale")) })
 	var got region.Region
 	mustUpdate(t, dst, func(tx *bbolt.Tx) error {
 		var err error
@@ -344,11 +514,18 @@ func TestSnapshotCarriesTheDedupTable(t *testing.T) {
 	if got.ID != r.ID || !bytes.Equal(got.StartKey, r.StartKey) || !bytes.Equal(got.EndKey, r.EndKey) {
 		t.Errorf("region = %v, want %v", got, r)
 	}
-	if d := records(t, dst, r.ID); !reflect.DeepEqual(d, recs) {
+	if d := records(t, dst, r); !reflect.DeepEqual(d, recs) {
 		t.Errorf("dedup records = %v, want %v", d, recs)
 	}
-	if d := records(t, dst, 1); len(d) != 0 {
-		t.Errorf("another region's records travelled: %v", d)
+	if d := records(t, dst, everything); len(d) != len(recs)+1 || !reflect.DeepEqual(d[0], other) {
+		t.Errorf("all records after the apply = %v", d)
+	}
+	var base uint64
+	if err := dst.db.View(func(tx *bbolt.Tx) error { base = dedupBaseTx(tx, r.ID); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if base != 1000 {
+		t.Errorf("clock base %d, want 1000", base)
 	}
 	kvs, err := dst.scan(context.Background(), nil, nil, 100)
 	if err != nil {
@@ -357,7 +534,7 @@ func TestSnapshotCarriesTheDedupTable(t *testing.T) {
 	if len(kvs) != 2 || string(kvs[0].Key) != "n" || string(kvs[1].Key) != "p" || string(kvs[1].Value) != "2" {
 		t.Errorf("data = %v", kvs)
 	}
-	if !seen(t, dst, r.ID, 51, 3, 10) || seen(t, dst, r.ID, 51, 99, 10) {
+	if !seen(t, dst, "q", 3, 1051, 10) || seen(t, dst, "n", 99, 1051, 10) {
 		t.Error("restored table decides differently")
 	}
 }
@@ -371,7 +548,7 @@ func seal(body []byte) []byte {
 func TestSnapshotDecoderRefusesCorruptData(t *testing.T) {
 	r := testRegion()
 	r.StartKey, r.EndKey = []byte("m"), []byte("t")
-	src := snapSource(t, r, map[string]string{"n": "1", "p": "2"}, []dedupRecord{{index: 45, id: 3, key: []byte("p")}})
+	src := snapSource(t, r, map[string]string{"n": "1", "p": "2"}, 0, []dedupRecord{{clock: 45, id: 3, key: []byte("p")}})
 	snap, err := src.buildSnapshot(r.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -410,12 +587,14 @@ func TestSnapshotDecoderRefusesCorruptData(t *testing.T) {
 		b[i] ^= 0x40
 		mustRefuse(fmt.Sprintf("bit flipped in byte %d", i), b)
 	}
-	mustRefuse("old format", append([]byte("HKVS2"), good[5:]...))
+	mustRefuse("old format", append([]byte("HKVS3"), good[5:]...))
+	mustRefuse("older format", append([]byte("HKVS2"), good[5:]...))
 
 	// Well sealed, but malformed inside.
 	meta := []byte(`{"ID":7,"StartKey":"bQ==","EndKey":"dA=="}`)
-	head := append([]byte("HKVS3"), binary.AppendUvarint(nil, uint64(len(meta)))...)
+	head := append([]byte("HKVS4"), binary.AppendUvarint(nil, uint64(len(meta)))...)
 	head = append(head, meta...)
+	head = binary.BigEndian.AppendUint64(head, 1000) // the dedup clock base
 	rec := func(idx, id uint64, key string) []byte {
 		b := binary.BigEndian.AppendUint64(nil, idx)
 		b = binary.BigEndian.AppendUint64(b, id)
@@ -437,10 +616,17 @@ func TestSnapshotDecoderRefusesCorruptData(t *testing.T) {
 	mustRefuse("record count past the records", seal(cat(head, n(2), rec(45, 3, "p"))))
 	mustRefuse("record key length past the end", seal(cat(head, n(1), rec(45, 3, "p")[:16], n(1<<40), []byte("p"))))
 	mustRefuse("record key out of the region", seal(cat(head, n(1), rec(45, 3, "a"))))
+	if _, err := decodeSnapshotData(seal(cat(head, n(2), rec(45, 3, "p"), rec(44, 4, "p"), kv("n", "1")))); err != nil {
+		t.Fatalf("records in order refused: %v", err)
+	}
+	mustRefuse("records out of order", seal(cat(head, n(2), rec(45, 3, "p"), rec(44, 2, "p"))))
+	mustRefuse("records out of key order", seal(cat(head, n(2), rec(45, 3, "q"), rec(44, 4, "p"))))
+	mustRefuse("a repeated record", seal(cat(head, n(2), rec(45, 3, "p"), rec(45, 3, "p"))))
+	mustRefuse("no clock base", seal(head[:len(head)-3]))
 	mustRefuse("data key out of the region", seal(cat(head, n(0), kv("z", "1"))))
 	mustRefuse("key without a value", seal(cat(head, n(0), kv("n", "1")[:2])))
 	mustRefuse("no record count", seal(head))
-	mustRefuse("bad meta", seal(cat([]byte("HKVS3"), n(3), []byte("{x}"), n(0))))
-	mustRefuse("meta length past the end", seal(cat([]byte("HKVS3"), n(1<<50))))
+	mustRefuse("bad meta", seal(cat([]byte("HKVS4"), n(3), []byte("{x}"), make([]byte, 8), n(0))))
+	mustRefuse("meta length past the end", seal(cat([]byte("HKVS4"), n(1<<50))))
 	mustRefuse("empty", nil)
 }

@@ -35,9 +35,9 @@ import (
 // The data hash is SHA-256 over every key-value pair of the region's range,
 // in key order, each written as uvarint(len(key)) | key | uvarint(len(value))
 // | value (the pair encoding of a snapshot). The dedup table (dedup.go) is
-// hashed separately: only its live records (index + DedupWindow > applied),
-// which every replica holds alike, since trimming in batches per apply
-// round may leave different dead tails on different replicas. A replica
+// hashed separately: only its live records (clock + DedupWindow > the clock
+// at applied), which every replica holds alike, since trimming a little per
+// apply round may leave different dead records on different replicas. A replica
 // that decided a retried write differently from its peers keeps a
 // different table long after the key's data has been overwritten.
 
@@ -52,7 +52,7 @@ type ReplicaDigest struct {
 	Bytes        uint64 // their total key and value length
 	Hash         [sha256.Size]byte
 	DedupRecords uint64            // live dedup records of the region
-	DedupHash    [sha256.Size]byte // over those, in (index, id) order
+	DedupHash    [sha256.Size]byte // over those, in (key, id) order
 }
 
 func (d ReplicaDigest) String() string {
@@ -96,16 +96,20 @@ func (s *Store) RegionDigest(regionID uint64) (ReplicaDigest, error) {
 		})
 		h.Sum(d.Hash[:0])
 		dh := sha256.New()
-		for _, rec := range regionDedupTx(tx, r.ID) {
-			if rec.index+s.cfg.DedupWindow <= as.AppliedIndex {
-				continue // dead: no later entry can see it; trimmed at leisure
+		now := dedupClockTx(tx, r.ID, as.AppliedIndex)
+		if err := forEachDedupTx(tx, r.StartKey, r.EndKey, func(rec dedupRecord) error {
+			if rec.clock+s.cfg.DedupWindow <= now {
+				return nil // dead: no later entry can see it; trimmed at leisure
 			}
 			var b [16]byte
-			binary.BigEndian.PutUint64(b[:], rec.index)
+			binary.BigEndian.PutUint64(b[:], rec.clock)
 			binary.BigEndian.PutUint64(b[8:], rec.id)
 			dh.Write(b[:])
 			writeHashChunk(dh, rec.key)
 			d.DedupRecords++
+			return nil
+		}); err != nil {
+			return err
 		}
 		dh.Sum(d.DedupHash[:0])
 		return nil

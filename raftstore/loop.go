@@ -398,7 +398,7 @@ func (s *Store) applyTx(tx *bbolt.Tx, rp *readyPeer) error {
 		rp.applied, rp.appliedTerm = e.Index, e.Term
 	}
 	// Lazy, bounded GC of the dedup table: it decides nothing (dedup.go).
-	if err := trimDedupTx(tx, p.regionID, rp.applied, s.cfg.DedupWindow); err != nil {
+	if err := s.trimDedupTx(tx, p, rp.applied, len(rp.rd.CommittedEntries)); err != nil {
 		return err
 	}
 	as := applyState{AppliedIndex: rp.applied, AppliedTerm: rp.appliedTerm}

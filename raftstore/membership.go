@@ -159,7 +159,7 @@ func (s *Store) destroyPeer(p *Peer) error {
 		if err := deleteLog(tx, r.ID, 0, ^uint64(0)); err != nil {
 			return err
 		}
-		if err := trimDedupAllTx(tx, r.ID); err != nil {
+		if err := destroyDedupTx(tx, r, p.initialized); err != nil {
 			return err
 		}
 		if !p.initialized {

@@ -12,20 +12,26 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// A region snapshot carries the region's metadata, its dedup table and
-// every key-value pair in its range, as of one applied index:
+// A region snapshot carries the region's metadata, its dedup clock base
+// and records and every key-value pair in its range, as of one applied
+// index:
 //
-//	"HKVS3" | uvarint len(meta) | meta JSON
-//	        | uvarint n | n × (index(8) | requestID(8) | uvarint len(key) | key)   the dedup table (dedup.go)
+//	"HKVS4" | uvarint len(meta) | meta JSON
+//	        | base(8) | uvarint n | n × (clock(8) | requestID(8) | uvarint len(key) | key)   the dedup table (dedup.go)
 //	        | { uvarint len(k) | k | uvarint len(v) | v }*
 //	        | crc32c(4) of all that precedes it
+//
+// The dedup records are those of the region's range, in strictly
+// increasing (key, request ID) order, so that the receiver inserts them
+// sorted.
 //
 // It is built from one bbolt read transaction, so the data and the applied
 // index it is labelled with agree. The gRPC transport streams it in chunks.
 // The decoder is strict: anything but a whole, well-formed snapshot of the
-// current format (truncated, bit-flipped, keys outside the region, an older
-// format such as "HKVS2", whose dedup table has no keys) is errCorrupt.
-var snapMagic = []byte("HKVS3")
+// current format (truncated, bit-flipped, keys outside the region, records
+// out of order, an older format such as "HKVS3", whose dedup table counts
+// a region's own log, or "HKVS2", whose has no keys) is errCorrupt.
+var snapMagic = []byte("HKVS4")
 
 var snapCRC = crc32.MakeTable(crc32.Castagnoli)
 
@@ -46,11 +52,15 @@ func (e *engine) buildSnapshot(regionID uint64) (raftpb.Snapshot, error) {
 		var buf bytes.Buffer
 		buf.Write(snapMagic)
 		writeChunk(&buf, meta)
-		dd := regionDedupTx(tx, regionID)
+		dd, err := regionDedupTx(tx, r)
+		if err != nil {
+			return err
+		}
+		buf.Write(uint64Bytes(dedupBaseTx(tx, regionID)))
 		var l [binary.MaxVarintLen64]byte
 		buf.Write(l[:binary.PutUvarint(l[:], uint64(len(dd)))])
 		for _, d := range dd {
-			buf.Write(uint64Bytes(d.index))
+			buf.Write(uint64Bytes(d.clock))
 			buf.Write(uint64Bytes(d.id))
 			writeChunk(&buf, d.key)
 		}
@@ -90,9 +100,10 @@ func readChunk(b []byte) (chunk, rest []byte, err error) {
 // snapshotData is a decoded snapshot. kvs is the validated key-value
 // section, walked with forEachKV.
 type snapshotData struct {
-	region region.Region
-	dedup  []dedupRecord
-	kvs    []byte
+	region    region.Region
+	dedupBase uint64
+	dedup     []dedupRecord
+	kvs       []byte
 }
 
 // decodeSnapshotData checks and decodes the whole snapshot; it never
@@ -114,6 +125,10 @@ func decodeSnapshotData(data []byte) (snapshotData, error) {
 		return sd, fmt.Errorf("snapshot: decode region: %v: %w", err, errCorrupt)
 	}
 	r := &sd.region
+	if len(rest) < 8 {
+		return sd, fmt.Errorf("snapshot: no dedup clock base: %w", errCorrupt)
+	}
+	sd.dedupBase, rest = binary.BigEndian.Uint64(rest), rest[8:]
 	n, w := binary.Uvarint(rest)
 	// A record takes at least 17 bytes: bound n before allocating for it.
 	if w <= 0 || n > uint64(len(rest)-w)/17 {
@@ -125,12 +140,18 @@ func decodeSnapshotData(data []byte) (snapshotData, error) {
 		if len(rest) < 16 {
 			return sd, fmt.Errorf("snapshot: truncated dedup record: %w", errCorrupt)
 		}
-		d := dedupRecord{index: binary.BigEndian.Uint64(rest), id: binary.BigEndian.Uint64(rest[8:])}
+		d := dedupRecord{clock: binary.BigEndian.Uint64(rest), id: binary.BigEndian.Uint64(rest[8:])}
 		if d.key, rest, err = readChunk(rest[16:]); err != nil {
 			return sd, err
 		}
-		if !r.Contains(d.key) {
+		if !r.Contains(d.key) || len(d.key) == 0 {
 			return sd, fmt.Errorf("snapshot: dedup record key %q outside region %d: %w", d.key, r.ID, errCorrupt)
+		}
+		if !dedupKeyFits(d.key) { // never remembered, so never sent
+			return sd, fmt.Errorf("snapshot: dedup record of a %d-byte key: %w", len(d.key), errCorrupt)
+		}
+		if k := len(sd.dedup); k > 0 && compareDedup(sd.dedup[k-1], d) >= 0 {
+			return sd, fmt.Errorf("snapshot: dedup record %v out of order: %w", d, errCorrupt)
 		}
 		sd.dedup = append(sd.dedup, d)
 	}
@@ -187,8 +208,11 @@ func applySnapshotTx(tx *bbolt.Tx, snap raftpb.Snapshot) (region.Region, error) 
 		return region.Region{}, err
 	}
 	r := sd.region
-	if err := replaceDedupTx(tx, r.ID, sd.dedup); err != nil {
+	if err := replaceDedupTx(tx, r, sd.dedup); err != nil {
 		return region.Region{}, fmt.Errorf("region %d dedup table: %w", r.ID, err)
+	}
+	if err := putDedupBaseTx(tx, r.ID, sd.dedupBase); err != nil {
+		return region.Region{}, fmt.Errorf("region %d dedup clock: %w", r.ID, err)
 	}
 	if err := deleteRange(tx, r.StartKey, r.EndKey); err != nil {
 		return region.Region{}, fmt.Errorf("clear region %d data: %w", r.ID, err)

@@ -17,7 +17,7 @@ import (
 )
 
 // Fuzz targets for what a store reads from its peers and its disk: region
-// snapshots (the HKVS3 format of snapshot.go), raft messages as
+// snapshots (the HKVS4 format of snapshot.go), raft messages as
 // HandleRaftMessage receives them from the transport, and the persisted
 // state a restarting store loads.
 
@@ -42,7 +42,10 @@ func fuzzSnapshot(tb testing.TB, e *engine, r region.Region, dedup []dedupRecord
 		if err := putApplyState(tx, r.ID, applyState{AppliedIndex: 10, AppliedTerm: 6, TruncatedIndex: 5, TruncatedTerm: 5}); err != nil {
 			return err
 		}
-		if err := replaceDedupTx(tx, r.ID, dedup); err != nil {
+		if err := replaceDedupTx(tx, r, dedup); err != nil {
+			return err
+		}
+		if err := putDedupBaseTx(tx, r.ID, 1000+r.ID); err != nil {
 			return err
 		}
 		for i := 0; i+1 < len(kvs); i += 2 {
@@ -67,10 +70,10 @@ func snapshotSeeds(f *testing.F) [][]byte {
 	e := fuzzEngine(f)
 	peers := []region.Peer{{ID: 1, StoreID: 1}, {ID: 2, StoreID: 2}, {ID: 3, StoreID: 3, IsLearner: true}}
 	full := fuzzSnapshot(f, e, region.Region{ID: 3, StartKey: []byte("b"), EndKey: []byte("m"), Epoch: region.Epoch{ConfVer: 2, Version: 5}, Peers: peers},
-		[]dedupRecord{{index: 8, id: 77, key: []byte("c")}, {index: 9, id: 78, key: []byte("k")}},
+		[]dedupRecord{{clock: 1008, id: 77, key: []byte("c")}, {clock: 1009, id: 78, key: []byte("k")}, {clock: 1009, id: 79, key: []byte("k")}},
 		"a", "outside", "b", "1", "c", "", "l\xff", "big", "m", "outside")
 	empty := fuzzSnapshot(f, e, region.Region{ID: 4, StartKey: []byte("x"), Epoch: region.Epoch{ConfVer: 1, Version: 1}}, nil)
-	unbounded := fuzzSnapshot(f, e, region.Region{ID: 5, Peers: peers[:1]}, []dedupRecord{{index: 6, id: 1, key: []byte("zz")}}, "zz", "top")
+	unbounded := fuzzSnapshot(f, e, region.Region{ID: 5, Peers: peers[:1]}, []dedupRecord{{clock: 6, id: 1, key: []byte("zz")}}, "zz", "top")
 	flipped := bytes.Clone(full)
 	flipped[len(flipped)/2] ^= 0x10
 	return [][]byte{
@@ -79,9 +82,10 @@ func snapshotSeeds(f *testing.F) [][]byte {
 		full[:len(full)/2],                   // truncated body
 		flipped,                              // bit flip: checksum mismatch
 		fixCRC(flipped),                      // the same flip, re-checksummed
-		append([]byte("HKVS2"), full[5:]...), // an older format
+		append([]byte("HKVS3"), full[5:]...), // an older format
+		append([]byte("HKVS2"), full[5:]...), // an older one
 		fixCRC(append(bytes.Clone(full[:len(full)-4]), 0x05)), // a trailing half chunk
-		[]byte("HKVS3"),
+		[]byte("HKVS4"),
 		nil,
 		// A region from -inf holding an empty key: decoded, but bbolt
 		// cannot store it, so the apply failed and stopped the store.
@@ -197,10 +201,13 @@ func FuzzSnapshotApply(f *testing.F) {
 		if got, want := kvMap(t, sd2.kvs), kvMap(t, sd.kvs); !equalKV(got, want) {
 			t.Fatalf("pairs %q rebuilt as %q", want, got)
 		}
-		if got, want := sd2.dedup, dedupModel(sd.dedup); !slices.EqualFunc(got, want, func(a, b dedupRecord) bool {
-			return a.index == b.index && a.id == b.id && bytes.Equal(a.key, b.key)
+		if got, want := sd2.dedup, sd.dedup; !slices.EqualFunc(got, want, func(a, b dedupRecord) bool {
+			return a.clock == b.clock && a.id == b.id && bytes.Equal(a.key, b.key)
 		}) {
 			t.Fatalf("dedup table %v rebuilt as %v", want, got)
+		}
+		if sd2.dedupBase != sd.dedupBase {
+			t.Fatalf("dedup clock base %d rebuilt as %d", sd.dedupBase, sd2.dedupBase)
 		}
 	})
 }
@@ -235,36 +242,6 @@ func equalKV(a, b map[string]string) bool {
 		}
 	}
 	return true
-}
-
-// dedupModel is the table replaceDedupTx leaves: one record per request
-// ID, the last one given, in (index, id) order.
-func dedupModel(in []dedupRecord) []dedupRecord {
-	last := map[uint64]dedupRecord{}
-	for _, d := range in {
-		last[d.id] = d
-	}
-	var out []dedupRecord
-	for _, d := range last {
-		out = append(out, d)
-	}
-	slices.SortFunc(out, func(a, b dedupRecord) int {
-		if a.index != b.index {
-			return cmpUint(a.index, b.index)
-		}
-		return cmpUint(a.id, b.id)
-	})
-	return out
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // FuzzHandleRaftMessage: a raft message exactly as the gRPC transport hands
