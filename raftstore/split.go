@@ -48,27 +48,47 @@ func (s *Store) Split(ctx context.Context, key []byte) (left, right region.Regio
 // counted (its key count and size are what Regions reports as its
 // approximate size), and one that holds more than SplitMaxKeys keys or
 // SplitMaxBytes bytes is split at its middle key (by count, or by size when
-// size is what overflowed).
+// size is what overflowed). A region whose applied index and epoch have
+// not moved since its last count, and which was under both thresholds
+// then, is not counted again: its count still holds.
 func (s *Store) splitCheck() {
 	t := time.NewTicker(s.cfg.SplitCheckInterval)
 	defer t.Stop()
+	type counted struct{ applied, version uint64 }
+	last := map[uint64]counted{}
 	for {
 		select {
 		case <-s.stopc:
 			return
 		case <-t.C:
 		}
+		led := map[uint64]bool{}
 		for _, st := range s.Regions() {
 			if !st.IsLeader {
 				continue
 			}
-			size, key, ok := s.eng.splitKey(st.Region, s.cfg.SplitMaxKeys, s.cfg.SplitMaxBytes)
-			if p, found := s.peer(st.Region.ID); found {
-				p.mu.Lock()
-				p.size = size
-				p.mu.Unlock()
+			led[st.Region.ID] = true
+			now := counted{st.AppliedIndex, st.Region.Epoch.Version}
+			if c, ok := last[st.Region.ID]; ok && c == now {
+				continue
 			}
-			if !ok {
+			delete(last, st.Region.ID)
+			size, key, ok := s.eng.splitKey(st.Region, s.cfg.SplitMaxKeys, s.cfg.SplitMaxBytes, s.stopc)
+			p, found := s.peer(st.Region.ID)
+			if !found {
+				continue
+			}
+			p.mu.Lock()
+			p.size = size
+			current := p.region.Epoch.Version == size.version
+			p.mu.Unlock()
+			if size.counted && !ok {
+				last[st.Region.ID] = now
+			}
+			// The count spans several read transactions: a region split
+			// meanwhile is counted again next time, not split at a key
+			// chosen for its old range.
+			if !ok || !current {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -80,36 +100,97 @@ func (s *Store) splitCheck() {
 			}
 			s.log.Info("split region", "left", l.String(), "right", r.String())
 		}
+		for id := range last {
+			if !led[id] {
+				delete(last, id)
+			}
+		}
 	}
 }
 
-// splitKey scans the region once, counting it, and returns the key to
-// split at if the region is over either threshold.
-func (e *engine) splitKey(r region.Region, maxKeys, maxBytes uint64) (size regionSize, key []byte, ok bool) {
+// The split check reads a region in batches of splitCheckBatch keys, one
+// short read transaction each: a long read transaction holds back bbolt's
+// remaps (every commit that grows the file past the mapping waits for it,
+// and so does every later reader) and the reuse of the pages freed while it
+// is open. A batch of 4096 keys takes about a millisecond.
+const splitCheckBatch = 4096
+
+// The check keeps a sample of the keys it counts, with the keys and bytes
+// before each, and splits at a sample: one read of the region, not two.
+// A sample every splitSampleKeys keys or splitSampleBytes bytes (or a
+// sixteenth of the thresholds, if less) puts the split key within that much
+// of the middle.
+const (
+	splitSampleKeys  = 128
+	splitSampleBytes = 256 << 10
+)
+
+// sampleEvery returns how often the split check samples under a threshold
+// (0: none).
+func sampleEvery(threshold, most uint64) uint64 {
+	if threshold == 0 {
+		return most
+	}
+	return max(1, min(most, threshold/16))
+}
+
+// splitKey counts the region, and returns the key to split at if it is
+// over either threshold. It gives up (size not counted) if stop closes.
+func (e *engine) splitKey(r region.Region, maxKeys, maxBytes uint64, stop <-chan struct{}) (size regionSize, key []byte, ok bool) {
 	size = regionSize{version: r.Epoch.Version}
-	err := e.db.View(func(tx *bbolt.Tx) error {
-		c := tx.Bucket(bucketData).Cursor()
-		for k, v := c.Seek(r.StartKey); k != nil && (len(r.EndKey) == 0 || bytes.Compare(k, r.EndKey) < 0); k, v = c.Next() {
-			size.keys++
-			size.bytes += uint64(len(k) + len(v))
+	type sample struct {
+		key         []byte
+		keys, bytes uint64 // counted before key
+	}
+	var samples []sample
+	var sampledKeys, sampledBytes uint64 // at the last sample
+	everyKeys, everyBytes := sampleEvery(maxKeys, splitSampleKeys), sampleEvery(maxBytes, splitSampleBytes)
+	from := r.StartKey
+	for {
+		select {
+		case <-stop:
+			return size, nil, false
+		default:
 		}
-		overKeys, overBytes := maxKeys > 0 && size.keys > maxKeys, maxBytes > 0 && size.bytes > maxBytes
-		if !overKeys && !overBytes {
-			return nil
-		}
-		var n, acc uint64
-		for k, v := c.Seek(r.StartKey); k != nil; k, v = c.Next() {
-			n++
-			acc += uint64(len(k) + len(v))
-			if (overKeys && n > size.keys/2) || (!overKeys && acc > size.bytes/2) {
-				if !bytes.Equal(k, r.StartKey) {
-					key, ok = append([]byte(nil), k...), true
+		var next []byte
+		err := e.db.View(func(tx *bbolt.Tx) error {
+			c := tx.Bucket(bucketData).Cursor()
+			n := 0
+			for k, v := c.Seek(from); k != nil && (len(r.EndKey) == 0 || bytes.Compare(k, r.EndKey) < 0); k, v = c.Next() {
+				if n == splitCheckBatch {
+					next = bytes.Clone(k)
+					return nil
 				}
-				return nil
+				n++
+				if size.keys > 0 && (size.keys-sampledKeys >= everyKeys || size.bytes-sampledBytes >= everyBytes) {
+					samples = append(samples, sample{key: bytes.Clone(k), keys: size.keys, bytes: size.bytes})
+					sampledKeys, sampledBytes = size.keys, size.bytes
+				}
+				size.keys++
+				size.bytes += uint64(len(k) + len(v))
 			}
+			return nil
+		})
+		if err != nil {
+			return size, nil, false
 		}
-		return nil
-	})
-	size.counted = err == nil
-	return size, key, ok
+		if next == nil {
+			break
+		}
+		from = next
+	}
+	size.counted = true
+	overKeys, overBytes := maxKeys > 0 && size.keys > maxKeys, maxBytes > 0 && size.bytes > maxBytes
+	if !overKeys && !overBytes {
+		return size, nil, false
+	}
+	for _, sm := range samples {
+		if (overKeys && sm.keys >= size.keys/2) || (!overKeys && sm.bytes >= size.bytes/2) {
+			return size, sm.key, true
+		}
+	}
+	if n := len(samples); n > 0 { // the middle lies after the last sample
+		return size, samples[n-1].key, true
+	}
+	return size, nil, false
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -147,5 +148,73 @@ func TestSplitApplyCostIsIndependentOfTheDedupTable(t *testing.T) {
 	t.Logf("split apply with %d records: apply %v, commit %v; with none: apply %v, commit %v", n, fa, fc, ea, ec)
 	if limit := 50*time.Millisecond + 20*ea; fa > limit {
 		t.Errorf("split apply with %d dedup records took %v, want under %v (an empty region's took %v)", n, fa, limit, ea)
+	}
+}
+
+// TestSplitKeyCountsInBatchesAndSplitsNearTheMiddle: the split check
+// counts a region exactly across its many short read transactions and
+// picks a split key within a sample's distance of the middle, by count or
+// by size.
+func TestSplitKeyCountsInBatchesAndSplitsNearTheMiddle(t *testing.T) {
+	e := testEngine(t)
+	const n = 3*splitCheckBatch + 17
+	mustUpdate(t, e, func(tx *bbolt.Tx) error {
+		for _, k := range []string{"a", "zz"} { // outside the region
+			if err := tx.Bucket(bucketData).Put([]byte(k), []byte("x")); err != nil {
+				return err
+			}
+		}
+		for i := range n {
+			if err := tx.Bucket(bucketData).Put(fmt.Appendf(nil, "k%06d", i), make([]byte, 10)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	r := region.Region{ID: 1, StartKey: []byte("b"), EndKey: []byte("z"), Epoch: region.Epoch{Version: 3}}
+	size, key, ok := e.splitKey(r, 0, 1<<30, nil)
+	if !size.counted || size.keys != n || size.bytes != n*(7+10) || size.version != 3 || ok {
+		t.Fatalf("under the threshold: size %+v, key %q, ok %v", size, key, ok)
+	}
+	mid := func(key []byte) int {
+		var i int
+		if _, err := fmt.Sscanf(string(key), "k%06d", &i); err != nil {
+			t.Fatalf("split key %q: %v", key, err)
+		}
+		return i
+	}
+	_, key, ok = e.splitKey(r, n-1, 0, nil)
+	if !ok || mid(key) < n/2 || mid(key) > n/2+splitSampleKeys {
+		t.Fatalf("over the key threshold: split at %q, ok %v", key, ok)
+	}
+	_, key, ok = e.splitKey(r, 0, 1000, nil)
+	if !ok || mid(key) < n/2 || mid(key) > n/2+splitSampleKeys {
+		t.Fatalf("over the size threshold: split at %q, ok %v", key, ok)
+	}
+	stop := make(chan struct{})
+	close(stop)
+	if size, _, ok := e.splitKey(r, 1, 0, stop); size.counted || ok {
+		t.Fatal("a stopped check counted")
+	}
+
+	// A few big values: sampled by size, split by size.
+	big := testEngine(t)
+	mustUpdate(t, big, func(tx *bbolt.Tx) error {
+		for i := range 8 {
+			if err := tx.Bucket(bucketData).Put(fmt.Appendf(nil, "k%06d", i), make([]byte, 1<<20)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	_, key, ok = big.splitKey(region.Region{ID: 1}, 0, 4<<20, nil)
+	if !ok || mid(key) != 4 {
+		t.Fatalf("8 values of 1 MiB over 4 MiB: split at %q, ok %v", key, ok)
+	}
+	// A single key cannot be split.
+	one := testEngine(t)
+	mustUpdate(t, one, func(tx *bbolt.Tx) error { return tx.Bucket(bucketData).Put([]byte("k"), make([]byte, 1<<20)) })
+	if _, key, ok := one.splitKey(region.Region{ID: 1}, 0, 1<<10, nil); ok {
+		t.Fatalf("a one-key region split at %q", key)
 	}
 }
