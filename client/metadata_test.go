@@ -117,3 +117,43 @@ func TestMetadataOwnZoneFirst(t *testing.T) {
 		t.Errorf("metadata calls by store: 1:%d 2:%d 3:%d; want all on store 3 (dc-c)", asked[1].Load(), asked[2].Load(), asked[3].Load())
 	}
 }
+
+// TestLeaderMovedThenCutOff: the client's cached leader lost its
+// leadership and then stopped answering (cut off). A put and a get do not
+// wait out their attempt's timeout there: the client asks the other
+// stores who leads now and goes there.
+func TestLeaderMovedThenCutOff(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	c, err := New(context.Background(), Config{Endpoints: cl.Endpoints(), DialTimeout: 3 * time.Second, RequestTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Put(ctx, []byte("k"), []byte("v0")); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	cl.SetLeader(1, 2)
+	cl.SetHook(func(ctx context.Context, storeID uint64, method string) error {
+		if storeID == 1 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	})
+	for i, op := range []func() error{
+		func() error { return c.Put(ctx, []byte("k"), []byte("v1")) },
+		func() error { _, err := c.Get(ctx, []byte("k")); return err },
+	} {
+		begin := time.Now()
+		if err := op(); err != nil {
+			t.Fatalf("op %d: %v", i, err)
+		}
+		if d := time.Since(begin); d > time.Second {
+			t.Errorf("op %d took %v with the cached leader cut off and another leading", i, d)
+		}
+	}
+	if v, _ := cl.Value("k"); string(v) != "v1" {
+		t.Errorf("value %q, want v1", v)
+	}
+}

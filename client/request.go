@@ -402,6 +402,11 @@ func (c *Client) runAttempt(ctx context.Context, req *regionRequest, a *attempt)
 		actx, cancel = context.WithCancel(ctx)
 	}
 	defer cancel()
+	if !req.byID && !req.longRunning && !a.replicaRead && len(req.key) > 0 {
+		var stop func()
+		actx, stop = c.watchLeader(actx, req.key, a)
+		defer stop()
+	}
 	ss := c.stats.get(a.storeID)
 	done := ss.start()
 	begin := time.Now()
@@ -426,6 +431,58 @@ func (c *Client) runAttempt(ctx context.Context, req *regionRequest, a *attempt)
 		return fmt.Errorf("store %d: %w", a.storeID, re)
 	}
 	return &storeError{storeID: a.storeID, addr: a.addr, err: err}
+}
+
+// Leader check: an attempt at a region's presumed leader that has not
+// answered within leaderCheckDelay (twice the store's usual latency, at
+// least leaderCheckMin, at most leaderCheckMax) makes the client ask the
+// stores, by a hedged metadata call, who leads the region now.
+const (
+	leaderCheckMin = 200 * time.Millisecond
+	leaderCheckMax = 500 * time.Millisecond
+)
+
+func (c *Client) leaderCheckDelay(storeID uint64) time.Duration {
+	lat, _ := c.stats.get(storeID).latency()
+	return min(max(2*lat, leaderCheckMin), leaderCheckMax)
+}
+
+// watchLeader guards an attempt at a region's presumed leader (a write,
+// or a leader read) by key. If it has not answered within
+// leaderCheckDelay, the stores are asked who leads the key's region; when
+// they name another store, the cache learns it and the attempt is
+// cancelled, so the retry loop goes to the new leader at once instead of
+// waiting out the attempt's timeout at one that does not answer (a leader
+// that lost its leadership and then was cut off, or one cut off that the
+// others have replaced). A write cancelled so is retried with the same
+// request ID, as after a timeout, so it is applied at most once; a wrong
+// guess costs a NotLeader round trip. The returned ctx is the attempt's;
+// stop ends the watch.
+func (c *Client) watchLeader(ctx context.Context, key []byte, a *attempt) (context.Context, func()) {
+	actx, cancel := context.WithCancel(ctx)
+	t := time.AfterFunc(c.leaderCheckDelay(a.storeID), func() {
+		infos, err := c.loadRegionByKey(actx, key)
+		if err != nil {
+			return
+		}
+		for _, info := range infos {
+			if info.GetRegion().GetId() != a.region.ID {
+				continue
+			}
+			leader := info.GetLeaderStoreId()
+			if leader == 0 || leader == a.storeID || !hostsStore(info.GetRegion(), leader) {
+				return
+			}
+			c.cache.insertInfos(infos)
+			c.log.Debug("leader moved while an attempt waited", "region", a.region.ID, "store", a.storeID, "leader", leader)
+			cancel()
+			return
+		}
+	})
+	return actx, func() {
+		t.Stop()
+		cancel()
+	}
 }
 
 // errNoStore: a region names a store no endpoint knows the address of.

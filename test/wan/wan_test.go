@@ -477,9 +477,12 @@ var _ = Describe("simulated WAN", func() {
 			worst   time.Duration
 			ops     int
 		)
+		worstBy := map[string]time.Duration{}
 		check := func(what string, took time.Duration, err error, stderr string) {
 			ops++
 			worst = max(worst, took)
+			kind := what[strings.Index(what, ": ")+2 : strings.Index(what, " from ")]
+			worstBy[kind] = max(worstBy[kind], took)
 			switch {
 			case err != nil:
 				slowOps = append(slowOps, slow{what, took, err.Error() + " " + strings.TrimSpace(stderr)})
@@ -520,7 +523,7 @@ var _ = Describe("simulated WAN", func() {
 			}
 			c.mustScript("heal")
 		}
-		GinkgoWriter.Printf("%d gets and puts with one store cut off: slowest %v; %d over %v or failed\n", ops, worst.Round(time.Millisecond), len(slowOps), opBudget)
+		GinkgoWriter.Printf("%d gets and puts with one store cut off: slowest %v (%v); %d over %v or failed\n", ops, worst.Round(time.Millisecond), worstBy, len(slowOps), opBudget)
 		for _, s := range slowOps {
 			GinkgoWriter.Printf("  %s: %v %s\n", s.what, s.took.Round(time.Millisecond), s.err)
 		}
