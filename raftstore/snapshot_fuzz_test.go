@@ -158,8 +158,8 @@ func FuzzDecodeSnapshot(f *testing.F) {
 // error stops the store: HandleRaftMessage decodes every snapshot first so
 // that a bad one never reaches the Ready loop), and the state it leaves must
 // build the same snapshot again: decode(build(apply(x))) == decode(x), with
-// repeated keys and request IDs resolved as the apply resolves them (the
-// later one wins).
+// repeated data keys resolved as the apply resolves them (the later one
+// wins; dedup records come in strict order, so they cannot repeat).
 func FuzzSnapshotApply(f *testing.F) {
 	for _, s := range snapshotSeeds(f) {
 		f.Add(s, uint64(10), uint64(6))
