@@ -51,9 +51,12 @@ import (
 // a restarted leader is no longer leader.
 
 // LeaseMsg is what a follower-lease notice carries beside its raft
-// message: Seq names the request a grant answers; a grant also carries
-// the leader's commit index and the lease length.
+// message: Instance and Seq name the request a grant answers (the asking
+// peer instance's identity, instance.go, and its request number, which
+// restarts with every instance); a grant also carries the leader's commit
+// index and the lease length.
 type LeaseMsg struct {
+	Instance uint64
 	Seq      uint64
 	Commit   uint64
 	Duration time.Duration
@@ -89,10 +92,19 @@ type leaseRequests struct {
 	last time.Time
 }
 
+// holderRecord is a leader's record of one holder's lease.
+type holderRecord struct {
+	until time.Time // end of the lease, on the leader's clock
+	// commit is the grant commit of the first grant since the record was
+	// last absent or run out: the holder serves nothing before it has
+	// applied it, and every later commit needed its ack.
+	commit uint64
+}
+
 // grantTable is a leader's view of its holders, for one term.
 type grantTable struct {
 	term    uint64
-	holders map[uint64]time.Time // peer id → end of its lease, leader's clock
+	holders map[uint64]holderRecord // by peer id
 	// acks is each follower's true (uncapped) append ack in this term.
 	acks map[uint64]uint64
 	// Until deferUntil no ack is stepped above deferCap, the commit index
@@ -105,6 +117,8 @@ type grantTable struct {
 	// noRenew: peers being removed get no new grant (proposeConfChange
 	// waits for their leases to end).
 	noRenew map[uint64]bool
+	// checked is the highest commit index checkCommitLocked has checked.
+	checked uint64
 }
 
 // followerLeaseState is a peer's follower-lease state, guarded by its mu.
@@ -172,7 +186,7 @@ func (p *Peer) leaseRequestLocked(now time.Time) (raftpb.Message, *LeaseMsg, boo
 	p.fl.reqs.sent[seq%leaseReqRing] = now
 	p.fl.reqs.last = now
 	return raftpb.Message{Type: raftpb.MsgHeartbeatResp, From: p.id, To: st.Lead, Term: st.Term, Context: leaseReqCtx},
-		&LeaseMsg{Seq: seq}, true
+		&LeaseMsg{Instance: p.instance, Seq: seq}, true
 }
 
 // onLeaseGrantLocked takes a grant from the leader of the current term.
@@ -182,8 +196,11 @@ func (p *Peer) onLeaseGrantLocked(m raftpb.Message, lm *LeaseMsg, now time.Time)
 	if !s.cfg.FollowerLeases || lm == nil || st.RaftState != raft.StateFollower || m.Term != st.Term || m.From != st.Lead {
 		return
 	}
-	if lm.Seq == 0 || lm.Seq > p.fl.reqs.seq || p.fl.reqs.seq-lm.Seq >= leaseReqRing || lm.Duration <= 0 {
-		return // not a request we remember the send time of
+	if lm.Instance != p.instance || lm.Seq == 0 || lm.Seq > p.fl.reqs.seq || p.fl.reqs.seq-lm.Seq >= leaseReqRing || lm.Duration <= 0 {
+		// Not a request of this instance that we remember the send time
+		// of: for another instance (lemma 1 in docs/design.md), or too old.
+		s.stats.followerLeaseGrantsRefused.Add(1)
+		return
 	}
 	sent := p.fl.reqs.sent[lm.Seq%leaseReqRing]
 	until := sent.Add(time.Duration(float64(lm.Duration) * (1 - s.cfg.LeaseDriftMargin)))
@@ -234,7 +251,7 @@ func (p *Peer) grantsForTermLocked(term, commit uint64, now time.Time) *grantTab
 	if g.term != term {
 		*g = grantTable{
 			term:       term,
-			holders:    map[uint64]time.Time{},
+			holders:    map[uint64]holderRecord{},
 			acks:       map[uint64]uint64{},
 			deferUntil: now.Add(p.store.followerLeaseDefer()),
 			deferCap:   commit,
@@ -252,8 +269,8 @@ func (g *grantTable) capLocked(now time.Time) uint64 {
 	if now.Before(g.deferUntil) {
 		c = g.deferCap
 	}
-	for id, until := range g.holders {
-		if !now.Before(until) {
+	for id, h := range g.holders {
+		if !now.Before(h.until) {
 			delete(g.holders, id)
 			continue
 		}
@@ -297,24 +314,44 @@ func (p *Peer) onLeaseRequestLocked(m raftpb.Message, lm *LeaseMsg, now time.Tim
 		// A single voter commits without any ack to cap: no leases.
 		return raftpb.Message{}, nil, false
 	}
-	if _, known := g.acks[m.From]; !known {
-		// Raft's match is a lower bound of the truth (it may be a capped
-		// ack), which only makes the cap stricter until the next ack. The
-		// full status (it copies every peer's progress) is read only for a
-		// follower's first grant of the term, not on every renewal.
-		pr, ok := p.rn.Status().Progress[m.From]
+	rec, valid := g.holders[m.From]
+	valid = valid && now.Before(rec.until)
+	if !valid {
+		// A new lease (none, or the last one ran out): read the full
+		// status (it copies every peer's progress) once, not on every
+		// renewal.
+		full := p.rn.Status()
+		pr, ok := full.Progress[m.From]
 		if !ok {
 			return raftpb.Message{}, nil, false
 		}
-		g.acks[m.From] = pr.Match
+		if _, known := g.acks[m.From]; !known {
+			// Raft's match is a lower bound of the truth (it may be a
+			// capped ack), which only makes the cap stricter until the
+			// next ack.
+			g.acks[m.From] = pr.Match
+		}
+		// The grant's commit is what may commit from now on with no ack
+		// the cap would see: acks raft has stepped already (any
+		// follower's Match) become a commit once the leader's own append
+		// is persisted, which raft counts at Advance without a message.
+		// So the holder must apply up to the highest Match, not only the
+		// commit index (lemma 1 in docs/design.md).
+		rec = holderRecord{commit: full.Commit}
+		for id, fp := range full.Progress {
+			if id != p.id {
+				rec.commit = max(rec.commit, fp.Match)
+			}
+		}
 	}
-	// Recorded before the grant leaves: from here on no entry commits
-	// without this follower.
-	if until := now.Add(d); until.After(g.holders[m.From]) {
-		g.holders[m.From] = until
+	// Recorded before the grant leaves: from here on no entry above
+	// rec.commit commits without this follower.
+	if until := now.Add(d); until.After(rec.until) {
+		rec.until = until
 	}
+	g.holders[m.From] = rec
 	return raftpb.Message{Type: raftpb.MsgHeartbeat, From: p.id, To: m.From, Term: st.Term, Context: leaseGrantCtx},
-		&LeaseMsg{Seq: lm.Seq, Commit: st.Commit, Duration: d}, true
+		&LeaseMsg{Instance: lm.Instance, Seq: lm.Seq, Commit: rec.commit, Duration: d}, true
 }
 
 // capAckLocked lowers a follower's append ack to what may be stepped now,
@@ -382,11 +419,11 @@ func (p *Peer) holderUntilLocked(id uint64, now time.Time) time.Time {
 		return time.Time{}
 	}
 	g.noRenew[id] = true
-	until, ok := g.holders[id]
-	if !ok || !now.Before(until) {
+	h, ok := g.holders[id]
+	if !ok || !now.Before(h.until) {
 		return time.Time{}
 	}
-	return until
+	return h.until
 }
 
 // removedHolderUntilLocked returns the latest end of a follower lease
@@ -414,8 +451,8 @@ func (p *Peer) revokeNoticesLocked(now time.Time) []raftpb.Message {
 		return nil
 	}
 	var out []raftpb.Message
-	for id, until := range g.holders {
-		if now.Before(until) {
+	for id, h := range g.holders {
+		if now.Before(h.until) {
 			out = append(out, raftpb.Message{Type: raftpb.MsgHeartbeat, From: p.id, To: id, Term: st.Term, Context: leaseRevokeCtx})
 		}
 	}
@@ -426,5 +463,39 @@ func (p *Peer) revokeNoticesLocked(now time.Time) []raftpb.Message {
 func (p *Peer) onLeaseRevokeLocked(m raftpb.Message) {
 	if h := p.fl.held; h.term == m.Term && h.leader == m.From {
 		p.revokeFollowerLeaseLocked()
+	}
+}
+
+// checkCommitLocked checks, on a leader, that its commit index has not
+// risen past what the follower-lease rule allows, and counts a violation
+// (Stats.FollowerLeaseCommitViolations) if it has: every holder valid now
+// has acked the commit index or must apply past it before it serves
+// (lemmas 1-3 in docs/design.md), and nothing above the deferral cap
+// commits before the deferral ends. It is called once per Ready, after
+// whatever raised the commit (an ack stepped, an ack restepped, the
+// leader's own append counted at Advance, a conf change): a holder
+// granted since the rise was granted at least the risen commit, and a
+// holder that ran out since is not checked, so it reports no false
+// violation, and may miss one that a holder's expiry hid.
+func (p *Peer) checkCommitLocked(now time.Time) {
+	if !p.store.cfg.FollowerLeases {
+		return
+	}
+	g := &p.fl.grants
+	st := p.rn.BasicStatus()
+	if st.RaftState != raft.StateLeader || g.term != st.Term || st.Commit <= g.checked {
+		return
+	}
+	g.checked = st.Commit
+	bad := now.Before(g.deferUntil) && st.Commit > g.deferCap
+	for id, h := range g.holders {
+		if now.Before(h.until) && st.Commit > max(g.acks[id], h.commit) {
+			bad = true
+			p.store.log.Error("follower lease rule broken: an entry committed that a valid holder has not acked",
+				"region", p.regionID, "holder", id, "commit", st.Commit, "holder_ack", g.acks[id], "grant_commit", h.commit)
+		}
+	}
+	if bad {
+		p.store.stats.followerLeaseViolations.Add(1)
 	}
 }

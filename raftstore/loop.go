@@ -195,6 +195,7 @@ func (s *Store) collectReady(dirty map[uint64]*Peer) []*readyPeer {
 			p.mu.Unlock()
 			continue
 		}
+		p.checkCommitLocked(now)
 		renew := p.isLeaderLocked() && p.leaseNeedsRenewLocked(now) && len(p.reads.inflight) == 0 && p.readsSinceRenew
 		p.readsSinceRenew = false
 		if direct := p.issueReadsLocked(now, renew); direct != nil {

@@ -17,6 +17,9 @@ type Peer struct {
 	storage  *peerStorage
 	id       uint64
 	regionID uint64 // never changes; safe to read without mu
+	// instance identifies this instance of the peer among every instance
+	// of every peer this store ever ran (instance.go); never changes.
+	instance uint64
 
 	mu      sync.Mutex
 	rn      *raft.RawNode

@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -26,6 +27,27 @@ type readQueue struct {
 	pending  []chan readResult
 	inflight map[uint64]*readBatch
 	nextID   uint64
+}
+
+// readCtx is the request context a batch travels with: this peer
+// instance's identity, then the batch's number. An answer (a ReadState on
+// the leader, a MsgReadIndexResp on a follower) resolves a batch only if
+// it names this instance: batch numbers restart with every instance, and
+// an answer meant for an earlier one carries an index that may predate
+// writes acknowledged before this instance's reads arrived (instance.go).
+func (p *Peer) readCtx(id uint64) []byte {
+	b := make([]byte, 16)
+	binary.BigEndian.PutUint64(b, p.instance)
+	binary.BigEndian.PutUint64(b[8:], id)
+	return b
+}
+
+// batchOf returns the batch number ctx names if it names this instance.
+func (p *Peer) batchOf(ctx []byte) (uint64, bool) {
+	if len(ctx) != 16 || binary.BigEndian.Uint64(ctx) != p.instance {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(ctx[8:]), true
 }
 
 type readBatch struct {
@@ -90,7 +112,7 @@ func (p *Peer) followerReadIndexLocked(now time.Time) *raftpb.Message {
 		return nil
 	}
 	id := p.newBatchLocked(now)
-	return &raftpb.Message{Type: raftpb.MsgReadIndex, From: p.id, To: lead, Entries: []raftpb.Entry{{Data: uint64Bytes(id)}}}
+	return &raftpb.Message{Type: raftpb.MsgReadIndex, From: p.id, To: lead, Entries: []raftpb.Entry{{Data: p.readCtx(id)}}}
 }
 
 // newBatchLocked moves the pending reads into a new in-flight batch.
@@ -142,17 +164,18 @@ func (p *Peer) issueReadsLocked(now time.Time, renew bool) (direct *raftpb.Messa
 		}
 		return p.followerReadIndexLocked(now)
 	}
-	p.rn.ReadIndex(uint64Bytes(p.newBatchLocked(now)))
+	p.rn.ReadIndex(p.readCtx(p.newBatchLocked(now)))
 	return nil
 }
 
 // onReadStatesLocked resolves batches answered in this Ready.
 func (p *Peer) onReadStatesLocked(states []raft.ReadState) {
 	for _, rs := range states {
-		if len(rs.RequestCtx) != 8 {
+		id, mine := p.batchOf(rs.RequestCtx)
+		if !mine {
+			p.store.stats.readIndexAnswersRefused.Add(1)
 			continue
 		}
-		id := beUint64(rs.RequestCtx)
 		b, ok := p.reads.inflight[id]
 		if !ok {
 			continue
@@ -217,10 +240,4 @@ func (p *Peer) answerReadIndexFromLeaseLocked(m raftpb.Message, now time.Time) (
 		Index:   p.rn.BasicStatus().Commit,
 		Entries: m.Entries,
 	}, true
-}
-
-func beUint64(b []byte) uint64 {
-	_ = b[7]
-	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
-		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
 }

@@ -44,6 +44,10 @@ type Stats struct {
 	// deferral). The leader checks every rise of its commit index; the
 	// count must stay 0, and the specs and the nemesis assert it.
 	FollowerLeaseCommitViolations uint64
+	// ReadIndexAnswersRefused: ReadIndex answers that named another
+	// instance of the peer (an answer to a batch of an instance that
+	// restarted).
+	ReadIndexAnswersRefused uint64
 	// DiskFailures: rounds whose disk write failed, each freezing the store
 	// until a write succeeded again (diskfail.go).
 	DiskFailures uint64
@@ -64,6 +68,7 @@ type stats struct {
 	votesRefused, safePointsRefused                          atomic.Uint64
 	readsFollowerLease, followerLeaseGrants                  atomic.Uint64
 	followerLeaseGrantsRefused, followerLeaseViolations      atomic.Uint64
+	readIndexAnswersRefused                                  atomic.Uint64
 	diskFailures                                             atomic.Uint64
 	leadersByTransfer, leadersByElection                     atomic.Uint64
 	// transferTerms maps a region ID to the term of the latest campaign its
@@ -93,6 +98,7 @@ func (s *Store) Stats() Stats {
 
 		FollowerLeaseGrantsRefused:    s.stats.followerLeaseGrantsRefused.Load(),
 		FollowerLeaseCommitViolations: s.stats.followerLeaseViolations.Load(),
+		ReadIndexAnswersRefused:       s.stats.readIndexAnswersRefused.Load(),
 		DiskFailures:                  s.stats.diskFailures.Load(),
 
 		LeadershipsByTransfer: s.stats.leadersByTransfer.Load(),

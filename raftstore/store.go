@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -50,6 +49,11 @@ type Store struct {
 
 	proposalBase uint64
 	proposalSeq  atomic.Uint64
+
+	// incarnation and instances make peer instance identities
+	// (instance.go).
+	incarnation uint64
+	instances   atomic.Uint64
 
 	// diskErr is set while the disk is failed (diskfail.go); diskInjected
 	// makes disk writes fail on purpose.
@@ -165,6 +169,9 @@ func (s *Store) load() error {
 			return err
 		}
 	}
+	if err := s.bumpIncarnation(); err != nil {
+		return err
+	}
 	persisted, err := s.eng.loadPeers()
 	if err != nil {
 		return fmt.Errorf("load peers: %w", err)
@@ -246,11 +253,16 @@ func (s *Store) createPeer(pp persistedPeer) (*Peer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new raw node: %w", err)
 	}
+	instance, err := s.nextInstance()
+	if err != nil {
+		return nil, err
+	}
 	last, _ := storage.LastIndex()
 	p := &Peer{
 		store:       s,
 		storage:     storage,
 		id:          self.ID,
+		instance:    instance,
 		regionID:    pp.region.ID,
 		rn:          rn,
 		region:      pp.region,
@@ -261,9 +273,6 @@ func (s *Store) createPeer(pp persistedPeer) (*Peer, error) {
 		lastIndex:   last,
 		initialized: pp.apply.AppliedIndex > 0,
 		proposals:   make(map[uint64]*proposal),
-		// A random base: a ReadIndex answer meant for this region's peer
-		// before a restart must not resolve a batch of this one.
-		reads: readQueue{nextID: mrand.Uint64()},
 	}
 	if last > p.applied {
 		// Entries persisted before this peer was created were never seen

@@ -180,7 +180,7 @@ func (s *raftService) deliver(rm *pb.RaftMessage, snap bool, snapData []byte) er
 		m.SafePoint = &raftstore.SafePoint{Term: sp.GetTerm(), Commit: sp.GetCommit(), Time: time.Unix(0, sp.GetTimeUnixNano())}
 	}
 	if l := rm.GetLease(); l != nil {
-		m.Lease = &raftstore.LeaseMsg{Seq: l.GetSeq(), Commit: l.GetCommit(), Duration: time.Duration(min(l.GetDurationNanos(), uint64(math.MaxInt64)))}
+		m.Lease = &raftstore.LeaseMsg{Instance: l.GetInstance(), Seq: l.GetSeq(), Commit: l.GetCommit(), Duration: time.Duration(min(l.GetDurationNanos(), uint64(math.MaxInt64)))}
 	}
 	if err := m.Msg.Unmarshal(rm.GetMessage()); err != nil {
 		return status.Errorf(codes.InvalidArgument, "decode raft message of region %d: %v", rm.GetRegionId(), err)

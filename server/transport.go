@@ -564,7 +564,7 @@ func (p *peerSender) send(msgs []*raftstore.Message) {
 			rm.SafePoint = &pb.SafePoint{Term: sp.Term, Commit: sp.Commit, TimeUnixNano: sp.Time.UnixNano()}
 		}
 		if l := m.Lease; l != nil {
-			rm.Lease = &pb.LeaseMsg{Seq: l.Seq, Commit: l.Commit, DurationNanos: uint64(max(l.Duration, 0))}
+			rm.Lease = &pb.LeaseMsg{Instance: l.Instance, Seq: l.Seq, Commit: l.Commit, DurationNanos: uint64(max(l.Duration, 0))}
 		}
 		batch.Msgs = append(batch.Msgs, rm)
 		inBatch = append(inBatch, m)

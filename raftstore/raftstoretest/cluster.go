@@ -59,6 +59,9 @@ type Cluster struct {
 
 	mu     sync.Mutex
 	stores map[uint64]*raftstore.Store
+	// stoppedViolations sums the follower-lease commit violations counted
+	// by store instances since stopped (their counters die with them).
+	stoppedViolations uint64
 }
 
 // New starts a cluster and waits for region 1 to elect a leader.
@@ -173,7 +176,25 @@ func (c *Cluster) StopStore(id uint64) error {
 		return fmt.Errorf("store %d not running", id)
 	}
 	c.Net.Unregister(id)
-	return s.Stop()
+	err := s.Stop()
+	c.mu.Lock()
+	c.stoppedViolations += s.Stats().FollowerLeaseCommitViolations
+	c.mu.Unlock()
+	return err
+}
+
+// FollowerLeaseViolations is how many commits broke the follower-lease
+// rule on any store instance of the cluster so far, stopped ones included
+// (raftstore.Stats.FollowerLeaseCommitViolations): always 0 unless the
+// rule is broken.
+func (c *Cluster) FollowerLeaseViolations() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.stoppedViolations
+	for _, s := range c.stores {
+		n += s.Stats().FollowerLeaseCommitViolations
+	}
+	return n
 }
 
 // Store returns a running store.

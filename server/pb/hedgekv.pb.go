@@ -3253,6 +3253,10 @@ type LeaseMsg struct {
 	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	Commit        uint64                 `protobuf:"varint,2,opt,name=commit,proto3" json:"commit,omitempty"`
 	DurationNanos uint64                 `protobuf:"varint,3,opt,name=duration_nanos,json=durationNanos,proto3" json:"duration_nanos,omitempty"`
+	// instance identifies the peer instance that asked (a request) or that
+	// a grant answers: request numbers restart with every instance, so a
+	// grant is matched to its request by both.
+	Instance      uint64 `protobuf:"varint,4,opt,name=instance,proto3" json:"instance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3304,6 +3308,13 @@ func (x *LeaseMsg) GetCommit() uint64 {
 func (x *LeaseMsg) GetDurationNanos() uint64 {
 	if x != nil {
 		return x.DurationNanos
+	}
+	return 0
+}
+
+func (x *LeaseMsg) GetInstance() uint64 {
+	if x != nil {
+		return x.Instance
 	}
 	return 0
 }
@@ -3744,11 +3755,12 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\n" +
 	"safe_point\x18\x05 \x01(\v2\x12.hedgekv.SafePointR\tsafePoint\x12'\n" +
 	"\x05lease\x18\x06 \x01(\v2\x11.hedgekv.LeaseMsgR\x05lease\x12\"\n" +
-	"\rfrom_conf_ver\x18\a \x01(\x04R\vfromConfVer\"[\n" +
+	"\rfrom_conf_ver\x18\a \x01(\x04R\vfromConfVer\"w\n" +
 	"\bLeaseMsg\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
 	"\x06commit\x18\x02 \x01(\x04R\x06commit\x12%\n" +
-	"\x0eduration_nanos\x18\x03 \x01(\x04R\rdurationNanos\"]\n" +
+	"\x0eduration_nanos\x18\x03 \x01(\x04R\rdurationNanos\x12\x1a\n" +
+	"\binstance\x18\x04 \x01(\x04R\binstance\"]\n" +
 	"\tSafePoint\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x04R\x04term\x12\x16\n" +
 	"\x06commit\x18\x02 \x01(\x04R\x06commit\x12$\n" +

@@ -239,7 +239,7 @@ func (n *nemesis) loop() {
 		}
 		rng.Shuffle(len(followers), func(i, j int) { followers[i], followers[j] = followers[j], followers[i] })
 		hold := time.Duration(200+rng.IntN(400)) * time.Millisecond
-		switch rng.IntN(15) {
+		switch rng.IntN(16) {
 		case 0:
 			if !hasLeader {
 				continue
@@ -328,6 +328,10 @@ func (n *nemesis) loop() {
 			n.transferUnheard(r, leader, hasLeader, followers, hold)
 		case 14:
 			n.moveWhileDown(r, leader, hasLeader, followers, hold)
+		case 15:
+			if n.run.followerLeases && hasLeader && len(followers) > 0 {
+				n.restartHolderLateGrant(r, leader, followers[0])
+			}
 		}
 	}
 }
@@ -531,6 +535,77 @@ func (n *nemesis) restartInLease(hold time.Duration) {
 		n.probeStale(leader, quietKey)
 	}
 	n.sleep(hold)
+}
+
+// restartHolderLateGrant restarts a follower-lease holder twice in quick
+// succession while every lease grant to its store is delayed by about a
+// lease and it gets no appends: the grant the leader made for the second
+// instance's request lands on the third, whose request numbers start
+// over. Were grants matched by number alone, the third instance would
+// time a lease from its own later request while the leader's record of it
+// runs out first, and a write committed after that would be missing from
+// what it serves. A write through the leader and reads on the holder are
+// recorded.
+func (n *nemesis) restartHolderLateGrant(r region.Region, leader, h uint64) {
+	c := n.c
+	key, ok := n.keyIn(r)
+	if !ok {
+		return
+	}
+	lease := time.Duration(float64(8*n.run.tick) * 0.9) // (ElectionTicks-2) ticks, less the drift margin
+	delay := lease/2 + time.Duration(n.rng.Int64N(int64(lease)))
+	n.log.add("restart-holder-late-grant", "region %d holder %d, grants delayed %v", r.ID, h, delay)
+	// Once the second instance has asked, the holder's store gets no
+	// appends and its lease requests are lost: only the delayed grant
+	// reaches it, and the leader's record of it runs out unrenewed.
+	var phase atomic.Int32 // 1: the second instance is up; 2: it has asked
+	asked := make(chan time.Time, 1)
+	heal := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+		switch {
+		case m.ToStore == h && m.Msg.Type == raftpb.MsgHeartbeat && string(m.Msg.Context) == "hedgekv:lease-grant":
+			return false, delay
+		case m.FromStore == h && m.Msg.Type == raftpb.MsgHeartbeatResp && string(m.Msg.Context) == "hedgekv:lease-req":
+			if phase.CompareAndSwap(1, 2) {
+				asked <- time.Now()
+				return false, 0
+			}
+			return phase.Load() == 2, 0
+		case phase.Load() == 2 && m.ToStore == h && (m.Msg.Type == raftpb.MsgApp || m.Msg.Type == raftpb.MsgSnap):
+			return true, 0
+		}
+		return false, 0
+	}))
+	defer heal()
+	if c.StopStore(h) != nil {
+		return
+	}
+	phase.Store(1)
+	if c.StartStore(h) != nil {
+		return
+	}
+	var at time.Time
+	select {
+	case at = <-asked:
+	case <-time.After(20 * n.run.tick):
+		return
+	case <-n.stop:
+		return
+	}
+	if c.StopStore(h) != nil {
+		return
+	}
+	if c.StartStore(h) != nil {
+		return
+	}
+	// Write and read on the holder once the grant has landed: the write
+	// commits when the leader's record of the second instance runs out.
+	n.sleep(time.Until(at.Add(delay + n.run.tick)))
+	for range 3 {
+		n.probeOn(h, key, raftstore.ReadOptions{ReplicaRead: true}, "follower")
+		if !n.sleep(n.run.tick) {
+			return
+		}
+	}
 }
 
 // lostAckAcrossSplit: a write whose acknowledgement is lost, then its key

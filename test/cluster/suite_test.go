@@ -43,7 +43,8 @@ func startCluster(opts raftstoretest.Options) *raftstoretest.Cluster {
 const replicaCheckTimeout = 15 * time.Second
 
 // checkReplicas heals the network and fails the spec unless the replicas of
-// every region on the running stores agree at a common applied index.
+// every region on the running stores agree at a common applied index, and
+// no leader ever committed what the follower-lease rule forbids.
 func checkReplicas(c *raftstoretest.Cluster) {
 	if CurrentSpecReport().Failed() {
 		return // the spec's own failure says more
@@ -53,6 +54,7 @@ func checkReplicas(c *raftstoretest.Cluster) {
 	defer cancel()
 	start := time.Now()
 	Expect(c.CheckReplicas(ctx)).To(Succeed(), "replica agreement check after the spec")
+	Expect(c.FollowerLeaseViolations()).To(BeZero(), "a leader committed an entry the follower-lease rule forbade (see the stores' logs)")
 	GinkgoWriter.Printf("replica check: %d region(s) agree (%v)\n", len(c.Regions()), time.Since(start).Round(time.Millisecond))
 }
 
