@@ -9,8 +9,10 @@
 // minus the bound it reported), then `ctl check`'s replica comparison runs.
 //
 // `make chaos` runs it for CHAOS_SECONDS (default 60); `make test` runs a
-// short one. It prints operations, faults injected, failures by kind and
-// `linearizable: true|false`; when false it saves the history and
+// short one. It prints operations, faults injected, failures by kind,
+// operations that took a second or more (and how many of them a
+// partition does not excuse, see suspects: such a put or leader read
+// fails the run) and `linearizable: true|false`; when false it saves the history and
 // porcupine's visualisation under CHAOS_OUT (default test/chaos/failures)
 // and fails. CHAOS_SEED picks the fault schedule; CHAOS_FOLLOWER_LEASES=1
 // starts the stores with --follower-leases.
@@ -47,6 +49,14 @@ const (
 	opTimeout     = 2 * time.Second
 	// staleBound is the bounded-staleness sessions' MaxStaleness.
 	staleBound = 2 * time.Second
+	// slowOp is what an operation may take before it counts as slow:
+	// with one store cut off and the other two reachable, a get or put
+	// needs a few 28 ms round trips, not a second.
+	slowOp = time.Second
+	// settle is how long after a fault that moves leaders or replicas (a
+	// kill, a transfer, a split, a replica change) a partition starts
+	// before the slow operations during it are blamed on the client.
+	settle = 2 * time.Second
 )
 
 var zones = []string{"dc-a", "dc-b", "dc-c"}
@@ -109,6 +119,7 @@ func TestChaos(t *testing.T) {
 	var wg sync.WaitGroup
 	fails := &counter{}
 	modes := &counter{}
+	slow := &slowOps{}
 	// Nine clients that write and read, and three (one per zone) that only
 	// read: a client whose store is cut off from the leader spends its
 	// writes' deadlines waiting, and a reader keeps asking the cut-off
@@ -123,7 +134,14 @@ func TestChaos(t *testing.T) {
 		}
 		defer cli.Close()
 		readOnly := i >= 9
-		wg.Go(func() { runClient(i, cli, readOnly, seed, h, stop, fails, modes) })
+		wg.Go(func() { runClient(i, zone, cli, readOnly, seed, h, stop, fails, modes, slow) })
+	}
+	// One CLI-like client per zone: a new client for every put and get,
+	// with nothing cached, as each `hedgekv put` or `get` is. Their keys
+	// are outside the checked history; what they show is how long
+	// connecting and the metadata lookups take under the faults.
+	for _, zone := range zones {
+		wg.Go(func() { runFreshClient(zone, c.direct, stop, fails, slow) })
 	}
 	nem := &nemesis{c: c, rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), stop: stop, faults: &counter{}}
 	ctl, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -166,6 +184,18 @@ func TestChaos(t *testing.T) {
 	t.Logf("operations: %d (%d reads: %s; %d writes, %d of unknown outcome)", len(ops), reads, modes, writes, unknown)
 	t.Logf("faults: %s", nem.faults)
 	t.Logf("failures by kind: %s", fails)
+	slowAll, suspects := slow.judge(nem.windows)
+	fair := 0
+	for _, w := range nem.windows {
+		if w.fair {
+			fair++
+		}
+	}
+	t.Logf("slow operations (%v or more, failed ones included): %d; during the %d of %d partitions that began settled, from a zone reaching both other stores, on a region steadily led elsewhere: %d puts and leader reads, %d follower and stale reads",
+		slowOp, slowAll, fair, len(nem.windows), len(suspects.strict), len(suspects.replica))
+	for _, o := range suspects.strict {
+		t.Logf("  slow: %s", o)
+	}
 	if checkErr != nil {
 		t.Logf("replicas: %v", checkErr)
 	} else {
@@ -190,6 +220,104 @@ func TestChaos(t *testing.T) {
 	if checkErr != nil {
 		t.Errorf("replica check after the run: %v", checkErr)
 	}
+	// A put or a leader read that a zone reaching two stores, one of
+	// them leading its region since before the cut, waited a second for:
+	// nothing but waiting on the cut-off store (a metadata call, or a
+	// stale cached leader) explains it. Follower and stale reads are only
+	// reported: their replica choice may land on the cut store, which the
+	// read path gives up on after an attempt timeout. Follower leases make
+	// writes wait for a cut-off lease holder's lease to run out.
+	if len(suspects.strict) > 0 && !leases {
+		t.Errorf("%d puts or leader reads took %v or more while the client's zone reached a majority and their region's leader was not cut off", len(suspects.strict), slowOp)
+	}
+}
+
+// slowRecord is one operation that took slowOp or more.
+type slowRecord struct {
+	client int
+	zone   string
+	kind   string // "put", or "get:" and the session's name
+	key    string
+	start  time.Time
+	took   time.Duration
+	err    error
+}
+
+func (o slowRecord) String() string {
+	s := fmt.Sprintf("client %d (%s) %s %q at %s took %v", o.client, o.zone, o.kind, o.key, o.start.Format("15:04:05.000"), o.took.Round(time.Millisecond))
+	if o.err != nil {
+		s += fmt.Sprintf(" (%v)", o.err)
+	}
+	return s
+}
+
+// slowOps collects the slow operations of every client.
+type slowOps struct {
+	mu  sync.Mutex
+	ops []slowRecord
+}
+
+func (s *slowOps) add(o slowRecord) {
+	if o.took < slowOp {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ops = append(s.ops, o)
+}
+
+// suspects are slow operations that a partition does not excuse: they
+// started while one store was cut off, no store was down and no fault
+// had moved leaders or replicas for settle, from a zone other than the
+// cut store's (so two stores were reachable), on a key whose region had
+// a leader other than the cut store when the cut began.
+type suspects struct {
+	strict  []slowRecord // puts and leader reads
+	replica []slowRecord // follower, mixed, closest and stale reads
+}
+
+func (s *slowOps) judge(windows []partitionWindow) (int, suspects) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out suspects
+	for _, o := range s.ops {
+		for _, w := range windows {
+			if o.start.Before(w.start) || !o.start.Before(w.end) || !w.fair || o.zone == zones[w.store-1] {
+				continue
+			}
+			leader, ok := w.leaderOf([]byte(o.key))
+			if !ok || leader == uint64(w.store) {
+				continue
+			}
+			if o.kind == "put" || o.kind == "get:leader" || o.kind == "get:hedged" || strings.HasPrefix(o.kind, "fresh ") {
+				out.strict = append(out.strict, o)
+			} else {
+				out.replica = append(out.replica, o)
+			}
+		}
+	}
+	return len(s.ops), out
+}
+
+// partitionWindow is one partition the nemesis made.
+type partitionWindow struct {
+	store      int
+	start, end time.Time
+	// fair: no store was down and nothing moved leaders or replicas for
+	// settle before the cut; regions is the cluster's view just before.
+	fair    bool
+	regions []client.RegionInfo
+}
+
+// leaderOf is the leader of the region holding key when the cut began;
+// false if no region was known to hold it, or it had no leader.
+func (w partitionWindow) leaderOf(key []byte) (uint64, bool) {
+	for _, r := range w.regions {
+		if r.Region.Contains(key) {
+			return r.LeaderStoreID, r.LeaderStoreID != 0
+		}
+	}
+	return 0, false
 }
 
 // counter counts by kind.
@@ -245,7 +373,7 @@ func failKind(err error) string {
 
 // runClient issues puts and gets (only gets if readOnly) under every read
 // policy until stop.
-func runClient(id int, cli *client.Client, readOnly bool, seed uint64, h *kvmodel.History, stop <-chan struct{}, fails, modes *counter) {
+func runClient(id int, zone string, cli *client.Client, readOnly bool, seed uint64, h *kvmodel.History, stop <-chan struct{}, fails, modes *counter, slow *slowOps) {
 	rng := rand.New(rand.NewPCG(seed+uint64(id), uint64(id)))
 	sessions := []struct {
 		name string
@@ -268,9 +396,11 @@ func runClient(id int, cli *client.Client, readOnly bool, seed uint64, h *kvmode
 		key := keys[rng.IntN(len(keys))]
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		call := h.Now()
+		begin := time.Now()
 		if !readOnly && rng.IntN(10) < 3 {
 			val := fmt.Sprintf("%d.%d", id, n)
 			err := cli.Put(ctx, []byte(key), []byte(val))
+			slow.add(slowRecord{client: id, zone: zone, kind: "put", key: key, start: begin, took: time.Since(begin), err: err})
 			in := kvmodel.Input{Put: true, Key: key, Value: val}
 			if err != nil {
 				fails.add("put:" + failKind(err))
@@ -281,6 +411,7 @@ func runClient(id int, cli *client.Client, readOnly bool, seed uint64, h *kvmode
 		} else {
 			sess := sessions[rng.IntN(len(sessions))]
 			v, info, err := sess.s.GetWithInfo(ctx, []byte(key))
+			slow.add(slowRecord{client: id, zone: zone, kind: "get:" + sess.name, key: key, start: begin, took: time.Since(begin), err: err})
 			found := err == nil
 			if errors.Is(err, client.ErrNotFound) {
 				err = nil
@@ -303,6 +434,40 @@ func runClient(id int, cli *client.Client, readOnly bool, seed uint64, h *kvmode
 	}
 }
 
+// runFreshClient puts and gets one key of its own through a new client
+// each time (connecting counts in the op's time) until stop.
+func runFreshClient(zone string, endpoints []string, stop <-chan struct{}, fails *counter, slow *slowOps) {
+	key := "fresh/" + zone
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		put := n%2 == 0
+		kind := "fresh get"
+		if put {
+			kind = "fresh put"
+		}
+		begin := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		cli, err := client.New(ctx, client.Config{Endpoints: endpoints, Zone: zone, RequestTimeout: opTimeout})
+		if err == nil {
+			if put {
+				err = cli.Put(ctx, []byte(key), []byte(strconv.Itoa(n)))
+			} else if _, err = cli.Get(ctx, []byte(key)); errors.Is(err, client.ErrNotFound) {
+				err = nil
+			}
+			_ = cli.Close()
+		}
+		cancel()
+		slow.add(slowRecord{client: -1, zone: zone, kind: kind, key: key, start: begin, took: time.Since(begin), err: err})
+		if err != nil {
+			fails.add(strings.ReplaceAll(kind, " ", "-") + ":" + failKind(err))
+		}
+	}
+}
+
 // nemesis injects one fault at a time until stop closes.
 type nemesis struct {
 	c      *cluster
@@ -312,6 +477,10 @@ type nemesis struct {
 	faults *counter
 	log    []string
 	killed map[int]bool
+	// windows are the partitions made; lastMove is when a fault that
+	// moves leaders or replicas last ended.
+	windows  []partitionWindow
+	lastMove time.Time
 }
 
 func (n *nemesis) sleep(d time.Duration) bool {
@@ -342,9 +511,21 @@ func (n *nemesis) loop() {
 		switch n.rng.IntN(7) {
 		case 0:
 			n.record("partition", "store %d (zone %s) for %v", store, zones[store-1], hold)
+			w := partitionWindow{store: store, fair: len(n.killed) == 0 && time.Since(n.lastMove) >= settle}
+			if w.fair {
+				// Who led what as the cut begins (the nemesis's client
+				// reaches every store at its own address).
+				rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+				infos, err := n.cli.Regions(rctx)
+				rcancel()
+				w.regions, w.fair = infos, err == nil
+			}
 			n.c.script("partition", strconv.Itoa(store))
+			w.start = time.Now()
 			n.sleep(hold)
 			n.c.script("heal")
+			w.end = time.Now()
+			n.windows = append(n.windows, w)
 		case 1:
 			n.record("kill", "store %d (kill -9) for %v", store, hold)
 			n.c.script("kill", strconv.Itoa(store))
@@ -352,16 +533,19 @@ func (n *nemesis) loop() {
 			if r := n.c.script("restart", strconv.Itoa(store)); r.Err != nil {
 				n.killed[store] = true // recover tries again
 			}
+			n.lastMove = time.Now()
 		case 2:
 			r, ok := n.randomRegion(ctx)
 			if ok {
 				n.record("transfer", "region %d to store %d", r.ID, store)
 				_ = n.cli.TransferLeader(ctx, r.ID, uint64(store))
+				n.lastMove = time.Now()
 			}
 		case 3:
 			key := keys[1+n.rng.IntN(len(keys)-1)]
 			n.record("split", "at %q", key)
 			_, _, _ = n.cli.Split(ctx, []byte(key))
+			n.lastMove = time.Now()
 		case 4:
 			r, ok := n.randomRegion(ctx)
 			if ok {
@@ -371,6 +555,7 @@ func (n *nemesis) loop() {
 					_ = n.cli.AddPeer(actx, r.ID, uint64(store))
 					acancel()
 				}
+				n.lastMove = time.Now()
 			}
 		case 5:
 			n.record("slow", "store %d: reads delayed 100ms with probability 0.5 for %v", store, hold)
