@@ -30,6 +30,28 @@
 // counters are Session.HedgeStats and, over all sessions, Client.HedgeStats.
 // ReadInfo.HedgeWon says whether an answer came from a hedge.
 //
+// # Metadata calls
+//
+// The store list (Admin.Stores) and the region holding a key (Admin.Regions
+// by key) are hedged like reads (metadata.go), so that one store that does
+// not answer (cut off, stalled) costs a client a short delay rather than a
+// DialTimeout: the call goes to the client's own zone's store first, to
+// the next store when the first has not answered within its hedge delay
+// (three times its recent latency, 20-100 ms) or at once when it failed;
+// the first good answer wins and the others are cancelled. A store that
+// failed, or stayed silent past its delay while another answered, is asked
+// last until its back-off (storeStats' rules) ends; one that failed
+// outright also enters the read path's back-off. A store that hosts no
+// region holding the key (NotFound) gave no answer: another is asked, and
+// if none knows the region the request retries within its deadline. The
+// list of every region (Client.Regions, lookups by region id) asks every
+// store at once and waits for the rest at most gatherGrace after the
+// first answer. An attempt at a presumed leader that has not answered
+// within 200-500 ms asks the stores who leads the region now; when another
+// store does, the attempt is cancelled and retried there, so a leader that
+// moved and was then cut off does not hold a request for its attempt
+// timeout (request.go, watchLeader).
+//
 // # Which address a store is dialled at
 //
 // Config.Endpoints only bootstrap the client: New asks each endpoint which
