@@ -56,8 +56,12 @@ type recShard struct {
 // of successful operations and a failure count per operation type, plus
 // optionally ok/failed counts per time step. Safe for concurrent use.
 type recorder struct {
-	start  time.Time
-	step   time.Duration // timeline step; 0 disables the timeline
+	start time.Time
+	step  time.Duration // timeline step; 0 disables the timeline
+	// ops, if set, is what the phase's database calls run under
+	// (opContext): cancelled when the phase is interrupted or aborted,
+	// not when it merely reaches its end (MaxDuration, Stop).
+	ops    context.Context
 	logger *slog.Logger
 	shards [recorderShards]recShard
 
@@ -75,6 +79,25 @@ func newRecorder(step time.Duration, logger *slog.Logger) *recorder {
 
 type shardKey struct{}
 
+// opContext is the context of a database call made from ctx (a thread's
+// context): ctx itself, or, when the recorder has an operations context,
+// ctx's values under that context's cancellation.
+func (r *recorder) opContext(ctx context.Context) context.Context {
+	if r.ops == nil {
+		return ctx
+	}
+	return opCtx{Context: r.ops, values: ctx}
+}
+
+// interrupted reports whether calls made from ctx were cut short by an
+// interruption rather than failing on their own.
+func (r *recorder) interrupted(ctx context.Context) bool {
+	if r.ops != nil {
+		return r.ops.Err() != nil
+	}
+	return ctx.Err() != nil
+}
+
 func (r *recorder) shardFor(ctx context.Context) *recShard {
 	if s, ok := ctx.Value(shardKey{}).(*recShard); ok {
 		return s
@@ -85,8 +108,8 @@ func (r *recorder) shardFor(ctx context.Context) *recShard {
 // record records one database call (READ, SCAN, ...) of a thread.
 func (r *recorder) record(ctx context.Context, op string, start time.Time, err error) {
 	lat := time.Since(start)
-	if err != nil && ctx.Err() != nil {
-		// The phase was stopped (deadline or cancel) while this call was in
+	if err != nil && r.interrupted(ctx) {
+		// The phase was interrupted or aborted while this call was in
 		// flight: it neither succeeded nor failed on its own.
 		return
 	}
@@ -106,9 +129,9 @@ func (r *recorder) record(ctx context.Context, op string, start time.Time, err e
 // It feeds TOTAL, the timeline and the progress counters.
 func (r *recorder) recordTotal(ctx context.Context, start time.Time, err error) {
 	now := time.Now()
-	if ctx.Err() != nil {
-		// Stopped while in flight; go-ycsb's DoInsert even reports such an
-		// operation as a success.
+	if r.interrupted(ctx) {
+		// Interrupted while in flight; go-ycsb's DoInsert even reports such
+		// an operation as a success.
 		return
 	}
 	s := r.shardFor(ctx)

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,7 +75,11 @@ type Spec struct {
 	Variant, Param string
 
 	// MaxDuration, if > 0, ends the run phase after this long (not an error).
+	// The operations in flight then complete and are counted.
 	MaxDuration time.Duration
+	// Stop, if not nil, ends the run phase when it is closed, as
+	// MaxDuration does.
+	Stop <-chan struct{}
 	// TimelineStep, if > 0, adds ok/failed counts per step to the run row.
 	TimelineStep time.Duration
 	// ProgressInterval between progress log lines (0: 5s; < 0: none).
@@ -111,6 +116,10 @@ type PhaseResult struct {
 	Summary string
 	// Stopped: MaxDuration ended the phase before every operation ran.
 	Stopped bool
+	// YCSBErrors are go-ycsb's own counts of failed database calls, by
+	// operation (its OP_ERROR lines: READ, INSERT, ...), to check the
+	// recorder's counts against: Ops[i].Failed must equal them.
+	YCSBErrors map[string]int64
 }
 
 // Result of Run. Load or Run is nil if that phase was not asked for.
@@ -350,15 +359,33 @@ func runPhase(ctx context.Context, spec Spec, base map[string]string, db ycsb.DB
 	}
 	defer wl.Close()
 
-	runCtx, cancel := context.WithCancelCause(ctx)
+	// opsCtx is what the database calls run under: cancelled when ctx is
+	// or when the phase is aborted. runCtx, its child, drives go-ycsb's
+	// loop: cancelled as well when the phase reaches its end (MaxDuration,
+	// Stop), which ends the loop but lets the calls in flight complete and
+	// be counted, ok or failed, as go-ycsb counts them.
+	opsCtx, cancelOps := context.WithCancelCause(ctx)
+	defer cancelOps(nil)
+	runCtx, cancel := context.WithCancelCause(opsCtx)
 	defer cancel(nil)
-	var stopTimer *time.Timer
 	if phase == PhaseRun && spec.MaxDuration > 0 {
-		stopTimer = time.AfterFunc(spec.MaxDuration, func() { cancel(errMaxDuration) })
+		stopTimer := time.AfterFunc(spec.MaxDuration, func() { cancel(errMaxDuration) })
 		defer stopTimer.Stop()
+	}
+	if phase == PhaseRun && spec.Stop != nil {
+		stopped := make(chan struct{})
+		defer close(stopped)
+		go func() {
+			select {
+			case <-spec.Stop:
+				cancel(errMaxDuration)
+			case <-stopped:
+			}
+		}()
 	}
 
 	rec := newRecorder(spec.TimelineStep, logger)
+	rec.ops = opsCtx
 	abortAfter := int64(spec.AbortAfterFailures)
 	if abortAfter == 0 {
 		abortAfter = int64(2*threads + 20)
@@ -374,7 +401,7 @@ func runPhase(ctx context.Context, spec Spec, base map[string]string, db ycsb.DB
 	progressDone := make(chan struct{})
 	var progressWG sync.WaitGroup
 	progressWG.Go(func() {
-		watch(runCtx, rec, target, abortAfter, spec.ProgressInterval, spec.OnProgress, cancel, progressDone, logger, label)
+		watch(runCtx, rec, target, abortAfter, spec.ProgressInterval, spec.OnProgress, cancelOps, progressDone, logger, label)
 	})
 
 	c := ycsbclient.NewClient(p, measuredWorkload{Workload: wl, rec: rec, gen: gen}, ycsbclient.DbWrapper{DB: mdb})
@@ -398,6 +425,19 @@ func runPhase(ctx context.Context, spec Spec, base map[string]string, db ycsb.DB
 		Ops:     ops,
 		Latency: rec.totalHist(),
 		Summary: string(summary),
+	}
+	pr.YCSBErrors = ycsbErrorCounts(pr.Summary)
+	for op, n := range pr.YCSBErrors {
+		i := slices.IndexFunc(ops, func(o OpStats) bool { return o.Op == op })
+		if i < 0 || ops[i].Failed != n {
+			// Only an interruption (a call cut short, not counted here) may
+			// explain it; anything else is a bug in the recorder.
+			var mine int64
+			if i >= 0 {
+				mine = ops[i].Failed
+			}
+			logger.Warn("go-ycsb counted failures the recorder did not", append(label, "op", op, "ycsb_errors", n, "recorded", mine)...)
+		}
 	}
 	pr.Row = RowFromStats(spec.Variant, spec.Param, total)
 	pr.Row.Timeline = timeline
@@ -424,6 +464,27 @@ func runPhase(ctx context.Context, spec Spec, base map[string]string, db ycsb.DB
 }
 
 var errMaxDuration = errors.New("maximum duration reached")
+
+// ycsbErrorLine is a line of go-ycsb's summary counting failed calls:
+// "READ_ERROR - Takes(s): 0.3, Count: 4, ...".
+var ycsbErrorLine = regexp.MustCompile(`(?m)^([A-Z_]+)_ERROR\s+-.*?\bCount: (\d+)`)
+
+// ycsbErrorCounts reads go-ycsb's counts of failed calls by operation
+// from its summary.
+func ycsbErrorCounts(summary string) map[string]int64 {
+	var out map[string]int64
+	for _, m := range ycsbErrorLine.FindAllStringSubmatch(summary, -1) {
+		n, err := strconv.ParseInt(m[2], 10, 64)
+		if err != nil {
+			continue
+		}
+		if out == nil {
+			out = map[string]int64{}
+		}
+		out[m[1]] += n
+	}
+	return out
+}
 
 // createWorkload builds go-ycsb's core workload. go-ycsb prints one line
 // on os.Stdout while doing so; with quiet, os.Stdout points at the null

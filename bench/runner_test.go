@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -387,5 +389,70 @@ func TestMergeRows(t *testing.T) {
 	got := MergeRows(old, []Row{{Variant: "b", Param: "1", Ops: 3}, {Variant: "c", Ops: 4}})
 	if len(got) != 3 || got[1].Ops != 3 || got[2].Variant != "c" || old[1].Ops != 2 {
 		t.Fatalf("merge: %+v", got)
+	}
+}
+
+// flakyDB fails every nth read, after a delay like slowDB's.
+type flakyDB struct {
+	*slowDB
+	n     int64
+	reads atomic.Int64
+}
+
+func (db *flakyDB) Read(ctx context.Context, table, key string, fields []string) (map[string][]byte, error) {
+	v, err := db.slowDB.Read(ctx, table, key, fields)
+	if err == nil && db.reads.Add(1)%db.n == 0 {
+		return nil, errInjected
+	}
+	return v, err
+}
+
+// TestRunFailuresMatchGoYCSB: every failed call go-ycsb counts (its
+// READ_ERROR line) is a failed operation in the row, and a run ended by
+// MaxDuration fails none of the calls in flight (before, those failed with
+// context.Canceled: go-ycsb printed READ_ERROR Count: 4 beside failed 0).
+func TestRunFailuresMatchGoYCSB(t *testing.T) {
+	for _, every := range []int64{0, 3} {
+		spec := testSpec("c")
+		slow := &slowDB{memDB: newMemDB(), delay: 20 * time.Millisecond}
+		spec.Instance = slow
+		if every > 0 {
+			spec.Instance = &flakyDB{slowDB: slow, n: every}
+		}
+		spec.Ops = 1 << 40
+		spec.MaxDuration = 300 * time.Millisecond
+		res, err := Run(context.Background(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := res.Run
+		var failed int64
+		for _, o := range r.Ops {
+			failed += o.Failed
+			if o.Failed != r.YCSBErrors[o.Op] {
+				t.Errorf("every %d: %s failed %d, go-ycsb says %d\n%s", every, o.Op, o.Failed, r.YCSBErrors[o.Op], r.Summary)
+			}
+		}
+		for op, n := range r.YCSBErrors {
+			if !slices.ContainsFunc(r.Ops, func(o OpStats) bool { return o.Op == op }) {
+				t.Errorf("every %d: go-ycsb counts %d %s errors the recorder has no row for", every, n, op)
+			}
+		}
+		if r.Row.Failed != failed {
+			t.Errorf("every %d: row failed %d, calls failed %d", every, r.Row.Failed, failed)
+		}
+		if every == 0 && failed != 0 {
+			t.Errorf("a run ended by MaxDuration failed %d calls:\n%s", failed, r.Summary)
+		}
+		if every > 0 && (failed == 0 || failed < r.Row.Ops/int64(every)-int64(spec.Threads)) {
+			t.Errorf("every %d: %d of %d failed", every, failed, r.Row.Ops)
+		}
+	}
+}
+
+func TestYCSBErrorCounts(t *testing.T) {
+	got := ycsbErrorCounts("READ   - Takes(s): 0.3, Count: 56, OPS: 199.1\nREAD_ERROR - Takes(s): 0.0, Count: 8, OPS: 6780.2\nINSERT_ERROR - Takes(s): 1.0, Count: 12, OPS: 1\nTOTAL  - Takes(s): 0.3, Count: 56\n")
+	if !reflect.DeepEqual(got, map[string]int64{"READ": 8, "INSERT": 12}) {
+		t.Fatalf("got %v", got)
 	}
 }

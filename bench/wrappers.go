@@ -87,18 +87,34 @@ func (m *measuredDB) InitThread(ctx context.Context, threadID, threadCount int) 
 
 func (m *measuredDB) CleanupThread(ctx context.Context) { m.inner.CleanupThread(ctx) }
 
-// call runs f without the generator lock and records it as op.
-func (m *measuredDB) call(ctx context.Context, op string, f func() error) error {
+// call runs f without the generator lock and records it as op. f gets
+// the context the call runs under: ctx's values (the thread's), but the
+// cancellation of the phase's operations (recorder.ops), not of its loop:
+// when MaxDuration or Stop ends a phase, the calls in flight complete and
+// are counted, instead of failing with context.Canceled (which go-ycsb
+// would count as READ_ERROR and the recorder, as a stopped call, would
+// not, so the two disagreed).
+func (m *measuredDB) call(ctx context.Context, op string, f func(ctx context.Context) error) error {
 	m.gen.mu.Unlock()
 	defer m.gen.mu.Lock()
+	ctx = m.rec.opContext(ctx)
 	start := time.Now()
-	err := f()
+	err := f(ctx)
 	m.rec.record(ctx, op, start, err)
 	return err
 }
 
+// opCtx is a database call's context: the cancellation (Done, Err,
+// Deadline) of Context, the values of values.
+type opCtx struct {
+	context.Context
+	values context.Context
+}
+
+func (c opCtx) Value(key any) any { return c.values.Value(key) }
+
 func (m *measuredDB) Read(ctx context.Context, table, key string, fields []string) (v map[string][]byte, err error) {
-	err = m.call(ctx, OpRead, func() (err error) {
+	err = m.call(ctx, OpRead, func(ctx context.Context) (err error) {
 		v, err = m.inner.Read(ctx, table, key, fields)
 		return err
 	})
@@ -109,7 +125,7 @@ func (m *measuredDB) Scan(ctx context.Context, table, startKey string, count int
 	if m.fixedScan > 0 {
 		count = m.fixedScan
 	}
-	err = m.call(ctx, OpScan, func() (err error) {
+	err = m.call(ctx, OpScan, func(ctx context.Context) (err error) {
 		v, err = m.inner.Scan(ctx, table, startKey, count, fields)
 		return err
 	})
@@ -117,21 +133,21 @@ func (m *measuredDB) Scan(ctx context.Context, table, startKey string, count int
 }
 
 func (m *measuredDB) Update(ctx context.Context, table, key string, values map[string][]byte) error {
-	return m.call(ctx, OpUpdate, func() error { return m.inner.Update(ctx, table, key, values) })
+	return m.call(ctx, OpUpdate, func(ctx context.Context) error { return m.inner.Update(ctx, table, key, values) })
 }
 
 func (m *measuredDB) Insert(ctx context.Context, table, key string, values map[string][]byte) error {
-	return m.call(ctx, OpInsert, func() error { return m.inner.Insert(ctx, table, key, values) })
+	return m.call(ctx, OpInsert, func(ctx context.Context) error { return m.inner.Insert(ctx, table, key, values) })
 }
 
 func (m *measuredDB) Delete(ctx context.Context, table, key string) error {
-	return m.call(ctx, OpDelete, func() error { return m.inner.Delete(ctx, table, key) })
+	return m.call(ctx, OpDelete, func(ctx context.Context) error { return m.inner.Delete(ctx, table, key) })
 }
 
 func (m *measuredDB) BatchRead(ctx context.Context, table string, keys []string, fields []string) (out []map[string][]byte, err error) {
 	b, ok := m.inner.(ycsb.BatchDB)
 	if ok {
-		err = m.call(ctx, OpBatchRead, func() (err error) {
+		err = m.call(ctx, OpBatchRead, func(ctx context.Context) (err error) {
 			out, err = b.BatchRead(ctx, table, keys, fields)
 			return err
 		})
@@ -148,7 +164,7 @@ func (m *measuredDB) BatchRead(ctx context.Context, table string, keys []string,
 
 func (m *measuredDB) BatchUpdate(ctx context.Context, table string, keys []string, values []map[string][]byte) error {
 	if b, ok := m.inner.(ycsb.BatchDB); ok {
-		return m.call(ctx, OpBatchUpdate, func() error { return b.BatchUpdate(ctx, table, keys, values) })
+		return m.call(ctx, OpBatchUpdate, func(ctx context.Context) error { return b.BatchUpdate(ctx, table, keys, values) })
 	}
 	var errs []error
 	for i, k := range keys {
@@ -159,7 +175,7 @@ func (m *measuredDB) BatchUpdate(ctx context.Context, table string, keys []strin
 
 func (m *measuredDB) BatchInsert(ctx context.Context, table string, keys []string, values []map[string][]byte) error {
 	if b, ok := m.inner.(ycsb.BatchDB); ok {
-		return m.call(ctx, OpBatchInsert, func() error { return b.BatchInsert(ctx, table, keys, values) })
+		return m.call(ctx, OpBatchInsert, func(ctx context.Context) error { return b.BatchInsert(ctx, table, keys, values) })
 	}
 	var errs []error
 	for i, k := range keys {
@@ -170,7 +186,7 @@ func (m *measuredDB) BatchInsert(ctx context.Context, table string, keys []strin
 
 func (m *measuredDB) BatchDelete(ctx context.Context, table string, keys []string) error {
 	if b, ok := m.inner.(ycsb.BatchDB); ok {
-		return m.call(ctx, OpBatchDelete, func() error { return b.BatchDelete(ctx, table, keys) })
+		return m.call(ctx, OpBatchDelete, func(ctx context.Context) error { return b.BatchDelete(ctx, table, keys) })
 	}
 	var errs []error
 	for _, k := range keys {
