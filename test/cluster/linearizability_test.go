@@ -43,6 +43,56 @@ func nemesisEnv(name string, def time.Duration) time.Duration {
 	return def
 }
 
+// nemesisPreloadMB is how much data the nemesis runs start with, spread
+// over every client key's range: enough that a snapshot (a replica move,
+// a store that missed a compaction) and a split take real time, so faults
+// land in the middle of them. Default 32 MB (about 3 MB per key range, the
+// most make test's six seeds afford under -race); the long run takes tens
+// of MB per region (HEDGEKV_NEMESIS_PRELOAD_MB=400).
+func nemesisPreloadMB() int {
+	if v, err := strconv.Atoi(os.Getenv("HEDGEKV_NEMESIS_PRELOAD_MB")); err == nil && v >= 0 {
+		return v
+	}
+	return 32
+}
+
+// preload writes mb megabytes as 128 KiB values under every client key
+// ("a/pad/0001", ... in a's range), eight writers at a time. The keys are
+// no client's: the history does not record them, the replica check covers
+// them.
+func preload(c *raftstoretest.Cluster, mb int) {
+	GinkgoHelper()
+	const size = 128 << 10
+	n := mb << 20 / size
+	if n == 0 {
+		return
+	}
+	start := time.Now()
+	ctx := ctxFor(5 * time.Minute)
+	value := make([]byte, size)
+	for i := range value {
+		value[i] = byte('a' + i%26)
+	}
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				key := fmt.Sprintf("%s/pad/%05d", nemesisKeys[int(i)%len(nemesisKeys)], i)
+				if err := c.Put(ctx, []byte(key), value); err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	Expect(failed.Load()).To(BeZero(), "preload writes failed")
+	GinkgoWriter.Printf("preloaded %d MB (%d values of %d KiB) in %v\n", mb, n, size>>10, time.Since(start).Round(time.Millisecond))
+}
+
 // nemesisKeys are the clients' keys; the nemesis splits between them
 // (splitKeys), so the key space keeps being cut into new regions for the
 // whole run.
@@ -795,6 +845,7 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 	_, err := c.AddStore()
 	Expect(err).NotTo(HaveOccurred())
 	Expect(c.Split(ctxFor(10*time.Second), []byte(quietSplit))).To(Succeed())
+	preload(c, nemesisPreloadMB())
 	h := kvmodel.NewHistory()
 	keys := nemesisKeys
 	const clients = 6
