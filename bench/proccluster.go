@@ -35,6 +35,9 @@ type ProcClusterConfig struct {
 	// BalanceInterval is the servers' --balance-interval (0: the server's
 	// default; negative: no store moves leaders or replicas).
 	BalanceInterval time.Duration
+	// ExtraArgs are passed to every server after the flags above (e.g.
+	// --split-max-bytes), to stores that Join later too.
+	ExtraArgs []string
 	// LogLevel of the servers (default warn).
 	LogLevel     string
 	ReadyTimeout time.Duration // default 30s
@@ -50,10 +53,14 @@ type ProcCluster struct {
 	// StatusAddrs are the stores' status HTTP addresses, in the same order.
 	StatusAddrs []string
 	ids         []uint64
-	binary      string
-	dir         string
-	ownDir      bool
-	logger      *slog.Logger
+	zones       []string
+	// common are the flags every store gets after its own (log level,
+	// tick, balance interval, ExtraArgs).
+	common []string
+	binary string
+	dir    string
+	ownDir bool
+	logger *slog.Logger
 
 	mu      sync.Mutex
 	stopped bool
@@ -146,6 +153,15 @@ func startProcCluster(ctx context.Context, cfg ProcClusterConfig) (_ *ProcCluste
 	// Held until now so that nothing else picks them meanwhile.
 	release()
 	c.procs = make([]*storeProc, n)
+	c.zones = slices.Clone(cfg.Zones)
+	c.common = []string{"--log-level", cfg.LogLevel}
+	if cfg.Tick > 0 {
+		c.common = append(c.common, "--tick="+cfg.Tick.String())
+	}
+	if cfg.BalanceInterval != 0 {
+		c.common = append(c.common, "--balance-interval="+cfg.BalanceInterval.String())
+	}
+	c.common = append(c.common, cfg.ExtraArgs...)
 	for i, id := range c.ids {
 		args := []string{"server",
 			"--id", strconv.FormatUint(id, 10),
@@ -154,14 +170,8 @@ func startProcCluster(ctx context.Context, cfg ProcClusterConfig) (_ *ProcCluste
 			"--peers", strings.Join(peers, ","),
 			"--zone", cfg.Zones[i],
 			"--data-dir", filepath.Join(c.dir, fmt.Sprintf("store%d", id)),
-			"--log-level", cfg.LogLevel,
 		}
-		if cfg.Tick > 0 {
-			args = append(args, "--tick="+cfg.Tick.String())
-		}
-		if cfg.BalanceInterval != 0 {
-			args = append(args, "--balance-interval="+cfg.BalanceInterval.String())
-		}
+		args = append(args, c.common...)
 		c.procs[i] = &storeProc{id: id, args: args, logPath: filepath.Join(c.dir, fmt.Sprintf("store%d.log", id))}
 		if err := c.launch(c.procs[i]); err != nil {
 			return nil, err
@@ -219,7 +229,11 @@ func (c *ProcCluster) PIDs() []int {
 }
 
 // StoreIDs are the stores' ids, ascending.
-func (c *ProcCluster) StoreIDs() []uint64 { return slices.Clone(c.ids) }
+func (c *ProcCluster) StoreIDs() []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.ids)
+}
 
 // Dir is where the stores keep their data and logs.
 func (c *ProcCluster) Dir() string { return c.dir }
@@ -293,6 +307,115 @@ func (c *ProcCluster) Restart(ctx context.Context, store uint64) error {
 	return nil
 }
 
+// Join starts store id (one no store has had) in zone as a new process
+// that joins the running cluster through the running stores (server
+// --join), on free ports, and returns at once: the store is a member once
+// its /readyz answers. The new store's addresses are appended to
+// Endpoints and StatusAddrs.
+func (c *ProcCluster) Join(id uint64, zone string) error {
+	if slices.Contains(c.StoreIDs(), id) {
+		return fmt.Errorf("process cluster: store %d exists", id)
+	}
+	var via []string
+	for i, sid := range c.StoreIDs() {
+		if c.Running(sid) {
+			via = append(via, c.Endpoints[i])
+		}
+	}
+	if len(via) == 0 {
+		return errors.New("process cluster: join: no store is running")
+	}
+	ports, release, err := reservePorts(2)
+	if err != nil {
+		return fmt.Errorf("process cluster: join: %w", err)
+	}
+	listen, status := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	release()
+	args := []string{"server",
+		"--id", strconv.FormatUint(id, 10),
+		"--listen", listen,
+		"--status", status,
+		"--join", strings.Join(via, ","),
+		"--zone", zone,
+		"--data-dir", filepath.Join(c.dir, fmt.Sprintf("store%d", id)),
+	}
+	p := &storeProc{id: id, args: append(args, c.common...), logPath: filepath.Join(c.dir, fmt.Sprintf("store%d.log", id))}
+	c.mu.Lock()
+	c.ids = append(c.ids, id)
+	c.zones = append(c.zones, zone)
+	c.procs = append(c.procs, p)
+	c.Endpoints = append(c.Endpoints, listen)
+	c.StatusAddrs = append(c.StatusAddrs, status)
+	c.mu.Unlock()
+	if err := c.launch(p); err != nil {
+		return fmt.Errorf("process cluster: join: %w", err)
+	}
+	return nil
+}
+
+// StopStore ends a store's process gracefully (SIGTERM; SIGKILL after
+// grace) and waits until it has exited.
+func (c *ProcCluster) StopStore(store uint64, grace time.Duration) error {
+	p, r := c.proc(store)
+	if p == nil {
+		return fmt.Errorf("process cluster: no store %d", store)
+	}
+	if !r.running() {
+		return nil
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-r.exited:
+	case <-t.C:
+		c.logger.Warn("store still running after SIGTERM; killing it", "store", store, "grace", grace)
+		_ = r.cmd.Process.Kill()
+		<-r.exited
+	}
+	return nil
+}
+
+// Forget drops a stopped store (removed from the cluster) from the
+// cluster's stores: WaitSettled no longer waits for it, and Endpoints and
+// StatusAddrs no longer list it. Its data directory stays until Stop.
+func (c *ProcCluster) Forget(store uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.Index(c.ids, store)
+	if i < 0 {
+		return fmt.Errorf("process cluster: no store %d", store)
+	}
+	if c.procs[i] != nil && c.procs[i].run.running() {
+		return fmt.Errorf("process cluster: store %d is still running", store)
+	}
+	c.ids = slices.Delete(c.ids, i, i+1)
+	c.zones = slices.Delete(c.zones, i, i+1)
+	c.procs = slices.Delete(c.procs, i, i+1)
+	c.Endpoints = slices.Delete(slices.Clone(c.Endpoints), i, i+1)
+	c.StatusAddrs = slices.Delete(slices.Clone(c.StatusAddrs), i, i+1)
+	if cc := c.admins[store]; cc != nil {
+		_ = cc.Close()
+		delete(c.admins, store)
+	}
+	return nil
+}
+
+// StatusAddr is a store's status HTTP address ("" for an unknown store).
+func (c *ProcCluster) StatusAddr(store uint64) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i := slices.Index(c.ids, store); i >= 0 {
+		return c.StatusAddrs[i]
+	}
+	return ""
+}
+
+// DataDir is a store's data directory.
+func (c *ProcCluster) DataDir(store uint64) string {
+	return filepath.Join(c.dir, fmt.Sprintf("store%d", store))
+}
+
 // admin returns a connection to a store's admin service (kept for reuse:
 // gRPC reconnects by itself after a restart).
 func (c *ProcCluster) admin(store uint64) (pb.AdminClient, error) {
@@ -336,7 +459,7 @@ func (c *ProcCluster) storeRegions(ctx context.Context, store uint64) ([]*pb.Reg
 // cache catching up.
 func (c *ProcCluster) LeaderOf(ctx context.Context, regionID uint64) uint64 {
 	var leader, term uint64
-	for _, id := range c.ids {
+	for _, id := range c.StoreIDs() {
 		if !c.Running(id) {
 			continue
 		}
@@ -363,7 +486,7 @@ func (c *ProcCluster) settled(ctx context.Context, regionID uint64) (leader uint
 		minApplied           uint64
 	}
 	views := map[uint64]*view{}
-	for _, id := range c.ids {
+	for _, id := range c.StoreIDs() {
 		p, r := c.proc(id)
 		if p == nil {
 			return 0, fmt.Errorf("store %d: cluster stopped", id)

@@ -39,7 +39,7 @@ The global --timeout bounds a benchmark only when it is given explicitly.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newBenchYCSBCmd(), newBenchPeerEtcdCmd(), newBenchFollowerReadDCCmd(), newBenchHotRegionCmd(), newBenchHedgeTailCmd(), newBenchOverloadedCmd(), newBenchNodeKillCmd(), newBenchFollowerLeaseCmd())
+	cmd.AddCommand(newBenchYCSBCmd(), newBenchPeerEtcdCmd(), newBenchFollowerReadDCCmd(), newBenchHotRegionCmd(), newBenchHedgeTailCmd(), newBenchOverloadedCmd(), newBenchNodeKillCmd(), newBenchFollowerLeaseCmd(), newBenchScaleCmd())
 	return cmd
 }
 

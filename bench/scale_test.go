@@ -1,0 +1,200 @@
+//go:build unix
+
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestScaleQuick runs bench scale --quick (20,000 records of 1 KB) against
+// three real server processes: the report has every section, results.json
+// the contract's fields, and the figures are sane. Failed operations are
+// reported, not asserted away: the store's behaviour at scale is what the
+// scenario measures, so failures are logged, and the test checks they are
+// counted consistently (the interval recorder, the runner and go-ycsb agree).
+func TestScaleQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads 20,000 records into three server processes")
+	}
+	bin := hedgekvBinary(t)
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cfg := ScaleConfig{Binary: bin, Quick: true, Dir: t.TempDir(), OutDir: out, Logger: quietLogger()}
+	start := time.Now()
+	res, err := RunScale(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("scale --quick in %v: load %+v", time.Since(start).Round(time.Millisecond), res.Load.Row)
+	for _, e := range res.Errors {
+		t.Logf("reported error: %s", e)
+	}
+
+	// Every process started has exited.
+	if len(res.PIDs) != 5 { // three stores, the joined one, the restart
+		t.Errorf("started %d processes, want 5: %v", len(res.PIDs), res.PIDs)
+	}
+	for _, pid := range res.PIDs {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("server process %d still exists after the run (kill 0: %v)", pid, err)
+		}
+	}
+
+	// The load: every record attempted is counted, ok or failed, and the
+	// three counts of failures agree.
+	load := res.Load
+	if load == nil || load.Row.Ops != 20000 {
+		t.Fatalf("load row %+v, want 20000 operations (ok + failed)", load)
+	}
+	if load.Row.Failed > 0 {
+		t.Logf("load: %d of %d inserts FAILED (first errors %v)", load.Row.Failed, load.Row.Ops, load.FirstErrors)
+	}
+	for _, p := range []*ScalePhase{res.Load, res.Move} {
+		if p == nil {
+			t.Error("a phase did not run")
+			continue
+		}
+		checkScalePhase(t, p)
+	}
+	if res.RegionsBefore < 1 || res.RegionsAfterLoad <= res.RegionsBefore {
+		// 22 MB in regions split at 4 MiB: there must be splits.
+		t.Errorf("regions %d before, %d after the load: no split", res.RegionsBefore, res.RegionsAfterLoad)
+	}
+	if want := int64(20000 * 1000); res.LogicalBytes+load.Row.Failed*1200 < want || res.LogicalBytes > want*12/10 {
+		t.Errorf("logical bytes %d for 20000 records of 1000 bytes", res.LogicalBytes)
+	}
+
+	mv := res.MoveInfo
+	if !mv.Done {
+		t.Errorf("store %d not removed: %s", mv.Removed, mv.Err)
+	} else if mv.RemoveS <= 0 || mv.TotalS < mv.RemoveS || mv.MovedLogicalBytes <= 0 || mv.MBPerS <= 0 {
+		t.Errorf("move %+v", mv)
+	}
+	rs := res.Restart
+	if rs.Err != "" || rs.ReadyS <= 0 || rs.ReadyS > 60 { // --quick restarts within 1m
+		t.Errorf("restart %+v", rs)
+	}
+	if rs.Err == "" && !hasBucket(rs.Buckets, "raftlog") {
+		t.Errorf("no raftlog bucket read: %+v", rs.Buckets)
+	}
+
+	if len(res.Mem) == 0 || len(res.Disk) == 0 {
+		t.Fatalf("memory %v, disk %v", res.Mem, res.Disk)
+	}
+	for _, m := range res.Mem {
+		if runtime.GOOS != "linux" {
+			break
+		}
+		if m.Err != "" || m.RSS <= 0 || m.Anon <= 0 || m.File <= 0 || m.Anon+m.File+m.Shmem > m.RSS+1<<20 {
+			t.Errorf("memory %+v", m)
+		}
+	}
+	for _, d := range res.Disk {
+		if d.Bytes <= 0 || d.PerLogical < 0.5 || d.PerLogical > 100 {
+			t.Errorf("disk %+v", d)
+		}
+	}
+
+	// report.md has every section; results.json the contract's fields.
+	dir := filepath.Join(out, "scale")
+	report, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sec := range []string{"## Summary", "## Load", "#### Per interval", "#### Stalls", "### Splits",
+		"## Join and remove under load", "foreground p99 during the move", "## Restart with all the data",
+		"## Memory", "RssAnon", "## Disk", "bytes per logical byte", "### Raft log after compaction", "--quick run", "## Plots"} {
+		if !strings.Contains(string(report), sec) {
+			t.Errorf("report.md lacks %q", sec)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Scenario string           `json:"scenario"`
+		Rows     []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Scenario != "scale" || len(got.Rows) != 2 {
+		t.Fatalf("results.json: %s", b)
+	}
+	for _, r := range got.Rows {
+		for _, k := range []string{"variant", "param", "ops", "qps", "p50_ms", "p99_ms", "p999_ms", "p9999_ms", "failed"} {
+			if _, ok := r[k]; !ok {
+				t.Errorf("results.json row %v lacks %s", r["variant"], k)
+			}
+		}
+	}
+	for _, f := range []string{"details.json", "throughput.png", "latency.png"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// checkScalePhase: a phase's figures are sane and its failures are
+// counted alike by its intervals, the runner and go-ycsb.
+func checkScalePhase(t *testing.T, p *ScalePhase) {
+	t.Helper()
+	r := p.Row
+	if r.Ops <= 0 || r.QPS <= 0 || r.Failed < 0 || r.Failed > r.Ops {
+		t.Errorf("%s: row %+v", p.Name, r)
+	}
+	if r.Ops > r.Failed && !(r.P50Ms > 0 && r.P50Ms <= r.P99Ms && r.P99Ms <= r.P999Ms && r.P999Ms <= r.P9999Ms) {
+		t.Errorf("%s: percentiles out of order: %+v", p.Name, r)
+	}
+	var ok, failed, stalls int64
+	for _, iv := range p.Intervals {
+		ok += iv.OK
+		failed += iv.Failed
+		stalls += iv.Stalls
+		if iv.OK > 0 && (iv.P99Ms > iv.MaxMs || iv.QPS <= 0) {
+			t.Errorf("%s: interval %+v", p.Name, iv)
+		}
+	}
+	// One YCSB operation is one database call in workloads load and A.
+	if ok+failed != r.Ops || failed != r.Failed {
+		t.Errorf("%s: intervals count %d ok and %d failed, the row %d operations and %d failed", p.Name, ok, failed, r.Ops, r.Failed)
+	}
+	var ycsbFailed int64
+	for _, n := range p.YCSBErrors {
+		ycsbFailed += n
+	}
+	if ycsbFailed != r.Failed {
+		t.Errorf("%s: go-ycsb counts %d errors (%v), the row %d failed", p.Name, ycsbFailed, p.YCSBErrors, r.Failed)
+	}
+	if stalls != p.Stalls || int64(len(p.Worst)) > p.Stalls || len(p.Worst) > maxWorstStalls {
+		t.Errorf("%s: %d stalls in intervals, %d counted, %d listed", p.Name, stalls, p.Stalls, len(p.Worst))
+	}
+	for i, s := range p.Worst {
+		if s.Ms < 100 || s.At.IsZero() || (i > 0 && s.Ms > p.Worst[i-1].Ms) {
+			t.Errorf("%s: stall %d %+v", p.Name, i, s)
+		}
+	}
+	if r.Failed > 0 {
+		t.Logf("%s: %d of %d operations FAILED: %v", p.Name, r.Failed, r.Ops, p.FirstErrors)
+	}
+}
+
+func hasBucket(bs []BucketStat, name string) bool {
+	for _, b := range bs {
+		if b.Name == name && b.Keys > 0 {
+			return true
+		}
+	}
+	return false
+}
