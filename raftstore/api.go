@@ -3,6 +3,7 @@ package raftstore
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"time"
 
@@ -67,6 +68,11 @@ type Config struct {
 	// Clock reads the time for everything a lease or a staleness bound is
 	// measured with (default time.Now). Tests give stores skewed clocks.
 	Clock func() time.Time
+	// SnapshotSendRate bounds the bytes per second this store's snapshot
+	// sends read, all of them together (0: DefaultSnapshotSendRate, 64
+	// MiB/s; negative: no limit), so that moving a region leaves the
+	// network and disk to foreground traffic.
+	SnapshotSendRate int64
 	// NoSync skips fsync on bbolt commits (tests only; loses durability).
 	NoSync bool
 	Logger *slog.Logger
@@ -113,7 +119,23 @@ type Transport interface {
 type Handler interface {
 	HandleRaftMessage(m *Message) error
 	ReportUnreachable(regionID, toPeerID uint64)
-	ReportSnapshot(regionID, toPeerID uint64, ok bool)
+	// ReportSnapshot says how sending the MsgSnap m ended: every MsgSnap
+	// handed to Send must be reported once, delivered or not.
+	ReportSnapshot(m *Message, ok bool)
+}
+
+// SnapshotSource is implemented by *Store: a transport sending a MsgSnap
+// whose data is a descriptor (IsSnapshotDescriptor) streams the data from
+// OpenSnapshot, and closes the reader when done.
+type SnapshotSource interface {
+	OpenSnapshot(m *Message) (io.ReadCloser, error)
+}
+
+// SnapshotReceiver is implemented by *Store: a transport receiving a
+// streamed snapshot hands its MsgSnap (data: the sender's descriptor) and
+// the stream to ReceiveSnapshot, which checks it, stores it and steps it.
+type SnapshotReceiver interface {
+	ReceiveSnapshot(m *Message, data io.Reader) error
 }
 
 // ReadMode says how a read was served.

@@ -19,6 +19,7 @@ type readyPeer struct {
 	held   []raftpb.Message // for a leader: the messages held until after persist
 	// filled while persisting and applying, published after commit:
 	snapApplied bool
+	stagedSnap  uint64 // the received snapshot file applied, deleted after commit
 	applied     uint64
 	appliedTerm uint64
 	compactTo   uint64
@@ -144,6 +145,10 @@ func (s *Store) tick() {
 	}
 	for _, r := range leaseReqs {
 		s.sendNotice(r.p, r.m, r.lm)
+	}
+	if s.sweepAt.IsZero() || now.After(s.sweepAt) {
+		s.sweepAt = now.Add(time.Second)
+		s.sweepSnapshots()
 	}
 	if flush {
 		s.trans.Flush()
@@ -350,7 +355,13 @@ func needsWrite(batch []*readyPeer) bool {
 func (s *Store) persistTx(tx *bbolt.Tx, rp *readyPeer) error {
 	p, rd := rp.p, &rp.rd
 	if !raft.IsEmptySnap(rd.Snapshot) {
-		r, err := applySnapshotTx(tx, rd.Snapshot)
+		var r region.Region
+		var err error
+		if _, _, staged := s.snaps.stagedFile(rd.Snapshot.Data); staged {
+			rp.stagedSnap, r, err = s.snaps.applyStaged(tx, rd.Snapshot)
+		} else {
+			r, err = applySnapshotTx(tx, rd.Snapshot)
+		}
 		if err != nil {
 			return err
 		}
@@ -432,6 +443,9 @@ func (s *Store) applyTx(tx *bbolt.Tx, rp *readyPeer) error {
 func (s *Store) publish(rp *readyPeer) error {
 	p, rd := rp.p, &rp.rd
 	ms := p.storage.MemoryStorage
+	if rp.stagedSnap != 0 {
+		s.snaps.dropStaged(rp.stagedSnap)
+	}
 	if rp.snapApplied {
 		if err := ms.ApplySnapshot(rd.Snapshot); err != nil && err != raft.ErrSnapOutOfDate {
 			return fmt.Errorf("region %d: mirror snapshot: %w", p.regionID, err)

@@ -75,6 +75,43 @@ type Peer struct {
 	// (the split check); it describes the region only while the epoch's
 	// version it was counted at is still the region's (a split changes it).
 	size regionSize
+	// senders maps the peer IDs of message senders the region does not
+	// list to their stores (learnSenderLocked): a placeholder lists only
+	// itself and the peer whose message created it, and must still answer
+	// a leader elected since (TiKV's peer cache).
+	senders map[uint64]uint64
+}
+
+// maxSenders bounds the senders a peer remembers beyond its region's.
+const maxSenders = 16
+
+// learnSenderLocked remembers the store of m's sender when the region does
+// not list it, so that raft's answers to it can be addressed.
+func (p *Peer) learnSenderLocked(m *Message) {
+	from := m.Msg.From
+	if from == 0 || m.FromStore == 0 || from == p.id {
+		return
+	}
+	if _, ok := p.region.PeerByID(from); ok {
+		return
+	}
+	if p.senders[from] == m.FromStore {
+		return
+	}
+	if p.senders == nil || len(p.senders) >= maxSenders {
+		p.senders = make(map[uint64]uint64)
+	}
+	p.senders[from] = m.FromStore
+}
+
+// storeOfLocked returns the store of peer id: the region's, or one learned
+// from its messages.
+func (p *Peer) storeOfLocked(id uint64) (uint64, bool) {
+	if pr, ok := p.region.PeerByID(id); ok {
+		return pr.StoreID, true
+	}
+	sid, ok := p.senders[id]
+	return sid, ok
 }
 
 // regionSize is a region's key count and bytes of keys and values, as

@@ -23,6 +23,11 @@ type Stats struct {
 	SnapshotsBuilt   uint64
 	SnapshotsApplied uint64
 	ReadyRounds      uint64 // loop rounds that persisted something (= bbolt commits)
+
+	// SnapshotsFailed: snapshot sends reported failed to raft (it sends
+	// another); SnapshotBuildErrors: snapshot builds that failed.
+	SnapshotsFailed, SnapshotBuildErrors uint64
+
 	// VotesRefused: vote requests ignored because the peer may have
 	// forgotten a leader it acked (votes.go).
 	VotesRefused uint64
@@ -71,6 +76,8 @@ type stats struct {
 	readIndexAnswersRefused                                  atomic.Uint64
 	diskFailures                                             atomic.Uint64
 	leadersByTransfer, leadersByElection                     atomic.Uint64
+
+	snapshotsFailed, snapshotBuildErrors atomic.Uint64
 	// transferTerms maps a region ID to the term of the latest campaign its
 	// peer here started because of a leadership transfer, until the peer
 	// next becomes leader (countLeadershipLocked).
@@ -92,6 +99,9 @@ func (s *Store) Stats() Stats {
 		ReadyRounds:       s.stats.readyRounds.Load(),
 		VotesRefused:      s.stats.votesRefused.Load(),
 		SafePointsRefused: s.stats.safePointsRefused.Load(),
+
+		SnapshotsFailed:     s.stats.snapshotsFailed.Load(),
+		SnapshotBuildErrors: s.stats.snapshotBuildErrors.Load(),
 
 		ReadsFollowerLease:  s.stats.readsFollowerLease.Load(),
 		FollowerLeaseGrants: s.stats.followerLeaseGrants.Load(),

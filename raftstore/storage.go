@@ -18,6 +18,10 @@ type peerStorage struct {
 	eng      *engine
 	built    *atomic.Uint64
 	regionID uint64
+	// snaps, if set, makes Snapshot file a streaming source and return
+	// its descriptor (snapstream.go); unset (tests), it builds in memory.
+	snaps     *snapshots
+	buildErrs *atomic.Uint64
 }
 
 var _ raft.Storage = (*peerStorage)(nil)
@@ -44,11 +48,27 @@ func newPeerStorage(eng *engine, p persistedPeer, built *atomic.Uint64) (*peerSt
 	return &peerStorage{MemoryStorage: ms, eng: eng, regionID: p.region.ID, built: built}, nil
 }
 
-// Snapshot builds a snapshot of the region at its applied index.
+// Snapshot returns a snapshot of the region at its applied index: with a
+// streaming source, its metadata and a descriptor of its data (raft calls
+// this under the peer's mutex: it opens a read transaction and reads two
+// keys, whatever the region's size); without, the whole snapshot.
 func (s *peerStorage) Snapshot() (raftpb.Snapshot, error) {
-	snap, err := s.eng.buildSnapshot(s.regionID)
+	var snap raftpb.Snapshot
+	var err error
+	if s.snaps != nil {
+		snap, err = s.snaps.open(s.regionID)
+	} else {
+		snap, err = s.eng.buildSnapshot(s.regionID)
+	}
 	if err != nil {
-		// Raft retries later; a transient failure must not crash the peer.
+		// Raft retries at the follower's next heartbeat response; any other
+		// error would make it panic. Say so, once a while per region.
+		if s.buildErrs != nil {
+			s.buildErrs.Add(1)
+		}
+		if s.snaps != nil {
+			s.snaps.buildFailed(s.regionID, err)
+		}
 		return raftpb.Snapshot{}, raft.ErrSnapshotTemporarilyUnavailable
 	}
 	s.built.Add(1)

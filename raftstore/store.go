@@ -16,6 +16,7 @@ import (
 	"go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 )
 
 // Raft's own bootstrap values: region 1 starts from a virtual snapshot at
@@ -42,7 +43,11 @@ type Store struct {
 	wakec   chan struct{}
 
 	stats stats
+	snaps *snapshots // snapshot sources and received files (snapstream.go)
 	view  ClusterView
+	// sweepAt is when the Ready loop next sweeps snapshot sources and
+	// files (sweepSnapshots); only the loop touches it.
+	sweepAt time.Time
 	// lastMove is when the balancer last moved a replica or leader; only
 	// its goroutine touches it.
 	lastMove time.Time
@@ -109,6 +114,9 @@ func (c *Config) setDefaults() {
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
+	if c.SnapshotSendRate == 0 {
+		c.SnapshotSendRate = DefaultSnapshotSendRate
+	}
 }
 
 // now is the store's clock: leases, read batches and safe points are timed
@@ -147,6 +155,10 @@ func NewStore(cfg Config, trans Transport) (*Store, error) {
 		return nil, fmt.Errorf("proposal id seed: %w", err)
 	}
 	s.proposalBase = binary.BigEndian.Uint64(rb[:])
+	if s.snaps, err = newSnapshots(eng, s.log, cfg.DataDir, cfg.SnapshotSendRate); err != nil {
+		eng.close()
+		return nil, err
+	}
 	if err := s.load(); err != nil {
 		eng.close()
 		return nil, err
@@ -249,6 +261,7 @@ func (s *Store) createPeer(pp persistedPeer) (*Peer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rebuild log: %w", err)
 	}
+	storage.snaps, storage.buildErrs = s.snaps, &s.stats.snapshotBuildErrors
 	rn, err := raft.NewRawNode(s.raftConfig(self.ID, storage, pp.apply.AppliedIndex))
 	if err != nil {
 		return nil, fmt.Errorf("new raw node: %w", err)
@@ -350,6 +363,9 @@ func (s *Store) Stop() error {
 			p.mu.Unlock()
 		}
 		s.mu.RUnlock()
+		// Before the engine: bbolt's close waits for every read
+		// transaction, a snapshot being sent included.
+		s.snaps.close()
 		err = s.eng.close()
 	})
 	return err
@@ -446,8 +462,18 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 		}
 		// Decoded (and checksummed) before raft sees it: a snapshot that
 		// would fail to apply must not reach the Ready loop, where an
-		// apply error stops the store.
-		r, _, err := decodeSnapshotRegion(m.Msg.Snapshot.Data)
+		// apply error stops the store. A streamed one was checked as it
+		// was received (ReceiveSnapshot); any other descriptor is refused.
+		var r region.Region
+		var err error
+		if st, _, staged := s.snaps.stagedFile(m.Msg.Snapshot.Data); staged {
+			r = st.region
+			if r.ID != m.RegionID {
+				err = fmt.Errorf("snapshot file of region %d: %w", r.ID, errCorrupt)
+			}
+		} else {
+			r, _, err = decodeSnapshotRegion(m.Msg.Snapshot.Data)
+		}
 		if err != nil {
 			return fmt.Errorf("region %d: bad snapshot: %w", m.RegionID, err)
 		}
@@ -467,6 +493,7 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 		p.mu.Unlock()
 		return &region.RegionNotFoundError{RegionID: m.RegionID}
 	}
+	p.learnSenderLocked(m)
 	if t := p.tombstoneForStaleLocked(m, s.cfg.StoreID); t != nil {
 		p.mu.Unlock()
 		s.log.Info("a removed peer is still live: told it to destroy itself", "region", m.RegionID, "peer", m.Msg.From, "peer_store", m.FromStore, "msg", m.Msg.Type)
@@ -562,18 +589,40 @@ func (s *Store) ReportUnreachable(regionID, toPeerID uint64) {
 	}
 }
 
-// ReportSnapshot tells the peer's raft how sending a snapshot ended.
-func (s *Store) ReportSnapshot(regionID, toPeerID uint64, ok bool) {
-	if p, found := s.peer(regionID); found {
-		st := raft.SnapshotFinish
-		if !ok {
-			st = raft.SnapshotFailure
-		}
-		p.mu.Lock()
-		p.rn.ReportSnapshot(toPeerID, st)
-		p.mu.Unlock()
-		s.markDirty(p)
+// ReportSnapshot tells the peer's raft how sending the snapshot m carried
+// ended. A report about a send of an earlier term, or of another snapshot
+// than the one raft waits for now, is ignored: raft would take it for the
+// send in flight.
+func (s *Store) ReportSnapshot(m *Message, ok bool) {
+	if m == nil || m.Msg.Snapshot == nil {
+		return
 	}
+	p, found := s.peer(m.RegionID)
+	if !found {
+		return
+	}
+	st := raft.SnapshotFinish
+	if !ok {
+		st = raft.SnapshotFailure
+	}
+	to, index := m.Msg.To, m.Msg.Snapshot.Metadata.Index
+	p.mu.Lock()
+	status := p.rn.Status()
+	pr, tracked := status.Progress[to]
+	current := m.Msg.From == p.id && status.RaftState == raft.StateLeader && status.Term == m.Msg.Term &&
+		tracked && pr.State == tracker.StateSnapshot && pr.PendingSnapshot == index
+	if current {
+		p.rn.ReportSnapshot(to, st)
+	}
+	p.mu.Unlock()
+	if !current {
+		s.log.Debug("stale snapshot report ignored", "region", m.RegionID, "to_peer", to, "index", index, "term", m.Msg.Term, "ok", ok)
+		return
+	}
+	if !ok {
+		s.stats.snapshotsFailed.Add(1)
+	}
+	s.markDirty(p)
 }
 
 // sendNow sends one message outside the Ready loop and flushes it, on the
@@ -590,13 +639,13 @@ func (s *Store) sendNotice(p *Peer, m raftpb.Message, lease *LeaseMsg) {
 		return
 	}
 	p.mu.Lock()
-	to, found := p.region.PeerByID(m.To)
+	toStore, found := p.storeOfLocked(m.To)
 	r, confVer := p.regionID, p.region.Epoch.ConfVer
 	p.mu.Unlock()
 	if !found {
 		return
 	}
-	msg := &Message{RegionID: r, FromStore: s.cfg.StoreID, ToStore: to.StoreID, Msg: m, Lease: lease, FromConfVer: confVer}
+	msg := &Message{RegionID: r, FromStore: s.cfg.StoreID, ToStore: toStore, Msg: m, Lease: lease, FromConfVer: confVer}
 	if direct {
 		ds.SendNow(msg)
 		return
@@ -621,6 +670,7 @@ func (s *Store) send(p *Peer, msgs []raftpb.Message) {
 	p.mu.Lock()
 	r := p.region
 	now := s.now()
+	stores := make([]uint64, len(msgs))
 	for i := range msgs {
 		switch msgs[i].Type {
 		case raftpb.MsgHeartbeat:
@@ -630,14 +680,21 @@ func (s *Store) send(p *Peer, msgs []raftpb.Message) {
 		case raftpb.MsgTimeoutNow:
 			p.onTimeoutNowLocked(now)
 		}
+		stores[i], _ = p.storeOfLocked(msgs[i].To)
 	}
 	p.mu.Unlock()
 	for i := range msgs {
-		to, ok := r.PeerByID(msgs[i].To)
-		if !ok {
+		m := &Message{RegionID: r.ID, FromStore: s.cfg.StoreID, ToStore: stores[i], Msg: msgs[i], FromConfVer: r.Epoch.ConfVer}
+		if stores[i] == 0 {
+			// No store known for the peer: lost. A snapshot must say so,
+			// or raft keeps the follower waiting for it (StateSnapshot)
+			// until the leader changes.
+			s.log.Warn("raft message to a peer of unknown store dropped", "region", r.ID, "to_peer", msgs[i].To, "type", msgs[i].Type.String())
+			if msgs[i].Type == raftpb.MsgSnap {
+				s.ReportSnapshot(m, false)
+			}
 			continue
 		}
-		m := &Message{RegionID: r.ID, FromStore: s.cfg.StoreID, ToStore: to.StoreID, Msg: msgs[i], FromConfVer: r.Epoch.ConfVer}
 		if msgs[i].Type == raftpb.MsgHeartbeat {
 			m.SafePoint = sp
 		}

@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -180,7 +181,7 @@ func (n *InmemNetwork) deliver(from uint64, m *Message) {
 	if !ok || drop {
 		if src != nil {
 			if m.Msg.Type == raftpb.MsgSnap {
-				src.ReportSnapshot(m.RegionID, m.Msg.To, false)
+				src.ReportSnapshot(m, false)
 			}
 			src.ReportUnreachable(m.RegionID, m.Msg.To)
 		}
@@ -198,13 +199,36 @@ func (n *InmemNetwork) deliver(from uint64, m *Message) {
 		n.mu.RUnlock()
 		if ok {
 			n.handle(src, to, m)
+		} else if src != nil && m.Msg.Type == raftpb.MsgSnap {
+			src.ReportSnapshot(m, false)
 		}
 	})
 }
 
 func (n *InmemNetwork) handle(src, to Handler, m *Message) {
-	err := to.HandleRaftMessage(m)
-	if m.Msg.Type == raftpb.MsgSnap && src != nil {
-		src.ReportSnapshot(m.RegionID, m.Msg.To, err == nil)
+	var err error
+	if m.Msg.Type == raftpb.MsgSnap && m.Msg.Snapshot != nil && IsSnapshotDescriptor(m.Msg.Snapshot.Data) {
+		err = streamSnapshot(src, to, m)
+	} else {
+		err = to.HandleRaftMessage(m)
 	}
+	if m.Msg.Type == raftpb.MsgSnap && src != nil {
+		src.ReportSnapshot(m, err == nil)
+	}
+}
+
+// streamSnapshot carries a streamed snapshot from src to dst as the gRPC
+// transport does, without the chunks.
+func streamSnapshot(src, dst Handler, m *Message) error {
+	from, ok := src.(SnapshotSource)
+	into, ok2 := dst.(SnapshotReceiver)
+	if !ok || !ok2 {
+		return fmt.Errorf("region %d: snapshot cannot be streamed: %w", m.RegionID, ErrInvalidRequest)
+	}
+	r, err := from.OpenSnapshot(m)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return into.ReceiveSnapshot(m, r)
 }

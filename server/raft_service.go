@@ -99,47 +99,95 @@ func (s *raftService) Stream(stream grpc.ClientStreamingServer[pb.RaftMessageBat
 	})
 }
 
-// Snapshot reassembles one MsgSnap from its chunks and delivers it. It
-// answers with an error if the store refuses the snapshot, so the sender
-// reports the failure to raft.
+// Snapshot receives one MsgSnap from its chunks. A streamed snapshot (its
+// data a descriptor, raftstore.IsSnapshotDescriptor) goes to the store as
+// a stream (raftstore.SnapshotReceiver), which checks it and writes it to a
+// file as the chunks arrive: at most a chunk of it is in memory here. Any
+// other is reassembled and delivered whole. It answers with an error if
+// the store refuses the snapshot, so the sender reports the failure to
+// raft.
 func (s *raftService) Snapshot(stream grpc.ClientStreamingServer[pb.SnapshotChunk, pb.Done]) error {
 	return s.serve(func() error {
-		var (
-			header *pb.RaftMessage
-			data   []byte
-		)
-		for {
-			chunk, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			if header == nil {
-				if chunk.GetHeader() == nil {
-					return status.Error(codes.InvalidArgument, "snapshot stream does not start with a header")
-				}
-				header = chunk.GetHeader()
-			}
-			if len(data)+len(chunk.GetData()) > maxSnapshotSize {
-				return status.Errorf(codes.ResourceExhausted, "snapshot over %d bytes", maxSnapshotSize)
-			}
-			data = append(data, chunk.GetData()...)
-		}
-		if header == nil {
+		first, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
 			return status.Error(codes.InvalidArgument, "empty snapshot stream")
+		}
+		if err != nil {
+			return err
+		}
+		header := first.GetHeader()
+		if header == nil {
+			return status.Error(codes.InvalidArgument, "snapshot stream does not start with a header")
+		}
+		m, err := s.decode(header)
+		if err != nil {
+			return err
+		}
+		if m.Msg.Type != raftpb.MsgSnap || m.Msg.Snapshot == nil {
+			return status.Errorf(codes.InvalidArgument, "snapshot header is a %s, not a MsgSnap", m.Msg.Type)
+		}
+		data := &chunkReader{stream: stream, buf: first.GetData(), n: int64(len(first.GetData()))}
+		if recv, ok := s.handler.(raftstore.SnapshotReceiver); ok && raftstore.IsSnapshotDescriptor(m.Msg.Snapshot.Data) {
+			if s.waitStall != nil {
+				if err := s.waitStall(stream.Context()); err != nil {
+					return err
+				}
+			}
+			if err := recv.ReceiveSnapshot(m, data); err != nil {
+				if data.err != nil {
+					return data.err // the stream broke or overflowed
+				}
+				return toStatus(fmt.Errorf("receive snapshot of region %d: %w", m.RegionID, err))
+			}
+			return stream.SendAndClose(&pb.Done{})
+		}
+		whole, err := io.ReadAll(data)
+		if err != nil {
+			return err
 		}
 		if s.waitStall != nil {
 			if err := s.waitStall(stream.Context()); err != nil {
 				return err
 			}
 		}
-		if err := s.deliver(header, true, data); err != nil {
+		if err := s.deliver(header, true, whole); err != nil {
 			return err
 		}
 		return stream.SendAndClose(&pb.Done{})
 	})
+}
+
+// chunkReader reads a snapshot's data from its chunks, at most
+// maxSnapshotSize bytes.
+type chunkReader struct {
+	stream grpc.ClientStreamingServer[pb.SnapshotChunk, pb.Done]
+	buf    []byte
+	n      int64
+	err    error // the stream's own failure, if any
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		c, err := r.stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return 0, io.EOF
+		}
+		if err != nil {
+			r.err = err
+			return 0, err
+		}
+		r.buf = c.GetData()
+		if r.n += int64(len(r.buf)); r.n > maxSnapshotSize {
+			r.err = status.Errorf(codes.ResourceExhausted, "snapshot over %d bytes", maxSnapshotSize)
+			return 0, r.err
+		}
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
 }
 
 // serve runs recv on its own goroutine so the handler can return as soon as
@@ -164,16 +212,10 @@ func (s *raftService) serve(recv func() error) error {
 	}
 }
 
-// deliver decodes one message and steps it into the store. For a snapshot,
-// rm is the MsgSnap header and snapData the reassembled payload.
-//
-// A message the handler refuses (unknown region, store stopping) is only
-// logged: raft resends what matters. A message that does not decode, or is
-// addressed to another store, means the peer is broken or misconfigured, so
-// the stream is refused and the sender sees it.
-func (s *raftService) deliver(rm *pb.RaftMessage, snap bool, snapData []byte) error {
+// decode checks and decodes one message addressed to this store.
+func (s *raftService) decode(rm *pb.RaftMessage) (*raftstore.Message, error) {
 	if rm.GetToStore() != s.storeID {
-		return status.Errorf(codes.InvalidArgument, "raft message for store %d arrived at store %d", rm.GetToStore(), s.storeID)
+		return nil, status.Errorf(codes.InvalidArgument, "raft message for store %d arrived at store %d", rm.GetToStore(), s.storeID)
 	}
 	m := &raftstore.Message{RegionID: rm.GetRegionId(), FromStore: rm.GetFromStore(), ToStore: rm.GetToStore(), FromConfVer: rm.GetFromConfVer()}
 	if sp := rm.GetSafePoint(); sp != nil {
@@ -183,7 +225,22 @@ func (s *raftService) deliver(rm *pb.RaftMessage, snap bool, snapData []byte) er
 		m.Lease = &raftstore.LeaseMsg{Instance: l.GetInstance(), Seq: l.GetSeq(), Commit: l.GetCommit(), Duration: time.Duration(min(l.GetDurationNanos(), uint64(math.MaxInt64)))}
 	}
 	if err := m.Msg.Unmarshal(rm.GetMessage()); err != nil {
-		return status.Errorf(codes.InvalidArgument, "decode raft message of region %d: %v", rm.GetRegionId(), err)
+		return nil, status.Errorf(codes.InvalidArgument, "decode raft message of region %d: %v", rm.GetRegionId(), err)
+	}
+	return m, nil
+}
+
+// deliver decodes one message and steps it into the store. For a snapshot,
+// rm is the MsgSnap header and snapData the reassembled payload.
+//
+// A message the handler refuses (unknown region, store stopping) is only
+// logged: raft resends what matters. A message that does not decode, or is
+// addressed to another store, means the peer is broken or misconfigured, so
+// the stream is refused and the sender sees it.
+func (s *raftService) deliver(rm *pb.RaftMessage, snap bool, snapData []byte) error {
+	m, err := s.decode(rm)
+	if err != nil {
+		return err
 	}
 	if snap {
 		if m.Msg.Type != raftpb.MsgSnap || m.Msg.Snapshot == nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -131,12 +132,14 @@ func (t *transport) Send(m *raftstore.Message) {
 	}
 	if t.stalled != nil && t.stalled() {
 		t.metrics.raftDropped.Inc()
+		t.dropped(m)
 		return
 	}
 	if m.ToStore == t.selfID {
 		// The store routes local peers itself; a message to ourselves is a
 		// bug upstream, and looping it back would hide it.
 		t.logger.Debug("dropping raft message addressed to this store", "region", m.RegionID, "type", m.Msg.Type.String())
+		t.dropped(m)
 		return
 	}
 	if m.Msg.Type == raftpb.MsgSnap {
@@ -311,9 +314,17 @@ func (t *transport) reportUnreachable(regionID, toPeerID uint64) {
 	}
 }
 
-func (t *transport) reportSnapshot(regionID, toPeerID uint64, ok bool) {
+func (t *transport) reportSnapshot(m *raftstore.Message, ok bool) {
 	if h := t.handler.Load(); h != nil {
-		h.ReportSnapshot(regionID, toPeerID, ok)
+		h.ReportSnapshot(m, ok)
+	}
+}
+
+// dropped reports a MsgSnap lost before the network: raft keeps the
+// follower waiting for a snapshot until it hears how the send ended.
+func (t *transport) dropped(m *raftstore.Message) {
+	if m.Msg.Type == raftpb.MsgSnap {
+		t.reportSnapshot(m, false)
 	}
 }
 
@@ -323,77 +334,115 @@ func (t *transport) sendSnapshotAsync(m *raftstore.Message) {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
+		t.dropped(m)
 		return
 	}
 	t.wg.Add(1)
 	t.mu.Unlock()
 	go func() {
 		defer t.wg.Done()
-		err := t.sendSnapshot(m)
+		start := time.Now()
+		sent, err := t.sendSnapshot(m)
 		if err != nil {
 			t.metrics.snapshots.WithLabelValues("failed").Inc()
 			t.logger.Warn("sending snapshot failed", "region", m.RegionID, "to_store", m.ToStore, "to_peer", m.Msg.To, "err", err)
 		} else {
 			t.metrics.snapshots.WithLabelValues("ok").Inc()
 			t.logger.Info("snapshot sent", "region", m.RegionID, "to_store", m.ToStore, "to_peer", m.Msg.To,
-				"index", snapIndex(m.Msg), "bytes", snapSize(m.Msg))
+				"index", snapIndex(m.Msg), "bytes", sent, "took", time.Since(start).Round(time.Millisecond))
 		}
-		t.reportSnapshot(m.RegionID, m.Msg.To, err == nil)
+		t.reportSnapshot(m, err == nil)
 	}()
 }
 
 // sendSnapshot streams m: the first chunk carries the message with its
 // snapshot data removed, then the data follows in chunks.
-func (t *transport) sendSnapshot(m *raftstore.Message) error {
+func (t *transport) sendSnapshot(m *raftstore.Message) (int64, error) {
+	var sent int64
 	select {
 	case t.snapSem <- struct{}{}:
 		defer func() { <-t.snapSem }()
 	case <-t.ctx.Done():
-		return errTransportClosed
+		return sent, errTransportClosed
 	}
 	conn, err := t.conn(m.ToStore)
 	if err != nil {
-		return err
+		return sent, err
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.opts.snapshotTimeout)
 	defer cancel()
 	if err := waitReady(ctx, conn, t.opts.dialTimeout); err != nil {
-		return fmt.Errorf("connect to store %d: %w", m.ToStore, err)
+		return sent, fmt.Errorf("connect to store %d: %w", m.ToStore, err)
 	}
 
 	// Copy the message and its snapshot: the original belongs to raft.
 	header := m.Msg
-	var data []byte
+	var data io.Reader = bytes.NewReader(nil)
 	if m.Msg.Snapshot != nil {
 		snap := *m.Msg.Snapshot
-		data, snap.Data = snap.Data, nil
+		data = bytes.NewReader(snap.Data)
+		if raftstore.IsSnapshotDescriptor(snap.Data) {
+			// Streamed from the store, a chunk at a time, at its send
+			// rate; the header keeps the descriptor, which tells the
+			// receiver to take it as a stream.
+			src, ok := t.handlerAs()
+			if !ok {
+				return sent, fmt.Errorf("snapshot of region %d: the store cannot stream it", m.RegionID)
+			}
+			rc, err := src.OpenSnapshot(m)
+			if err != nil {
+				return sent, fmt.Errorf("open snapshot of region %d: %w", m.RegionID, err)
+			}
+			defer rc.Close()
+			data = rc
+		} else {
+			snap.Data = nil
+		}
 		header.Snapshot = &snap
 	}
 	hb, err := header.Marshal()
 	if err != nil {
-		return fmt.Errorf("encode snapshot header: %w", err)
+		return sent, fmt.Errorf("encode snapshot header: %w", err)
 	}
 
 	stream, err := pb.NewRaftClient(conn).Snapshot(ctx)
 	if err != nil {
-		return fmt.Errorf("open snapshot stream to store %d: %w", m.ToStore, err)
+		return sent, fmt.Errorf("open snapshot stream to store %d: %w", m.ToStore, err)
 	}
 	chunk := &pb.SnapshotChunk{Header: &pb.RaftMessage{RegionId: m.RegionID, FromStore: t.selfID, ToStore: m.ToStore, Message: hb, FromConfVer: m.FromConfVer}}
 	for {
-		n := min(t.opts.snapshotChunk, len(data))
-		chunk.Data, data = data[:n], data[n:]
-		if err := stream.Send(chunk); err != nil {
-			return fmt.Errorf("send snapshot chunk to store %d: %w", m.ToStore, streamErr(stream, err))
+		// A fresh buffer per chunk: gRPC may hold a sent message.
+		buf := make([]byte, t.opts.snapshotChunk)
+		n, rerr := io.ReadFull(data, buf)
+		if rerr != nil && !errors.Is(rerr, io.EOF) && !errors.Is(rerr, io.ErrUnexpectedEOF) {
+			return sent, fmt.Errorf("read snapshot of region %d: %w", m.RegionID, rerr)
 		}
-		if len(data) == 0 {
+		chunk.Data = buf[:n]
+		if n > 0 || chunk.Header != nil {
+			if err := stream.Send(chunk); err != nil {
+				return sent, fmt.Errorf("send snapshot chunk to store %d: %w", m.ToStore, streamErr(stream, err))
+			}
+			sent += int64(n)
+		}
+		if rerr != nil {
 			break
 		}
 		chunk = &pb.SnapshotChunk{}
 	}
 	if _, err := stream.CloseAndRecv(); err != nil {
-		return fmt.Errorf("store %d refused snapshot: %w", m.ToStore, err)
+		return sent, fmt.Errorf("store %d refused snapshot: %w", m.ToStore, err)
 	}
-	return nil
+	return sent, nil
+}
+
+// handlerAs returns the handler as a snapshot source.
+func (t *transport) handlerAs() (raftstore.SnapshotSource, bool) {
+	h := t.handler.Load()
+	if h == nil {
+		return nil, false
+	}
+	src, ok := h.Handler.(raftstore.SnapshotSource)
+	return src, ok
 }
 
 // streamErr turns the io.EOF a client stream's Send returns when the stream
@@ -434,13 +483,6 @@ func snapIndex(m raftpb.Message) uint64 {
 		return 0
 	}
 	return m.Snapshot.Metadata.Index
-}
-
-func snapSize(m raftpb.Message) int {
-	if m.Snapshot == nil {
-		return 0
-	}
-	return len(m.Snapshot.Data)
 }
 
 // peerKey names a raft peer for unreachable reports.

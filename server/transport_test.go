@@ -44,10 +44,10 @@ func (h *fakeHandler) ReportUnreachable(regionID, toPeerID uint64) {
 	h.unreachable = append(h.unreachable, peerKey{regionID, toPeerID})
 }
 
-func (h *fakeHandler) ReportSnapshot(regionID, toPeerID uint64, ok bool) {
+func (h *fakeHandler) ReportSnapshot(m *raftstore.Message, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.snaps = append(h.snaps, snapReport{regionID, toPeerID, ok})
+	h.snaps = append(h.snaps, snapReport{m.RegionID, m.Msg.To, ok})
 }
 
 func (h *fakeHandler) received() []*raftstore.Message {

@@ -227,8 +227,8 @@ func (h *recordingHandler) HandleRaftMessage(m *raftstore.Message) error {
 	h.got = append(h.got, m)
 	return h.err
 }
-func (h *recordingHandler) ReportUnreachable(uint64, uint64)    {}
-func (h *recordingHandler) ReportSnapshot(uint64, uint64, bool) {}
+func (h *recordingHandler) ReportUnreachable(uint64, uint64)        {}
+func (h *recordingHandler) ReportSnapshot(*raftstore.Message, bool) {}
 
 // FuzzRaftDeliver: one pb.RaftMessage as the Raft service receives it
 // (wire bytes, unmarshalled as grpc does) on the Stream RPC, or as the

@@ -1,0 +1,414 @@
+package raftstore
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hedgekv/hedgekv/region"
+	"go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Snapshots stream (issue 18): no side ever holds a region's snapshot in
+// memory.
+//
+// Sender: raft asks the leader's peerStorage for a snapshot when a follower
+// needs one. It gets the snapshot's metadata and, as its data, a
+// descriptor (snapDesc, a few bytes): Snapshot opens a bbolt read
+// transaction, reads the applied state and region from it and files the
+// transaction as a source under a fresh ID. When the transport sends the
+// MsgSnap it asks the store for the data (OpenSnapshot), which a goroutine
+// writes from that transaction, a key-value pair at a time, into a pipe
+// the transport reads in chunks, at no more than Config.SnapshotSendRate
+// for all of the store's sends together. Data and applied index come from
+// one transaction, so they agree. A source no transport claims within
+// snapSourceTTL is closed (its MsgSnap was lost before the network).
+//
+// Receiver: the transport hands the stream to ReceiveSnapshot, which
+// writes it to a file under the data directory's snap/ while checking it
+// (checksum and every rule decodeSnapshotData has), then steps the MsgSnap
+// into raft with a descriptor of the file as its data. The Ready loop
+// applies the snapshot from the file (applySnapshotStreamTx) and deletes
+// it. A file raft never applies is deleted once the peer is gone or has
+// applied past its index, and every file at start.
+
+const (
+	snapSourceTTL = time.Minute
+	// DefaultSnapshotSendRate is Config.SnapshotSendRate's default.
+	DefaultSnapshotSendRate = 64 << 20
+)
+
+var snapDescMagic = []byte("HKVD1")
+
+// Descriptor kinds: a sender's source, a receiver's staged file.
+const (
+	snapDescSource = 's'
+	snapDescStaged = 'f'
+)
+
+// snapDesc encodes a descriptor: "HKVD1" | kind | id(8).
+func snapDesc(kind byte, id uint64) []byte {
+	b := append(append([]byte(nil), snapDescMagic...), kind)
+	return binary.BigEndian.AppendUint64(b, id)
+}
+
+func parseSnapDesc(data []byte) (kind byte, id uint64, ok bool) {
+	if len(data) != len(snapDescMagic)+9 || !bytes.HasPrefix(data, snapDescMagic) {
+		return 0, 0, false
+	}
+	return data[len(snapDescMagic)], binary.BigEndian.Uint64(data[len(snapDescMagic)+1:]), true
+}
+
+// IsSnapshotDescriptor reports whether a MsgSnap's data is a descriptor
+// whose data must be streamed from the sending store (OpenSnapshot).
+func IsSnapshotDescriptor(data []byte) bool {
+	kind, _, ok := parseSnapDesc(data)
+	return ok && kind == snapDescSource
+}
+
+type sendSource struct {
+	tx       *bbolt.Tx
+	regionID uint64
+	opened   time.Time
+}
+
+type stagedSnap struct {
+	path     string
+	regionID uint64
+	index    uint64
+	region   region.Region // as the snapshot carries it
+}
+
+// snapshots is a store's snapshot sources and staged files.
+type snapshots struct {
+	eng  *engine
+	log  *slog.Logger
+	dir  string
+	rate *rateLimiter
+
+	mu       sync.Mutex
+	nextID   uint64
+	sources  map[uint64]*sendSource
+	staged   map[uint64]*stagedSnap
+	streams  map[*io.PipeWriter]struct{} // sends in progress
+	closed   bool
+	lastWarn map[uint64]time.Time // per region: the last build failure logged
+	wg       sync.WaitGroup       // stream writers
+}
+
+func newSnapshots(eng *engine, log *slog.Logger, dataDir string, rate int64) (*snapshots, error) {
+	dir := filepath.Join(dataDir, "snap")
+	// Whatever is here was received before a restart: raft has forgotten
+	// it, and the leader sends another.
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("clear %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	return &snapshots{
+		eng: eng, log: log, dir: dir, rate: newRateLimiter(rate),
+		sources:  make(map[uint64]*sendSource),
+		staged:   make(map[uint64]*stagedSnap),
+		streams:  make(map[*io.PipeWriter]struct{}),
+		lastWarn: make(map[uint64]time.Time),
+	}, nil
+}
+
+// open files a read transaction as the source of a snapshot of the region
+// and returns the snapshot raft sends: its metadata and a descriptor.
+func (ss *snapshots) open(regionID uint64) (raftpb.Snapshot, error) {
+	tx, err := ss.eng.db.Begin(false)
+	if err != nil {
+		return raftpb.Snapshot{}, fmt.Errorf("begin snapshot of region %d: %w", regionID, err)
+	}
+	md, _, err := snapshotMetaTx(tx, regionID)
+	if err != nil {
+		_ = tx.Rollback()
+		return raftpb.Snapshot{}, fmt.Errorf("snapshot of region %d: %w", regionID, err)
+	}
+	ss.mu.Lock()
+	if ss.closed {
+		ss.mu.Unlock()
+		_ = tx.Rollback()
+		return raftpb.Snapshot{}, ErrStopped
+	}
+	ss.nextID++
+	id := ss.nextID
+	ss.sources[id] = &sendSource{tx: tx, regionID: regionID, opened: time.Now()}
+	ss.mu.Unlock()
+	return raftpb.Snapshot{Data: snapDesc(snapDescSource, id), Metadata: md}, nil
+}
+
+// buildFailed logs a failed build, at most every 10s per region.
+func (ss *snapshots) buildFailed(regionID uint64, err error) {
+	ss.mu.Lock()
+	now := time.Now()
+	warn := now.Sub(ss.lastWarn[regionID]) >= 10*time.Second
+	if warn {
+		ss.lastWarn[regionID] = now
+	}
+	ss.mu.Unlock()
+	if warn {
+		ss.log.Warn("building a snapshot failed; raft retries at the follower's next heartbeat", "region", regionID, "err", err)
+	}
+}
+
+// OpenSnapshot returns the data of the snapshot the MsgSnap m carries (its
+// data is a descriptor from this store), streamed from the transaction it
+// was taken in and paced by Config.SnapshotSendRate. The caller must Close
+// it. A source is read once: a second call fails.
+func (s *Store) OpenSnapshot(m *Message) (io.ReadCloser, error) {
+	if m == nil || m.Msg.Snapshot == nil {
+		return nil, fmt.Errorf("no snapshot: %w", ErrInvalidRequest)
+	}
+	return s.snaps.stream(m.Msg.Snapshot.Data)
+}
+
+func (ss *snapshots) stream(desc []byte) (io.ReadCloser, error) {
+	kind, id, ok := parseSnapDesc(desc)
+	if !ok || kind != snapDescSource {
+		return nil, fmt.Errorf("snapshot data is no descriptor of a snapshot here: %w", ErrInvalidRequest)
+	}
+	pr, pw := io.Pipe()
+	ss.mu.Lock()
+	src, found := ss.sources[id]
+	delete(ss.sources, id)
+	if found && !ss.closed {
+		ss.streams[pw] = struct{}{}
+		ss.wg.Add(1)
+	}
+	closed := ss.closed
+	ss.mu.Unlock()
+	if !found {
+		return nil, fmt.Errorf("snapshot %d: no such source (sent already, or expired): %w", id, ErrInvalidRequest)
+	}
+	if closed {
+		_ = src.tx.Rollback()
+		return nil, ErrStopped
+	}
+	go func() {
+		defer ss.wg.Done()
+		err := func() error {
+			defer func() { _ = src.tx.Rollback() }()
+			_, r, err := snapshotMetaTx(src.tx, src.regionID)
+			if err != nil {
+				return err
+			}
+			return writeSnapshotTx(src.tx, r, pw)
+		}()
+		ss.mu.Lock()
+		delete(ss.streams, pw)
+		ss.mu.Unlock()
+		pw.CloseWithError(err) // nil: EOF
+	}()
+	return &pacedReader{pr: pr, rate: ss.rate}, nil
+}
+
+// pacedReader reads a snapshot stream at the store's send rate.
+type pacedReader struct {
+	pr   *io.PipeReader
+	rate *rateLimiter
+}
+
+func (r *pacedReader) Read(b []byte) (int, error) {
+	n, err := r.pr.Read(b)
+	r.rate.wait(n)
+	return n, err
+}
+
+func (r *pacedReader) Close() error { return r.pr.Close() }
+
+// ReceiveSnapshot receives the data of the MsgSnap m from r: it writes it
+// to a file while checking it, then steps m into its region with the file
+// as its data. An error means the snapshot was refused (the sender reports
+// the failure to raft, which sends another).
+func (s *Store) ReceiveSnapshot(m *Message, r io.Reader) error {
+	if s.stopped() {
+		return ErrStopped
+	}
+	if m == nil || m.Msg.Type != raftpb.MsgSnap || m.Msg.Snapshot == nil {
+		return fmt.Errorf("region %d: not a MsgSnap with a snapshot: %w", m.RegionID, errCorrupt)
+	}
+	ss := s.snaps
+	ss.mu.Lock()
+	ss.nextID++
+	id := ss.nextID
+	ss.mu.Unlock()
+	path := filepath.Join(ss.dir, fmt.Sprintf("%d-%d-%d.hkvs", m.RegionID, m.Msg.Snapshot.Metadata.Index, id))
+	rg, err := receiveSnapshotFile(path, m.RegionID, r)
+	if err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("region %d: receive snapshot: %w", m.RegionID, err)
+	}
+	ss.mu.Lock()
+	ss.staged[id] = &stagedSnap{path: path, regionID: m.RegionID, index: m.Msg.Snapshot.Metadata.Index, region: rg}
+	ss.mu.Unlock()
+	mc := *m
+	snap := *m.Msg.Snapshot
+	snap.Data = snapDesc(snapDescStaged, id)
+	mc.Msg.Snapshot = &snap
+	if err := s.HandleRaftMessage(&mc); err != nil {
+		ss.dropStaged(id)
+		return err
+	}
+	return nil
+}
+
+// receiveSnapshotFile writes a snapshot stream to path, checking it.
+func receiveSnapshotFile(path string, regionID uint64, r io.Reader) (region.Region, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return region.Region{}, fmt.Errorf("create %s: %w", path, err)
+	}
+	bw := bufio.NewWriterSize(f, 256<<10)
+	var rg region.Region
+	err = decodeSnapshotStream(io.TeeReader(r, bw), func(sd *snapshotData) error {
+		rg = sd.region
+		if sd.region.ID != regionID {
+			return fmt.Errorf("snapshot of region %d sent as region %d's: %w", sd.region.ID, regionID, errCorrupt)
+		}
+		return nil
+	}, func(k, v []byte) error { return nil })
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("write %s: %w", path, cerr)
+	}
+	return rg, err
+}
+
+// stagedFile returns the staged snapshot a local descriptor names.
+func (ss *snapshots) stagedFile(desc []byte) (*stagedSnap, uint64, bool) {
+	kind, id, ok := parseSnapDesc(desc)
+	if !ok || kind != snapDescStaged {
+		return nil, 0, false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	st, ok := ss.staged[id]
+	return st, id, ok
+}
+
+func (ss *snapshots) dropStaged(id uint64) {
+	ss.mu.Lock()
+	st, ok := ss.staged[id]
+	delete(ss.staged, id)
+	ss.mu.Unlock()
+	if ok {
+		if err := os.Remove(st.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			ss.log.Warn("remove snapshot file", "path", st.path, "err", err)
+		}
+	}
+}
+
+// applyStaged applies the staged snapshot desc names inside tx.
+func (ss *snapshots) applyStaged(tx *bbolt.Tx, snap raftpb.Snapshot) (uint64, region.Region, error) {
+	st, id, ok := ss.stagedFile(snap.Data)
+	if !ok {
+		return 0, region.Region{}, fmt.Errorf("snapshot file gone: %w", errCorrupt)
+	}
+	f, err := os.Open(st.path)
+	if err != nil {
+		return 0, region.Region{}, fmt.Errorf("open snapshot file: %w", err)
+	}
+	defer f.Close()
+	r, err := applySnapshotStreamTx(tx, snap.Metadata, f)
+	return id, r, err
+}
+
+// sweep closes the sources no transport claimed in time and deletes the
+// staged files raft will never apply: their peer is gone, or has applied
+// past them.
+func (s *Store) sweepSnapshots() {
+	ss := s.snaps
+	now := time.Now()
+	var expired []*sendSource
+	var stale []uint64
+	ss.mu.Lock()
+	for id, src := range ss.sources {
+		if now.Sub(src.opened) > snapSourceTTL {
+			expired = append(expired, src)
+			delete(ss.sources, id)
+		}
+	}
+	staged := make(map[uint64]stagedSnap, len(ss.staged))
+	for id, st := range ss.staged {
+		staged[id] = *st
+	}
+	ss.mu.Unlock()
+	for _, src := range expired {
+		s.log.Warn("snapshot never sent: its transaction closed", "region", src.regionID)
+		_ = src.tx.Rollback()
+	}
+	for id, st := range staged {
+		p, ok := s.peer(st.regionID)
+		if ok {
+			p.mu.Lock()
+			ok = !p.removed && p.applied < st.index
+			p.mu.Unlock()
+		}
+		if !ok {
+			stale = append(stale, id)
+		}
+	}
+	for _, id := range stale {
+		ss.dropStaged(id)
+	}
+}
+
+// close ends every send in progress and closes every source; files stay
+// (the next start deletes them).
+func (ss *snapshots) close() {
+	ss.mu.Lock()
+	ss.closed = true
+	srcs := ss.sources
+	ss.sources = map[uint64]*sendSource{}
+	for pw := range ss.streams {
+		pw.CloseWithError(ErrStopped)
+	}
+	ss.mu.Unlock()
+	for _, src := range srcs {
+		_ = src.tx.Rollback()
+	}
+	ss.wg.Wait()
+}
+
+// rateLimiter paces bytes to a rate shared by every caller; rate <= 0 is
+// no limit.
+type rateLimiter struct {
+	mu   sync.Mutex
+	rate float64 // bytes per second
+	next time.Time
+}
+
+func newRateLimiter(rate int64) *rateLimiter { return &rateLimiter{rate: float64(rate)} }
+
+// wait blocks until n more bytes fit the rate.
+func (l *rateLimiter) wait(n int) {
+	if l.rate <= 0 || n <= 0 {
+		return
+	}
+	l.mu.Lock()
+	now := time.Now()
+	// Credit at most 100ms of idle time, so a burst stays short.
+	if l.next.Before(now.Add(-100 * time.Millisecond)) {
+		l.next = now.Add(-100 * time.Millisecond)
+	}
+	l.next = l.next.Add(time.Duration(float64(n) / l.rate * float64(time.Second)))
+	until := l.next
+	l.mu.Unlock()
+	if d := time.Until(until); d > 0 {
+		time.Sleep(d)
+	}
+}
