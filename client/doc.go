@@ -25,9 +25,15 @@
 // the min / max of the two. A hedge to a follower is a ReadIndex read, so
 // it stays linearizable, unless the session's MaxStaleness permits a stale
 // one. A region error on one attempt does not end the race while another
-// is outstanding. A token bucket per session (each primary earns
-// HedgeBudget tokens, each hedge spends one) caps the extra requests; the
-// counters are Session.HedgeStats and, over all sessions, Client.HedgeStats.
+// is outstanding. A budget (budget.go) caps the extra requests at
+// HedgeBudget of the reads over a sliding window (HedgeWindow, 10 s;
+// Finagle's retry budget): each primary deposits HedgeBudget of a token,
+// expiring after the window, in the session's account for the primary's
+// store, and each hedge spends one, so a pause of up to HedgeBudget ×
+// HedgeWindow is hedged in full and a store that stays slow gets no more
+// than HedgeBudget of its reads hedged; HedgeMinPerSecond is a floor for
+// sessions that read rarely. The counters are Session.HedgeStats and, over
+// all sessions, Client.HedgeStats.
 // ReadInfo.HedgeWon says whether an answer came from a hedge.
 //
 // # Metadata calls

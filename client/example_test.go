@@ -210,8 +210,8 @@ func ExampleHedgeAfter() {
 	}
 	// info.HedgeWon says whether the hedge answered first.
 	fmt.Println(string(v), "linearizable:", info.Mode != client.ReadModeStale)
-	// At most HedgeBudget of the reads, plus the HedgeBurst (default 10)
-	// a session may save up.
+	// At most HedgeBudget of the reads over the budget's window (10 s), or
+	// its floor (1 hedge a second, 10 a window) when that is more.
 	stats := hedged.HedgeStats()
 	fmt.Println("hedges within the budget:", stats.HedgesSent <= stats.Primaries/10+10)
 	// Output:

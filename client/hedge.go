@@ -20,23 +20,20 @@ import (
 // Hedging: a read that has not been answered within the hedge delay is sent
 // again to another replica; the first good answer wins and the other
 // attempt is cancelled through its context. Only reads (Get, BatchGet,
-// Scan) are hedged, never writes. A token bucket per session caps the extra
-// requests at ReadPolicy.HedgeBudget of the primaries.
+// Scan) are hedged, never writes. A budget per session and store
+// (budget.go) caps the extra requests at ReadPolicy.HedgeBudget of the
+// primaries over a sliding window of seconds.
 
 const (
-	// DefaultHedgeBudget is the fraction of primaries that may be hedged
-	// when ReadPolicy.HedgeBudget is zero.
+	// DefaultHedgeBudget is the share of primaries that may be hedged
+	// (over the budget's window, DefaultHedgeWindow) when
+	// ReadPolicy.HedgeBudget is zero.
 	DefaultHedgeBudget = 0.05
 	// DefaultHedgeMaxAttempts is how many attempts of one read may be in
 	// flight at once (the primary and one hedge) when
 	// ReadPolicy.HedgeMaxAttempts is zero.
 	DefaultHedgeMaxAttempts = 2
 
-	// DefaultHedgeBurst (hedgeBucketCap) caps the tokens a session may save
-	// up when ReadPolicy.HedgeBurst is zero, so that a long
-	// quiet spell does not allow a burst of hedges.
-	DefaultHedgeBurst = 10
-	hedgeBucketCap    = float64(DefaultHedgeBurst)
 	// Latency window per store for percentile hedges: hedgeWindows
 	// histograms, the oldest replaced every hedgeRotateEvery, so the
 	// percentiles describe the last 6–8 seconds.
@@ -285,46 +282,6 @@ func (l *latencyWindow) quantile(q float64, now time.Time) time.Duration {
 	return time.Duration(l.merged.ValueAtQuantile(q*100)) * time.Microsecond
 }
 
-// ---- budget ---------------------------------------------------------------
-
-// hedgeBucket is the token bucket that caps hedges: each primary earns
-// rate tokens (up to capacity), each hedge spends one. It starts full, so
-// that the first slow reads of a fresh session may be hedged; a rate of
-// zero never has a token.
-type hedgeBucket struct {
-	mu       sync.Mutex
-	rate     float64
-	capacity float64
-	tokens   float64
-}
-
-func newHedgeBucket(rate float64) *hedgeBucket { return newHedgeBucketCap(rate, hedgeBucketCap) }
-
-func newHedgeBucketCap(rate, capacity float64) *hedgeBucket {
-	b := &hedgeBucket{rate: rate, capacity: capacity}
-	if rate > 0 {
-		b.tokens = capacity
-	}
-	return b
-}
-
-func (b *hedgeBucket) earn() {
-	b.mu.Lock()
-	b.tokens = min(b.tokens+b.rate, b.capacity)
-	b.mu.Unlock()
-}
-
-// take spends a token if there is one.
-func (b *hedgeBucket) take() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.rate <= 0 || b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
-}
-
 // ---- stats ----------------------------------------------------------------
 
 // HedgeStats counts a session's (or, from Client.HedgeStats, every
@@ -336,7 +293,8 @@ type HedgeStats struct {
 	// HedgesSent is the backup requests sent; HedgesWon those that answered
 	// first.
 	HedgesSent, HedgesWon uint64
-	// DeniedByBudget is the hedges not sent for want of a token.
+	// DeniedByBudget is the hedges due but not sent because the budget
+	// was spent.
 	DeniedByBudget uint64
 }
 
@@ -360,30 +318,19 @@ func (c *hedgeCounters) snapshot() HedgeStats {
 type hedger struct {
 	policy      Hedge
 	maxAttempts int
-	bucket      *hedgeBucket
+	budget      hedgeAccounts // per store of the primary
 	stats       hedgeCounters
 	all         *hedgeCounters // the client's aggregate
+	// now is the budget's clock: time.Now (tests use a fake one).
+	now func() time.Time
 }
 
 func newHedger(p ReadPolicy, all *hedgeCounters) *hedger {
-	budget := p.HedgeBudget
-	switch {
-	case budget == 0:
-		budget = DefaultHedgeBudget
-	case budget < 0:
-		budget = 0
-	case budget > 1:
-		budget = 1
-	}
 	n := p.HedgeMaxAttempts
 	if n <= 0 {
 		n = DefaultHedgeMaxAttempts
 	}
-	burst := p.HedgeBurst
-	if burst <= 0 {
-		burst = DefaultHedgeBurst
-	}
-	return &hedger{policy: p.Hedge, maxAttempts: n, bucket: newHedgeBucketCap(budget, float64(burst)), all: all}
+	return &hedger{policy: p.Hedge, maxAttempts: n, budget: hedgeAccounts{params: budgetParamsOf(p)}, all: all, now: time.Now}
 }
 
 func (h *hedger) count(f func(*hedgeCounters) *atomic.Uint64) {
@@ -394,15 +341,16 @@ func (h *hedger) count(f func(*hedgeCounters) *atomic.Uint64) {
 // ---- the race -------------------------------------------------------------
 
 // race sends primary, and after the hedge delay without an answer the same
-// read to another replica (at most maxAttempts in flight, each hedge paid
-// for by a token). The first success wins and the others are cancelled. A
+// read to another replica (at most maxAttempts in flight, each hedge
+// allowed by the budget account of the primary's store). The first success wins and the others are cancelled. A
 // failed attempt ends the race only when no other is outstanding; the
 // error returned then is the primary's if it failed, so the retry loop acts
 // on it as on an unhedged attempt.
 func (c *Client) race(ctx context.Context, req *regionRequest, loc cachedRegion, excluded storeSet, primary *attempt) (*attempt, error) {
 	h := req.hedger
 	h.count(func(s *hedgeCounters) *atomic.Uint64 { return &s.primaries })
-	h.bucket.earn()
+	account := h.budget.get(primary.storeID)
+	account.deposit(h.now())
 
 	rctx, cancelAll := context.WithCancel(ctx)
 	defer cancelAll()
@@ -473,7 +421,7 @@ func (c *Client) race(ctx context.Context, req *regionRequest, loc cachedRegion,
 			if !ok {
 				continue
 			}
-			if !h.bucket.take() {
+			if !account.withdraw(h.now()) {
 				h.count(func(s *hedgeCounters) *atomic.Uint64 { return &s.denied })
 				continue
 			}

@@ -69,61 +69,6 @@ func TestParseHedgePolicies(t *testing.T) {
 	}
 }
 
-func TestHedgeBucket(t *testing.T) {
-	b := newHedgeBucket(0.05)
-	// Starts full: hedgeBucketCap hedges, then none.
-	for i := range int(hedgeBucketCap) {
-		if !b.take() {
-			t.Fatalf("take %d of a full bucket failed", i)
-		}
-	}
-	if b.take() {
-		t.Fatal("took a token from an empty bucket")
-	}
-	// 20 primaries at 5% earn exactly one hedge.
-	for range 19 {
-		b.earn()
-	}
-	if b.take() {
-		t.Fatal("19 primaries at 5% earned a hedge")
-	}
-	b.earn()
-	if !b.take() {
-		t.Fatal("20 primaries at 5% did not earn a hedge")
-	}
-	// Capped.
-	for range 10000 {
-		b.earn()
-	}
-	n := 0
-	for b.take() {
-		n++
-	}
-	if n != int(hedgeBucketCap) {
-		t.Errorf("after many primaries, %d hedges allowed, want the cap %v", n, hedgeBucketCap)
-	}
-	// Over many primaries the hedges stay within the budget.
-	b = newHedgeBucket(0.05)
-	sent := 0
-	for range 10000 {
-		b.earn()
-		if b.take() {
-			sent++
-		}
-	}
-	if max := int(10000*0.05 + hedgeBucketCap); sent > max {
-		t.Errorf("%d hedges for 10000 primaries, want at most %d", sent, max)
-	}
-	// A budget of zero never hedges.
-	z := newHedgeBucket(0)
-	for range 1000 {
-		z.earn()
-		if z.take() {
-			t.Fatal("a zero budget allowed a hedge")
-		}
-	}
-}
-
 func TestHedgeDelayFromWindow(t *testing.T) {
 	var w latencyWindow
 	now := time.Now()
@@ -359,27 +304,5 @@ func TestWritesNeverHedged(t *testing.T) {
 	}
 	if st := c.HedgeStats(); st != (HedgeStats{}) || s.HedgeStats() != (HedgeStats{}) {
 		t.Errorf("stats %+v, want none", st)
-	}
-}
-
-func TestHedgeBurst(t *testing.T) {
-	h := newHedger(ReadPolicy{Hedge: HedgeAfter(time.Millisecond), HedgeBudget: 0.01, HedgeBurst: 100}, &hedgeCounters{})
-	n := 0
-	for h.bucket.take() {
-		n++
-	}
-	if n != 100 {
-		t.Fatalf("a fresh session with HedgeBurst 100 may send %d hedges at once, want 100", n)
-	}
-	// 1% of 10,000 primaries, plus the burst, at most.
-	sent := 0
-	for range 10000 {
-		h.bucket.earn()
-		if h.bucket.take() {
-			sent++
-		}
-	}
-	if sent > 100 {
-		t.Errorf("%d hedges for 10000 primaries at 1%% after the burst was spent, want at most 100", sent)
 	}
 }

@@ -73,21 +73,34 @@ type ReadPolicy struct {
 	// unless MaxStaleness > 0 permits a stale one. The zero value is
 	// HedgeOff.
 	Hedge Hedge
-	// HedgeBudget caps hedges at this fraction of primaries (a token bucket:
-	// each primary earns HedgeBudget tokens, up to HedgeBurst saved, each
-	// hedge spends one). Zero means DefaultHedgeBudget (5%), so that naming a
-	// Hedge is enough; a negative value is a budget of zero: no hedge is
-	// ever sent, each one due counted as denied. Values above 1 count as 1.
+	// HedgeBudget caps hedges at this share of the reads over a sliding
+	// window (Finagle's retry budget): over any HedgeWindow, the hedges of
+	// reads whose primary went to a store are at most HedgeBudget of the
+	// reads sent to that store in the window, or HedgeMinPerSecond ×
+	// HedgeWindow when that is more. Each store has its own account, so
+	// hedging away from a store that stays slow spends only what its own
+	// reads deposited. A pause shorter than HedgeBudget × HedgeWindow (0.5 s
+	// at the defaults) is hedged in full from what the seconds before it
+	// deposited; a store slow for longer gets HedgeBudget of its reads
+	// hedged. Zero means DefaultHedgeBudget (5%), so that naming a Hedge is
+	// enough; a negative value is a budget of zero: no hedge is ever sent,
+	// each one due counted as denied. 1 or more is no cap.
 	HedgeBudget float64
 	// HedgeMaxAttempts is how many attempts of one read may be in flight
 	// at once, the primary included; zero means DefaultHedgeMaxAttempts (2).
 	HedgeMaxAttempts int
-	// HedgeBurst is how many hedges a session may save up (the bucket's
-	// capacity; zero means DefaultHedgeBurst, 10). Over N primaries at most
-	// HedgeBudget·N + HedgeBurst hedges are sent; a larger burst lets a
-	// busy session hedge every read of a short pause without a larger
-	// budget.
-	HedgeBurst int
+	// HedgeWindow is how long a read counts towards the budget (Finagle's
+	// TTL); zero means DefaultHedgeWindow (10 s), and anything under 100 ms
+	// counts as 100 ms.
+	HedgeWindow time.Duration
+	// HedgeMinPerSecond is the budget's floor: a store's account allows
+	// HedgeMinPerSecond × HedgeWindow hedges per window however few reads
+	// it had, so that a session that reads rarely (a CLI get) may hedge now
+	// and then. It is a floor, not an addition: a session reading more
+	// than HedgeMinPerSecond / HedgeBudget reads a second from a store (20
+	// at the defaults) is held to HedgeBudget exactly. Zero means
+	// DefaultHedgeMinPerSecond (1); negative: no floor.
+	HedgeMinPerSecond float64
 	// BusyThreshold > 0 lets a store refuse a read at once with
 	// ServerIsBusy when its estimated wait for a new read exceeds this, so
 	// the client tries another replica instead of queueing behind a slow

@@ -10,8 +10,9 @@
 //	hedgekv.read             leader | follower | mixed | closest | prefer-leader | round-robin (default leader)
 //	hedgekv.max_staleness    Go duration; > 0 permits bounded-staleness reads (default 0: linearizable)
 //	hedgekv.hedge            off | 10ms | p90 | p99 | p999 | min(p99,50ms) | max(p99,5ms) (default off)
-//	hedgekv.hedge_budget     at most this fraction of reads hedged, in [0,1] (default 0.05)
-//	hedgekv.hedge_burst      hedges a client may save up beyond the budget's rate (default 10)
+//	hedgekv.hedge_budget     at most this fraction of reads hedged over the budget's window, in [0,1] (default 0.05)
+//	hedgekv.hedge_window     Go duration: how long a read counts towards the budget (default 10s)
+//	hedgekv.hedge_min_per_second  the budget's floor, hedges a second per store whatever the read rate (default 1)
 //	hedgekv.busy_threshold   Go duration; > 0 lets a store whose estimated wait is longer refuse a read so it goes elsewhere (default 0)
 //	hedgekv.dial_timeout     Go duration (default 5s)
 //	hedgekv.request_timeout  Go duration, per operation (default 10s)
@@ -64,7 +65,8 @@ const (
 	PropHedge          = "hedgekv.hedge"
 	PropHedgeBudget    = "hedgekv.hedge_budget"
 	PropBusyThreshold  = "hedgekv.busy_threshold"
-	PropHedgeBurst     = "hedgekv.hedge_burst"
+	PropHedgeWindow    = "hedgekv.hedge_window"
+	PropHedgeMinPerSec = "hedgekv.hedge_min_per_second"
 	PropDialTimeout    = "hedgekv.dial_timeout"
 	PropRequestTimeout = "hedgekv.request_timeout"
 	PropTLSCert        = "hedgekv.tls_cert"
@@ -126,11 +128,17 @@ func OptionsFromProperties(p *properties.Properties) (Options, error) {
 	if o.Read.BusyThreshold, err = durationProp(p, PropBusyThreshold, 0); err != nil {
 		return Options{}, err
 	}
-	burst, err := strconv.Atoi(strings.TrimSpace(p.GetString(PropHedgeBurst, strconv.Itoa(client.DefaultHedgeBurst))))
-	if err != nil || burst < 1 {
-		return Options{}, fmt.Errorf("%s: want a positive count, got %q", PropHedgeBurst, p.GetString(PropHedgeBurst, ""))
+	if o.Read.HedgeWindow, err = durationProp(p, PropHedgeWindow, client.DefaultHedgeWindow); err != nil {
+		return Options{}, err
 	}
-	o.Read.HedgeBurst = burst
+	minPerSec, err := strconv.ParseFloat(strings.TrimSpace(p.GetString(PropHedgeMinPerSec, strconv.FormatFloat(client.DefaultHedgeMinPerSecond, 'g', -1, 64))), 64)
+	if err != nil || minPerSec < 0 {
+		return Options{}, fmt.Errorf("%s: want a rate >= 0, got %q", PropHedgeMinPerSec, p.GetString(PropHedgeMinPerSec, ""))
+	}
+	if minPerSec == 0 {
+		minPerSec = -1 // the client's "no floor"; its zero means the default
+	}
+	o.Read.HedgeMinPerSecond = minPerSec
 	if o.DialTimeout, err = durationProp(p, PropDialTimeout, 5*time.Second); err != nil {
 		return Options{}, err
 	}
