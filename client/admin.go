@@ -75,8 +75,10 @@ func (c *Client) preferEndpoint(addr string) {
 
 // loadRegionByKey is the cache's loader for a key: a hedged call (see
 // metadata.go). A store that hosts no region holding the key (NotFound:
-// its replica was moved, or it has not applied a split yet) gave no
-// answer: another store is asked at once, and when none knows the
+// its replica was moved, or it has not applied a split yet), or answers
+// with a region older than the cache already holds for that range (it has
+// not applied a split or conf change another store told the client of),
+// gave no answer: another store is asked at once, and when none knows the
 // region, the error wraps errNoRegion so the request retries.
 func (c *Client) loadRegionByKey(ctx context.Context, key []byte) ([]*pb.RegionInfo, error) {
 	return adminCall(c, ctx, "regions by key", true, func(ctx context.Context, a pb.AdminClient) ([]*pb.RegionInfo, error) {
@@ -88,6 +90,10 @@ func (c *Client) loadRegionByKey(ctx context.Context, key []byte) ([]*pb.RegionI
 			return nil, err
 		case len(resp.GetRegions()) == 0:
 			return nil, noAnswer{status.Error(codes.NotFound, "no region holding the key")}
+		case c.cache.olderThanCached(resp.GetRegions()):
+			// A store behind the cache (a split or conf change it has
+			// not applied yet): its answer would be refused.
+			return nil, noAnswer{status.Error(codes.NotFound, "answered a region older than the cached one")}
 		}
 		return resp.GetRegions(), nil
 	})

@@ -253,7 +253,19 @@ func (c *regionCache) drop(regionID uint64) {
 // newer) the region is dropped and reloaded. The store that answered hosts
 // the new regions and, for a write, was most likely their leader, so it is
 // the leader guess unless the cache knew the region's leader already.
-func (c *regionCache) onEpochNotMatch(staleID uint64, current []region.Region, answeredBy uint64) {
+//
+// It reports behind when the store's own copy of the region is older than
+// the one the request carried (sent): the store has not applied a split or
+// conf change yet that the cache learned from another store. Nothing is
+// changed then; the caller backs off and asks the same store again, as
+// TiKV's client does, since the store will catch up.
+func (c *regionCache) onEpochNotMatch(sent cachedRegion, current []region.Region, answeredBy uint64) (behind bool) {
+	staleID := sent.ID
+	for _, r := range current {
+		if r.ID == staleID && epochOlder(r.Epoch, sent.Epoch) {
+			return true
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(current) == 0 {
@@ -270,6 +282,35 @@ func (c *regionCache) onEpochNotMatch(staleID uint64, current []region.Region, a
 		}
 		c.insertLocked(r, leader)
 	}
+	return false
+}
+
+// epochOlder reports whether epoch a is older than b: a lower version (a
+// split not applied yet), or the same version and a lower conf version.
+func epochOlder(a, b region.Epoch) bool {
+	return a.Version < b.Version || (a.Version == b.Version && a.ConfVer < b.ConfVer)
+}
+
+// olderThanCached reports whether any region among infos is older than what
+// the cache holds for its range (insertLocked would refuse it): an answer
+// from a store that has not applied a split or conf change the cache has
+// already seen elsewhere.
+func (c *regionCache) olderThanCached(infos []*pb.RegionInfo) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, info := range infos {
+		if info.GetRegion() == nil {
+			continue
+		}
+		r := info.GetRegion().ToRegion()
+		for _, old := range c.tree.All() {
+			if rangesOverlap(old, r) && (old.Epoch.Version > r.Epoch.Version ||
+				(old.ID == r.ID && old.Epoch.Version == r.Epoch.Version && old.Epoch.ConfVer > r.Epoch.ConfVer)) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ---- stores -------------------------------------------------------------

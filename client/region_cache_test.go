@@ -101,7 +101,7 @@ func TestRegionCache(t *testing.T) {
 			steps: []step{
 				func(c *regionCache) { c.insert(reg(1, "", "", 1), 1) },
 				func(c *regionCache) {
-					c.onEpochNotMatch(1, []region.Region{reg(1, "", "m", 2), reg(2, "m", "", 2)}, 2)
+					c.onEpochNotMatch(cachedRegion{Region: reg(1, "", "", 1)}, []region.Region{reg(1, "", "m", 2), reg(2, "m", "", 2)}, 2)
 				},
 			},
 			key:    "z",
@@ -112,7 +112,7 @@ func TestRegionCache(t *testing.T) {
 			steps: []step{
 				func(c *regionCache) { c.insert(reg(1, "", "", 1), 1) },
 				func(c *regionCache) {
-					c.onEpochNotMatch(1, []region.Region{reg(1, "", "m", 2), reg(2, "m", "", 2)}, 2)
+					c.onEpochNotMatch(cachedRegion{Region: reg(1, "", "", 1)}, []region.Region{reg(1, "", "m", 2), reg(2, "m", "", 2)}, 2)
 				},
 			},
 			key:    "a",
@@ -122,9 +122,26 @@ func TestRegionCache(t *testing.T) {
 			name: "epoch not match without current regions drops",
 			steps: []step{
 				func(c *regionCache) { c.insert(reg(1, "", "", 1), 1) },
-				func(c *regionCache) { c.onEpochNotMatch(1, nil, 2) },
+				func(c *regionCache) { c.onEpochNotMatch(cachedRegion{Region: reg(1, "", "", 1)}, nil, 2) },
 			},
 			key: "a", wantLen: 0,
+		},
+		{
+			// The request carried version 2 (learned from a store that
+			// applied the split); the store answering has not: it is
+			// behind, and the cache keeps what it knows.
+			name: "epoch not match from a store behind the cache changes nothing",
+			steps: []step{
+				func(c *regionCache) { c.insert(reg(1, "", "m", 2), 1) },
+				func(c *regionCache) { c.insert(reg(2, "m", "", 2), 1) },
+				func(c *regionCache) {
+					if !c.onEpochNotMatch(cachedRegion{Region: reg(1, "", "m", 2)}, []region.Region{reg(1, "", "", 1)}, 2) {
+						panic("a store with version 1 answering a request of version 2 is not behind")
+					}
+				},
+			},
+			key:    "a",
+			wantID: 1, wantLeader: 1, wantLen: 2,
 		},
 		{
 			name: "drop",

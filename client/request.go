@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -138,6 +139,16 @@ func (b *backoffer) next(k backoffKind) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
+// deadHintGrace is how long a request declines NotLeader hints naming a
+// store in its back-off. It covers a leader election after the leader
+// died (followers name the dead leader until they time out: 0.5-1 s with
+// the default ticks). Past it, the replicas that keep naming the store
+// hear from it; it is the leader, and a back-off that other requests keep
+// re-arming (their attempts timed out at a loaded store) must not keep
+// this one away from it for the back-off's 5 s, over and over, until the
+// deadline.
+const deadHintGrace = time.Second
+
 // minAttemptTimeout is the least time an attempt is given before the retry
 // loop gives up on it and tries elsewhere; see attemptTimeout.
 const minAttemptTimeout = time.Second
@@ -196,6 +207,10 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 		notReady  error
 		epochErrs int
 		hints     int
+		// declined maps a store this request declined to follow a
+		// NotLeader hint to (it was in its back-off) to when it first
+		// declined, or last saw it fail itself; see deadHintGrace.
+		declined map[uint64]time.Time
 	)
 	for n := 1; ; n++ {
 		if err := ctx.Err(); err != nil {
@@ -219,6 +234,7 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 			dr *region.DataIsNotReadyError
 			sb *region.ServerIsBusyError
 			fe *fatalError
+			lm *leaderMovedError
 		)
 		var sleep time.Duration
 		switch {
@@ -235,8 +251,22 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 			// memory of a leader that just failed (it has not timed out
 			// yet): following it would send the request back to a dead
 			// store, so it counts as no hint, and that store stays out of
-			// this request.
-			deadHint := hint != 0 && c.stats.get(hint).failedRecently()
+			// this request, for deadHintGrace at most. Replicas that still
+			// name it after that hear from it: it leads, whatever our
+			// back-off says (other requests' timeouts, on a loaded store,
+			// keep re-arming it), and the request goes there.
+			deadHint := false
+			if hint != 0 && c.stats.get(hint).failedRecently() {
+				if declined == nil {
+					declined = map[uint64]time.Time{}
+				}
+				first, ok := declined[hint]
+				if !ok {
+					first = time.Now()
+					declined[hint] = first
+				}
+				deadHint = time.Since(first) < deadHintGrace
+			}
 			switch {
 			case hint != 0 && !deadHint && c.cache.updateLeader(a.region.ID, hint):
 				// The hinted store may have failed an earlier attempt of
@@ -249,8 +279,11 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 				}
 			case hint != 0 && !deadHint:
 				// The hinted store hosts no peer we know of: our peer
-				// list is stale (a conf change). Reload the region.
+				// list is stale (a conf change). Reload the region, after
+				// a pause: the store asked may not have applied the
+				// change either.
 				c.cache.drop(a.region.ID)
+				sleep = bo.next(boRegionMiss)
 			default:
 				if deadHint {
 					excluded[hint] = struct{}{}
@@ -261,9 +294,22 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 				c.cache.switchLeaderFrom(a.region.ID, a.storeID)
 				sleep = bo.next(boNoLeader)
 			}
+		case errors.As(err, &lm):
+			// The leader check found another leader and cut the attempt
+			// short: the cache names it already. Not a failure of the
+			// store left behind (it is alive, just no longer leading).
+			if hints++; hints > 2 {
+				sleep = bo.next(boNoLeader)
+			}
 		case errors.As(err, &en):
-			c.cache.onEpochNotMatch(a.region.ID, en.Current, a.storeID)
-			if epochErrs++; epochErrs > 1 {
+			// As TiKV's client: a store that knows newer regions has
+			// given them, and the request goes there at once. A store
+			// behind the cache (it has not applied the split or conf
+			// change the cache learned from another) is asked again
+			// after a back-off: it will catch up.
+			if c.cache.onEpochNotMatch(a.region, en.Current, a.storeID) {
+				sleep = bo.next(boRegionMiss)
+			} else if epochErrs++; epochErrs > 1 {
 				sleep = bo.next(boRegionMiss)
 			}
 		case errors.As(err, &rn), errors.As(err, &kn):
@@ -288,6 +334,12 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 			}
 		case isUnreachable(ctx, err):
 			c.stats.get(a.storeID).markFailure()
+			// Failed for this request itself: hints to it are declined
+			// for a grace from now.
+			if declined == nil {
+				declined = map[uint64]time.Time{}
+			}
+			declined[a.storeID] = time.Now()
 			excluded[a.storeID] = struct{}{}
 			if req.write || req.policy.Replica == ReplicaLeader {
 				c.cache.switchLeaderFrom(a.region.ID, a.storeID)
@@ -402,15 +454,24 @@ func (c *Client) runAttempt(ctx context.Context, req *regionRequest, a *attempt)
 		actx, cancel = context.WithCancel(ctx)
 	}
 	defer cancel()
+	var moved func() uint64
 	if !req.byID && !req.longRunning && !a.replicaRead && len(req.key) > 0 {
 		var stop func()
-		actx, stop = c.watchLeader(actx, req.key, a)
+		actx, moved, stop = c.watchLeader(actx, req.key, a)
 		defer stop()
 	}
 	ss := c.stats.get(a.storeID)
 	done := ss.start()
 	begin := time.Now()
 	load, err := req.rpc(actx, cc, a)
+	if err != nil && moved != nil && ctx.Err() == nil {
+		if leader := moved(); leader != 0 && !region.IsRegionError(pb.RegionErrorFromStatus(err).ToError()) {
+			// Cut short by the leader check, not failed: the store
+			// stays usable (done's "ok" only feeds latency and resets).
+			done(false, nil)
+			return &leaderMovedError{regionID: a.region.ID, from: a.storeID, to: leader, err: err}
+		}
+	}
 	done(err == nil, load)
 	if err == nil {
 		if !req.write {
@@ -458,8 +519,9 @@ func (c *Client) leaderCheckDelay(storeID uint64) time.Duration {
 // request ID, as after a timeout, so it is applied at most once; a wrong
 // guess costs a NotLeader round trip. The returned ctx is the attempt's;
 // stop ends the watch.
-func (c *Client) watchLeader(ctx context.Context, key []byte, a *attempt) (context.Context, func()) {
+func (c *Client) watchLeader(ctx context.Context, key []byte, a *attempt) (context.Context, func() uint64, func()) {
 	actx, cancel := context.WithCancel(ctx)
+	var movedTo atomic.Uint64
 	t := time.AfterFunc(c.leaderCheckDelay(a.storeID), func() {
 		infos, err := c.loadRegionByKey(actx, key)
 		if err != nil {
@@ -475,15 +537,30 @@ func (c *Client) watchLeader(ctx context.Context, key []byte, a *attempt) (conte
 			}
 			c.cache.insertInfos(infos)
 			c.log.Debug("leader moved while an attempt waited", "region", a.region.ID, "store", a.storeID, "leader", leader)
+			movedTo.Store(leader)
 			cancel()
 			return
 		}
 	})
-	return actx, func() {
+	return actx, movedTo.Load, func() {
 		t.Stop()
 		cancel()
 	}
 }
+
+// leaderMovedError is an attempt the leader check cut short because the
+// stores named another leader (watchLeader). It is retried at once there;
+// the store it left is not marked as failed.
+type leaderMovedError struct {
+	regionID, from, to uint64
+	err                error
+}
+
+func (e *leaderMovedError) Error() string {
+	return fmt.Sprintf("store %d: region %d: attempt cancelled, leader moved to store %d: %v", e.from, e.regionID, e.to, e.err)
+}
+
+func (e *leaderMovedError) Unwrap() error { return e.err }
 
 // errNoStore: a region names a store no endpoint knows the address of.
 var errNoStore = errors.New("store address unknown")
