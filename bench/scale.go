@@ -64,6 +64,10 @@ type ScaleConfig struct {
 	MoveRate    float64
 	// MoveTimeout bounds the join and the removal (default 30m; quick 2m).
 	MoveTimeout time.Duration
+	// RemovedGrace: once no region lists a replica on the removed store,
+	// how long to wait for the stores to report it removed (default 1m;
+	// quick 15s) before reporting that they do not and going on.
+	RemovedGrace time.Duration
 	// RestartTimeout bounds the restart until /readyz (default 10m; quick 1m).
 	RestartTimeout time.Duration
 	// SplitMaxBytes and SplitCheckInterval are the servers' (0: the
@@ -98,6 +102,7 @@ func (cfg *ScaleConfig) setDefaults() error {
 	setDefault(&cfg.MoveThreads, quickOr(cfg.Quick, 4, 2))
 	setDefault(&cfg.MoveRate, quickOr(cfg.Quick, 200.0, 100.0))
 	setDefault(&cfg.MoveTimeout, quickOr(cfg.Quick, 30*time.Minute, 2*time.Minute))
+	setDefault(&cfg.RemovedGrace, quickOr(cfg.Quick, time.Minute, 15*time.Second))
 	setDefault(&cfg.RestartTimeout, quickOr(cfg.Quick, 10*time.Minute, time.Minute))
 	if cfg.Quick {
 		setDefaultIfZero(&cfg.SplitMaxBytes, 4<<20)
@@ -363,7 +368,8 @@ type ScaleMove struct {
 	Removed    uint64  `json:"removed"`
 	JoinReadyS float64 `json:"join_ready_s"` // join until the new store's /readyz
 	RemoveS    float64 `json:"remove_s"`     // RemoveStore until the store is reported removed
-	TotalS     float64 `json:"total_s"`      // join until removed
+	MovedS     float64 `json:"moved_s"`      // RemoveStore until no region lists a replica on it
+	TotalS     float64 `json:"total_s"`      // join until removed (until moved if never reported removed)
 	Done       bool    `json:"done"`
 	// MovedLogicalBytes are the logical bytes of the regions with a
 	// replica on the joined store at the end; MovedFileBytes its store.db.
@@ -457,10 +463,14 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleResult, error) {
 	st := &scaleState{cfg: cfg, c: c, admin: admin, res: res, prog: prog}
 	err = st.load(ctx)
 	if err == nil {
-		st.afterLoad(ctx)
-		st.move(ctx)
-		st.restart(ctx)
-		st.final(ctx)
+		// Each step runs unless the scenario was interrupted.
+		for _, step := range []func(context.Context){st.afterLoad, st.move, st.restart, st.final} {
+			if ctx.Err() != nil {
+				err = fmt.Errorf("interrupted: %w", context.Cause(ctx))
+				break
+			}
+			step(ctx)
+		}
 	}
 	if werr := st.write(); werr != nil {
 		err = errors.Join(err, werr)
@@ -750,6 +760,8 @@ func (st *scaleState) doMove(ctx context.Context, mv *ScaleMove) error {
 		return fmt.Errorf("remove store %d: %w", mv.Removed, err)
 	}
 	last := -1
+	var movedAt time.Time
+	var stuck error
 	for {
 		left, removed, err := st.storeLeft(ctx, mv.Removed)
 		if err == nil {
@@ -758,7 +770,18 @@ func (st *scaleState) doMove(ctx context.Context, mv *ScaleMove) error {
 				st.prog.Printf("scale: store %d: replicas left: %d", mv.Removed, left)
 				last = left
 			}
+			if left == 0 && movedAt.IsZero() {
+				movedAt = time.Now()
+				mv.MovedS = round(movedAt.Sub(t1).Seconds(), 3)
+			}
 			if left == 0 && removed {
+				break
+			}
+			if left == 0 && time.Since(movedAt) > st.cfg.RemovedGrace {
+				// No region lists a replica on the store, but the stores do
+				// not report it removed: say what it still holds.
+				stuck = fmt.Errorf("store %d: no region lists a replica on it since %.1fs after RemoveStore, but %s later the stores still do not report it removed (ctl remove-store --wait would wait on); it still reports %s",
+					mv.Removed, mv.MovedS, st.cfg.RemovedGrace, st.ownRegions(ctx, mv.Removed))
 				break
 			}
 		}
@@ -767,7 +790,12 @@ func (st *scaleState) doMove(ctx context.Context, mv *ScaleMove) error {
 		}
 	}
 	now := time.Now()
-	mv.RemoveS, mv.TotalS, mv.Done = round(now.Sub(t1).Seconds(), 3), round(now.Sub(t0).Seconds(), 3), true
+	mv.RemoveS, mv.TotalS, mv.Done = round(now.Sub(t1).Seconds(), 3), round(now.Sub(t0).Seconds(), 3), stuck == nil
+	if stuck != nil {
+		mv.RemoveS, mv.TotalS = 0, round(movedAt.Sub(t0).Seconds(), 3)
+		mv.Err = stuck.Error()
+		st.errorf("move: %v", stuck)
+	}
 	regions, err := st.admin.Regions(ctx)
 	if err == nil {
 		var known, on int
@@ -791,11 +819,52 @@ func (st *scaleState) doMove(ctx context.Context, mv *ScaleMove) error {
 	if mv.TotalS > 0 {
 		mv.MBPerS = round(float64(mv.MovedLogicalBytes)/1e6/mv.TotalS, 2)
 	}
-	st.prog.Printf("scale: store %d removed %.1fs after the join (%.1f MB/s); stopping it", mv.Removed, mv.TotalS, mv.MBPerS)
+	st.prog.Printf("scale: store %d's replicas moved %.1fs after the join (%.1f MB/s; reported removed: %t); stopping it", mv.Removed, mv.TotalS, mv.MBPerS, mv.Done)
 	if err := c.StopStore(mv.Removed, 10*time.Second); err != nil {
 		return err
 	}
 	return c.Forget(mv.Removed)
+}
+
+// ownRegions describes the regions a store says it hosts (its /status).
+func (st *scaleState) ownRegions(ctx context.Context, store uint64) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+st.c.StatusAddr(store)+"/status", nil)
+	if err != nil {
+		return "(its /status: " + err.Error() + ")"
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "(its /status: " + err.Error() + ")"
+	}
+	defer resp.Body.Close()
+	var status struct {
+		Regions []struct {
+			Region struct {
+				ID    string `json:"id"`
+				Epoch struct {
+					ConfVer string `json:"conf_ver"`
+				} `json:"epoch"`
+				Peers []struct {
+					StoreID string `json:"store_id"`
+				} `json:"peers"`
+			} `json:"region"`
+			LeaderStoreID string `json:"leader_store_id"`
+		} `json:"regions"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&status); err != nil {
+		return "(its /status: " + err.Error() + ")"
+	}
+	var parts []string
+	for _, r := range status.Regions {
+		var stores []string
+		for _, p := range r.Region.Peers {
+			stores = append(stores, p.StoreID)
+		}
+		parts = append(parts, fmt.Sprintf("region %s (conf_ver %s, peers on stores %s, leader %s)", r.Region.ID, r.Region.Epoch.ConfVer, strings.Join(stores, ","), r.LeaderStoreID))
+	}
+	return fmt.Sprintf("%d regions in its /status: %s", len(parts), strings.Join(parts, "; "))
 }
 
 // storeLeft counts the regions with a replica on store, and whether the
@@ -1054,8 +1123,8 @@ func (st *scaleState) summary() string {
 	b.WriteString(RowsTable(res.Rows))
 	fmt.Fprintf(&b, "regions: %d before, %d after the load, %d at the end\n", res.RegionsBefore, res.RegionsAfterLoad, res.RegionsEnd)
 	mv := res.MoveInfo
-	fmt.Fprintf(&b, "move: store %d ready %.1fs after its join; store %d removed %.1fs after that (%.1fs in all, %.2f MB/s)\n",
-		mv.Joined, mv.JoinReadyS, mv.Removed, mv.RemoveS, mv.TotalS, mv.MBPerS)
+	fmt.Fprintf(&b, "move: store %d ready %.1fs after its join; store %d's replicas moved %.1fs after RemoveStore, reported removed: %t (%.1fs in all, %.2f MB/s)\n",
+		mv.Joined, mv.JoinReadyS, mv.Removed, mv.MovedS, mv.Done, mv.TotalS, mv.MBPerS)
 	fmt.Fprintf(&b, "restart: store %d ready %.2fs after its start\n", res.Restart.Store, res.Restart.ReadyS)
 	for _, e := range res.Errors {
 		fmt.Fprintf(&b, "ERROR: %s\n", e)
@@ -1099,9 +1168,10 @@ func (st *scaleState) report() string {
 		mv.Joined, mv.Removed, cfg.MoveThreads, cfg.MoveRate)
 	rows := [][]string{
 		{"join until ready", fmt.Sprintf("%.1f s", mv.JoinReadyS)},
-		{"remove until removed", fmt.Sprintf("%.1f s", mv.RemoveS)},
-		{"join until removed", fmt.Sprintf("%.1f s", mv.TotalS)},
-		{"done", strconv.FormatBool(mv.Done)},
+		{"remove until no region lists a replica on the store", fmt.Sprintf("%.1f s", mv.MovedS)},
+		{"remove until the stores report it removed", orDefault(mv.Done, fmt.Sprintf("%.1f s", mv.RemoveS), "**never** (see Errors)")},
+		{"join until removed (until moved if never reported removed)", fmt.Sprintf("%.1f s", mv.TotalS)},
+		{"reported removed", strconv.FormatBool(mv.Done)},
 		{"logical bytes on the new store", mb(mv.MovedLogicalBytes)},
 		{"its store.db", mb(mv.MovedFileBytes)},
 		{"MB/s (logical, join until removed)", FormatFloat(mv.MBPerS, 2)},
