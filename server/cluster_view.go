@@ -11,6 +11,9 @@ import (
 
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/server/pb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -46,17 +49,24 @@ type clusterView struct {
 	// addresses) goes to the address book, and a store that could not be
 	// reached is asked again at its plain address (zoneaddrs.go).
 	heard func(id uint64, st *pb.StatusResponse)
+	// leaders, if set, is a digest of who leads each region this store
+	// hosts, as it knows it: a listing gathered under another digest
+	// predates a leadership change (a transfer, an election) and is not
+	// reused, so counts read right after a transfer are current.
+	leaders func() string
 
-	mu     sync.Mutex
-	cached []*pb.Store
-	at     time.Time
-	flight *viewFlight
-	zones  map[uint64]string // last zone each store reported (or joined with)
+	mu        sync.Mutex
+	cached    []*pb.Store
+	at        time.Time
+	cachedSig string // leaders() when the cached listing was asked for
+	flight    *viewFlight
+	zones     map[uint64]string // last zone each store reported (or joined with)
 }
 
 type viewFlight struct {
 	done   chan struct{}
 	stores []*pb.Store
+	sig    string
 }
 
 var _ raftstore.ClusterView = (*clusterView)(nil)
@@ -84,17 +94,28 @@ func (v *clusterView) Stores(ctx context.Context) []raftstore.StoreInfo {
 }
 
 // stores returns the current listing, sorted by id, gathering a new one if
-// the cached one is older than ttl. The result is shared: do not modify it.
+// the cached one is older than ttl or this store has seen a leadership
+// change since it was gathered (peerUp and invalidate drop it too). The
+// result is shared: do not modify it.
 func (v *clusterView) stores(ctx context.Context) ([]*pb.Store, error) {
+	sig := ""
+	if v.leaders != nil {
+		sig = v.leaders()
+	}
 	v.mu.Lock()
-	if v.cached != nil && time.Since(v.at) < v.ttl {
+	if v.cached != nil && time.Since(v.at) < v.ttl && sig == v.cachedSig {
 		out := v.cached
 		v.mu.Unlock()
 		return out, nil
 	}
 	f := v.flight
+	if f != nil && f.sig != sig {
+		// Gathering began before the change: start another (the old one
+		// still answers those waiting for it).
+		f = nil
+	}
 	if f == nil {
-		f = &viewFlight{done: make(chan struct{})}
+		f = &viewFlight{done: make(chan struct{}), sig: sig}
 		v.flight = f
 		go v.refresh(f)
 	}
@@ -116,7 +137,7 @@ func (v *clusterView) refresh(f *viewFlight) {
 	v.mu.Lock()
 	if v.flight == f {
 		// Not invalidated meanwhile: this listing is current.
-		v.cached, v.at = stores, time.Now()
+		v.cached, v.at, v.cachedSig = stores, time.Now(), f.sig
 		v.flight = nil
 	}
 	v.mu.Unlock()
@@ -130,6 +151,29 @@ func (v *clusterView) invalidate() {
 	v.mu.Lock()
 	v.cached, v.flight = nil, nil
 	v.mu.Unlock()
+}
+
+// peerUp is told of every new raft stream from store id: if the cached
+// listing has it down, the listing is dropped, so a store that restarted
+// shows up as soon as it talks to this one. Its connection's reconnect
+// back-off is reset too, so that the next Status reaches it at once.
+func (v *clusterView) peerUp(id uint64) {
+	v.mu.Lock()
+	stale := false
+	for _, s := range v.cached {
+		if s.GetId() == id && !s.GetUp() {
+			stale = true
+		}
+	}
+	if stale {
+		v.cached, v.flight = nil, nil
+	}
+	v.mu.Unlock()
+	if stale {
+		if conn, err := v.trans.conn(id); err == nil {
+			conn.ResetConnectBackoff()
+		}
+	}
 }
 
 // noteZone records a store's zone before it has answered (from its Join).
@@ -249,6 +293,16 @@ func (v *clusterView) storeInfo(ctx context.Context, id uint64) (*pb.Store, *pb.
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
 	st, err := pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{})
+	if status.Code(err) == codes.Unavailable && conn.GetState() == connectivity.TransientFailure {
+		// Refused at once because the connection is waiting out its
+		// reconnect back-off (up to 2 s after the store went away): the
+		// store may be back (restarted). Ask again on a fresh attempt;
+		// a store still down refuses it as fast.
+		conn.ResetConnectBackoff()
+		if conn.WaitForStateChange(ctx, connectivity.TransientFailure) {
+			st, err = pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{})
+		}
+	}
 	if err != nil {
 		if !errors.Is(err, context.Canceled) {
 			v.logger.Debug("store status", "to_store", id, "err", err)

@@ -8,6 +8,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,7 +132,31 @@ type Server struct {
 	stopped   bool
 	lis       net.Listener
 	statusLis net.Listener
-	serving   sync.WaitGroup
+	// bound and boundStatus are the listeners New bound (or was handed),
+	// served by Start and closed by Stop if it never started.
+	bound, boundStatus net.Listener
+	serving            sync.WaitGroup
+}
+
+// bindListeners binds the gRPC and status addresses, or takes the
+// listeners cfg hands in; the status one is nil without a status address.
+func bindListeners(cfg Config) (lis, statusLis net.Listener, err error) {
+	lis = cfg.Listener
+	if lis == nil {
+		if lis, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
+			return nil, nil, fmt.Errorf("listen on %s: %w", cfg.ListenAddr, err)
+		}
+	}
+	statusLis = cfg.StatusListener
+	if statusLis == nil && cfg.StatusAddr != "" {
+		if statusLis, err = net.Listen("tcp", cfg.StatusAddr); err != nil {
+			if lis != cfg.Listener {
+				_ = lis.Close()
+			}
+			return nil, nil, fmt.Errorf("listen on status address %s: %w", cfg.StatusAddr, err)
+		}
+	}
+	return lis, statusLis, nil
 }
 
 // New opens the store and builds the services; nothing listens until Start.
@@ -152,16 +179,32 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: store %d: zone addresses: %w", cfg.Store.StoreID, err)
 	}
 
+	// Bind before anything is created on disk: a port taken by another
+	// process fails the server here, leaving no data dir behind.
+	lis, statusLis, err := bindListeners(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("server: store %d: %w", cfg.Store.StoreID, err)
+	}
+	closeBound := func() {
+		if lis != cfg.Listener {
+			_ = lis.Close()
+		}
+		if statusLis != nil && statusLis != cfg.StatusListener {
+			_ = statusLis.Close()
+		}
+	}
 	book, err := openAddressBook(cfg.Store.DataDir, cfg.Peers)
 	if err != nil {
+		closeBound()
 		return nil, fmt.Errorf("server: store %d: %w", cfg.Store.StoreID, err)
 	}
 	// This store's own zone addresses are what its configuration says, now:
 	// started without them, it stops advertising the ones it remembers.
 	if _, err := book.updateZones(map[uint64]map[string]string{cfg.Store.StoreID: cfg.ZoneAddrs}); err != nil {
+		closeBound()
 		return nil, fmt.Errorf("server: store %d: %w", cfg.Store.StoreID, err)
 	}
-	s := &Server{cfg: cfg, logger: logger, load: &loadTracker{}, book: book}
+	s := &Server{cfg: cfg, logger: logger, load: &loadTracker{}, book: book, bound: lis, boundStatus: statusLis}
 	s.zones.init()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.metrics = newMetrics(func() float64 { return float64(s.load.inflightReads()) })
@@ -175,6 +218,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		s.trans.Close()
 		s.cancel()
+		closeBound()
 		return nil, fmt.Errorf("server: open store %d: %w", cfg.Store.StoreID, err)
 	}
 	s.store = store
@@ -185,7 +229,10 @@ func New(cfg Config) (*Server, error) {
 	s.trans.SetHandler(store)
 	s.raft = newRaftService(cfg.Store.StoreID, drainingHandler{Handler: store, draining: &s.health.draining}, logger)
 	s.raft.waitStall = s.faults.waitStall
-	s.raft.onStream = s.peerConnected
+	s.raft.onStream = func(id uint64) {
+		s.peerConnected(id)
+		s.view.peerUp(id)
+	}
 	s.admin = &adminService{srv: s}
 	s.view = &clusterView{
 		selfID:        cfg.Store.StoreID,
@@ -195,6 +242,7 @@ func New(cfg Config) (*Server, error) {
 		learn:         s.learnPeers,
 		learnRemoving: s.learnRemoving,
 		heard:         s.heardFrom,
+		leaders:       s.leadersDigest,
 		base:          s.ctx,
 		ttl:           clusterViewTTL,
 		timeout:       storeStatusTimeout,
@@ -268,21 +316,7 @@ func (s *Server) listenAndServe() error {
 	if s.started || s.stopped {
 		return errors.New("server: already started or stopped")
 	}
-	lis := s.cfg.Listener
-	if lis == nil {
-		var err error
-		if lis, err = net.Listen("tcp", s.cfg.ListenAddr); err != nil {
-			return fmt.Errorf("server: listen on %s: %w", s.cfg.ListenAddr, err)
-		}
-	}
-	statusLis := s.cfg.StatusListener
-	if statusLis == nil && s.cfg.StatusAddr != "" {
-		var err error
-		if statusLis, err = net.Listen("tcp", s.cfg.StatusAddr); err != nil {
-			_ = lis.Close()
-			return fmt.Errorf("server: listen on status address %s: %w", s.cfg.StatusAddr, err)
-		}
-	}
+	lis, statusLis := s.bound, s.boundStatus
 	s.lis, s.statusLis, s.started = lis, statusLis, true
 
 	s.serving.Go(func() {
@@ -435,12 +469,13 @@ func (s *Server) Stop() {
 	} else {
 		s.raft.stop()
 		s.grpc.Stop()
-		// Listeners handed in but never served still belong to us.
-		if s.cfg.Listener != nil {
-			_ = s.cfg.Listener.Close()
+		// Listeners bound (or handed in) but never served still belong
+		// to us.
+		if s.bound != nil {
+			_ = s.bound.Close()
 		}
-		if s.cfg.StatusListener != nil {
-			_ = s.cfg.StatusListener.Close()
+		if s.boundStatus != nil {
+			_ = s.boundStatus.Close()
 		}
 	}
 	s.background.Wait()
@@ -550,6 +585,22 @@ func (s *Server) ReadCounters() ReadCounters {
 		HedgesCancelled: m.hedgeReadsCancelledN.Load(),
 		RefusedBusy:     m.readsBusyN.Load(),
 	}
+}
+
+// leadersDigest is who leads each region this store hosts, as it knows
+// it ("region:leader-store" pairs): the cluster view's listing is not
+// reused across a change of it.
+func (s *Server) leadersDigest() string {
+	regions := s.store.Regions()
+	slices.SortFunc(regions, func(a, b raftstore.RegionStatus) int { return cmp.Compare(a.Region.ID, b.Region.ID) })
+	var b strings.Builder
+	for _, rs := range regions {
+		b.WriteString(strconv.FormatUint(rs.Region.ID, 10))
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatUint(rs.LeaderStoreID, 10))
+		b.WriteByte(' ')
+	}
+	return b.String()
 }
 
 // advertiseAddr is the address other stores and clients reach this store

@@ -32,13 +32,24 @@ func newCtlCmd(a *app) *cobra.Command {
 	return ctl
 }
 
+// viewAgeHelp says how fresh the stores' up/down and counts are.
+const viewAgeHelp = `Up or down and the leader and region counts are the asked store's cluster
+view: gathered afresh when that store has seen a region's leadership change,
+a down store reconnect or its address book change since, else reused for at
+most a second (so a store killed a moment ago may still show up).`
+
 func newCtlStoresCmd(a *app) *cobra.Command {
-	var asJSON bool
+	var out outputFlag
 	cmd := &cobra.Command{
 		Use:   "stores",
 		Short: "List the stores: address, zone, up or down, leader and region counts, removal",
+		Long:  "List the stores: address, zone, up or down, leader and region counts, removal.\n\n" + viewAgeHelp,
 		Args:  exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			asJSON, err := out.json()
+			if err != nil {
+				return err
+			}
 			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
 				stores, err := cli.Stores(ctx)
 				if err != nil {
@@ -51,25 +62,29 @@ func newCtlStoresCmd(a *app) *cobra.Command {
 			})
 		}),
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	out.register(cmd)
 	return cmd
 }
 
 // regionsFlags are the flags ctl regions and ctl region share.
 type regionsFlags struct {
-	asJSON bool
-	size   bool
+	out  outputFlag
+	size bool
 }
 
 func (f *regionsFlags) register(cmd *cobra.Command) {
-	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print JSON (keys in the escaped form of docs/design.md)")
+	f.out.register(cmd)
 	cmd.Flags().BoolVar(&f.size, "size", false, "count SIZE and KEYS exactly now, by each region's leader (reads the whole region: slow on big ones), instead of the leader's last count")
 }
 
 // print writes regions as --json or as the table; the table marks the
 // replicas on stores that are down, so it needs the stores too.
 func (f *regionsFlags) print(ctx context.Context, a *app, cli *client.Client, regions []client.RegionInfo, one bool) error {
-	if f.asJSON {
+	asJSON, err := f.out.json()
+	if err != nil {
+		return err
+	}
+	if asJSON {
 		if one {
 			return writeJSON(a.stdout, regionsJSON(regions)[0])
 		}
@@ -97,10 +112,17 @@ index, and the region's size (bytes of keys and values) and key count as
 its leader last counted them (every --split-check-interval, 10s by
 default; "-" until it has); --size counts them exactly now instead. Keys are shown in the
 escaped form of docs/design.md (the key itself when it is printable UTF-8
-without a backslash, else \\ and \xHH escapes), in the table and in
---json alike.`,
+without a backslash, else \\ and \xHH escapes) in the table; -w json
+gives them as JSON strings (start_key_base64/end_key_base64 for keys that
+are not UTF-8). A leader or replica on a store that is down is marked
+(down).
+
+` + viewAgeHelp,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if _, err := f.out.json(); err != nil {
+				return err
+			}
 			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
 				regions, err := cli.Regions(ctx)
 				if err != nil {
@@ -123,6 +145,9 @@ func newCtlRegionCmd(a *app) *cobra.Command {
 		Args:  exactArgs("KEY"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			key := []byte(args[0])
+			if _, err := f.out.json(); err != nil {
+				return err
+			}
 			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
 				regions, err := cli.Regions(ctx)
 				if err != nil {
@@ -143,7 +168,10 @@ func newCtlRegionCmd(a *app) *cobra.Command {
 }
 
 func newCtlStatusCmd(a *app) *cobra.Command {
-	var replicas int
+	var (
+		replicas int
+		out      outputFlag
+	)
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Say whether every region has a leader and a full replica set on up stores (exit 1 if not)",
@@ -151,12 +179,18 @@ func newCtlStatusCmd(a *app) *cobra.Command {
 a leader on an up store and --replicas voters, all on up stores (a store
 removed with ctl remove-store no longer counts). Each
 problem is one line on stdout; a cluster that is not healthy exits 1.
-Whether a store is up is the cluster view's answer, at most about a
-second old: a store killed a moment ago may still count as up.`,
+-w json prints {"healthy", "stores", "stores_down", "regions",
+"regions_bad", "problems"} instead (exit 1 all the same when not healthy).
+
+` + viewAgeHelp,
 		Args: exactArgs(),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if replicas < 1 {
 				return usagef("--replicas must be at least 1, got %d", replicas)
+			}
+			asJSON, err := out.json()
+			if err != nil {
+				return err
 			}
 			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
 				stores, err := cli.Stores(ctx)
@@ -168,20 +202,53 @@ second old: a store killed a moment ago may still count as up.`,
 					return err
 				}
 				rep := clusterHealth(stores, regions, replicas)
+				if asJSON {
+					if err := writeJSON(a.stdout, statusJSON{
+						Healthy: len(rep.problems) == 0, Stores: rep.stores, StoresDown: rep.downStores,
+						Regions: len(regions), RegionsBad: rep.badRegions, Problems: append([]string{}, rep.problems...),
+					}); err != nil {
+						return err
+					}
+					if len(rep.problems) > 0 {
+						return silentError{exitNotFound}
+					}
+					return nil
+				}
 				for _, p := range rep.problems {
 					fmt.Fprintln(a.stdout, p)
 				}
 				if len(rep.problems) == 0 {
-					fmt.Fprintf(a.stdout, "OK: %d stores up; %d regions, each with a leader and %d voters on up stores\n", rep.stores, len(regions), replicas)
+					fmt.Fprintf(a.stdout, "OK: %s up; %s, each with a leader and %d voters on up stores\n",
+						plural(rep.stores, "store", "stores"), plural(len(regions), "region", "regions"), replicas)
 					return nil
 				}
-				return fmt.Errorf("not healthy: %d of %d stores down, %d of %d regions without a leader or a full replica set",
-					rep.downStores, rep.stores, rep.badRegions, len(regions))
+				fmt.Fprintf(a.stderr, "hedgekv: not healthy: %d of %s down, %d of %s without a leader or a full replica set\n",
+					rep.downStores, plural(rep.stores, "store", "stores"), rep.badRegions, plural(len(regions), "region", "regions"))
+				return silentError{exitNotFound}
 			})
 		}),
 	}
 	cmd.Flags().IntVar(&replicas, "replicas", 3, "voters each region should have")
+	out.register(cmd)
 	return cmd
+}
+
+// statusJSON is ctl status -w json.
+type statusJSON struct {
+	Healthy    bool     `json:"healthy"`
+	Stores     int      `json:"stores"`
+	StoresDown int      `json:"stores_down"`
+	Regions    int      `json:"regions"`
+	RegionsBad int      `json:"regions_bad"`
+	Problems   []string `json:"problems"`
+}
+
+// plural is "1 region", "3 regions".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 // healthReport is what ctl status found.
@@ -294,8 +361,8 @@ func newCtlSplitCmd(a *app) *cobra.Command {
 		Args:  exactArgs("KEY"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			key := args[0]
-			if key == "" {
-				return usagef("KEY must not be empty")
+			if err := checkKey(key); err != nil {
+				return err
 			}
 			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
 				left, right, err := cli.Split(ctx, []byte(key))
@@ -610,13 +677,19 @@ type peerJSON struct {
 	IsLearner bool `json:"is_learner,omitempty"`
 }
 
+// regionJSON: a boundary that is UTF-8 is a JSON string under start_key
+// or end_key ("" for the open end); one that is not is base64 under
+// start_key_base64 or end_key_base64 instead (jsonBytes, as get/scan -w
+// json do).
 type regionJSON struct {
-	ID            uint64     `json:"id"`
-	StartKey      string     `json:"start_key"`
-	EndKey        string     `json:"end_key"`
-	Epoch         epochJSON  `json:"epoch"`
-	Peers         []peerJSON `json:"peers"`
-	LeaderStoreID uint64     `json:"leader_store_id"`
+	ID             uint64     `json:"id"`
+	StartKey       *string    `json:"start_key,omitempty"`
+	StartKeyBase64 *string    `json:"start_key_base64,omitempty"`
+	EndKey         *string    `json:"end_key,omitempty"`
+	EndKeyBase64   *string    `json:"end_key_base64,omitempty"`
+	Epoch          epochJSON  `json:"epoch"`
+	Peers          []peerJSON `json:"peers"`
+	LeaderStoreID  uint64     `json:"leader_store_id"`
 	// ApproximateKeys and ApproximateSize (bytes of keys and values), as
 	// the leader last counted them, appear only when it has.
 	ApproximateKeys *uint64 `json:"approximate_keys,omitempty"`
@@ -645,21 +718,21 @@ func writeStoresJSON(w io.Writer, stores []client.StoreInfo) error {
 	return writeJSON(w, out)
 }
 
-// regionsJSON is the contract's shape; keys are region.FormatKey's escaped
-// form, so that a key that is not UTF-8 survives JSON (encoding/json would
-// turn its bytes into U+FFFD, making different keys print the same).
+// regionsJSON is the contract's shape; a key that is not UTF-8 goes in
+// base64 (encoding/json would turn its bytes into U+FFFD, making different
+// keys print the same).
 func regionsJSON(regions []client.RegionInfo) []regionJSON {
 	out := make([]regionJSON, 0, len(regions))
 	for _, info := range regions {
 		r := info.Region
 		rj := regionJSON{
 			ID:            r.ID,
-			StartKey:      region.FormatKey(r.StartKey),
-			EndKey:        region.FormatKey(r.EndKey),
 			Epoch:         epochJSON{ConfVer: r.Epoch.ConfVer, Version: r.Epoch.Version},
 			Peers:         make([]peerJSON, 0, len(r.Peers)),
 			LeaderStoreID: info.LeaderStoreID,
 		}
+		rj.StartKey, rj.StartKeyBase64 = jsonBytes(r.StartKey)
+		rj.EndKey, rj.EndKeyBase64 = jsonBytes(r.EndKey)
 		for _, p := range r.Peers {
 			rj.Peers = append(rj.Peers, peerJSON{ID: p.ID, StoreID: p.StoreID, IsLearner: p.IsLearner})
 		}
@@ -783,6 +856,11 @@ func writeRegionsTable(w io.Writer, regions []client.RegionInfo, stores []client
 		leader := "-"
 		if id := info.LeaderStoreID; id != 0 {
 			leader = "store " + strconv.FormatUint(id, 10)
+			if down[id] {
+				// The last leader anyone reported, on a store that is down
+				// (an idle region elects no other until it is used).
+				leader += "(down)"
+			}
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\t%d\t%d", r.ID, keyBound(r.StartKey, "-inf"), keyBound(r.EndKey, "+inf"),
 			r.Epoch.ConfVer, r.Epoch.Version, leader, orDash(strings.Join(peers, ",")), info.Term, info.AppliedIndex)

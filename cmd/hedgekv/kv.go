@@ -4,17 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
 	"github.com/hedgekv/hedgekv/client"
-	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/server"
 )
 
@@ -84,6 +84,9 @@ the ~128 KiB a single argument may hold. Values are limited to 8 MiB.`,
 			return nil
 		},
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if err := checkKey(args[0]); err != nil {
+				return err
+			}
 			value, err := a.putValue(args, valueFile)
 			if err != nil {
 				return err
@@ -102,7 +105,7 @@ the ~128 KiB a single argument may hold. Values are limited to 8 MiB.`,
 }
 
 // putValue is put's value: the argument, standard input ("-") or
-// --value-file. Reading stops one byte past the store's limit, so that an
+// --value-file; a value that cannot be read is bad input (exit 2). Reading stops one byte past the store's limit, so that an
 // oversized value is refused here, saying so, without reading all of it.
 func (a *app) putValue(args []string, valueFile string) ([]byte, error) {
 	var (
@@ -113,7 +116,7 @@ func (a *app) putValue(args []string, valueFile string) ([]byte, error) {
 	case valueFile != "":
 		f, err := os.Open(valueFile)
 		if err != nil {
-			return nil, fmt.Errorf("--value-file: %w", err)
+			return nil, usageError{fmt.Errorf("--value-file: %w", err)}
 		}
 		defer f.Close()
 		r, from = f, valueFile
@@ -124,10 +127,10 @@ func (a *app) putValue(args []string, valueFile string) ([]byte, error) {
 	}
 	v, err := io.ReadAll(io.LimitReader(r, server.MaxValueSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("read the value from %s: %w", from, err)
+		return nil, usageError{fmt.Errorf("read the value from %s: %w", from, err)}
 	}
 	if len(v) > server.MaxValueSize {
-		return nil, fmt.Errorf("the value from %s is over the %d MiB limit", from, server.MaxValueSize>>20)
+		return nil, usagef("the value from %s is over the %d MiB limit", from, server.MaxValueSize>>20)
 	}
 	return v, nil
 }
@@ -145,6 +148,9 @@ atomically: a failure part way leaves the rest), and the count is printed.`,
 			key := []byte(args[0])
 			if prefix && len(key) == 0 {
 				return usagef("delete --prefix needs a non-empty prefix (an empty one would delete every key)")
+			}
+			if err := checkKey(args[0]); err != nil {
+				return err
 			}
 			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
 				if !prefix {
@@ -211,39 +217,67 @@ func prefixEnd(prefix []byte) []byte {
 	return nil
 }
 
-// outputFlag is -w/--write-out of get and scan.
-type outputFlag struct{ format string }
+// outputFlag is -w/--write-out (table or json) with --json as an alias of
+// -w json, shared by every command that prints data. "table" is the
+// command's plain form: a table for ctl, the value for get, KEY<TAB>VALUE
+// lines for scan ("text" is accepted for it too).
+type outputFlag struct {
+	format string
+	asJSON bool
+}
 
 func (o *outputFlag) register(cmd *cobra.Command) {
-	cmd.Flags().StringVarP(&o.format, "write-out", "w", "text", "output format: text, or json (keys and values in the escaped form of docs/design.md, lossless whatever bytes they hold)")
+	cmd.Flags().StringVarP(&o.format, "write-out", "w", "table", "output format: table or json (JSON: pretty-printed; keys and values as JSON strings, or as key_base64/value_base64 when they are not UTF-8)")
+	cmd.Flags().BoolVar(&o.asJSON, "json", false, "the same as -w json")
 }
 
 func (o *outputFlag) json() (bool, error) {
 	switch o.format {
-	case "text":
-		return false, nil
+	case "table", "text":
+		return o.asJSON, nil
 	case "json":
 		return true, nil
 	}
-	return false, usagef("--write-out must be text or json, got %q", o.format)
+	return false, usagef("--write-out must be table or json, got %q", o.format)
 }
 
-// kvJSON is a pair in get/scan -w json. Key and value are in
-// region.FormatKey's escaped form: the bytes themselves when they are
-// printable UTF-8 without a backslash, else \\ and \xHH escapes. Value is
-// left out by scan --keys-only.
+// jsonBytes puts bytes into a JSON object the one way every -w json does:
+// as a JSON string under name when they are UTF-8 (JSON's own escapes
+// carry a newline or a tab), else base64 under name_base64 (no string
+// could carry them losslessly). Exactly one of the two is set.
+func jsonBytes(b []byte) (text *string, b64 *string) {
+	if utf8.Valid(b) {
+		s := string(b)
+		return &s, nil
+	}
+	s := base64.StdEncoding.EncodeToString(b)
+	return nil, &s
+}
+
+// kvJSON is a pair in get/scan -w json. The value is left out by scan
+// --keys-only.
 type kvJSON struct {
-	Key   string  `json:"key"`
-	Value *string `json:"value,omitempty"`
+	Key         *string `json:"key,omitempty"`
+	KeyBase64   *string `json:"key_base64,omitempty"`
+	Value       *string `json:"value,omitempty"`
+	ValueBase64 *string `json:"value_base64,omitempty"`
 }
 
 func newKVJSON(key, value []byte, keysOnly bool) kvJSON {
-	out := kvJSON{Key: region.FormatKey(key)}
+	var out kvJSON
+	out.Key, out.KeyBase64 = jsonBytes(key)
 	if !keysOnly {
-		v := region.FormatKey(value)
-		out.Value = &v
+		out.Value, out.ValueBase64 = jsonBytes(value)
 	}
 	return out
+}
+
+// checkKey refuses an empty key: bad input, exit 2, for every command.
+func checkKey(key string) error {
+	if key == "" {
+		return usagef("KEY must not be empty")
+	}
+	return nil
 }
 
 func newGetCmd(a *app) *cobra.Command {
@@ -256,10 +290,13 @@ func newGetCmd(a *app) *cobra.Command {
 		Use:   "get KEY",
 		Short: "Print the value of KEY",
 		Long: "Print the value of KEY and a newline. A missing key prints \"key not found\" on stderr and exits 1.\n" +
-			"-v tells on stderr which store served the read, how (lease, read-index, stale) and whether a hedge won.\n" +
-			"-w json prints {\"key\": K, \"value\": V} instead, in the escaped form of docs/design.md (lossless for any bytes).",
+			"-v tells on stderr which store served the read, how (lease, read-index, stale), how long it took and whether a hedge won.\n" +
+			"-w json prints {\"key\": K, \"value\": V} instead (as scan -w json does: JSON strings, or key_base64/value_base64 for bytes that are not UTF-8).",
 		Args: exactArgs("KEY"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if err := checkKey(args[0]); err != nil {
+				return err
+			}
 			policy, err := rf.policy()
 			if err != nil {
 				return err
@@ -269,20 +306,22 @@ func newGetCmd(a *app) *cobra.Command {
 				return err
 			}
 			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				start := time.Now()
 				v, info, err := cli.Session(policy).GetWithInfo(ctx, []byte(args[0]))
+				took := time.Since(start)
 				if err != nil && !errors.Is(err, client.ErrNotFound) {
 					return err
 				}
 				if verbose {
-					fmt.Fprintln(a.stderr, servedBy(info))
+					fmt.Fprintln(a.stderr, servedBy(info, took))
 					fmt.Fprintln(a.stderr, hedgeLine(info))
 				}
 				if errors.Is(err, client.ErrNotFound) {
 					fmt.Fprintln(a.stderr, client.ErrNotFound.Error())
-					return silentError{exitFailure}
+					return silentError{exitNotFound}
 				}
 				if asJSON {
-					return writeJSONLine(a.stdout, newKVJSON([]byte(args[0]), v, false))
+					return writeJSON(a.stdout, newKVJSON([]byte(args[0]), v, false))
 				}
 				_, err = fmt.Fprintf(a.stdout, "%s\n", v)
 				return err
@@ -295,17 +334,10 @@ func newGetCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-// writeJSONLine writes v as one line of JSON.
-func writeJSONLine(w io.Writer, v any) error {
-	if err := json.NewEncoder(w).Encode(v); err != nil {
-		return fmt.Errorf("write json: %w", err)
-	}
-	return nil
-}
-
-// servedBy is get -v's line about the read.
-func servedBy(info client.ReadInfo) string {
-	s := fmt.Sprintf("served by store %d via %s", info.StoreID, info.Mode)
+// servedBy is get -v's line about the read: who served it, how, and how
+// long the read took (from the client's first attempt to the answer).
+func servedBy(info client.ReadInfo, took time.Duration) string {
+	s := fmt.Sprintf("served by store %d via %s in %s", info.StoreID, info.Mode, roundLatency(took))
 	if info.Mode == "stale" && info.StalenessBound > 0 {
 		s += fmt.Sprintf(" (at most %v stale)", info.StalenessBound)
 	}
@@ -313,6 +345,20 @@ func servedBy(info client.ReadInfo) string {
 		s += fmt.Sprintf(" after %d attempts", info.Attempts)
 	}
 	return s
+}
+
+// roundLatency shows a latency to three significant digits or so: 843µs,
+// 1.27ms, 28.3ms.
+func roundLatency(d time.Duration) string {
+	switch {
+	case d >= 100*time.Millisecond:
+		return d.Round(time.Millisecond).String()
+	case d >= 10*time.Millisecond:
+		return d.Round(100 * time.Microsecond).String()
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond).String()
+	}
+	return d.Round(time.Microsecond).String()
 }
 
 // hedgeLine is get -v's line about hedging: whether a hedge answered (the
@@ -338,9 +384,10 @@ func newScanCmd(a *app) *cobra.Command {
 		Long: `Print KEY<TAB>VALUE lines for START <= KEY < END in key order. Without END the
 scan runs to the end of the key space; with --prefix, it covers the keys
 starting with PREFIX. --keys-only prints the keys alone. -w json prints a
-JSON array of {"key": K, "value": V} instead, keys and values in the
-escaped form of docs/design.md, so that a tab, a newline or bytes that are
-not UTF-8 in them stay unambiguous.`,
+JSON array of {"key": K, "value": V} instead, pretty-printed like every -w
+json: keys and values are JSON strings (a tab or a newline in them is
+JSON's \t or \n), or, for bytes that are not UTF-8, base64 under
+key_base64 or value_base64, so that any bytes stay unambiguous.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if prefix && len(args) != 1 {
 				return usagef("scan --prefix takes PREFIX only, got %d argument(s)", len(args))

@@ -11,9 +11,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,14 +28,26 @@ import (
 	"github.com/hedgekv/hedgekv/client"
 )
 
-// Exit codes.
+// Exit codes, one scheme for every command (hedgekv help lists it).
 const (
-	exitOK      = 0
-	exitFailure = 1 // the command ran and failed (including "key not found")
-	exitUsage   = 2 // the command line is wrong
+	exitOK          = 0
+	exitNotFound    = 1 // the answer is no: get of a missing key, ctl status of a cluster that is not healthy
+	exitUsage       = 2 // the command line or its input is wrong
+	exitUnreachable = 3 // no store could be reached at the endpoints
+	exitFailure     = 4 // the stores were reached and the request failed (refused, timed out)
 )
 
+// exitCodesHelp is the scheme as the help shows it.
+const exitCodesHelp = `Exit status: 0 success; 1 the answer is no (get: key not found; ctl status:
+not healthy); 2 usage or bad input (a wrong flag or argument, an empty key);
+3 no store could be reached at the endpoints; 4 the request failed (the
+stores answered with an error, or --timeout ran out).`
+
 const defaultEndpoints = "127.0.0.1:20161,127.0.0.1:20162,127.0.0.1:20163"
+
+// endpointsEnv names the variable that sets the endpoints when
+// --endpoints is not given (as ETCDCTL_ENDPOINTS does for etcdctl).
+const endpointsEnv = "HEDGEKV_ENDPOINTS"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -55,6 +69,8 @@ type app struct {
 	// tlsCert, tlsKey and tlsCA are --tls-cert, --tls-key and --tls-ca:
 	// the client's identity, or the server's (server command).
 	tlsCert, tlsKey, tlsCA string
+	// getenv reads the environment (HEDGEKV_ENDPOINTS); tests replace it.
+	getenv func(string) string
 	// clientLog holds what the client library logged (warnings: a store
 	// that did not answer, a list that could not be loaded). A command
 	// that succeeded got around whatever it was, so it stays quiet; a
@@ -144,10 +160,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // runWithStdin is run with a standard input for the commands that read
 // one (put KEY -).
 func runWithStdin(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv}
+	return a.run(ctx, args)
+}
+
+// run executes the command line with a's streams and environment and
+// returns the exit code.
+func (a *app) run(ctx context.Context, args []string) int {
+	stderr := a.stderr
 	root := newRootCmd(a)
 	root.SetArgs(args)
-	root.SetOut(stdout)
+	root.SetOut(a.stdout)
 	root.SetErr(stderr)
 	cmd, err := root.ExecuteContextC(ctx)
 	if a.stopProfile != nil {
@@ -172,6 +195,13 @@ func runWithStdin(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		fmt.Fprintf(stderr, "hedgekv: %s\n", msg)
 		return exitUsage
 	default:
+		var ur unreachableError
+		if errors.As(re.err, &ur) {
+			// The short form: the client log would only repeat the dial
+			// errors.
+			fmt.Fprintf(stderr, "hedgekv: %s\n", ur.Error())
+			return exitUnreachable
+		}
 		msg := describe(re.err)
 		if l := a.clientLog.oneLine(); l != "" {
 			msg += " (client log: " + l + ")"
@@ -185,6 +215,9 @@ func newRootCmd(a *app) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "hedgekv",
 		Short: "A Multi-Raft key-value store with follower read and hedged requests",
+		Long: "A Multi-Raft key-value store with follower read and hedged requests.\n\n" +
+			"Commands reach the stores at --endpoints, else at $" + endpointsEnv + ", else at " + defaultEndpoints + ".\n\n" + exitCodesHelp,
+		Version: versionString(),
 		// Errors and usage are reported by run, once, on one line.
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -196,7 +229,7 @@ func newRootCmd(a *app) *cobra.Command {
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.endpoints, "endpoints", defaultEndpoints, "comma-separated gRPC addresses of stores")
+	pf.StringVar(&a.endpoints, "endpoints", "", "comma-separated gRPC addresses of stores (default $"+endpointsEnv+", else "+defaultEndpoints+")")
 	pf.StringVar(&a.zone, "zone", "", "the zone this client sits in: --read closest prefers it, and stores that advertise an address for it (server --advertise-zone-addrs) are reached there")
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "deadline of the whole command")
 	pf.StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of this command to `FILE` (for go tool pprof)")
@@ -211,7 +244,9 @@ func newRootCmd(a *app) *cobra.Command {
 		newBenchCmd(),
 		newNetsimCmd(a),
 		newCertsCmd(a),
+		newVersionCmd(a),
 	)
+	root.SetVersionTemplate("{{.Version}}\n")
 	return root
 }
 
@@ -221,14 +256,9 @@ func (a *app) connect(ctx context.Context) (*client.Client, context.Context, fun
 	if a.timeout <= 0 {
 		return nil, nil, nil, usagef("--timeout must be positive, got %v", a.timeout)
 	}
-	var eps []string
-	for _, e := range strings.Split(a.endpoints, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			eps = append(eps, e)
-		}
-	}
-	if len(eps) == 0 {
-		return nil, nil, nil, usagef("--endpoints is empty")
+	eps, err := a.endpointList()
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	tlsCfg, err := a.clientTLS()
 	if err != nil {
@@ -241,14 +271,139 @@ func (a *app) connect(ctx context.Context) (*client.Client, context.Context, fun
 		if tlsCfg == nil && status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "error reading server preface") {
 			// A TLS store drops a plaintext client's connection without a
 			// word, which looks like any broken store; say what it may be.
-			err = fmt.Errorf("%w (stores that run with TLS need --tls-cert, --tls-key and --tls-ca)", err)
+			return nil, nil, nil, fmt.Errorf("%w (stores that run with TLS need --tls-cert, --tls-key and --tls-ca)", err)
+		}
+		if cause, ok := unreachable(err); ok {
+			return nil, nil, nil, unreachableError{endpoints: eps, cause: cause}
 		}
 		return nil, nil, nil, err
 	}
-	return cli, ctx, func() {
+	done := func() {
 		_ = cli.Close()
 		cancel()
-	}, nil
+	}
+	if err := a.checkZone(ctx, cli); err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return cli, ctx, done, nil
+}
+
+// endpointList is --endpoints, else $HEDGEKV_ENDPOINTS, else the local
+// cluster's default, split at commas.
+func (a *app) endpointList() ([]string, error) {
+	raw, from := a.endpoints, "--endpoints"
+	if raw == "" && a.getenv != nil {
+		raw, from = a.getenv(endpointsEnv), endpointsEnv
+	}
+	if raw == "" {
+		raw, from = defaultEndpoints, "the default endpoints"
+	}
+	var eps []string
+	for _, e := range strings.Split(raw, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, usagef("%s names no address", from)
+	}
+	return eps, nil
+}
+
+// checkZone refuses a --zone that no store is in and none advertises an
+// address for: a typo would otherwise prefer nothing, silently. When the
+// store list cannot be had the zone is not checked.
+func (a *app) checkZone(ctx context.Context, cli *client.Client) error {
+	if a.zone == "" {
+		return nil
+	}
+	stores, err := cli.Stores(ctx)
+	if err != nil || len(stores) == 0 {
+		return nil
+	}
+	known := map[string]bool{}
+	for _, s := range stores {
+		if s.Zone != "" {
+			known[s.Zone] = true
+		}
+		for z := range s.ZoneAddresses {
+			known[z] = true
+		}
+	}
+	if len(known) == 0 || known[a.zone] {
+		return nil
+	}
+	return usagef("--zone %s: no store is in that zone (zones: %s)", a.zone, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
+}
+
+// unreachableError is a client that could reach no store at all: said
+// short, with the hint, instead of every dial error.
+type unreachableError struct {
+	endpoints []string
+	cause     string
+}
+
+func (e unreachableError) Error() string {
+	msg := "no store reachable at " + strings.Join(e.endpoints, ",")
+	if e.cause != "" {
+		msg += " (" + e.cause + ")"
+	}
+	return msg + ": is the cluster running? (--endpoints or $" + endpointsEnv + " name another)"
+}
+
+// unreachable reports whether every error in err's tree that names a
+// store is a failure to reach it (Unavailable, or no answer before the
+// deadline), with a short cause taken from the first.
+func unreachable(err error) (string, bool) {
+	var leaves []error
+	var walk func(e error)
+	walk = func(e error) {
+		switch u := e.(type) {
+		case interface{ Unwrap() []error }:
+			for _, c := range u.Unwrap() {
+				walk(c)
+			}
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		default:
+			leaves = append(leaves, e)
+		}
+	}
+	walk(err)
+	if len(leaves) == 0 {
+		return "", false
+	}
+	for _, e := range leaves {
+		switch status.Code(e) {
+		case codes.Unavailable, codes.DeadlineExceeded:
+		default:
+			if !errors.Is(e, context.DeadlineExceeded) {
+				return "", false
+			}
+		}
+	}
+	return shortCause(leaves[0]), true
+}
+
+// shortCause is the end of a dial error: "connection refused", "no such
+// host", "i/o timeout"; "no answer in time" for a deadline.
+func shortCause(err error) string {
+	if status.Code(err) == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
+		return "no answer in time"
+	}
+	msg := err.Error()
+	if st, ok := status.FromError(err); ok {
+		msg = st.Message()
+	}
+	msg = strings.TrimRight(strings.TrimSpace(msg), `"`)
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+2:]
+	}
+	if len(msg) > 60 {
+		msg = msg[:60] + "..."
+	}
+	return msg
 }
 
 // withClient is the shape of every command that talks to the cluster:

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -114,17 +113,17 @@ func TestKVCommands(t *testing.T) {
 		{args: []string{"put", "a", "hello world"}, wantStdout: "OK\n"},
 		{args: []string{"put", "c", "3"}, wantStdout: "OK\n"},
 		{args: []string{"get", "a"}, wantStdout: "hello world\n"},
-		{args: []string{"get", "a", "-v"}, wantStdout: "hello world\n", wantStderr: []string{"served by store 1 via lease\n", "hedge: no\n"}},
-		{args: []string{"get", "a", "-v", "--read", "closest", "--zone", "dc-c"}, wantStdout: "hello world\n", wantStderr: []string{"served by store 3 via read-index\n"}},
-		{args: []string{"get", "a", "-v", "--read", "follower", "--max-staleness", "5s"}, wantStdout: "hello world\n", wantStderr: []string{"via stale (at most 5s stale)"}},
-		{args: []string{"get", "missing"}, wantCode: exitFailure, wantStderr: []string{"key not found\n"}},
+		{args: []string{"get", "a", "-v"}, wantStdout: "hello world\n", wantStderr: []string{"served by store 1 via lease in ", "s\nhedge: no\n"}},
+		{args: []string{"get", "a", "-v", "--read", "closest", "--zone", "dc-c"}, wantStdout: "hello world\n", wantStderr: []string{"served by store 3 via read-index in "}},
+		{args: []string{"get", "a", "-v", "--read", "follower", "--max-staleness", "5s"}, wantStdout: "hello world\n", wantStderr: []string{"via stale in ", "s (at most 5s stale)"}},
+		{args: []string{"get", "missing"}, wantCode: exitNotFound, wantStderr: []string{"key not found\n"}},
 		{args: []string{"scan", "a"}, wantStdout: "a\thello world\nb\t2\nc\t3\n"},
 		{args: []string{"scan", "a", "c"}, wantStdout: "a\thello world\nb\t2\n"},
 		{args: []string{"scan", "", "--limit", "1", "--read", "mixed"}, wantStdout: "a\thello world\n"},
 		{args: []string{"delete", "a"}, wantStdout: "OK\n"},
-		{args: []string{"get", "a"}, wantCode: exitFailure, wantStderr: []string{"key not found\n"}},
+		{args: []string{"get", "a"}, wantCode: exitNotFound, wantStderr: []string{"key not found\n"}},
 		{args: []string{"ctl", "transfer-leader", "1", "2"}, wantStdout: "OK\n"},
-		{args: []string{"get", "b", "-v"}, wantStdout: "2\n", wantStderr: []string{"served by store 2 via lease\n"}},
+		{args: []string{"get", "b", "-v"}, wantStdout: "2\n", wantStderr: []string{"served by store 2 via lease in "}},
 	}
 	for _, s := range steps {
 		code, stdout, stderr := runCLI(t, append(s.args, ep)...)
@@ -354,23 +353,24 @@ func TestRegionsJSONShape(t *testing.T) {
 
 func TestUnreachableCluster(t *testing.T) {
 	// A port nothing listens on.
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
-	start := time.Now()
-	code, stdout, stderr := runCLI(t, "get", "k", "--endpoints", addr, "--timeout", "2s")
-	if code != exitFailure || stdout != "" {
-		t.Errorf("exit %d stdout %q, want exit %d and nothing", code, stdout, exitFailure)
-	}
-	oneLine(t, stderr)
-	if !strings.Contains(stderr, "Unavailable") {
-		t.Errorf("stderr %q does not name the gRPC code", stderr)
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("took %v", d)
+	addr, addr2 := closedAddr(t), closedAddr(t)
+	for _, args := range [][]string{
+		{"get", "k"}, {"put", "k", "v"}, {"delete", "k"}, {"scan", "a"},
+		{"ctl", "stores"}, {"ctl", "regions", "-w", "json"}, {"ctl", "status"}, {"ctl", "transfer-leader", "1", "9"},
+	} {
+		start := time.Now()
+		code, stdout, stderr := runCLI(t, append(args, "--endpoints", addr+","+addr2)...)
+		if code != exitUnreachable || stdout != "" {
+			t.Errorf("%v: exit %d stdout %q, want exit %d and nothing", args, code, stdout, exitUnreachable)
+		}
+		oneLine(t, stderr)
+		want := "hedgekv: no store reachable at " + addr + "," + addr2 + " (connection refused): is the cluster running?"
+		if !strings.HasPrefix(stderr, want) || len(stderr) > 200 {
+			t.Errorf("%v: stderr %q (%d bytes), want it short, starting %q", args, stderr, len(stderr), want)
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("%v: took %v, want a few seconds at most", args, d)
+		}
 	}
 }
 
@@ -501,8 +501,8 @@ func TestPutValueSources(t *testing.T) {
 	}{
 		{[]string{"put", "k", "v", "--value-file", path}, "", exitUsage, "put with --value-file takes KEY only"},
 		{[]string{"put", "k"}, "", exitUsage, "VALUE - for standard input"},
-		{[]string{"put", "k", "--value-file", filepath.Join(t.TempDir(), "missing")}, "", exitFailure, "--value-file: open"},
-		{[]string{"put", "k", "-"}, strings.Repeat("x", 8<<20+1), exitFailure, "the value from standard input is over the 8 MiB limit"},
+		{[]string{"put", "k", "--value-file", filepath.Join(t.TempDir(), "missing")}, "", exitUsage, "--value-file: open"},
+		{[]string{"put", "k", "-"}, strings.Repeat("x", 8<<20+1), exitUsage, "the value from standard input is over the 8 MiB limit"},
 	} {
 		code, stdout, stderr := runCLIStdin(t, tt.stdin, append(tt.args, ep)...)
 		if code != tt.wantCode || stdout != "" || !strings.Contains(stderr, tt.want) {
@@ -523,12 +523,22 @@ func TestJSONOutputAndPrefix(t *testing.T) {
 	cl.Put("user0", "after the prefix")
 	cl.Put("usea", "before the prefix")
 
+	// One JSON form for get and scan (pretty-printed, as ctl's), bytes
+	// escaped one way: JSON's own escapes for UTF-8, base64 for the rest.
 	code, stdout, stderr := runCLI(t, "get", "user/\xff", "-w", "json", ep)
-	if code != 0 || stdout != `{"key":"user/\\xff","value":"\\xfe\\\\"}`+"\n" {
+	if code != 0 || stdout != "{\n  \"key_base64\": \"dXNlci//\",\n  \"value_base64\": \"/lw=\"\n}\n" {
 		t.Errorf("get -w json: exit %d, stdout %s, stderr %q", code, stdout, stderr)
 	}
+	code, stdout, stderr = runCLI(t, "get", "user/al\tan", "-w", "json", ep)
+	if code != 0 || stdout != "{\n  \"key\": \"user/al\\tan\",\n  \"value\": \"line1\\nline2\"\n}\n" {
+		t.Errorf("get -w json of text with a tab and a newline: exit %d, stdout %s, stderr %q", code, stdout, stderr)
+	}
+	code, stdout2, _ := runCLI(t, "scan", "user/al\tan", "user/al\tao", "-w", "json", ep)
+	if code != 0 || stdout2 != "[\n  "+strings.ReplaceAll(strings.TrimSuffix(stdout, "\n"), "\n", "\n  ")+"\n]\n" {
+		t.Errorf("scan -w json of the same pair %q, want get's form in an array, get's:\n%s", stdout2, stdout)
+	}
 	code, _, stderr = runCLI(t, "get", "nope", "-w", "json", ep)
-	if code != exitFailure || stderr != "key not found\n" {
+	if code != exitNotFound || stderr != "key not found\n" {
 		t.Errorf("get -w json of a missing key: exit %d, stderr %q", code, stderr)
 	}
 
@@ -536,18 +546,28 @@ func TestJSONOutputAndPrefix(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("scan --prefix -w json: exit %d, stderr %q", code, stderr)
 	}
-	var pairs []struct{ Key, Value string }
+	var pairs []struct {
+		Key         *string `json:"key"`
+		KeyBase64   []byte  `json:"key_base64"`
+		Value       *string `json:"value"`
+		ValueBase64 []byte  `json:"value_base64"`
+	}
 	if err := json.Unmarshal([]byte(stdout), &pairs); err != nil {
 		t.Fatalf("scan -w json is not JSON: %v\n%s", err, stdout)
 	}
 	got := map[string]string{}
 	for _, p := range pairs {
-		k, err1 := region.ParseKey(p.Key)
-		v, err2 := region.ParseKey(p.Value)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("undecodable pair %+v: %v %v", p, err1, err2)
+		if (p.Key == nil) == (p.KeyBase64 == nil) || (p.Value == nil) == (p.ValueBase64 == nil) {
+			t.Fatalf("pair %+v: want exactly one of key/key_base64 and of value/value_base64", p)
 		}
-		got[string(k)] = string(v)
+		k, v := string(p.KeyBase64), string(p.ValueBase64)
+		if p.Key != nil {
+			k = *p.Key
+		}
+		if p.Value != nil {
+			v = *p.Value
+		}
+		got[k] = v
 	}
 	want := map[string]string{"user/ada": "Ada", "user/al\tan": "line1\nline2", "user/\xff": "\xfe\\"}
 	if !maps.Equal(got, want) {
@@ -577,7 +597,7 @@ func TestJSONOutputAndPrefix(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"get", "k", "-w", "yaml"}, "--write-out must be text or json"},
+		{[]string{"get", "k", "-w", "yaml"}, "--write-out must be table or json"},
 		{[]string{"scan", "a", "b", "--prefix"}, "scan --prefix takes PREFIX only"},
 		{[]string{"delete", "", "--prefix"}, "non-empty prefix"},
 	} {
@@ -617,7 +637,7 @@ func TestCtlRegionAndStatus(t *testing.T) {
 
 	code, stdout, _ = runCLI(t, "ctl", "region", "q", "--json", ep)
 	var one map[string]any
-	if err := json.Unmarshal([]byte(stdout), &one); code != 0 || err != nil || one["id"] != 10.0 || one["start_key"] != "m" || one["end_key"] != `\xfe` {
+	if err := json.Unmarshal([]byte(stdout), &one); code != 0 || err != nil || one["id"] != 10.0 || one["start_key"] != "m" || one["end_key_base64"] != "/g==" || one["end_key"] != nil {
 		t.Errorf("ctl region q --json: exit %d, %v\n%s", code, err, stdout)
 	}
 	code, stdout, _ = runCLI(t, "ctl", "region", "\xfe\x01", ep)
@@ -627,13 +647,13 @@ func TestCtlRegionAndStatus(t *testing.T) {
 
 	code, stdout, _ = runCLI(t, "ctl", "regions", "--json", ep)
 	var regions []struct {
-		StartKey string `json:"start_key"`
+		StartKeyBase64 []byte `json:"start_key_base64"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &regions); code != 0 || err != nil || len(regions) != 4 {
 		t.Fatalf("ctl regions --json: exit %d, %v\n%s", code, err, stdout)
 	}
-	if regions[2].StartKey != `\xfe` || regions[3].StartKey != `\xff` {
-		t.Errorf("binary start keys %q and %q, want \\xfe and \\xff", regions[2].StartKey, regions[3].StartKey)
+	if string(regions[2].StartKeyBase64) != "\xfe" || string(regions[3].StartKeyBase64) != "\xff" {
+		t.Errorf("binary start keys %q and %q, want \\xfe and \\xff", regions[2].StartKeyBase64, regions[3].StartKeyBase64)
 	}
 
 	cl.Store(3).Stop()
@@ -648,8 +668,8 @@ func TestCtlRegionAndStatus(t *testing.T) {
 	}
 
 	code, stdout, stderr = runCLI(t, "ctl", "status", "--endpoints", strings.Join(cl.Endpoints()[:2], ","))
-	if code != exitFailure {
-		t.Errorf("ctl status with a store down: exit %d, want %d", code, exitFailure)
+	if code != exitNotFound {
+		t.Errorf("ctl status with a store down: exit %d, want %d", code, exitNotFound)
 	}
 	oneLine(t, stderr)
 	for _, w := range []string{"store 3 (", "): down\n", "region 10 [m, \\xfe): no leader; voter 1003 on store 3, which is down\n", "region 1 [-inf, m): voter 3 on store 3, which is down\n"} {
@@ -718,7 +738,7 @@ func TestCtlRemoveStore(t *testing.T) {
 	// Stopped for good: ctl status counts three stores and is healthy.
 	cl.Store(4).Stop()
 	code, stdout, stderr = runCLI(t, "ctl", "status", "--endpoints", strings.Join(cl.Endpoints()[:3], ","))
-	if code != 0 || !strings.HasPrefix(stdout, "OK: 3 stores up; 1 regions") {
+	if code != 0 || !strings.HasPrefix(stdout, "OK: 3 stores up; 1 region, each") {
 		t.Errorf("ctl status with store 4 removed and stopped: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hedgekv/hedgekv/client/clienttest"
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/server"
+)
+
+// The tests of issue 21: what a newcomer meets in the first hour.
+
+// closedAddr is a 127.0.0.1 address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	if err := lis.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// TestEndpointsFromEnv: HEDGEKV_ENDPOINTS points every command at a
+// cluster when --endpoints is not given; --endpoints wins over it.
+func TestEndpointsFromEnv(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	eps := strings.Join(cl.Endpoints(), ",")
+	dead := closedAddr(t)
+
+	t.Setenv(endpointsEnv, eps)
+	runSteps(t, false, []cliStep{
+		{args: []string{"put", "k", "v"}, wantStdout: "OK\n"},
+		{args: []string{"get", "k"}, wantStdout: "v\n"},
+		{args: []string{"get", "k", "--endpoints", dead}, wantCode: exitUnreachable, wantStderr: "no store reachable at " + dead + " "},
+	})
+	t.Setenv(endpointsEnv, dead)
+	runSteps(t, false, []cliStep{
+		{args: []string{"get", "k"}, wantCode: exitUnreachable, wantStderr: "no store reachable at " + dead + " "},
+		{args: []string{"get", "k", "--endpoints", eps}, wantStdout: "v\n"},
+	})
+	t.Setenv(endpointsEnv, " , ")
+	runSteps(t, false, []cliStep{
+		{args: []string{"get", "k"}, wantCode: exitUsage, wantStderr: endpointsEnv + " names no address"},
+	})
+	code, stdout, _ := runCLI(t, "--help")
+	if code != exitOK || !strings.Contains(stdout, endpointsEnv) || !strings.Contains(stdout, "Exit status: 0 success; 1") {
+		t.Errorf("help (exit %d) does not mention %s and the exit codes:\n%s", code, endpointsEnv, stdout)
+	}
+}
+
+// TestVersion: hedgekv version (table and JSON) and --version.
+func TestVersion(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "version")
+	if code != exitOK || stderr != "" {
+		t.Fatalf("version: exit %d, stderr %q", code, stderr)
+	}
+	for _, re := range []string{`(?m)^hedgekv +\S+`, `(?m)^commit +\S+`, `(?m)^go +go1\.\d+`, `(?m)^etcd raft +go\.etcd\.io/raft/v3 v3\.`, `(?m)^bbolt +go\.etcd\.io/bbolt v1\.`} {
+		if !regexp.MustCompile(re).MatchString(stdout) {
+			t.Errorf("version does not match %s:\n%s", re, stdout)
+		}
+	}
+	code, stdout, _ = runCLI(t, "version", "-w", "json")
+	var v map[string]any
+	if err := json.Unmarshal([]byte(stdout), &v); code != exitOK || err != nil {
+		t.Fatalf("version -w json: exit %d, %v\n%s", code, err, stdout)
+	}
+	for _, k := range []string{"version", "commit", "go_version", "etcd_raft", "bbolt"} {
+		if s, _ := v[k].(string); s == "" {
+			t.Errorf("version -w json: %q missing\n%s", k, stdout)
+		}
+	}
+	code, stdout, _ = runCLI(t, "--version")
+	if code != exitOK || !regexp.MustCompile(`^hedgekv \S+ \(commit \S+, go1\.\d+.*, etcd raft v3\.[^,]+, bbolt v1\.\S+\)\n$`).MatchString(stdout) {
+		t.Errorf("--version: exit %d, %q", code, stdout)
+	}
+}
+
+// TestWriteOutEverywhere: every command that prints data takes -w
+// table|json and --json, and its JSON parses.
+func TestWriteOutEverywhere(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	cl.Put("k", "v")
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+	for _, args := range [][]string{
+		{"get", "k"}, {"scan", "a"}, {"ctl", "stores"}, {"ctl", "regions"}, {"ctl", "region", "k"},
+		{"ctl", "status"}, {"version"},
+	} {
+		var outs []string
+		for _, flag := range [][]string{{"-w", "json"}, {"--json"}, {"--write-out=json"}} {
+			code, stdout, stderr := runCLI(t, append(append(args, flag...), ep)...)
+			if code != exitOK || !json.Valid([]byte(stdout)) {
+				t.Errorf("%v %v: exit %d, stderr %q, not JSON:\n%s", args, flag, code, stderr, stdout)
+			}
+			outs = append(outs, stdout)
+		}
+		if outs[0] != outs[1] || outs[0] != outs[2] {
+			t.Errorf("%v: -w json and --json differ:\n%s\n%s", args, outs[0], outs[1])
+		}
+		code, table, stderr := runCLI(t, append(args, "-w", "table", ep)...)
+		if code != exitOK || json.Valid([]byte(table)) && args[0] != "get" {
+			t.Errorf("%v -w table: exit %d, stderr %q:\n%s", args, code, stderr, table)
+		}
+		code, _, stderr = runCLI(t, append(args, "-w", "yaml", ep)...)
+		if code != exitUsage || !strings.Contains(stderr, "--write-out must be table or json") {
+			t.Errorf("%v -w yaml: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+	// ctl check too (its JSON says ok).
+	code, stdout, stderr := runCLI(t, "ctl", "check", "-w", "json", ep, "--timeout", "3s")
+	if !json.Valid([]byte(stdout)) || (code != exitOK && code != exitNotFound) {
+		t.Errorf("ctl check -w json: exit %d, stderr %q:\n%s", code, stderr, stdout)
+	}
+}
+
+// TestExitCodeScheme: one scheme for every command: an empty key is bad
+// input (2) everywhere, a missing key 1, a store's refusal 4.
+func TestExitCodeScheme(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+	runSteps(t, false, []cliStep{
+		{args: []string{"put", "", "v"}, wantCode: exitUsage, wantStderr: "KEY must not be empty"},
+		{args: []string{"get", ""}, wantCode: exitUsage, wantStderr: "KEY must not be empty"},
+		{args: []string{"delete", ""}, wantCode: exitUsage, wantStderr: "KEY must not be empty"},
+		{args: []string{"ctl", "split", ""}, wantCode: exitUsage, wantStderr: "KEY must not be empty"},
+		{args: []string{"ctl", "add-peer", "1", "9"}, wantCode: exitFailure, wantStderr: "store 9 does not exist"},
+		{args: []string{"ctl", "split", "m"}, wantStdout: "left:  region 1 [-inf, m) epoch 1/2 peers 1@1,2@2,3@3\nright: region 1001 [m, +inf) epoch 1/2 peers 100101@1,100102@2,100103@3\n"},
+		{args: []string{"ctl", "split", "m"}, wantCode: exitFailure, wantStderr: "already a region boundary"},
+	}, ep)
+	// get's "key not found" stays the bare line scripts know.
+	if code, stdout, stderr := runCLI(t, "get", "nope", ep); code != exitNotFound || stdout != "" || stderr != "key not found\n" {
+		t.Errorf("get of a missing key: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// TestUnknownZoneRefused: --zone naming a zone no store is in (a typo)
+// is refused, listing the zones there are, instead of preferring nothing.
+func TestUnknownZoneRefused(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	cl.Put("k", "v")
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+	runSteps(t, false, []cliStep{
+		{args: []string{"get", "k", "--zone", "dc-x"}, wantCode: exitUsage, wantStderr: "--zone dc-x: no store is in that zone (zones: dc-a, dc-b, dc-c)"},
+		{args: []string{"ctl", "stores", "--zone", "dc-x"}, wantCode: exitUsage, wantStderr: "--zone dc-x: no store is in that zone"},
+		{args: []string{"get", "k", "--zone", "dc-b"}, wantStdout: "v\n"},
+	}, ep)
+}
+
+// startThree runs a three-store cluster of real servers in-process on
+// 127.0.0.1, without balancing, and returns its endpoints.
+func startThree(t *testing.T) string {
+	t.Helper()
+	peers := map[uint64]string{}
+	var lis []net.Listener
+	for id := uint64(1); id <= 3; id++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		peers[id] = l.Addr().String()
+		lis = append(lis, l)
+	}
+	var servers []*server.Server
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, s := range servers {
+			wg.Go(s.Stop)
+		}
+		wg.Wait()
+	})
+	for i, l := range lis {
+		srv, err := server.New(server.Config{
+			Store: raftstore.Config{
+				StoreID: uint64(i + 1), InitialStores: []uint64{1, 2, 3}, DataDir: t.TempDir(),
+				NoSync: true, TickInterval: 10 * time.Millisecond, ElectionTicks: 20,
+				Logger: slog.New(slog.DiscardHandler),
+			},
+			Listener:         l,
+			Peers:            peers,
+			DisableBalancing: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		servers = append(servers, srv)
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return peers[1] + "," + peers[2] + "," + peers[3]
+}
+
+// TestStoresViewFreshAfterTransfer: ctl stores right after ctl
+// transfer-leader shows the new leader counts, not the counts of a
+// listing cached before the transfer (issue 21: the view is fresh after a
+// leadership change the asked store has seen).
+func TestStoresViewFreshAfterTransfer(t *testing.T) {
+	ep := "--endpoints=" + startThree(t)
+	leaders := func() []uint64 {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, "ctl", "stores", "-w", "json", ep, "--timeout", "5s")
+		if code != exitOK {
+			t.Fatalf("ctl stores: exit %d, stderr %q", code, stderr)
+		}
+		var stores []storeJSON
+		if err := json.Unmarshal([]byte(stdout), &stores); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]uint64, len(stores))
+		for i, s := range stores {
+			out[i] = s.LeaderCount
+		}
+		return out
+	}
+	for i, to := range []string{"1", "2", "3", "1"} {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			code, _, stderr := runCLI(t, "ctl", "transfer-leader", "1", to, ep, "--timeout", "5s")
+			if code == exitOK {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("transfer-leader 1 %s: exit %d, %s", to, code, stderr)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		got := leaders()
+		want := []uint64{0, 0, 0}
+		want[to[0]-'1'] = 1
+		if len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+			t.Errorf("transfer %d (to store %s): ctl stores right after shows leader counts %v, want %v", i, to, got, want)
+		}
+	}
+}
+
+// TestRegionsLeaderDownMarked: a region whose last known leader is on a
+// store that is down (an idle region elects no other) shows it (down),
+// as its replicas are.
+func TestRegionsLeaderDownMarked(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	cl.SetLeader(1, 3)
+	cl.Store(3).Stop()
+	code, stdout, stderr := runCLI(t, "ctl", "regions", "--endpoints", strings.Join(cl.Endpoints()[:2], ","))
+	if code != exitOK || !strings.Contains(stdout, "store 3(down)") || !strings.Contains(stdout, "3@3(down)") {
+		t.Errorf("ctl regions with the leader's store down: exit %d, stderr %q\n%s", code, stderr, stdout)
+	}
+}
+
+// TestServerBindFailsFirst: a server whose gRPC or status port is taken
+// fails before it creates anything: no data dir (store.db, peers.json)
+// left behind, no "server stopped" logged before the one error line.
+func TestServerBindFailsFirst(t *testing.T) {
+	prev := slog.Default() // the server command replaces it
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy := taken.Addr().String()
+	for _, tc := range []struct{ name, listen, status string }{
+		{"grpc port taken", busy, closedAddr(t)},
+		{"status port taken", closedAddr(t), busy},
+	} {
+		dir := t.TempDir() + "/store1"
+		code, stdout, stderr := runCLI(t, "server", "--id", "1", "--peers", "1="+tc.listen, "--listen", tc.listen,
+			"--status", tc.status, "--data-dir", dir, "--log-level", "info")
+		if code != exitFailure || stdout != "" {
+			t.Errorf("%s: exit %d, stdout %q; want %d", tc.name, code, stdout, exitFailure)
+		}
+		oneLine(t, stderr)
+		if !strings.Contains(stderr, "address already in use") || !strings.Contains(stderr, busy) {
+			t.Errorf("%s: stderr %q does not say %s is in use", tc.name, stderr, busy)
+		}
+		if strings.Contains(stderr, "stopped") {
+			t.Errorf("%s: stderr %q logs a stop of what never started", tc.name, stderr)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%s: the data dir %s was created (stat: %v)", tc.name, dir, err)
+		}
+	}
+}
