@@ -33,7 +33,8 @@ import (
 // latency. What is measured is the far tail (p99.99) against the extra
 // requests the hedges cost.
 //
-// Two faults, each with the hedge that can beat it (the client's design):
+// Three faults; the first two with the hedge that can beat them (the
+// client's design), the third to show what the budget holds back:
 //   - read-pause: the `delay` fault on the leader's store with prob 1 for
 //     the length of the pause, then cleared, so a read arriving during the
 //     pause waits until its end. The leader's raft loop stays live, so a
@@ -42,6 +43,15 @@ import (
 //     writes, raft). A ReadIndex hedge would wait for the frozen leader
 //     too, so the session allows bounded staleness and the hedge is a
 //     stale read at a follower.
+//   - slow-leader: the `delay` fault on the leader's store for the whole
+//     session (warm-up and run) on a share of its reads: a store that stays
+//     slow. More reads are late than the budget may hedge, so what is
+//     measured is that the extra requests stay within the budget and the
+//     median does not suffer from them.
+//
+// Each hedging variant runs once per budget (HedgeTailConfig.HedgeBudgets):
+// by default with the client's default budget, then with no cap, side by
+// side in the same run.
 
 // HedgeTailVariant is one hedging policy of hedge-tail.
 type HedgeTailVariant struct {
@@ -62,19 +72,21 @@ var HedgeTailVariants = []HedgeTailVariant{
 const (
 	FaultReadPause  = "read-pause"
 	FaultStallStale = "stall-stale"
+	FaultSlowLeader = "slow-leader"
 )
 
 // HedgeTailFaults are the fault kinds, in run order.
-var HedgeTailFaults = []string{FaultReadPause, FaultStallStale}
+var HedgeTailFaults = []string{FaultReadPause, FaultStallStale, FaultSlowLeader}
 
 // HedgeTailConfig configures RunHedgeTail.
 type HedgeTailConfig struct {
-	// Quick: 3 s runs with one pause each, well under a minute on 2 cores
-	// (the pauses then touch ~5% of reads, so the extra-request figures
-	// are not the published ones). Explicit values below still win.
+	// Quick: 3 s runs with one pause each after a 2 s warm-up, about two
+	// minutes on 2 cores (the pauses then touch ~5% of reads, so the
+	// extra-request figures are not the published ones). Explicit values
+	// below still win.
 	Quick    bool
 	Variants []string // default all
-	Faults   []string // default both
+	Faults   []string // default all three
 	Keys     int      // keys read, uniformly (default 1,000)
 	// ValueSize of each key's value (default 128 bytes).
 	ValueSize int
@@ -82,16 +94,23 @@ type HedgeTailConfig struct {
 	Rate float64
 	// RunDuration of each measured run (default 25s; quick 3s).
 	RunDuration time.Duration
-	// Warmup before each run, unmeasured, so that the percentile
-	// hedges have a latency window (default 3s; quick 1s; negative: none).
+	// Warmup before each run, unmeasured, in the measured session, so that
+	// the percentile hedges have a latency window and the budget has the
+	// deposits of a session that has been reading (default 3s; quick 2s;
+	// negative: none).
 	Warmup time.Duration
 	// PauseLen is how long each pause lasts (default 150ms).
 	PauseLen time.Duration
 	// Pauses per run, evenly spaced (default 1).
 	Pauses int
-	// HedgeBudget of the hedging sessions (default 1: no cap; see the
-	// report for why).
-	HedgeBudget float64
+	// HedgeBudgets: each hedging variant runs once per budget, in this
+	// order. 0 is the client's default (client.DefaultHedgeBudget over
+	// client.DefaultHedgeWindow), 1 is no cap. Default: 0, 1.
+	HedgeBudgets []float64
+	// SlowDelay and SlowProb of slow-leader's delay fault (default 50ms on
+	// 20% of the leader's reads: four times the default budget).
+	SlowDelay time.Duration
+	SlowProb  float64
 	// MaxStaleness of stall-stale's session (default 10s).
 	MaxStaleness time.Duration
 	OutDir       string // results root: writes OutDir/hedge-tail
@@ -112,31 +131,45 @@ func (cfg *HedgeTailConfig) setDefaults() error {
 	}
 	for _, f := range cfg.Faults {
 		if !slices.Contains(HedgeTailFaults, f) {
-			return fmt.Errorf("unknown fault %q (want %s)", f, strings.Join(HedgeTailFaults, " or "))
+			return fmt.Errorf("unknown fault %q (want %s)", f, strings.Join(HedgeTailFaults, ", "))
 		}
 	}
 	setDefault(&cfg.Keys, 1000)
 	setDefault(&cfg.ValueSize, 128)
 	setDefault(&cfg.Rate, 2000)
 	setDefault(&cfg.RunDuration, quickOr(cfg.Quick, 25*time.Second, 3*time.Second))
-	setDefaultIfZero(&cfg.Warmup, quickOr(cfg.Quick, 3*time.Second, time.Second))
+	setDefaultIfZero(&cfg.Warmup, quickOr(cfg.Quick, 3*time.Second, 2*time.Second))
 	setDefault(&cfg.PauseLen, 150*time.Millisecond)
 	setDefault(&cfg.Pauses, 1)
 	if time.Duration(cfg.Pauses)*cfg.PauseLen >= cfg.RunDuration {
 		return fmt.Errorf("%d pauses of %v do not fit in a %v run", cfg.Pauses, cfg.PauseLen, cfg.RunDuration)
 	}
-	setDefaultIfZero(&cfg.HedgeBudget, 1)
-	if cfg.HedgeBudget < 0 || cfg.HedgeBudget > 1 {
-		return fmt.Errorf("hedge budget %v outside (0, 1]", cfg.HedgeBudget)
+	if len(cfg.HedgeBudgets) == 0 {
+		cfg.HedgeBudgets = []float64{0, 1}
+	}
+	for _, b := range cfg.HedgeBudgets {
+		if b < 0 || b > 1 {
+			return fmt.Errorf("hedge budget %v outside [0, 1] (0: the client's default, 1: no cap)", b)
+		}
+	}
+	setDefault(&cfg.SlowDelay, 50*time.Millisecond)
+	setDefault(&cfg.SlowProb, 0.2)
+	if cfg.SlowProb > 1 {
+		return fmt.Errorf("slow-leader's fault probability %v above 1", cfg.SlowProb)
 	}
 	setDefault(&cfg.MaxStaleness, 10*time.Second)
 	setOutputDefaults(&cfg.OutDir, &cfg.Logger, &cfg.Out)
 	return nil
 }
 
-// HedgeTailRun is one measured run: a variant under a fault.
+// HedgeTailRun is one measured run: a variant, with a budget, under a
+// fault.
 type HedgeTailRun struct {
 	Variant HedgeTailVariant
+	// Budget is the session's HedgeBudget (0: the client's default; 1: no
+	// cap); Label names the variant with it (Row.Variant).
+	Budget  float64
+	Label   string
 	Fault   string
 	Row     Row
 	Latency *hdrhistogram.Histogram
@@ -172,7 +205,11 @@ func RunHedgeTail(ctx context.Context, cfg HedgeTailConfig) (*HedgeTailResult, e
 	started, load := time.Now(), loadAvg()
 	variants := pickVariants(HedgeTailVariants, cfg.Variants, func(v HedgeTailVariant) string { return v.Name })
 	faults := pickVariants(HedgeTailFaults, cfg.Faults, func(f string) string { return f })
-	prog := newProgress(cfg.Progress, "hedge-tail", 1+len(variants)*len(faults))
+	runs := 0
+	for _, v := range variants {
+		runs += len(cfg.budgetsOf(v))
+	}
+	prog := newProgress(cfg.Progress, "hedge-tail", 1+runs*len(faults))
 	defer prog.Done()
 
 	prog.Printf("hedge-tail: starting 3 stores")
@@ -192,18 +229,20 @@ func RunHedgeTail(ctx context.Context, cfg HedgeTailConfig) (*HedgeTailResult, e
 	var errs []error
 	for _, f := range faults {
 		for _, v := range variants {
-			run, err := cfg.measure(ctx, lc, admin, leader, keys, v, f, prog)
-			if run != nil {
-				res.Runs = append(res.Runs, *run)
-				res.Rows = append(res.Rows, run.Row)
-				prog.Printf("%-11s %-11s p50 %6.2f ms  p99 %7.2f ms  p99.9 %7.2f ms  p99.99 %7.2f ms  extra %.2f%%  %s",
-					v.Name, f, run.Row.P50Ms, run.Row.P99Ms, run.Row.P999Ms, run.Row.P9999Ms,
-					100*run.Stats.ExtraRequestRatio(), failedNote(run.Row.Failed))
-			}
-			if err != nil {
-				errs = append(errs, fmt.Errorf("hedge-tail: %s under %s: %w", v.Name, f, err))
-				if ctx.Err() != nil {
-					break
+			for _, budget := range cfg.budgetsOf(v) {
+				run, err := cfg.measure(ctx, lc, admin, leader, keys, v, budget, f, prog)
+				if run != nil {
+					res.Runs = append(res.Runs, *run)
+					res.Rows = append(res.Rows, run.Row)
+					prog.Printf("%-18s %-11s p50 %6.2f ms  p99 %7.2f ms  p99.9 %7.2f ms  p99.99 %7.2f ms  extra %.2f%%  %s",
+						run.Label, f, run.Row.P50Ms, run.Row.P99Ms, run.Row.P999Ms, run.Row.P9999Ms,
+						100*run.Stats.ExtraRequestRatio(), failedNote(run.Row.Failed))
+				}
+				if err != nil {
+					errs = append(errs, fmt.Errorf("hedge-tail: %s under %s: %w", hedgeTailLabel(v, budget), f, err))
+					if ctx.Err() != nil {
+						break
+					}
 				}
 			}
 		}
@@ -295,8 +334,62 @@ func newRunClient(ctx context.Context, lc *LocalCluster) (*client.Client, error)
 	return cli, nil
 }
 
-func (cfg *HedgeTailConfig) policy(v HedgeTailVariant, fault string) client.ReadPolicy {
-	p := client.ReadPolicy{Replica: client.ReplicaLeader, Hedge: v.Hedge, HedgeBudget: cfg.HedgeBudget}
+// budgetsOf is the budgets v runs with: one run for hedge-off, one per
+// budget for the others.
+func (cfg *HedgeTailConfig) budgetsOf(v HedgeTailVariant) []float64 {
+	if v.Hedge.Off() {
+		return []float64{0}
+	}
+	return cfg.HedgeBudgets
+}
+
+// hedgeTailLabel names a variant with its budget: hedge-p999 with the
+// client's default, hedge-p999-nocap with no cap, hedge-p999-budget2% with
+// another.
+func hedgeTailLabel(v HedgeTailVariant, budget float64) string {
+	switch {
+	case v.Hedge.Off() || budget == 0:
+		return v.Name
+	case budget >= 1:
+		return v.Name + "-nocap"
+	}
+	return v.Name + "-budget" + strconv.FormatFloat(100*budget, 'g', -1, 64) + "%"
+}
+
+// budgetName is how a table names a run's budget.
+func budgetName(v HedgeTailVariant, budget float64) string {
+	switch {
+	case v.Hedge.Off():
+		return "–"
+	case budget == 0:
+		return fmt.Sprintf("%g%% / %v (default)", 100*client.DefaultHedgeBudget, client.DefaultHedgeWindow)
+	case budget >= 1:
+		return "no cap"
+	}
+	return fmt.Sprintf("%g%% / %v", 100*budget, client.DefaultHedgeWindow)
+}
+
+// budgetShare is the share a run's budget allows (1 for no cap).
+func budgetShare(budget float64) float64 {
+	if budget == 0 {
+		return client.DefaultHedgeBudget
+	}
+	return budget
+}
+
+// labels is every run's label in run order (the plots' colours).
+func (cfg *HedgeTailConfig) labels() []string {
+	var out []string
+	for _, v := range pickVariants(HedgeTailVariants, cfg.Variants, func(v HedgeTailVariant) string { return v.Name }) {
+		for _, b := range cfg.budgetsOf(v) {
+			out = append(out, hedgeTailLabel(v, b))
+		}
+	}
+	return out
+}
+
+func (cfg *HedgeTailConfig) policy(v HedgeTailVariant, budget float64, fault string) client.ReadPolicy {
+	p := client.ReadPolicy{Replica: client.ReplicaLeader, Hedge: v.Hedge, HedgeBudget: budget}
 	if fault == FaultStallStale {
 		p.MaxStaleness = cfg.MaxStaleness
 	}
@@ -304,13 +397,14 @@ func (cfg *HedgeTailConfig) policy(v HedgeTailVariant, fault string) client.Read
 }
 
 func (cfg *HedgeTailConfig) measure(ctx context.Context, lc *LocalCluster, admin *client.Client, leader uint64, keys [][]byte,
-	v HedgeTailVariant, fault string, prog *Progress) (*HedgeTailRun, error) {
+	v HedgeTailVariant, budget float64, fault string, prog *Progress) (*HedgeTailRun, error) {
 	cli, err := newRunClient(ctx, lc)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = cli.Close() }()
-	label := v.Name + " " + fault
+	name := hedgeTailLabel(v, budget)
+	label := name + " " + fault
 	target := int64(cfg.Rate * cfg.RunDuration.Seconds())
 	prog.Step(label, target, max(cfg.Warmup, 0)+cfg.RunDuration)
 	read := func(s *client.Session) func(context.Context, int64) (client.ReadInfo, error) {
@@ -319,20 +413,31 @@ func (cfg *HedgeTailConfig) measure(ctx context.Context, lc *LocalCluster, admin
 			return info, err
 		}
 	}
+	// One session for the warm-up and the run, as a user's long-lived
+	// session: the client's latency windows are warm and the budget holds
+	// what the warm-up's reads deposited; the run's counters are the
+	// difference.
+	sess := cli.Session(cfg.policy(v, budget, fault))
+	if fault == FaultSlowLeader {
+		// Slow for the session's whole life, warm-up included.
+		if err := admin.Fault(ctx, leader, client.Fault{Delay: cfg.SlowDelay, Prob: cfg.SlowProb}); err != nil {
+			return nil, fmt.Errorf("slow the leader: %w", err)
+		}
+	}
 	prog.warmUp(label, cfg.Warmup, func() {
-		// The warm-up's own session: the measured one starts with clean
-		// hedge counters, but the client's latency windows are warm.
-		runOpenLoop(ctx, openLoopSpec{Rate: cfg.Rate, Duration: cfg.Warmup, Timeout: 10 * time.Second, Read: read(cli.Session(cfg.policy(v, fault)))})
+		runOpenLoop(ctx, openLoopSpec{Rate: cfg.Rate, Duration: cfg.Warmup, Timeout: 10 * time.Second, Read: read(sess)})
 	})
-	sess := cli.Session(cfg.policy(v, fault))
-	sched := pauseSchedule{store: leader, fault: fault, length: cfg.PauseLen, count: cfg.Pauses, within: cfg.RunDuration}
+	before := sess.HedgeStats()
 	var (
 		fwg  sync.WaitGroup
 		ferr error
 		n    int
 	)
 	fctx, fcancel := context.WithCancel(ctx)
-	fwg.Go(func() { n, ferr = sched.run(fctx, admin) })
+	if fault != FaultSlowLeader {
+		sched := pauseSchedule{store: leader, fault: fault, length: cfg.PauseLen, count: cfg.Pauses, within: cfg.RunDuration}
+		fwg.Go(func() { n, ferr = sched.run(fctx, admin) })
+	}
 	r := runOpenLoop(ctx, openLoopSpec{Rate: cfg.Rate, Duration: cfg.RunDuration, Timeout: 10 * time.Second, Read: read(sess), OnProgress: prog.Update})
 	fcancel()
 	fwg.Wait()
@@ -340,9 +445,15 @@ func (cfg *HedgeTailConfig) measure(ctx context.Context, lc *LocalCluster, admin
 	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
 	cerr := admin.Fault(cctx, leader, client.Fault{Clear: true})
 	ccancel()
-	st := sess.HedgeStats()
+	after := sess.HedgeStats()
+	st := client.HedgeStats{
+		Primaries:      after.Primaries - before.Primaries,
+		HedgesSent:     after.HedgesSent - before.HedgesSent,
+		HedgesWon:      after.HedgesWon - before.HedgesWon,
+		DeniedByBudget: after.DeniedByBudget - before.DeniedByBudget,
+	}
 	run := &HedgeTailRun{
-		Variant: v, Fault: fault, Row: r.row(v.Name, fault), Latency: r.Latency, Stats: st,
+		Variant: v, Budget: budget, Label: name, Fault: fault, Row: r.row(name, fault), Latency: r.Latency, Stats: st,
 		PausesInjected: n, PausedFor: time.Duration(n) * cfg.PauseLen, MaxLag: r.MaxLag, FirstErr: r.FirstErr,
 	}
 	run.Row.P95Ms = nil // not this scenario's figure
@@ -457,13 +568,21 @@ func sleepUntil(ctx context.Context, at time.Time) error {
 	}
 }
 
+// hedgeTailOff is hedge-off's run under r's fault, if there is one.
+func hedgeTailOff(runs []HedgeTailRun, fault string) (HedgeTailRun, bool) {
+	for _, b := range runs {
+		if b.Fault == fault && b.Variant.Hedge.Off() {
+			return b, true
+		}
+	}
+	return HedgeTailRun{}, false
+}
+
 // hedgeTailCut is a variant's p99.99 cut against hedge-off's under the
 // same fault (0 if either is missing).
 func hedgeTailCut(runs []HedgeTailRun, r HedgeTailRun) float64 {
-	for _, b := range runs {
-		if b.Fault == r.Fault && b.Variant.Name == "hedge-off" && r.Row.P9999Ms > 0 {
-			return b.Row.P9999Ms / r.Row.P9999Ms
-		}
+	if b, ok := hedgeTailOff(runs, r.Fault); ok && r.Row.P9999Ms > 0 {
+		return b.Row.P9999Ms / r.Row.P9999Ms
 	}
 	return 0
 }
@@ -471,6 +590,18 @@ func hedgeTailCut(runs []HedgeTailRun, r HedgeTailRun) float64 {
 // hedgeTailMet: p99.99 at least 10x lower than unhedged for at most 1%
 // extra requests.
 func hedgeTailMet(cut, extra float64) bool { return cut >= 10 && extra <= 0.01 }
+
+// slowLeaderMet: under slow-leader, the extra requests stay within the
+// run's budget and p50 is under twice hedge-off's. ok is false when there
+// is nothing to compare with.
+func slowLeaderMet(runs []HedgeTailRun, r HedgeTailRun) (p50Ratio float64, met, ok bool) {
+	off, found := hedgeTailOff(runs, r.Fault)
+	if !found || off.Row.P50Ms <= 0 || r.Variant.Hedge.Off() {
+		return 0, false, false
+	}
+	p50Ratio = r.Row.P50Ms / off.Row.P50Ms
+	return p50Ratio, r.Stats.ExtraRequestRatio() <= budgetShare(r.Budget)+1e-9 && p50Ratio < 2, true
+}
 
 func (cfg *HedgeTailConfig) table(res *HedgeTailResult, fault string) string {
 	var cells [][]string
@@ -480,8 +611,19 @@ func (cfg *HedgeTailConfig) table(res *HedgeTailResult, fault string) string {
 		}
 		row := r.Row
 		cut, extra, won, denied, met := "–", "–", "–", "–", "–"
-		if c := hedgeTailCut(res.Runs, r); c > 0 && r.Variant.Name != "hedge-off" {
+		if c := hedgeTailCut(res.Runs, r); c > 0 && !r.Variant.Hedge.Off() {
 			cut = FormatFloat(c, 1) + "×"
+		}
+		if fault == FaultSlowLeader {
+			if ratio, ok2, ok := slowLeaderMet(res.Runs, r); ok {
+				met = fmt.Sprintf("no (p50 %s× off's)", FormatFloat(ratio, 2))
+				if ok2 {
+					met = fmt.Sprintf("**yes** (p50 %s× off's)", FormatFloat(ratio, 2))
+				} else if r.Stats.ExtraRequestRatio() > budgetShare(r.Budget)+1e-9 {
+					met = "no (extra > budget)"
+				}
+			}
+		} else if c := hedgeTailCut(res.Runs, r); c > 0 && !r.Variant.Hedge.Off() {
 			met = "no"
 			if hedgeTailMet(c, r.Stats.ExtraRequestRatio()) {
 				met = "**yes**"
@@ -492,12 +634,16 @@ func (cfg *HedgeTailConfig) table(res *HedgeTailResult, fault string) string {
 			won = fmt.Sprintf("%d of %d", r.Stats.HedgesWon, r.Stats.HedgesSent)
 			denied = strconv.FormatUint(r.Stats.DeniedByBudget, 10)
 		}
-		cells = append(cells, []string{row.Variant, strconv.FormatInt(row.Ops, 10), FormatFloat(row.QPS, 0),
+		cells = append(cells, []string{row.Variant, budgetName(r.Variant, r.Budget), strconv.FormatInt(row.Ops, 10), FormatFloat(row.QPS, 0),
 			FormatFloat(row.P50Ms, 2), FormatFloat(row.P99Ms, 2), FormatFloat(row.P999Ms, 2), FormatFloat(row.P9999Ms, 2),
 			cut, extra, won, denied, strconv.FormatInt(row.Failed, 10), met})
 	}
-	return MarkdownTable([]string{"variant", "reads", "reads/s", "p50 ms", "p99 ms", "p99.9 ms", "p99.99 ms",
-		"p99.99 cut vs off", "extra requests", "hedges won", "denied by budget", "failed", "≥10× for ≤1%"}, cells)
+	target := "≥10× for ≤1%"
+	if fault == FaultSlowLeader {
+		target = "extra ≤ budget, p50 < 2× off's"
+	}
+	return MarkdownTable([]string{"variant", "budget", "reads", "reads/s", "p50 ms", "p99 ms", "p99.9 ms", "p99.99 ms",
+		"p99.99 cut vs off", "extra requests", "hedges won", "denied by budget", "failed", target}, cells)
 }
 
 func (cfg *HedgeTailConfig) write(res *HedgeTailResult, started time.Time) error {
@@ -509,7 +655,7 @@ func (cfg *HedgeTailConfig) write(res *HedgeTailResult, started time.Time) error
 		return fmt.Errorf("hedge-tail: %w", err)
 	}
 	if !cfg.NoPlots {
-		names := variantNames(HedgeTailVariants, func(v HedgeTailVariant) string { return v.Name })
+		names := cfg.labels()
 		var plots plotSet
 		for _, f := range HedgeTailFaults {
 			var hists []*hdrhistogram.Histogram
@@ -518,7 +664,7 @@ func (cfg *HedgeTailConfig) write(res *HedgeTailResult, started time.Time) error
 			for _, r := range res.Runs {
 				if r.Fault == f {
 					hists = append(hists, r.Latency)
-					labels = append(labels, r.Variant.Name)
+					labels = append(labels, r.Label)
 					p9999 = append(p9999, r.Row.P9999Ms)
 					note := ""
 					if r.Row.ExtraRequestRatio != nil {
@@ -550,15 +696,19 @@ func (cfg *HedgeTailConfig) write(res *HedgeTailResult, started time.Time) error
 }
 
 func faultDoc(fault string, cfg *HedgeTailConfig) string {
-	if fault == FaultReadPause {
+	switch fault {
+	case FaultReadPause:
 		return fmt.Sprintf("`delay=%v,prob=1` on the leader's store for %v, then `clear`: its KV reads wait out the pause, its raft loop stays live; hedges are linearizable ReadIndex reads at a follower", cfg.PauseLen, cfg.PauseLen)
+	case FaultSlowLeader:
+		return fmt.Sprintf("`delay=%v,prob=%g` on the leader's store for the session's whole life (warm-up and run): %g%% of its reads wait %v, %g× the default budget; hedges are linearizable ReadIndex reads at a follower",
+			cfg.SlowDelay, cfg.SlowProb, 100*cfg.SlowProb, cfg.SlowDelay, round(cfg.SlowProb/client.DefaultHedgeBudget, 2))
 	}
 	return fmt.Sprintf("`stall=%v` on the leader's store: reads, writes and raft all freeze; the session allows %v of staleness, so hedges are stale reads at a follower", cfg.PauseLen, cfg.MaxStaleness)
 }
 
 func (cfg *HedgeTailConfig) report(res *HedgeTailResult, started time.Time) string {
 	var b strings.Builder
-	writeReportHeader(&b, "hedge-tail: hedged reads against a leader that pauses now and then", started, cfg.Command)
+	writeReportHeader(&b, "hedge-tail: hedged reads against a leader that pauses now and then, or stays slow", started, cfg.Command)
 	b.WriteString(loadNote(res.LoadBefore))
 	hit := float64(cfg.Pauses) * cfg.PauseLen.Seconds() / cfg.RunDuration.Seconds()
 	fmt.Fprintf(&b, "- Three stores in this process on loopback ports (no simulated WAN), balancer paused, splits off: region %d holds all %d keys (%d-byte values), its leader on store %d.\n",
@@ -566,14 +716,14 @@ func (cfg *HedgeTailConfig) report(res *HedgeTailResult, started time.Time) stri
 	fmt.Fprintf(&b, "- **Open loop**: %.0f reads/s of uniformly chosen keys, each read started on schedule in its own goroutine whatever the earlier ones do, "+
 		"so a pause delays every read that arrives during it, as it would for a server's many independent callers. (A closed loop, go-ycsb's threads, "+
 		"would stop sending while the store is paused, and a pause would touch one read per thread.) Latency is measured from each read's start.\n", cfg.Rate)
-	fmt.Fprintf(&b, "- Each run: a fresh client, a %v warm-up without faults (the percentile hedges' latency window fills), then %v measured.\n",
-		max(cfg.Warmup, 0), cfg.RunDuration)
-	fmt.Fprintf(&b, "- Every read's primary goes to the leader (`ReplicaLeader`); a hedge goes to a follower. HedgeBudget %g", cfg.HedgeBudget)
-	if cfg.HedgeBudget >= 1 {
-		b.WriteString(" (no cap): the client's token bucket saves at most 10 tokens, so a 1% budget would run dry within the first dozen reads of a pause " +
-			"and every later read in it would wait the pause out. The extra requests reported are what each hedge delay costs by itself, as in Pegasus's and Bailis's figures")
-	}
-	b.WriteString(".\n")
+	fmt.Fprintf(&b, "- Each run: a fresh client and one session, a %v warm-up in that session (the percentile hedges' latency window fills, and the budget holds what a session reading for a while would), then %v measured; "+
+		"the hedge counters are the run's.\n", max(cfg.Warmup, 0), cfg.RunDuration)
+	b.WriteString("- Every read's primary goes to the leader (`ReplicaLeader`); a hedge goes to a follower. ")
+	fmt.Fprintf(&b, "Each hedging variant runs once per budget, side by side: %s. ", budgetList(cfg.HedgeBudgets))
+	fmt.Fprintf(&b, "The client's default budget is %g%% of the reads over a %v window, with a floor of %g hedge a second: each read deposits %g of a token, expiring after %v, in its store's account, and each hedge spends one, "+
+		"so a pause of up to %v is hedged in full from what the seconds before it deposited, and a store that stays slow gets %g%% of its reads hedged.\n",
+		100*client.DefaultHedgeBudget, client.DefaultHedgeWindow, client.DefaultHedgeMinPerSecond, client.DefaultHedgeBudget, client.DefaultHedgeWindow,
+		time.Duration(client.DefaultHedgeBudget*float64(client.DefaultHedgeWindow)), 100*client.DefaultHedgeBudget)
 	b.WriteString("\n## The pause schedule\n\n")
 	fmt.Fprintf(&b, "%d pause(s) of %v per %v run, at (k+½)·%v/%d, injected on the leader's store through the admin Fault call (what `hedgekv ctl fault` sends). ",
 		cfg.Pauses, cfg.PauseLen, cfg.RunDuration, cfg.RunDuration, cfg.Pauses)
@@ -593,12 +743,16 @@ func (cfg *HedgeTailConfig) report(res *HedgeTailResult, started time.Time) stri
 		}
 		fmt.Fprintf(&b, "\n## %s\n\n%s.\n\n", f, faultDoc(f, cfg))
 		b.WriteString(cfg.table(res, f))
+		if f == FaultSlowLeader {
+			b.WriteString("\nMore reads are late than the budget may hedge. The target: extra requests at or under the run's budget, and p50 under twice hedge-off's under the same fault. " +
+				"A percentile delay adapts to a store that stays slow (its p99 or p99.9 becomes the injected delay), so it stops hedging by itself; a fixed delay keeps asking, and the budget is what holds it.\n")
+		}
 	}
 	b.WriteString("\n## Against the target and the seeds\n\n")
-	b.WriteString("Target: p99.99 at least 10× lower than unhedged for at most 1% extra requests. Each ratio below is from one run of this scenario (same cluster, same schedule).\n\n")
+	b.WriteString("Target: p99.99 at least 10× lower than unhedged for at most 1% extra requests, with the default budget. Each ratio below is from one run of this scenario (same cluster, same schedule).\n\n")
 	var cells [][]string
 	for _, r := range res.Runs {
-		if r.Variant.Name == "hedge-off" {
+		if r.Variant.Hedge.Off() || r.Fault == FaultSlowLeader {
 			continue
 		}
 		c := hedgeTailCut(res.Runs, r)
@@ -606,7 +760,7 @@ func (cfg *HedgeTailConfig) report(res *HedgeTailResult, started time.Time) stri
 		if hedgeTailMet(c, r.Stats.ExtraRequestRatio()) {
 			met = "**met**"
 		}
-		cells = append(cells, []string{"hedgekv " + r.Variant.Name + ", " + r.Fault + " (" + map[string]string{FaultReadPause: "delay fault", FaultStallStale: "stall fault, stale hedges"}[r.Fault] + ")",
+		cells = append(cells, []string{"hedgekv " + r.Label + ", " + r.Fault + " (" + map[string]string{FaultReadPause: "delay fault", FaultStallStale: "stall fault, stale hedges"}[r.Fault] + "), budget " + budgetName(r.Variant, r.Budget),
 			"p99.99 " + FormatFloat(r.Row.P9999Ms, 1) + " ms vs " + FormatFloat(r.Row.P9999Ms*c, 1) + " ms unhedged", FormatFloat(c, 1) + "×",
 			FormatFloat(100*r.Stats.ExtraRequestRatio(), 2) + "%", met})
 	}
@@ -616,18 +770,19 @@ func (cfg *HedgeTailConfig) report(res *HedgeTailResult, started time.Time) stri
 		[]string{"Dean (BigTable), backup after 10 ms, p99.9", "994 ms → 50 ms", "~20×", "5%", "(seed)"})
 	b.WriteString(MarkdownTable([]string{"", "tail", "cut", "extra requests", "target (≥10× for ≤1%)"}, cells))
 	if cfg.Quick {
-		b.WriteString("\nThis was a `--quick` run: one pause in a 3 s run covers ~5% of it, so the extra-request figures are far above a full run's.\n")
+		b.WriteString("\nThis was a `--quick` run: one pause in a 3 s run covers ~5% of it, so the extra-request figures are far above a full run's, " +
+			"and the budget's window holds only the warm-up's and the run's first 1.5 s of deposits when the pause comes.\n")
 	}
 	var notes []string
 	for _, r := range res.Runs {
 		if r.LeaderMoved != "" {
-			notes = append(notes, r.Variant.Name+" "+r.Fault+": "+r.LeaderMoved)
+			notes = append(notes, r.Label+" "+r.Fault+": "+r.LeaderMoved)
 		}
-		if r.PausesInjected != cfg.Pauses {
-			notes = append(notes, fmt.Sprintf("%s %s: %d of %d pauses injected", r.Variant.Name, r.Fault, r.PausesInjected, cfg.Pauses))
+		if r.Fault != FaultSlowLeader && r.PausesInjected != cfg.Pauses {
+			notes = append(notes, fmt.Sprintf("%s %s: %d of %d pauses injected", r.Label, r.Fault, r.PausesInjected, cfg.Pauses))
 		}
 		if r.FirstErr != "" {
-			notes = append(notes, fmt.Sprintf("%s %s: first error: %s", r.Variant.Name, r.Fault, inlineCode(r.FirstErr)))
+			notes = append(notes, fmt.Sprintf("%s %s: first error: %s", r.Label, r.Fault, inlineCode(r.FirstErr)))
 		}
 	}
 	var lag time.Duration
@@ -638,6 +793,22 @@ func (cfg *HedgeTailConfig) report(res *HedgeTailResult, started time.Time) stri
 	writeNotes(&b, notes)
 	writePlots(&b, res.Plots)
 	return b.String()
+}
+
+// budgetList describes the budgets the hedging variants run with.
+func budgetList(budgets []float64) string {
+	var parts []string
+	for _, x := range budgets {
+		switch {
+		case x == 0:
+			parts = append(parts, "the client's default (no suffix)")
+		case x >= 1:
+			parts = append(parts, "no cap (`-nocap`)")
+		default:
+			parts = append(parts, fmt.Sprintf("%g%% (`-budget%g%%`)", 100*x, 100*x))
+		}
+	}
+	return strings.Join(parts, ", then ")
 }
 
 // ---- open loop ----------------------------------------------------------
