@@ -2,7 +2,8 @@
 # scripts/cluster.sh — a local hedgekv cluster: three stores, and more on demand.
 #
 #   scripts/cluster.sh start [--topology FILE|default] [--tls] [--timeout SECONDS]
-#   scripts/cluster.sh stop
+#   scripts/cluster.sh stop [N]        # stop the cluster (stores, then netsim), or
+#                                      # store N alone, gracefully
 #   scripts/cluster.sh status
 #   scripts/cluster.sh kill N          # kill -9 store N
 #   scripts/cluster.sh restart N       # stop store N gracefully if it runs, start it
@@ -72,6 +73,11 @@
 #   STOP_TIMEOUT      seconds `stop` and `restart` wait after SIGTERM before SIGKILL
 #                     (default: 15; a store hands over its leaderships and
 #                     finishes its requests first, within about 11s)
+#
+# `start` prints `export HEDGEKV_ENDPOINTS=...` for the cluster it started
+# (bin/hedgekv reads it when --endpoints is not given), and warns when the
+# default ports (127.0.0.1:20161-20163) are held by something else, which
+# bin/hedgekv without it would talk to.
 #
 # The ports (and topology) a cluster was started with are remembered in
 # $CLUSTER_DIR/cluster.conf, each store's exact command line in
@@ -763,6 +769,28 @@ wait_ready() {
 	return 1
 }
 
+# endpoints_hint prints the export line that points bin/hedgekv at this
+# cluster, and warns when the default endpoints, which bin/hedgekv uses
+# without it, are another process's.
+endpoints_hint() {
+	local eps p others=()
+	eps=$(endpoints)
+	printf 'export HEDGEKV_ENDPOINTS=%s\n' "$eps"
+	for p in 20161 20162 20163; do
+		if [[ ,$eps, != *,127.0.0.1:$p,* ]] && port_in_use "$p"; then others+=("127.0.0.1:$p"); fi
+	done
+	if ((${#others[@]} > 0)); then
+		warn "the default endpoints are in use by something else (${others[*]}: another cluster?): bin/hedgekv talks to them unless HEDGEKV_ENDPOINTS or --endpoints says otherwise; run the export line above"
+	fi
+}
+
+# no_args CMD ARGS... : CMD takes no argument; refuse any.
+no_args() {
+	local cmd=$1
+	shift
+	(($# == 0)) || die 2 "$cmd takes no argument (got '$*'; see 'scripts/cluster.sh help')"
+}
+
 # ---------------------------------------------------------------- commands
 
 cmd_start() {
@@ -822,6 +850,7 @@ cmd_start() {
 		fi
 		if ((${#running[@]} == ${#STORES[@]})); then
 			say "cluster already running in $CLUSTER_DIR (endpoints $(endpoints))"
+			endpoints_hint
 		else
 			say "cluster partly running in $CLUSTER_DIR (stores ${running[*]} up); starting the others"
 		fi
@@ -870,7 +899,7 @@ cmd_start() {
 		fi
 		for p in "${check[@]}"; do
 			if port_in_use "$p"; then
-				die 1 "port $p on 127.0.0.1 is already in use (another cluster? try 'scripts/cluster.sh stop', or set GRPC_PORT_BASE/STATUS_PORT_BASE${TOPOLOGY:+/NETSIM_CONTROL})"
+				die 1 "port $p on 127.0.0.1 is already in use by another process, not by a store of the cluster in $CLUSTER_DIR (another cluster? stop that one, or start this one on other ports: GRPC_PORT_BASE=20260 STATUS_PORT_BASE=20280${TOPOLOGY:+ NETSIM_CONTROL=127.0.0.1:22999} scripts/cluster.sh start, then use the export line it prints)"
 			fi
 		done
 		if [[ -z $TOPOLOGY ]]; then
@@ -899,6 +928,7 @@ cmd_start() {
 		wait_zone_routes "$timeout" || die 1 "start failed; logs in $CLUSTER_DIR (stop it with 'scripts/cluster.sh stop')"
 	fi
 	say "cluster up: endpoints $(endpoints)"
+	endpoints_hint
 	if [[ -n $TOPOLOGY ]]; then client_hint; fi
 	if ((TLS_ON)); then
 		say "mutual TLS is on: the CLI needs the client flags (also in $(tls_dir)/flags):"
@@ -942,6 +972,11 @@ stop_stores() {
 
 cmd_stop() {
 	local n running=() stopped=()
+	(($# <= 1)) || die 2 "stop takes at most one argument, a store id (got '$*')"
+	if (($# == 1)); then
+		cmd_stop_store "$1"
+		return
+	fi
 	if [[ ! -d $CLUSTER_DIR ]]; then
 		say "cluster not running (no $CLUSTER_DIR)"
 		return 0
@@ -968,6 +1003,23 @@ cmd_stop() {
 	else
 		say "stopped ${stopped[0]}"
 	fi
+}
+
+# cmd_stop_store N : stop store N alone, gracefully (SIGTERM, then SIGKILL
+# after STOP_TIMEOUT); the rest of the cluster, and the netsim, keep running.
+cmd_stop_store() {
+	local n=$1
+	[[ -d $CLUSTER_DIR ]] || die 1 "no cluster in $CLUSTER_DIR"
+	load_conf
+	check_store_arg "$n"
+	if ! store_pid "$n" >/dev/null; then
+		rm -f "$(pid_file "$n")"
+		say "store $n is not running"
+		return 0
+	fi
+	stop_stores "$n"
+	if store_pid "$n" >/dev/null; then die 1 "store $n is still running"; fi
+	say "stopped store $n ('scripts/cluster.sh restart $n' starts it again)"
 }
 
 cmd_status() {
@@ -1057,6 +1109,7 @@ cmd_status() {
 
 cmd_kill() {
 	local n=${1:-} pid i
+	(($# <= 1)) || die 2 "kill takes one argument, a store id (got '$*')"
 	load_conf
 	check_store_arg "$n"
 	if ! pid=$(store_pid "$n"); then
@@ -1076,6 +1129,7 @@ cmd_kill() {
 
 cmd_restart() {
 	local n=${1:-} f timeout=$START_TIMEOUT
+	(($# <= 1)) || die 2 "restart takes one argument, a store id (got '$*')"
 	[[ -d $CLUSTER_DIR ]] || die 1 "no cluster in $CLUSTER_DIR (run 'scripts/cluster.sh start' first)"
 	load_conf
 	check_store_arg "$n"
@@ -1320,8 +1374,11 @@ main() {
 	EXPECT_UP=()
 	case $cmd in
 	start) cmd_start "$@" ;;
-	stop) cmd_stop ;;
-	status) cmd_status ;;
+	stop) cmd_stop "$@" ;;
+	status)
+		no_args status "$@"
+		cmd_status
+		;;
 	kill) cmd_kill "$@" ;;
 	restart) cmd_restart "$@" ;;
 	add) cmd_add "$@" ;;
@@ -1331,8 +1388,14 @@ main() {
 		(($# == 0)) || die 2 "heal takes no argument"
 		cmd_heal
 		;;
-	endpoints) cmd_endpoints ;;
-	clean) cmd_clean ;;
+	endpoints)
+		no_args endpoints "$@"
+		cmd_endpoints
+		;;
+	clean)
+		no_args clean "$@"
+		cmd_clean
+		;;
 	-h | --help | help) usage ;;
 	"")
 		usage >&2

@@ -117,9 +117,11 @@ cluster_up=1
 echo '$ BALANCE=off scripts/cluster.sh start --topology default'
 BALANCE=off "${CLUSTER[@]}" start --topology default
 EP=$("${CLUSTER[@]}" endpoints)
-EPFLAG=(--endpoints "$EP")
-if [[ $EP == "127.0.0.1:20161,127.0.0.1:20162,127.0.0.1:20163" ]]; then EPFLAG=(); fi
-hk() { show "$BIN" "$@" "${EPFLAG[@]}"; }
+# The CLI reads the endpoints from the environment (whatever a
+# HEDGEKV_ENDPOINTS of the caller's said), as start's export line shows.
+echo "\$ export HEDGEKV_ENDPOINTS=$EP"
+export HEDGEKV_ENDPOINTS=$EP
+hk() { show "$BIN" "$@"; }
 
 banner "write a few keys; put region 1's leader in dc-a (the balancer is off: it stays there)"
 hk put user/ada "Ada Lovelace"

@@ -159,7 +159,7 @@ func (v *clusterView) invalidate() {
 // back-off is reset too, so that the next Status reaches it at once.
 func (v *clusterView) peerUp(id uint64) {
 	v.mu.Lock()
-	stale := false
+	stale := v.cached == nil // a listing being gathered may have asked too early
 	for _, s := range v.cached {
 		if s.GetId() == id && !s.GetUp() {
 			stale = true
@@ -169,10 +169,8 @@ func (v *clusterView) peerUp(id uint64) {
 		v.cached, v.flight = nil, nil
 	}
 	v.mu.Unlock()
-	if stale {
-		if conn, err := v.trans.conn(id); err == nil {
-			conn.ResetConnectBackoff()
-		}
+	if conn, err := v.trans.conn(id); err == nil {
+		conn.ResetConnectBackoff()
 	}
 }
 
@@ -293,13 +291,15 @@ func (v *clusterView) storeInfo(ctx context.Context, id uint64) (*pb.Store, *pb.
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
 	st, err := pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{})
-	if status.Code(err) == codes.Unavailable && conn.GetState() == connectivity.TransientFailure {
+	if cs := conn.GetState(); status.Code(err) == codes.Unavailable && (cs == connectivity.TransientFailure || cs == connectivity.Idle) {
 		// Refused at once because the connection is waiting out its
-		// reconnect back-off (up to 2 s after the store went away): the
-		// store may be back (restarted). Ask again on a fresh attempt;
-		// a store still down refuses it as fast.
+		// reconnect back-off (up to 2 s after the store went away) or
+		// was closed by the store's shutdown: the store may be back
+		// (restarted). Ask again on a fresh attempt; a store still down
+		// refuses it as fast.
 		conn.ResetConnectBackoff()
-		if conn.WaitForStateChange(ctx, connectivity.TransientFailure) {
+		conn.Connect()
+		if conn.WaitForStateChange(ctx, cs) {
 			st, err = pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{})
 		}
 	}

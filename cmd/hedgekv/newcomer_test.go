@@ -291,3 +291,35 @@ func TestServerBindFailsFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeServerExample: the README's `--config
+// scripts/server.example.toml --id 2 ...` line gives store 2 addresses of
+// its own, not store 1's status port from the file.
+func TestReadmeServerExample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for l := range strings.SplitSeq(string(readme), "\n") {
+		if strings.HasPrefix(l, "bin/hedgekv server --config scripts/server.example.toml") {
+			line = l
+		}
+	}
+	if line == "" {
+		t.Fatal("README has no `bin/hedgekv server --config scripts/server.example.toml` line")
+	}
+	args := strings.Fields(strings.ReplaceAll(line, "scripts/", "../../scripts/"))[2:]
+	cfg, err := parseServer(t, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", line, err)
+	}
+	store1, err := parseServer(t, "--config", "../../scripts/server.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Store.StoreID != 2 || cfg.StatusAddr == store1.StatusAddr && cfg.StatusAddr != "" || cfg.ListenAddr == store1.ListenAddr && cfg.ListenAddr != "" {
+		t.Errorf("README's store 2: id %d, listen %q, status %q; the file's store 1: listen %q, status %q",
+			cfg.Store.StoreID, cfg.ListenAddr, cfg.StatusAddr, store1.ListenAddr, store1.StatusAddr)
+	}
+}
