@@ -94,6 +94,9 @@ func startServers(n int, tune ...func(*raftstore.Config)) *serverCluster {
 			Store:    cfg,
 			Listener: lis[i],
 			Peers:    c.peers,
+			// Specs may stall a store (Client.Fault); none does unless
+			// it says so.
+			AllowFaults: true,
 		})
 		Expect(err).NotTo(HaveOccurred())
 		c.servers[id] = srv
@@ -110,9 +113,10 @@ func (c *serverCluster) join(ctx context.Context, id uint64, via uint64) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	Expect(err).NotTo(HaveOccurred())
 	srv, err := server.New(server.Config{
-		Store:    storeConfig(id, c.dir, nil, c.log),
-		Listener: l,
-		Join:     []string{c.peers[via]},
+		Store:       storeConfig(id, c.dir, nil, c.log),
+		Listener:    l,
+		Join:        []string{c.peers[via]},
+		AllowFaults: true,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	c.servers[id] = srv // stopped with the others

@@ -1,0 +1,322 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/raftstore"
+)
+
+// The load spec is issue 18's report in small: many writers inserting new
+// keys as fast as they can (go-ycsb's load phase) while the regions split
+// on their own (small split thresholds, a fast split check), the balancer
+// moves leaders and, once a fourth store joins, replicas, and the test
+// moves leaders and replicas of its own on top. Every operation has a
+// generous deadline; not one may fail: region errors (NotLeader from a
+// split-born region with no leader yet, RegionNotFound from a store that
+// has not applied a split, EpochNotMatch from one that applied it before
+// the client heard) are the client's to retry.
+
+const (
+	loadWriters = 24
+	loadReaders = 4
+	// loadOpTimeout is every operation's deadline, as a YCSB binding's.
+	loadOpTimeout = 10 * time.Second
+	// loadValueSize is about a YCSB record (10 fields of 100 bytes).
+	loadValueSize = 1024
+	// The load runs at least loadMin, then until there are loadRegions
+	// regions and store 4 hosts replicas, at most loadMax.
+	loadMin, loadMax = 12 * time.Second, 45 * time.Second
+	loadRegions      = 6
+)
+
+// reshaped reports whether the stores lead at least n regions between them
+// and store 4 hosts a replica.
+func (c *serverCluster) reshaped(n int) bool {
+	s4, ok := c.servers[4]
+	return ok && len(c.leaders()) >= n && len(s4.Store().Regions()) > 0
+}
+
+// loadKey is writer w's i-th key, hashed so that inserts spread over
+// every region as YCSB's hashed insert order does.
+func loadKey(w, i int) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%d", w, i)
+	return fmt.Sprintf("ld/user%016x", h.Sum64())
+}
+
+func loadValue(k string) []byte {
+	v := make([]byte, loadValueSize)
+	for i := range v {
+		v[i] = 'a' + byte((len(k)+i*7)%26)
+	}
+	copy(v, k)
+	return v
+}
+
+// loadRun is what the writers and readers did.
+type loadRun struct {
+	ops, reads atomic.Int64
+	slowest    atomic.Int64 // nanoseconds
+
+	mu    sync.Mutex
+	errs  []error
+	acked []string
+}
+
+func (l *loadRun) done(begin time.Time) {
+	d := int64(time.Since(begin))
+	for {
+		cur := l.slowest.Load()
+		if d <= cur || l.slowest.CompareAndSwap(cur, d) {
+			return
+		}
+	}
+}
+
+func (l *loadRun) fail(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errs = append(l.errs, err)
+}
+
+// ackedKey returns an acknowledged key picked by r, "" if none yet.
+func (l *loadRun) ackedKey(r *rand.Rand) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.acked) == 0 {
+		return ""
+	}
+	return l.acked[r.IntN(len(l.acked))]
+}
+
+// runLoad inserts new keys from loadWriters goroutines and reads back
+// acknowledged ones from loadReaders until stop is closed.
+func runLoad(cli *client.Client, l *loadRun, stop <-chan struct{}) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	}
+	for w := range loadWriters {
+		wg.Go(func() {
+			for i := 0; !stopped(); i++ {
+				k := loadKey(w, i)
+				ctx, cancel := context.WithTimeout(context.Background(), loadOpTimeout)
+				begin := time.Now()
+				err := cli.Put(ctx, []byte(k), loadValue(k))
+				cancel()
+				l.done(begin)
+				l.ops.Add(1)
+				if err != nil {
+					l.fail(fmt.Errorf("insert %s after %v: %w", k, time.Since(begin).Round(time.Millisecond), err))
+					continue
+				}
+				l.mu.Lock()
+				l.acked = append(l.acked, k)
+				l.mu.Unlock()
+			}
+		})
+	}
+	for r := range loadReaders {
+		wg.Go(func() {
+			rnd := rand.New(rand.NewPCG(uint64(r), 18))
+			for !stopped() {
+				k := l.ackedKey(rnd)
+				if k == "" {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), loadOpTimeout)
+				begin := time.Now()
+				v, err := cli.Get(ctx, []byte(k))
+				cancel()
+				l.done(begin)
+				l.ops.Add(1)
+				l.reads.Add(1)
+				switch {
+				case err != nil:
+					l.fail(fmt.Errorf("read %s after %v: %w", k, time.Since(begin).Round(time.Millisecond), err))
+				case string(v) != string(loadValue(k)):
+					l.fail(fmt.Errorf("read %s: wrong value (%d bytes)", k, len(v)))
+				}
+			}
+		})
+	}
+	return &wg
+}
+
+// churn moves leaders and replicas at random until stop is closed:
+// admin calls that lose a race with a split or the balancer just fail,
+// which is fine; only the load's operations count.
+func churn(cli *client.Client, stop <-chan struct{}, moves *atomic.Int64) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		rnd := rand.New(rand.NewPCG(18, 1))
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(150 * time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			regions, err := cli.Regions(ctx)
+			if err != nil || len(regions) == 0 {
+				cancel()
+				continue
+			}
+			r := regions[rnd.IntN(len(regions))]
+			var voters, others []uint64
+			for _, p := range r.Region.Voters() {
+				if p.StoreID != r.LeaderStoreID {
+					voters = append(voters, p.StoreID)
+				}
+			}
+			for _, s := range []uint64{1, 2, 3, 4} {
+				if _, ok := r.Region.PeerOnStore(s); !ok {
+					others = append(others, s)
+				}
+			}
+			switch {
+			case rnd.IntN(3) > 0 && len(voters) > 0:
+				if cli.TransferLeader(ctx, r.Region.ID, voters[rnd.IntN(len(voters))]) == nil {
+					moves.Add(1)
+				}
+			case len(others) > 0 && len(voters) > 0:
+				// A follower's replica to a store without one.
+				to, from := others[rnd.IntN(len(others))], voters[rnd.IntN(len(voters))]
+				if cli.AddPeer(ctx, r.Region.ID, to) == nil && cli.RemovePeer(ctx, r.Region.ID, from) == nil {
+					moves.Add(1)
+				}
+			}
+			cancel()
+		}
+	})
+	return &wg
+}
+
+// stallStores stalls a store at a time (Client.Fault: it answers
+// nothing, raft included, as in a long GC pause or a slow split apply in
+// its Ready loop) for stall, every period, until stop is closed.
+func stallStores(cli *client.Client, stores func() []uint64, stall, period time.Duration, stop <-chan struct{}, n *atomic.Int64) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		rnd := rand.New(rand.NewPCG(18, 2))
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(period):
+			}
+			ids := stores()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if cli.Fault(ctx, ids[rnd.IntN(len(ids))], client.Fault{Stall: stall}) == nil {
+				n.Add(1)
+			}
+			cancel()
+		}
+	})
+	return &wg
+}
+
+var _ = Describe("client under a load while regions split", func() {
+	It("fails no insert or read while regions split on their own, leaders and replicas move and stores stall", func() {
+		ctx := ctxFor(120 * time.Second)
+		c := startServers(3, func(cfg *raftstore.Config) {
+			cfg.SplitCheckInterval = 100 * time.Millisecond
+			cfg.SplitMaxKeys = 200
+			cfg.SplitMaxBytes = 128 << 10
+			cfg.BalanceInterval = 200 * time.Millisecond
+			cfg.MaxStoreDownTime = time.Minute
+		})
+		cli := readyClient(ctx, c)
+
+		l := &loadRun{}
+		stop := make(chan struct{})
+		var once sync.Once
+		halt := func() { once.Do(func() { close(stop) }) }
+		wg := runLoad(cli, l, stop)
+		var moves, stalls atomic.Int64
+		cwg := churn(cli, stop, &moves)
+		// A separate client stalls the stores, so that its calls to a
+		// stalled store do not count against the load's client.
+		admin, err := client.New(ctx, client.Config{Endpoints: c.endpoints()})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(admin.Close)
+		var joined atomic.Bool
+		stores := func() []uint64 {
+			if joined.Load() {
+				return []uint64{1, 2, 3, 4}
+			}
+			return []uint64{1, 2, 3}
+		}
+		swg := stallStores(admin, stores, 1500*time.Millisecond, 2500*time.Millisecond, stop, &stalls)
+		DeferCleanup(func() { halt(); wg.Wait(); cwg.Wait(); swg.Wait() })
+
+		start := time.Now()
+		time.Sleep(3 * time.Second)
+		// A store joins under the load: the balancer moves replicas to it.
+		jctx, jcancel := context.WithTimeout(ctx, stepTimeout)
+		c.join(jctx, 4, 2)
+		jcancel()
+		joined.Store(true)
+		GinkgoWriter.Printf("%v: store 4 joined\n", time.Since(start).Round(time.Millisecond))
+		// At least loadMin, until the regions have split a few times and
+		// store 4 has replicas (slower under -race on a busy machine),
+		// at most loadMax.
+		for time.Since(start) < loadMin || !c.reshaped(loadRegions) {
+			if time.Since(start) > loadMax {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		halt()
+		wg.Wait()
+		cwg.Wait()
+		swg.Wait()
+
+		regions, err := cli.Regions(ctx)
+		Expect(err).NotTo(HaveOccurred())
+		on4 := 0
+		for _, r := range regions {
+			if _, ok := r.Region.PeerOnStore(4); ok {
+				on4++
+			}
+		}
+		GinkgoWriter.Printf("%d operations (%d reads) in %v, slowest %v; %d regions, %d with a replica on store 4; %d moves by the test, %d stalls\n",
+			l.ops.Load(), l.reads.Load(), time.Since(start).Round(time.Millisecond),
+			time.Duration(l.slowest.Load()).Round(time.Millisecond), len(regions), on4, moves.Load(), stalls.Load())
+
+		l.mu.Lock()
+		errs := slices.Clone(l.errs)
+		acked := slices.Clone(l.acked)
+		l.mu.Unlock()
+		if len(errs) > 20 {
+			errs = append(errs[:20], fmt.Errorf("... and %d more", len(errs)-20))
+		}
+		Expect(errs).To(BeEmpty(), "operations failed under the load")
+		Expect(len(regions)).To(BeNumerically(">=", loadRegions), "the regions did not split on their own")
+		Expect(on4).To(BeNumerically(">", 0), "no replica moved to store 4")
+
+		// Every acknowledged insert reads back.
+		for _, k := range acked {
+			v, err := cli.Get(ctx, []byte(k))
+			Expect(err).NotTo(HaveOccurred(), "read back %s", k)
+			Expect(string(v)).To(Equal(string(loadValue(k))), "read back %s", k)
+		}
+	})
+})
