@@ -7,7 +7,13 @@
 // NotLeader hints, replaces stale regions after EpochNotMatch, reloads after
 // RegionNotFound / KeyNotInRegion and moves to another replica when a store
 // is unreachable; region errors reach the caller only once the deadline has
-// run out. Which replica serves a read is the session's ReadPolicy, decided
+// run out. A NotLeader hint naming a store in its back-off (a leader that
+// just failed, as far as the client knows) is declined for at most a
+// second per request, then followed: replicas that keep naming it hear
+// from it. An EpochNotMatch from a store whose copy of the region is older
+// than the request's (it has not applied a split the client learned
+// elsewhere) changes nothing; the same store is asked again after a
+// back-off. Which replica serves a read is the session's ReadPolicy, decided
 // per attempt by the replica selector (replica_selector.go) from the region's
 // peers, the client's in-flight count and observed latency per store
 // (store_stats.go), and the zones stores report. Connections are one gRPC
