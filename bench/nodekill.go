@@ -715,11 +715,13 @@ func modesString(m map[string]int64) string {
 func budgetString(b float64) string {
 	switch {
 	case b == 0:
-		return fmt.Sprintf("%g%% (the client's default)", 100*client.DefaultHedgeBudget)
+		return fmt.Sprintf("%g%% of the reads over %v, per store (the client's default)", 100*client.DefaultHedgeBudget, client.DefaultHedgeWindow)
 	case b < 0:
 		return "none"
+	case b >= 1:
+		return "no cap"
 	}
-	return fmt.Sprintf("%g%%", 100*min(b, 1))
+	return fmt.Sprintf("%g%% of the reads over %v, per store", 100*b, client.DefaultHedgeWindow)
 }
 
 // aroundKill renders ok/failed of the buckets from 300 ms before the kill

@@ -294,6 +294,7 @@ func (cfg *OverloadedConfig) report(res *OverloadedResult, started time.Time, ta
 	fmt.Fprintf(&b, "- Each run: fresh clients, a %v warm-up without the fault (connections, region cache), then %v measured with it: what p2c pays to learn the slow store is in the figures.\n",
 		max(cfg.Warmup, 0), cfg.RunDuration)
 	b.WriteString("- The share of reads each store served is counted from every answer's `ReadInfo.StoreID`.\n")
+	b.WriteString("- No read is hedged (the sessions' `Hedge` is off), so the hedge budget plays no part here: what steers reads away from the slow store is the replica choice alone.\n")
 	writeVariantList(&b, "Variants:", OverloadedVariants, cfg.Variants, func(v OverloadedVariant) (string, string) { return v.Name, v.Doc })
 	b.WriteString("\n## Results\n\n")
 	b.WriteString(table)
