@@ -16,6 +16,20 @@
 // porcupine's visualisation under CHAOS_OUT (default test/chaos/failures)
 // and fails. CHAOS_SEED picks the fault schedule; CHAOS_FOLLOWER_LEASES=1
 // starts the stores with --follower-leases.
+//
+// Before the faults start, CHAOS_PRELOAD_MB of 128 KiB values are written
+// over every client key's range (default: 24 MB for a run under 30 s, as
+// make test's; 160 MB, about 20 MB per region once the nemesis has split
+// at every key, for longer ones, as make chaos's), so that a snapshot
+// (a replica added back, a restarted store catching up) and a split have
+// real data to move while the clients run.
+//
+// An operation that fails while its deadline still allowed another try
+// (a region error, an unreachable store or anything else the client
+// returned early) is a failure of the client, not of the cluster: the
+// design says region errors never reach the caller while the deadline
+// allows another try. Such failures are counted as "early" and fail the
+// run.
 package chaos
 
 import (
@@ -113,6 +127,13 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("cluster.sh start --topology default: %v", r)
 	}
 	t.Logf("chaos: seed %d, %ds, follower leases %v, stores %v", seed, seconds, leases, c.direct)
+	defPreload := 24
+	if seconds >= 30 {
+		defPreload = 160
+	}
+	if err := preload(c.direct, envInt("CHAOS_PRELOAD_MB", defPreload), t.Logf); err != nil {
+		t.Fatalf("preload: %v", err)
+	}
 
 	h := kvmodel.NewHistory()
 	stop := make(chan struct{})
@@ -120,6 +141,7 @@ func TestChaos(t *testing.T) {
 	fails := &counter{}
 	modes := &counter{}
 	slow := &slowOps{}
+	early := &earlyFailures{}
 	// Nine clients that write and read, and three (one per zone) that only
 	// read: a client whose store is cut off from the leader spends its
 	// writes' deadlines waiting, and a reader keeps asking the cut-off
@@ -134,14 +156,14 @@ func TestChaos(t *testing.T) {
 		}
 		defer cli.Close()
 		readOnly := i >= 9
-		wg.Go(func() { runClient(i, zone, cli, readOnly, seed, h, stop, fails, modes, slow) })
+		wg.Go(func() { runClient(i, zone, cli, readOnly, seed, h, stop, fails, modes, slow, early) })
 	}
 	// One CLI-like client per zone: a new client for every put and get,
 	// with nothing cached, as each `hedgekv put` or `get` is. Their keys
 	// are outside the checked history; what they show is how long
 	// connecting and the metadata lookups take under the faults.
 	for _, zone := range zones {
-		wg.Go(func() { runFreshClient(zone, c.direct, stop, fails, slow) })
+		wg.Go(func() { runFreshClient(zone, c.direct, stop, fails, slow, early) })
 	}
 	nem := &nemesis{c: c, rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), stop: stop, faults: &counter{}}
 	ctl, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -184,6 +206,15 @@ func TestChaos(t *testing.T) {
 	t.Logf("operations: %d (%d reads: %s; %d writes, %d of unknown outcome)", len(ops), reads, modes, writes, unknown)
 	t.Logf("faults: %s", nem.faults)
 	t.Logf("failures by kind: %s", fails)
+	earlyOps := early.list()
+	t.Logf("failed before their deadline (a retryable error surfaced): %d", len(earlyOps))
+	for i, o := range earlyOps {
+		if i == 20 {
+			t.Logf("  ... and %d more", len(earlyOps)-i)
+			break
+		}
+		t.Logf("  early: %s", o)
+	}
 	slowAll, suspects := slow.judge(nem.windows)
 	fair := 0
 	for _, w := range nem.windows {
@@ -219,6 +250,9 @@ func TestChaos(t *testing.T) {
 	}
 	if checkErr != nil {
 		t.Errorf("replica check after the run: %v", checkErr)
+	}
+	if len(earlyOps) > 0 {
+		t.Errorf("%d operations failed while their deadline allowed another try: the client let an error through (see \"early:\" above)", len(earlyOps))
 	}
 	// A put or a leader read that a zone reaching two stores, one of
 	// them leading its region since before the cut, waited a second for:
@@ -373,7 +407,7 @@ func failKind(err error) string {
 
 // runClient issues puts and gets (only gets if readOnly) under every read
 // policy until stop.
-func runClient(id int, zone string, cli *client.Client, readOnly bool, seed uint64, h *kvmodel.History, stop <-chan struct{}, fails, modes *counter, slow *slowOps) {
+func runClient(id int, zone string, cli *client.Client, readOnly bool, seed uint64, h *kvmodel.History, stop <-chan struct{}, fails, modes *counter, slow *slowOps, early *earlyFailures) {
 	rng := rand.New(rand.NewPCG(seed+uint64(id), uint64(id)))
 	sessions := []struct {
 		name string
@@ -404,6 +438,7 @@ func runClient(id int, zone string, cli *client.Client, readOnly bool, seed uint
 			in := kvmodel.Input{Put: true, Key: key, Value: val}
 			if err != nil {
 				fails.add("put:" + failKind(err))
+				early.check(ctx, slowRecord{client: id, zone: zone, kind: "put", key: key, start: begin, took: time.Since(begin), err: err})
 				h.Add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{Unknown: true}, Return: -1})
 			} else {
 				h.Add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{}, Return: h.Now()})
@@ -418,6 +453,7 @@ func runClient(id int, zone string, cli *client.Client, readOnly bool, seed uint
 			}
 			if err != nil {
 				fails.add("get:" + failKind(err))
+				early.check(ctx, slowRecord{client: id, zone: zone, kind: "get:" + sess.name, key: key, start: begin, took: time.Since(begin), err: err})
 			} else {
 				modes.add(string(info.Mode))
 				// A stale answer may be as old as its bound: it may
@@ -436,7 +472,7 @@ func runClient(id int, zone string, cli *client.Client, readOnly bool, seed uint
 
 // runFreshClient puts and gets one key of its own through a new client
 // each time (connecting counts in the op's time) until stop.
-func runFreshClient(zone string, endpoints []string, stop <-chan struct{}, fails *counter, slow *slowOps) {
+func runFreshClient(zone string, endpoints []string, stop <-chan struct{}, fails *counter, slow *slowOps, early *earlyFailures) {
 	key := "fresh/" + zone
 	for n := 0; ; n++ {
 		select {
@@ -460,12 +496,103 @@ func runFreshClient(zone string, endpoints []string, stop <-chan struct{}, fails
 			}
 			_ = cli.Close()
 		}
-		cancel()
-		slow.add(slowRecord{client: -1, zone: zone, kind: kind, key: key, start: begin, took: time.Since(begin), err: err})
+		rec := slowRecord{client: -1, zone: zone, kind: kind, key: key, start: begin, took: time.Since(begin), err: err}
+		slow.add(rec)
 		if err != nil {
 			fails.add(strings.ReplaceAll(kind, " ", "-") + ":" + failKind(err))
+			early.check(ctx, rec)
+		}
+		cancel()
+	}
+}
+
+// earlyFailures are operations that failed while their context was still
+// alive: the client returned an error instead of retrying within the
+// deadline.
+type earlyFailures struct {
+	mu  sync.Mutex
+	ops []slowRecord
+}
+
+// check records o, which failed, unless its deadline had run out (ctx is
+// the operation's, still uncancelled when called).
+func (e *earlyFailures) check(ctx context.Context, o slowRecord) {
+	if ctx.Err() != nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.ops = append(e.ops, o)
+}
+
+func (e *earlyFailures) list() []slowRecord {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]slowRecord(nil), e.ops...)
+}
+
+// preloadValue is the size of each preloaded value: large enough that a
+// few hundred make tens of MB, small enough for one raft entry.
+const preloadValue = 128 << 10
+
+// preload writes mb MiB of preloadValue-sized values, spread evenly over
+// the ranges of the client keys (the nemesis splits at them), through a
+// client without a zone: it dials the stores' own addresses, past the
+// simulated WAN, though replication still crosses it.
+func preload(endpoints []string, mb int, logf func(string, ...any)) error {
+	if mb <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(30+mb)*time.Second)
+	defer cancel()
+	cli, err := client.New(ctx, client.Config{Endpoints: endpoints, RequestTimeout: 20 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	n := mb << 20 / preloadValue
+	begin := time.Now()
+	val := make([]byte, preloadValue)
+	for i := range val {
+		val[i] = byte('a' + i%26)
+	}
+	next := make(chan int)
+	errc := make(chan error, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range next {
+				// keys[i%8] + "/pre/...": inside [keys[j], keys[j+1]).
+				k := fmt.Sprintf("%s/pre/%06d", keys[i%len(keys)], i)
+				if err := cli.Put(ctx, []byte(k), val); err != nil {
+					errc <- fmt.Errorf("put %s: %w", k, err)
+					return
+				}
+			}
+		})
+	}
+	var perr error
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case perr = <-errc:
+			break feed
 		}
 	}
+	close(next)
+	wg.Wait()
+	if perr == nil {
+		select {
+		case perr = <-errc:
+		default:
+		}
+	}
+	if perr != nil {
+		return perr
+	}
+	logf("preload: %d MiB (%d values of %d KiB) in %v", mb, n, preloadValue>>10, time.Since(begin).Round(time.Millisecond))
+	return nil
 }
 
 // nemesis injects one fault at a time until stop closes.
