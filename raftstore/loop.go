@@ -115,6 +115,7 @@ func (s *Store) tick() {
 		lm *LeaseMsg
 	}
 	var leaseReqs []leaseReq
+	var staleChecks []leaseReq
 	for _, p := range peers {
 		p.mu.Lock()
 		if p.hibernating {
@@ -131,6 +132,9 @@ func (s *Store) tick() {
 		}
 		p.rn.Tick()
 		p.idleTicks++
+		for _, m := range p.staleChecksLocked(now) {
+			staleChecks = append(staleChecks, leaseReq{p: p, m: m})
+		}
 		p.expireReadsLocked(now, readTimeout)
 		if s.cfg.FollowerLeases {
 			// Follower: ask for (or renew) a lease. Leader: step the acks
@@ -145,6 +149,9 @@ func (s *Store) tick() {
 	}
 	for _, r := range leaseReqs {
 		s.sendNotice(r.p, r.m, r.lm)
+	}
+	for _, r := range staleChecks {
+		s.sendNow(r.p, r.m)
 	}
 	if s.sweepAt.IsZero() || now.After(s.sweepAt) {
 		s.sweepAt = now.Add(time.Second)

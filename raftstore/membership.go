@@ -9,6 +9,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
 )
@@ -73,6 +74,62 @@ func (p *Peer) tombstoneForStaleLocked(m *Message, self uint64) *Message {
 	}
 	t := tombstoneMsg(p.id, m.Msg.From, p.rn.BasicStatus().Term)
 	return &Message{RegionID: p.regionID, FromStore: self, ToStore: m.FromStore, Msg: t, FromConfVer: p.region.Epoch.ConfVer}
+}
+
+// A removed peer that never learned of its removal can also be one that
+// has the entry removing it in its log but never heard that it committed:
+// the leader stops replicating to it at once, and the leader's one
+// tombstone (publishShape) is lost if the network drops it or if the
+// removal applied on a leader that changed meanwhile. Such a peer cannot
+// campaign (raft refuses while a conf change is unapplied), so it sends
+// nothing that tombstoneForStaleLocked could answer, and it lingers: its
+// store keeps reporting the region, and a store removal never completes.
+// So a follower that has heard no leader for staleCheckTicks asks its
+// region's other peers, once per election timeout, with a notice that
+// carries its conf version: a member that no longer lists it answers with
+// a tombstone; any other member ignores it.
+var staleCheckCtx = []byte("hedgekv:stale-check")
+
+// staleCheckAfter is how long a follower goes without hearing a leader
+// before it asks: two election timeouts.
+func (s *Store) staleCheckAfter() time.Duration {
+	return 2 * time.Duration(s.cfg.ElectionTicks) * s.cfg.TickInterval
+}
+
+// staleChecksLocked returns the notices a follower sends to ask whether
+// it is still a member, if it is time to.
+func (p *Peer) staleChecksLocked(now time.Time) []raftpb.Message {
+	if !p.initialized || p.removed || p.hibernating {
+		return nil
+	}
+	st := p.rn.BasicStatus()
+	if st.RaftState == raft.StateLeader {
+		p.leaderSeen = now
+		return nil
+	}
+	after := p.store.staleCheckAfter()
+	if p.leaderSeen.IsZero() {
+		p.leaderSeen = now
+	}
+	if now.Sub(p.leaderSeen) < after || now.Sub(p.staleChecked) < after/2 {
+		return nil
+	}
+	p.staleChecked = now
+	var out []raftpb.Message
+	for _, pr := range p.region.Peers {
+		if pr.ID != p.id {
+			out = append(out, raftpb.Message{Type: raftpb.MsgHeartbeatResp, From: p.id, To: pr.ID, Term: st.Term, Context: staleCheckCtx})
+		}
+	}
+	return out
+}
+
+// noteLeaderLocked records that m shows a live leader to this peer.
+func (p *Peer) noteLeaderLocked(m raftpb.Message, now time.Time) {
+	switch m.Type {
+	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
+		p.leaderSeen = now
+	}
 }
 
 // maybeCreatePeer creates an uninitialized peer for a message from a

@@ -63,6 +63,10 @@ type Peer struct {
 	// ticks without traffic.
 	hibernating bool
 	idleTicks   int
+	// leaderSeen is when this follower last heard a leader (an append, a
+	// heartbeat or a snapshot); staleChecked when it last asked its
+	// region's other peers whether it is still a member (membership.go).
+	leaderSeen, staleChecked time.Time
 	// safe holds the latest safe points heard from the leader (stale.go).
 	safe safePoints
 	// lastNudge is when this follower last asked its leader for fresh safe

@@ -501,7 +501,13 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 		s.trans.Flush()
 		return nil
 	}
+	p.noteLeaderLocked(m.Msg, s.now())
 	switch {
+	case isNotice(m.Msg, staleCheckCtx):
+		// From a member (a removed peer got its tombstone above): it only
+		// asked.
+		p.mu.Unlock()
+		return nil
 	case isNotice(m.Msg, hibernateCtx):
 		wake := p.onHibernateNoticeLocked(m.Msg)
 		p.mu.Unlock()

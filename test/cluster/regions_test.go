@@ -249,6 +249,52 @@ var _ = Describe("regions", func() {
 		Expect(r.Peers).To(HaveLen(2))
 	})
 
+	It("destroys a replica that has the entry removing it but never hears that it committed", func() {
+		// The removed peer acks the entry that removes it, the leader
+		// commits it and stops replicating to it, and the leader's one
+		// tombstone is lost: the peer holds an unapplied conf change, so
+		// raft will not let it campaign, and it sends nothing a member
+		// could answer with a tombstone. It must ask.
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(60 * time.Second)
+		for i := range 20 {
+			Expect(c.Put(ctx, key(i), fmt.Appendf(nil, "%d", i))).To(Succeed())
+		}
+		leader, _ := c.Leader(1)
+		victim := otherThan(c, leader)[0]
+		Eventually(func() bool {
+			l, _ := c.Status(leader, 1)
+			v, _ := c.Status(victim, 1)
+			return l.CommitIndex > 0 && l.AppliedIndex == l.CommitIndex && v.AppliedIndex == l.AppliedIndex
+		}).WithTimeout(5 * time.Second).Should(BeTrue())
+		st, _ := c.Status(leader, 1)
+		committed := st.CommitIndex
+		heal := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+			if m.FromStore == victim {
+				// Its acks are lost too, or a late one would reveal it.
+				return true, 0
+			}
+			if m.ToStore != victim {
+				return false, 0
+			}
+			// Entries pass, but no commit index beyond what it had.
+			m.Msg.Commit = min(m.Msg.Commit, committed)
+			return m.Msg.Type == raftpb.MsgHeartbeat && string(m.Msg.Context) == "hedgekv:tombstone", 0
+		}))
+		Expect(mustStore(c, leader).RemovePeer(ctx, 1, victim)).To(Succeed())
+		r, _ := c.RegionOf(key(0))
+		Expect(r.Peers).To(HaveLen(2))
+		// The tombstone is gone. Its campaigns stay silent, as when raft
+		// refuses to campaign with a committed conf change unapplied (seen
+		// at scale): a campaign is not what may reveal it.
+		heal()
+		c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+			return m.FromStore == victim && (m.Msg.Type == raftpb.MsgPreVote || m.Msg.Type == raftpb.MsgVote), 0
+		}))
+		Eventually(func() int { return len(mustStore(c, victim).Regions()) }).WithTimeout(10*time.Second).Should(BeZero(),
+			"the removed replica still lingers on store %d", victim)
+	})
+
 	It("never answers a follower read from a replica whose data is being removed", func() {
 		// A removed replica deletes its range right after applying its own
 		// removal; a read that woke on that same apply must not read the
