@@ -174,8 +174,10 @@ func attemptTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 //   - NotLeader: with a hint, at the hinted leader at once; without one, at
 //     the next peer after a backoff (an election is under way).
 //   - EpochNotMatch: with the regions the store reports as current.
-//   - RegionNotFound, KeyNotInRegion: after dropping the region so it is
-//     reloaded from a store.
+//   - RegionNotFound: after dropping the region so it is reloaded from a
+//     store; a replica read at another replica (the store may not have
+//     created the region yet).
+//   - KeyNotInRegion: after dropping the region so it is reloaded.
 //   - DataIsNotReady (stale reads): at another replica, and in the end at
 //     the leader, which can always serve.
 //   - ServerIsBusy (a read with a busy threshold): at once at another
@@ -312,7 +314,21 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 			} else if epochErrs++; epochErrs > 1 {
 				sleep = bo.next(boRegionMiss)
 			}
-		case errors.As(err, &rn), errors.As(err, &kn):
+		case errors.As(err, &rn):
+			// The store does not host the region (yet: a split it has
+			// not applied, a replica being added; or any more: one
+			// removed). It is no answer: reload the region; a replica
+			// read asks another replica in this request (a leader-bound
+			// attempt goes where the reloaded region's leader is).
+			c.cache.drop(a.region.ID)
+			if a.replicaRead {
+				excluded[a.storeID] = struct{}{}
+				if len(excluded) >= len(a.region.Peers) {
+					clear(excluded)
+				}
+			}
+			sleep = bo.next(boRegionMiss)
+		case errors.As(err, &kn):
 			c.cache.drop(a.region.ID)
 			sleep = bo.next(boRegionMiss)
 		case errors.As(err, &dr):

@@ -149,3 +149,35 @@ func TestRegionLookupOlderThanCacheIsNoAnswer(t *testing.T) {
 		t.Fatalf("the right half at version 2 is called older")
 	}
 }
+
+// A replica that does not host the region yet (a split it has not applied)
+// answers RegionNotFound: no answer; the read goes to another replica in
+// the same request rather than back to it, even when it is the client's
+// own zone's replica, which ReplicaClosest would pick every time.
+func TestRegionNotFoundAsksAnotherReplica(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	cl.Put("k", "v")
+	c := newTestClient(t, cl, "dc-b")
+	warm(t, c)
+	var refused atomic.Int32
+	cl.SetHook(func(_ context.Context, s uint64, m string) error {
+		if s == 2 && m == "Get" {
+			refused.Add(1)
+			return clienttest.RegionError(codes.NotFound, &pb.RegionError{Message: "region not found", RegionNotFound: &pb.RegionNotFound{RegionId: 1}})
+		}
+		return nil
+	})
+	s := c.Session(ReadPolicy{Replica: ReplicaClosest})
+	for i := range 20 {
+		before := refused.Load()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		v, info, err := s.GetWithInfo(ctx, []byte("k"))
+		cancel()
+		if err != nil || string(v) != "v" {
+			t.Fatalf("get %d: %q, %v", i, v, err)
+		}
+		if n := refused.Load() - before; n > 1 || info.StoreID == 2 {
+			t.Fatalf("get %d: store 2 asked %d times, served by store %d", i, n, info.StoreID)
+		}
+	}
+}
