@@ -12,8 +12,11 @@
 //
 //  1. collectReady: issue each peer's queued reads as one ReadIndex batch
 //     (reads never join a batch already in flight: its index may predate
-//     them), then take the peer's Ready. sendEarly then sends a leader's
-//     appends and heartbeats (see 5).
+//     them), step the writes proposed since the last round into raft as
+//     ONE proposal (Store.propose only queues them: a round's writes then
+//     travel in one MsgApp per follower and come back in one ack each),
+//     then take the peer's Ready. sendEarly then sends a leader's appends
+//     and heartbeats (see 5).
 //  2. persistAndApply: persist, for all peers at once, in ONE bbolt
 //     transaction: snapshot (replacing the region's data, log and state),
 //     new log entries (dropping any conflicting tail) and the hard state.

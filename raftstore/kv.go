@@ -423,11 +423,13 @@ func (s *Store) propose(ctx context.Context, opts WriteOptions, cmd command) err
 		p.mu.Unlock()
 		return s.waitProposal(ctx, p, done)
 	}
+	// Queued, not stepped: the loop steps every queued write of the region
+	// as one proposal at its next round (batchProposalsLocked). The time
+	// taken here is before raft sees the entry, so a lease extended from it
+	// (publish) starts no later than the round it proves.
 	proposed := s.now()
-	if err := p.rn.Propose(cmd.encode()); err != nil {
-		p.mu.Unlock()
-		return fmt.Errorf("region %d: %w (%v)", p.regionID, ErrProposalDropped, err)
-	}
+	p.queued = append(p.queued, raftpb.Entry{Data: cmd.encode()})
+	p.queuedIDs = append(p.queuedIDs, cmd.id)
 	s.stats.proposals.Add(1)
 	p.proposals[cmd.id] = &proposal{term: st.Term, proposed: proposed, waiters: []chan error{done}}
 	p.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // Peer is one replica of one region on this store: a raft RawNode, its
@@ -42,6 +43,11 @@ type Peer struct {
 
 	lease     lease
 	proposals map[uint64]*proposal
+	// queued are proposals not yet stepped into raft: the Ready loop steps
+	// them as one MsgProp per round (batchProposalsLocked), so a round's
+	// writes travel in one MsgApp per follower and come back in one ack.
+	queued    []raftpb.Entry
+	queuedIDs []uint64
 	reads     readQueue
 	applyWait []applyWaiter
 	// confInFlight: this leader proposed a conf change that has not been
@@ -209,6 +215,7 @@ func (p *Peer) notifyAppliedLocked() {
 // idempotent puts and deletes, and a retry is ordered after the original).
 func (p *Peer) failProposalsLocked(err error) {
 	p.confInFlight = false // it may still apply, but under another leader
+	p.queued, p.queuedIDs = nil, nil
 	for id, pr := range p.proposals {
 		pr.finish(err)
 		delete(p.proposals, id)
