@@ -59,10 +59,12 @@
 // list of every region (Client.Regions, lookups by region id) asks every
 // store at once and waits for the rest at most gatherGrace after the
 // first answer. An attempt at a presumed leader that has not answered
-// within 200-500 ms asks the stores who leads the region now; when another
-// store does, the attempt is cancelled and retried there, so a leader that
-// moved and was then cut off does not hold a request for its attempt
-// timeout (request.go, watchLeader).
+// within 200-500 ms asks the stores who leads the region now, and again at
+// that interval while they still name it; when another store leads, the
+// attempt is cancelled and retried there (the store it left is not
+// counted as failed), so a leader that moved and was then cut off, or was
+// cut off or stalled and then replaced by an election, does not hold a
+// request for its attempt timeout (request.go, watchLeader).
 //
 // # Which address a store is dialled at
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -530,38 +531,70 @@ func (c *Client) leaderCheckDelay(storeID uint64) time.Duration {
 // they name another store, the cache learns it and the attempt is
 // cancelled, so the retry loop goes to the new leader at once instead of
 // waiting out the attempt's timeout at one that does not answer (a leader
-// that lost its leadership and then was cut off, or one cut off that the
-// others have replaced). A write cancelled so is retried with the same
-// request ID, as after a timeout, so it is applied at most once; a wrong
-// guess costs a NotLeader round trip. The returned ctx is the attempt's;
-// stop ends the watch.
-func (c *Client) watchLeader(ctx context.Context, key []byte, a *attempt) (context.Context, func() uint64, func()) {
+// that lost its leadership and then was cut off, or one cut off or stalled
+// that the others have replaced). While they still name the same store,
+// they are asked again every leaderCheckDelay: a leader cut off or stalled
+// while it led is replaced only after an election timeout (0.5-1 s with
+// the default ticks), later than the first check. A write
+// cancelled so is retried with the same request ID, as after a timeout, so
+// it is applied at most once; a wrong guess costs a NotLeader round trip.
+// The returned ctx is the attempt's; moved returns the store the check
+// found leading (0: none); stop ends the watch.
+func (c *Client) watchLeader(ctx context.Context, key []byte, a *attempt) (actx context.Context, moved func() uint64, stop func()) {
 	actx, cancel := context.WithCancel(ctx)
-	var movedTo atomic.Uint64
-	t := time.AfterFunc(c.leaderCheckDelay(a.storeID), func() {
-		infos, err := c.loadRegionByKey(actx, key)
-		if err != nil {
+	var (
+		movedTo atomic.Uint64
+		mu      sync.Mutex
+		t       *time.Timer
+		delay   = c.leaderCheckDelay(a.storeID)
+	)
+	check := func() {
+		if actx.Err() != nil {
 			return
 		}
-		for _, info := range infos {
-			if info.GetRegion().GetId() != a.region.ID {
-				continue
-			}
-			leader := info.GetLeaderStoreId()
-			if leader == 0 || leader == a.storeID || !hostsStore(info.GetRegion(), leader) {
-				return
-			}
-			c.cache.insertInfos(infos)
-			c.log.Debug("leader moved while an attempt waited", "region", a.region.ID, "store", a.storeID, "leader", leader)
+		if leader := c.leaderElsewhere(actx, key, a); leader != 0 {
 			movedTo.Store(leader)
 			cancel()
 			return
 		}
-	})
-	return actx, movedTo.Load, func() {
-		t.Stop()
-		cancel()
+		mu.Lock()
+		defer mu.Unlock()
+		if actx.Err() == nil {
+			t.Reset(delay)
+		}
 	}
+	mu.Lock()
+	t = time.AfterFunc(delay, check)
+	mu.Unlock()
+	return actx, movedTo.Load, func() {
+		cancel()
+		mu.Lock()
+		t.Stop()
+		mu.Unlock()
+	}
+}
+
+// leaderElsewhere asks the stores who leads the region of the attempt a
+// (by key) and returns that store when it is another one hosting a peer,
+// after the cache has learned it; 0 otherwise.
+func (c *Client) leaderElsewhere(ctx context.Context, key []byte, a *attempt) uint64 {
+	infos, err := c.loadRegionByKey(ctx, key)
+	if err != nil {
+		return 0
+	}
+	for _, info := range infos {
+		if info.GetRegion().GetId() != a.region.ID {
+			continue
+		}
+		leader := info.GetLeaderStoreId()
+		if leader == 0 || leader == a.storeID || !hostsStore(info.GetRegion(), leader) {
+			return 0
+		}
+		c.cache.insertInfos(infos)
+		c.log.Debug("leader moved while an attempt waited", "region", a.region.ID, "store", a.storeID, "leader", leader)
+		return leader
+	}
+	return 0
 }
 
 // leaderMovedError is an attempt the leader check cut short because the

@@ -181,3 +181,33 @@ func TestRegionNotFoundAsksAnotherReplica(t *testing.T) {
 		}
 	}
 }
+
+// A leader that stalls while it leads is replaced only after an election
+// timeout, later than the first leader check (200-500 ms): the stores
+// still name it then. The attempt waiting there asks again, and goes to
+// the new leader once they name it, instead of waiting out its timeout.
+func TestLeaderCheckRepeatsUntilElection(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	c := newTestClient(t, cl, "")
+	warm(t, c) // cached leader: store 1
+	cl.SetHook(func(ctx context.Context, storeID uint64, method string) error {
+		if storeID == 1 {
+			<-ctx.Done() // stalled: answers nothing, metadata neither
+			return ctx.Err()
+		}
+		return nil
+	})
+	elected := 900 * time.Millisecond
+	time.AfterFunc(elected, func() { cl.SetLeader(1, 2) })
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	defer cancel()
+	begin := time.Now()
+	if err := c.Put(ctx, []byte("k"), []byte("v")); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	// The attempt timeout is 3 s; the election 0.9 s, one check interval
+	// (at most leaderCheckMax) more to notice it.
+	if d := time.Since(begin); d > elected+leaderCheckMax+300*time.Millisecond {
+		t.Errorf("put took %v with a new leader elected after %v", d, elected)
+	}
+}

@@ -72,10 +72,20 @@ type loadRun struct {
 	mu    sync.Mutex
 	errs  []error
 	acked []string
+	slow  []string // operations of loadSlow or more
 }
 
-func (l *loadRun) done(begin time.Time) {
-	d := int64(time.Since(begin))
+// loadSlow is how long an operation takes before the spec reports it.
+const loadSlow = 2 * time.Second
+
+func (l *loadRun) done(what string, begin time.Time) {
+	took := time.Since(begin)
+	if took >= loadSlow {
+		l.mu.Lock()
+		l.slow = append(l.slow, fmt.Sprintf("%s at %s took %v", what, begin.Format("15:04:05.000"), took.Round(time.Millisecond)))
+		l.mu.Unlock()
+	}
+	d := int64(took)
 	for {
 		cur := l.slowest.Load()
 		if d <= cur || l.slowest.CompareAndSwap(cur, d) {
@@ -101,7 +111,8 @@ func (l *loadRun) ackedKey(r *rand.Rand) string {
 }
 
 // runLoad inserts new keys from loadWriters goroutines and reads back
-// acknowledged ones from loadReaders until stop is closed.
+// acknowledged ones from loadReaders (leader and follower reads) until
+// stop is closed.
 func runLoad(cli *client.Client, l *loadRun, stop <-chan struct{}) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	stopped := func() bool {
@@ -120,7 +131,7 @@ func runLoad(cli *client.Client, l *loadRun, stop <-chan struct{}) *sync.WaitGro
 				begin := time.Now()
 				err := cli.Put(ctx, []byte(k), loadValue(k))
 				cancel()
-				l.done(begin)
+				l.done("insert "+k, begin)
 				l.ops.Add(1)
 				if err != nil {
 					l.fail(fmt.Errorf("insert %s after %v: %w", k, time.Since(begin).Round(time.Millisecond), err))
@@ -132,7 +143,14 @@ func runLoad(cli *client.Client, l *loadRun, stop <-chan struct{}) *sync.WaitGro
 			}
 		})
 	}
+	// Half the readers read from followers (ReadIndex): a follower that
+	// has not applied a split yet does not host the new region.
+	follower := cli.Session(client.ReadPolicy{Replica: client.ReplicaFollower})
 	for r := range loadReaders {
+		get := cli.Get
+		if r%2 == 1 {
+			get = follower.Get
+		}
 		wg.Go(func() {
 			rnd := rand.New(rand.NewPCG(uint64(r), 18))
 			for !stopped() {
@@ -143,9 +161,9 @@ func runLoad(cli *client.Client, l *loadRun, stop <-chan struct{}) *sync.WaitGro
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), loadOpTimeout)
 				begin := time.Now()
-				v, err := cli.Get(ctx, []byte(k))
+				v, err := get(ctx, []byte(k))
 				cancel()
-				l.done(begin)
+				l.done(fmt.Sprintf("read %s (reader %d)", k, r), begin)
 				l.ops.Add(1)
 				l.reads.Add(1)
 				switch {
@@ -223,9 +241,11 @@ func stallStores(cli *client.Client, stores func() []uint64, stall, period time.
 			case <-time.After(period):
 			}
 			ids := stores()
+			id := ids[rnd.IntN(len(ids))]
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if cli.Fault(ctx, ids[rnd.IntN(len(ids))], client.Fault{Stall: stall}) == nil {
+			if cli.Fault(ctx, id, client.Fault{Stall: stall}) == nil {
 				n.Add(1)
+				GinkgoWriter.Printf("%s: store %d stalls for %v\n", time.Now().Format("15:04:05.000"), id, stall)
 			}
 			cancel()
 		}
@@ -302,6 +322,9 @@ var _ = Describe("client under a load while regions split", func() {
 			time.Duration(l.slowest.Load()).Round(time.Millisecond), len(regions), on4, moves.Load(), stalls.Load())
 
 		l.mu.Lock()
+		for _, s := range l.slow {
+			GinkgoWriter.Printf("  slow: %s\n", s)
+		}
 		errs := slices.Clone(l.errs)
 		acked := slices.Clone(l.acked)
 		l.mu.Unlock()
