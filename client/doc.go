@@ -54,8 +54,11 @@
 // failed, or stayed silent past its delay while another answered, is asked
 // last until its back-off (storeStats' rules) ends; one that failed
 // outright also enters the read path's back-off. A store that hosts no
-// region holding the key (NotFound) gave no answer: another is asked, and
-// if none knows the region the request retries within its deadline. The
+// region holding the key (NotFound), or answers with a region older than
+// the cache holds, gave no answer: another is asked, and if none knows the
+// region the request retries within its deadline, after a back-off; a
+// store silent meanwhile (perhaps the one that does know, stalled) is
+// waited for gatherGrace, not DialTimeout. The
 // list of every region (Client.Regions, lookups by region id) asks every
 // store at once and waits for the rest at most gatherGrace after the
 // first answer. An attempt at a presumed leader that has not answered

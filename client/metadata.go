@@ -169,12 +169,25 @@ func adminCall[T any](c *Client, ctx context.Context, what string, hedge bool, f
 	var (
 		errs     []error
 		noRegion bool
+		// settleC fires once every target has been asked, some said they
+		// know nothing, and the ones still silent have had gatherGrace:
+		// see below.
+		settle  *time.Timer
+		settleC <-chan time.Time
 	)
+	defer func() {
+		if settle != nil {
+			settle.Stop()
+		}
+	}()
+	noRegionErr := func() error {
+		return fmt.Errorf("%s: %w: %w", what, errNoRegion, errors.Join(errs...))
+	}
 	for {
 		if len(began) == 0 {
 			if next == len(targets) {
 				if noRegion {
-					return zero, fmt.Errorf("%s: %w: %w", what, errNoRegion, errors.Join(errs...))
+					return zero, noRegionErr()
 				}
 				return zero, fmt.Errorf("%s: no store answered: %w", what, errors.Join(errs...))
 			}
@@ -214,6 +227,27 @@ func adminCall[T any](c *Client, ctx context.Context, what string, hedge bool, f
 				}
 				armHedge()
 			}
+			// Every store was asked, the ones that answered know nothing
+			// (they have not applied a split yet), and the rest are
+			// silent: perhaps the one store that does know, stalled or
+			// cut off. Waiting for it up to DialTimeout would hold the
+			// request that long; once each has had gatherGrace (enough
+			// for a healthy store on a loaded machine), the call ends
+			// with errNoRegion and the request retries after a back-off,
+			// with the silent ones asked last.
+			if next == len(targets) && noRegion && len(began) > 0 && settleC == nil {
+				var wait time.Duration
+				for _, t := range began {
+					wait = max(wait, gatherGrace-time.Since(t))
+				}
+				settle = time.NewTimer(max(wait, 0))
+				settleC = settle.C
+			}
+		case <-settleC:
+			for addr := range began {
+				c.meta.get(addr).markFailure()
+			}
+			return zero, noRegionErr()
 		case <-hedgeC:
 			c.log.Debug("hedging metadata call", "what", what, "to", targets[next])
 			if err := launch(); err != nil {

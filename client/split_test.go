@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/hedgekv/hedgekv/client/clienttest"
 	"github.com/hedgekv/hedgekv/region"
@@ -209,5 +210,40 @@ func TestLeaderCheckRepeatsUntilElection(t *testing.T) {
 	// (at most leaderCheckMax) more to notice it.
 	if d := time.Since(begin); d > elected+leaderCheckMax+300*time.Millisecond {
 		t.Errorf("put took %v with a new leader elected after %v", d, elected)
+	}
+}
+
+// The one store that knows a split's new region is stalled, and the others
+// have not applied the split: they know nothing of the key's region. The
+// lookup does not wait DialTimeout for the stalled store; it ends, the
+// request backs off and asks again, and succeeds soon after the others
+// catch up.
+func TestRegionLookupNotHeldBySilentStore(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	c, err := New(context.Background(), Config{Endpoints: cl.Endpoints(), DialTimeout: 5 * time.Second, RequestTimeout: 8 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var caughtUp atomic.Bool
+	cl.SetLeader(1, 2)
+	cl.SetHook(func(ctx context.Context, storeID uint64, method string) error {
+		switch {
+		case storeID == 1 && method == "Regions":
+			<-ctx.Done() // stalled
+			return ctx.Err()
+		case method == "Regions" && !caughtUp.Load():
+			return status.Errorf(codes.NotFound, "store %d hosts no region holding key", storeID)
+		}
+		return nil
+	})
+	c.preferEndpoint(cl.Store(1).Addr()) // asked first, as the client's own zone's store would be
+	time.AfterFunc(300*time.Millisecond, func() { caughtUp.Store(true) })
+	begin := time.Now()
+	if err := c.Put(context.Background(), []byte("k"), []byte("v")); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	if d := time.Since(begin); d > 1500*time.Millisecond {
+		t.Errorf("put took %v; the stores that know the region answered from 300ms on", d)
 	}
 }
