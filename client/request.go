@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -373,10 +374,15 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 		default:
 			return result{attempts: n, final: a}, fmt.Errorf("%s: %w", req.op, err)
 		}
-		if a != nil {
-			c.log.Debug("retrying", "op", req.op, "attempt", n, "region", a.region.ID, "store", a.storeID, "sleep", sleep, "err", err)
-		} else {
-			c.log.Debug("retrying", "op", req.op, "attempt", n, "sleep", sleep, "err", err)
+		if c.log.Enabled(ctx, slog.LevelDebug) {
+			attrs := []any{"op", req.op, "attempt", n, "sleep", sleep, "err", err}
+			if len(req.key) > 0 {
+				attrs = append(attrs, "key", region.FormatKey(req.key))
+			}
+			if a != nil {
+				attrs = append(attrs, "region", a.region.ID, "store", a.storeID)
+			}
+			c.log.Debug("retrying", attrs...)
 		}
 		if sleep > 0 {
 			t := time.NewTimer(sleep)

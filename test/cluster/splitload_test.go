@@ -284,7 +284,7 @@ var _ = Describe("client under a load while regions split", func() {
 			}
 			return []uint64{1, 2, 3}
 		}
-		swg := stallStores(admin, stores, 1500*time.Millisecond, 2500*time.Millisecond, stop, &stalls)
+		swg := stallStores(admin, stores, time.Second, 2500*time.Millisecond, stop, &stalls)
 		DeferCleanup(func() { halt(); wg.Wait(); cwg.Wait(); swg.Wait() })
 
 		start := time.Now()
