@@ -87,7 +87,7 @@ func (s *Store) probeDisk() error {
 	if err := s.injectedDiskError(); err != nil {
 		return err
 	}
-	return s.eng.db.Update(func(tx *bbolt.Tx) error {
+	return s.eng.update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketMeta)
 		if err := b.Put(keyDiskProbe, uint64Bytes(uint64(time.Now().UnixNano()))); err != nil {
 			return err

@@ -95,7 +95,20 @@ func logKey(regionID, index uint64) []byte {
 
 // engine wraps the store's bbolt file.
 type engine struct {
-	db *bbolt.DB
+	db     *bbolt.DB
+	dir    string
+	noSync bool
+
+	// mu orders every write transaction, WAL append and checkpoint
+	// (checkpoint.go); wal, pin, ckptAt and syncMode are under it.
+	mu       sync.Mutex
+	wal      *wal
+	pin      *bbolt.Tx // a reader on the last checkpoint's tree
+	ckptAt   time.Time
+	syncMode bool
+	stats    struct{ checkpoints, walRecords uint64 }
+	lock     *os.File // store.lock, held while open
+	replayed int      // WAL records replayed at open
 
 	// sweep is where each region's dedup trimming goes on from (dedup.go).
 	sweepMu sync.Mutex
@@ -131,9 +144,35 @@ func openEngine(dir string, noSync bool) (*engine, error) {
 		return nil, fmt.Errorf("create data dir %s: %w", dir, err)
 	}
 	path := filepath.Join(dir, "store.db")
+	lock, err := lockDir(dir)
+	if errors.Is(err, errDirLocked) {
+		return nil, fmt.Errorf("data dir %s is in use by another hedgekv process (%s is locked): %w", dir, filepath.Join(dir, "store.lock"), err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock data dir %s: %w", dir, err)
+	}
+	e, err := openEngineLocked(dir, path, noSync)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	e.lock = lock
+	return e, nil
+}
+
+var errDirLocked = errors.New("locked")
+
+func openEngineLocked(dir, path string, noSync bool) (*engine, error) {
+	// Back to the last checkpoint first: later commits were not synced
+	// (checkpoint.go). A store without a checkpoint file was last closed
+	// in sync mode or by an older version, whose every commit was synced.
+	if err := restoreCheckpoint(dir); err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
 		// Another process holding the file lock must fail us, not hang us.
-		Timeout:         2 * time.Second,
+		Timeout: 2 * time.Second,
+		// Synced commits until the engine is set up (below).
 		NoSync:          noSync,
 		NoFreelistSync:  true,
 		FreelistType:    bbolt.FreelistMapType,
@@ -148,6 +187,16 @@ func openEngine(dir string, noSync bool) (*engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open bbolt %s: %w", path, err)
 	}
+	// Until the first checkpoint below, the checkpoint restored (if any)
+	// is the restore point: a reader keeps its pages from being reused.
+	var pin *bbolt.Tx
+	if mmapSize() > 0 {
+		if pin, err = db.Begin(false); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open %s: %w", path, err)
+		}
+	}
+	e := &engine{db: db, dir: dir, noSync: noSync, syncMode: mmapSize() == 0, pin: pin}
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, b := range [][]byte{bucketData, bucketRaftLog, bucketRaftState, bucketMeta, bucketDedup} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -164,17 +213,73 @@ func openEngine(dir string, noSync bool) (*engine, error) {
 		return nil
 	})
 	if err != nil {
+		if pin != nil {
+			pin.Rollback()
+		}
 		db.Close()
 		return nil, fmt.Errorf("create buckets: %w", err)
 	}
 	if _, err := convertDedupV2(db); err != nil {
+		if pin != nil {
+			pin.Rollback()
+		}
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	return &engine{db: db}, nil
+	w, recs, err := openWAL(filepath.Join(dir, "wal"), noSync)
+	if err != nil {
+		if pin != nil {
+			pin.Rollback()
+		}
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	e.wal = w
+	if e.replayed, err = e.replayWAL(recs); err != nil {
+		pin.Rollback()
+		w.close()
+		db.Close()
+		return nil, fmt.Errorf("open %s: replay wal: %w", path, err)
+	}
+	// Everything so far was committed with bbolt's fsyncs: this is the
+	// first checkpoint, and from here on rounds commit without them.
+	e.mu.Lock()
+	err = e.checkpointLocked()
+	if err == nil && !e.syncMode {
+		db.NoSync = true
+	}
+	e.mu.Unlock()
+	if err != nil {
+		e.close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return e, nil
 }
 
-func (e *engine) close() error { return e.db.Close() }
+// close checkpoints (so that the next open restores nothing newer than the
+// file holds) and closes the WAL and bbolt.
+func (e *engine) close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var err error
+	if e.wal != nil && e.wal.broken == nil {
+		err = e.checkpointLocked()
+	}
+	if e.pin != nil {
+		e.pin.Rollback()
+		e.pin = nil
+	}
+	if e.wal != nil {
+		e.wal.close()
+	}
+	if cerr := e.db.Close(); err == nil {
+		err = cerr
+	}
+	if e.lock != nil {
+		e.lock.Close()
+	}
+	return err
+}
 
 // storeID returns the store ID recorded in the engine, 0 if none.
 func (e *engine) storeID() (id uint64, err error) {

@@ -40,7 +40,7 @@ var errInstancesExhausted = errors.New("peer instance identities exhausted for t
 // (synced, as every engine commit is unless NoSync): no two opens of this
 // data dir ever share one.
 func (s *Store) bumpIncarnation() error {
-	return s.eng.db.Update(func(tx *bbolt.Tx) error {
+	return s.eng.update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketMeta)
 		var inc uint64
 		if v := b.Get(keyIncarnation); len(v) == 8 {

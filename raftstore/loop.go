@@ -264,15 +264,27 @@ func (s *Store) persistAndApply(batch []*readyPeer) error {
 	if err := s.injectedDiskError(); err != nil {
 		return err
 	}
-	err := s.writeTx(func(tx *bbolt.Tx) error {
+	prepare := func() []walItem {
+		// Checked under the engine's lock: destroyPeer marks the peer
+		// removed before its own transaction, which waits for this round,
+		// so nothing written here outlives the destruction.
+		var items []walItem
+		for _, rp := range batch {
+			if rp.skip = rp.p.isRemoved(); rp.skip {
+				continue
+			}
+			if it, ok := walItemOf(rp); ok {
+				items = append(items, it)
+			}
+		}
+		return items
+	}
+	err := s.writeTx(prepare, func(tx *bbolt.Tx) error {
 		// Every persist before any apply: a split applied here writes the
 		// new region's state, which must win over (and carry the vote of)
 		// a placeholder of that region persisting in the same round.
 		for _, rp := range batch {
-			// Checked inside the transaction: destroyPeer marks the peer
-			// removed before its own transaction, which waits for this
-			// one, so nothing written here outlives the destruction.
-			if rp.skip = rp.p.isRemoved(); rp.skip {
+			if rp.skip {
 				continue
 			}
 			if err := s.persistTx(tx, rp); err != nil {
@@ -293,7 +305,29 @@ func (s *Store) persistAndApply(batch []*readyPeer) error {
 		return err
 	}
 	s.stats.readyRounds.Add(1)
-	return nil
+	// A round that changed a region's shape is made durable in bbolt
+	// before anything of it is sent or published: the WAL replays only
+	// raft log entries and hard states (checkpoint.go).
+	force := false
+	for _, rp := range batch {
+		if !rp.skip && (rp.snapApplied || rp.regionChanged || rp.removed || len(rp.created) > 0 || len(rp.confChanges) > 0) {
+			force = true
+		}
+	}
+	return s.eng.checkpointIfDue(force)
+}
+
+// walItemOf is the raft state rp's round persists, for the WAL.
+func walItemOf(rp *readyPeer) (walItem, bool) {
+	rd := &rp.rd
+	it := walItem{regionID: rp.p.regionID, entries: rd.Entries}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		it.hard = &rd.HardState
+	}
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		it.snap, it.snapIndex, it.snapTerm = true, rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.Term
+	}
+	return it, it.snap || it.hard != nil || len(it.entries) > 0
 }
 
 // sendHeld is step 5: send the messages that promise durable state (votes,
@@ -328,11 +362,12 @@ func (s *Store) advance(batch []*readyPeer) error {
 	return nil
 }
 
-// writeTx runs the round's bbolt write transaction and reports how long it
-// took (commit and fsync included) to the metrics hook.
-func (s *Store) writeTx(fn func(*bbolt.Tx) error) error {
+// writeTx persists the round (its WAL record, synced, then its bbolt
+// transaction, committed without an fsync: checkpoint.go) and reports how
+// long it took to the metrics hook.
+func (s *Store) writeTx(prepare func() []walItem, fn func(*bbolt.Tx) error) error {
 	start := time.Now()
-	err := s.eng.db.Update(fn)
+	err := s.eng.round(prepare, fn)
 	s.stats.observeWriteTx(time.Since(start))
 	return err
 }

@@ -203,7 +203,7 @@ func (s *Store) destroyPeer(p *Peer) error {
 	// were it gone before, a heartbeat from a leader that has not applied
 	// the removal yet would create a placeholder under the same peer ID,
 	// which that leader believes holds its log (raft panics on it).
-	err := s.eng.db.Update(func(tx *bbolt.Tx) error {
+	err := s.eng.update(func(tx *bbolt.Tx) error {
 		st := tx.Bucket(bucketRaftState)
 		for _, suf := range []byte{suffixRegion, suffixHardState, suffixApplyState} {
 			if err := st.Delete(stateKey(r.ID, suf)); err != nil {
@@ -492,7 +492,7 @@ func (s *Store) waitCaughtUp(ctx context.Context, p *Peer, peerID uint64) error 
 // need to agree on anything to allocate.
 func (s *Store) allocID() (uint64, error) {
 	var id uint64
-	err := s.eng.db.Update(func(tx *bbolt.Tx) error {
+	err := s.eng.update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketMeta)
 		var n uint64
 		if v := b.Get(keyNextID); len(v) == 8 {

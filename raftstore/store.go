@@ -147,6 +147,9 @@ func NewStore(cfg Config, trans Transport) (*Store, error) {
 		stopc: make(chan struct{}),
 		done:  make(chan struct{}),
 	}
+	if eng.replayed > 0 {
+		s.log.Info("replayed the round log after the last checkpoint", "records", eng.replayed)
+	}
 	// A random base keeps proposal IDs unique across restarts, so an entry
 	// proposed before a crash can never wake a waiter of a new proposal.
 	var rb [8]byte
@@ -197,7 +200,7 @@ func (s *Store) load() error {
 }
 
 func (s *Store) bootstrap() error {
-	return s.eng.db.Update(func(tx *bbolt.Tx) error {
+	return s.eng.update(func(tx *bbolt.Tx) error {
 		if err := tx.Bucket(bucketMeta).Put(keyStoreID, uint64Bytes(s.cfg.StoreID)); err != nil {
 			return err
 		}

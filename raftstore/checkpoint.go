@@ -1,0 +1,325 @@
+package raftstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.etcd.io/bbolt"
+)
+
+// Checkpoints: how bbolt is committed without an fsync and still survives
+// power loss (docs/design.md, "The write path").
+//
+// A Ready round's bbolt transaction is committed with NoSync: its pages and
+// meta page are written, not synced. Its raft state (entries, hard state)
+// was synced in the round's WAL record first, and what it applied is
+// rebuilt by raft from the applied index, so its own fsync is not needed
+// for any promise. What bbolt needs is to stay a consistent tree: an
+// unsynced commit may reach the disk in part (a meta page without the
+// pages it points to), and it may overwrite pages the last synced state
+// still uses. So:
+//
+//   - A checkpoint syncs the file (DB.Sync), then copies its two meta pages
+//     into store.ckpt (written, synced, renamed), and opens a read
+//     transaction on that state: bbolt reuses no page a reader may see, so
+//     no commit until the next checkpoint touches a page the checkpoint's
+//     tree uses. The previous checkpoint's reader is closed only then.
+//   - On open, store.ckpt's meta pages are written back over store.db's:
+//     bbolt opens at the checkpoint, whatever later unsynced commits left
+//     on disk, and every WAL record after the checkpoint's seq (meta
+//     bucket, "wal_seq", written by each round) is replayed into bbolt's
+//     raft log and hard state; raft then re-applies the committed entries
+//     past the applied index, as after any restart.
+//   - A checkpoint runs every checkpointInterval of rounds, after every
+//     round that changes a region's shape (a snapshot, a split, a
+//     membership change, a removal), after every write outside the Ready
+//     loop (engine.update), and at close; it deletes the WAL segments it
+//     covers.
+//
+// The pinned reader would deadlock a commit that must remap bbolt's file
+// (a remap waits for every reader). Mapping initialMmapSize up front makes
+// that happen only past 8 GiB; a store whose file comes within 1 GiB of
+// its mapping (or one on a 32-bit platform) stops checkpointing this way
+// and commits every transaction with bbolt's own fsyncs (sync mode).
+const checkpointInterval = 100 * time.Millisecond
+
+var (
+	keyWALSeq = []byte("wal_seq")
+	ckptMagic = []byte("HKVCKPT1")
+)
+
+const ckptFile = "store.ckpt"
+
+// restoreCheckpoint writes the checkpoint's meta pages back over the
+// bbolt file's, if there is a checkpoint.
+func restoreCheckpoint(dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, ckptFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(data) < 16 || !bytes.Equal(data[:8], ckptMagic) {
+		return fmt.Errorf("%s: bad header: %w", ckptFile, errCorrupt)
+	}
+	pageSize := binary.BigEndian.Uint32(data[8:])
+	sum := binary.BigEndian.Uint32(data[12:])
+	pages := data[16:]
+	if uint64(len(pages)) != 2*uint64(pageSize) || crc32.Checksum(pages, walCRC) != sum {
+		return fmt.Errorf("%s: bad checksum or size: %w", ckptFile, errCorrupt)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "store.db"), os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("restore checkpoint: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(pages, 0); err != nil {
+		return fmt.Errorf("restore checkpoint: %w", err)
+	}
+	return fdatasyncFile(f)
+}
+
+// writeCheckpointFile copies the bbolt file's two (synced) meta pages into
+// store.ckpt.
+func (e *engine) writeCheckpointFile() error {
+	pageSize := e.db.Info().PageSize
+	f, err := os.Open(filepath.Join(e.dir, "store.db"))
+	if err != nil {
+		return err
+	}
+	pages := make([]byte, 2*pageSize)
+	_, err = f.ReadAt(pages, 0)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("checkpoint: read meta pages: %w", err)
+	}
+	out := append([]byte(nil), ckptMagic...)
+	out = binary.BigEndian.AppendUint32(out, uint32(pageSize))
+	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(pages, walCRC))
+	out = append(out, pages...)
+	tmp := filepath.Join(e.dir, ckptFile+".tmp")
+	tf, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := tf.Write(out); err != nil {
+		tf.Close()
+		return err
+	}
+	if !e.noSync {
+		if err := tf.Sync(); err != nil {
+			tf.Close()
+			return err
+		}
+	}
+	if err := tf.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(e.dir, ckptFile)); err != nil {
+		return err
+	}
+	return syncDir(e.dir, e.noSync)
+}
+
+func syncDir(dir string, noSync bool) error {
+	if noSync {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// checkpointLocked makes everything committed so far durable and the new
+// restore point (see above). e.mu is held.
+func (e *engine) checkpointLocked() error {
+	if !e.noSync {
+		if err := e.db.Sync(); err != nil {
+			return fmt.Errorf("checkpoint: sync: %w", err)
+		}
+	}
+	if !e.syncMode && (mmapSize() == 0 || e.fileSize() > int64(mmapSize())-(1<<30)) {
+		if err := e.enterSyncModeLocked(); err != nil {
+			return err
+		}
+	}
+	if !e.syncMode {
+		if err := e.writeCheckpointFile(); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+		pin, err := e.db.Begin(false)
+		if err != nil {
+			return fmt.Errorf("checkpoint: pin: %w", err)
+		}
+		if e.pin != nil {
+			e.pin.Rollback()
+		}
+		e.pin = pin
+	}
+	e.ckptAt = time.Now()
+	e.stats.checkpoints++
+	if e.wal != nil {
+		return e.wal.truncate()
+	}
+	return nil
+}
+
+// enterSyncModeLocked: from now on every commit runs bbolt's own fsyncs and
+// nothing is restored on open (the file was just synced).
+func (e *engine) enterSyncModeLocked() error {
+	e.db.NoSync = e.noSync
+	if err := os.Remove(filepath.Join(e.dir, ckptFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := syncDir(e.dir, e.noSync); err != nil {
+		return err
+	}
+	if e.pin != nil {
+		e.pin.Rollback()
+		e.pin = nil
+	}
+	e.syncMode = true
+	return nil
+}
+
+func (e *engine) fileSize() int64 {
+	fi, err := os.Stat(filepath.Join(e.dir, "store.db"))
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// update runs fn in a write transaction outside the Ready loop and returns
+// once it is durable (a checkpoint).
+func (e *engine) update(fn func(*bbolt.Tx) error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.db.Update(fn); err != nil {
+		return err
+	}
+	return e.checkpointLocked()
+}
+
+// round persists one Ready round: prepare's items as one synced WAL record
+// (none: no record), then fn in a bbolt transaction committed without an
+// fsync that also records the record's seq.
+func (e *engine) round(prepare func() []walItem, fn func(*bbolt.Tx) error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var seq uint64
+	if items := prepare(); len(items) > 0 {
+		var err error
+		if seq, err = e.wal.append(items); err != nil {
+			return err
+		}
+		e.stats.walRecords++
+	}
+	return e.db.Update(func(tx *bbolt.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if seq == 0 {
+			return nil
+		}
+		return tx.Bucket(bucketMeta).Put(keyWALSeq, uint64Bytes(seq))
+	})
+}
+
+// checkpointIfDue checkpoints if force is set or the last checkpoint is
+// checkpointInterval old.
+func (e *engine) checkpointIfDue(force bool) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !force && time.Since(e.ckptAt) < checkpointInterval {
+		return nil
+	}
+	return e.checkpointLocked()
+}
+
+// replayWAL writes the raft state of every record after the bbolt file's
+// wal_seq into its raft log and hard state, as the rounds did. A region's
+// entries the apply state says are compacted are skipped; a region item
+// that installs a snapshot is skipped whole: a round that installs one
+// checkpoints before it sends anything, so a record of one found after the
+// checkpoint is of a round that never completed (nothing of it was
+// promised).
+func (e *engine) replayWAL(recs []walRecord) (replayed int, err error) {
+	err = e.db.Update(func(tx *bbolt.Tx) error {
+		var walSeq uint64
+		if v := tx.Bucket(bucketMeta).Get(keyWALSeq); len(v) == 8 {
+			walSeq = binary.BigEndian.Uint64(v)
+		}
+		st := tx.Bucket(bucketRaftState)
+		last := walSeq
+		for _, r := range recs {
+			if r.seq <= walSeq {
+				continue
+			}
+			replayed++
+			last = r.seq
+			for _, it := range r.items {
+				if it.snap {
+					continue
+				}
+				var truncated uint64
+				if v := st.Get(stateKey(it.regionID, suffixApplyState)); v != nil {
+					as, err := decodeApplyState(v)
+					if err != nil {
+						return fmt.Errorf("region %d: %w", it.regionID, err)
+					}
+					truncated = as.TruncatedIndex
+				}
+				ents := it.entries
+				for len(ents) > 0 && ents[0].Index <= truncated {
+					ents = ents[1:]
+				}
+				if len(ents) > 0 {
+					if err := appendEntries(tx, it.regionID, ents, 0); err != nil {
+						return err
+					}
+					if err := deleteLogAfter(tx, it.regionID, ents[len(ents)-1].Index); err != nil {
+						return err
+					}
+				}
+				if it.hard != nil {
+					if err := putHardState(tx, it.regionID, *it.hard); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if last > walSeq {
+			return tx.Bucket(bucketMeta).Put(keyWALSeq, uint64Bytes(last))
+		}
+		return nil
+	})
+	return replayed, err
+}
+
+// deleteLogAfter removes the region's log entries after index.
+func deleteLogAfter(tx *bbolt.Tx, regionID, index uint64) error {
+	b := tx.Bucket(bucketRaftLog)
+	c := b.Cursor()
+	prefix := logKey(regionID, 0)[:8]
+	var keys [][]byte
+	for k, _ := c.Seek(logKey(regionID, index+1)); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
