@@ -107,10 +107,18 @@ func (c *Client) loadAllRegions(ctx context.Context) ([]*pb.RegionInfo, error) {
 	return c.gatherRegions(ctx)
 }
 
-// loadStores is the cache's loader for the store list: a hedged call.
+// loadStores is the cache's loader for the store list: a hedged call,
+// answered from the stores' cached views.
 func (c *Client) loadStores(ctx context.Context) ([]*pb.Store, error) {
+	return c.storeList(ctx, false)
+}
+
+// storeList asks for the store list; fresh makes the answering store
+// gather it anew instead of answering from its view, which may be up to a
+// second old (a store that just restarted still listed down).
+func (c *Client) storeList(ctx context.Context, fresh bool) ([]*pb.Store, error) {
 	return adminCall(c, ctx, "stores", true, func(ctx context.Context, a pb.AdminClient) ([]*pb.Store, error) {
-		resp, err := a.Stores(ctx, &pb.StoresRequest{})
+		resp, err := a.Stores(ctx, &pb.StoresRequest{Fresh: fresh})
 		if err != nil {
 			return nil, err
 		}
@@ -186,11 +194,12 @@ func regionInfoFromPB(info *pb.RegionInfo) RegionInfo {
 }
 
 // Stores returns the cluster's stores, sorted by id, as the first store to
-// answer reports them.
+// answer reports them, gathered anew for this call (ctl's listings must not
+// show a store that just came back as down) rather than from its view.
 func (c *Client) Stores(ctx context.Context) ([]StoreInfo, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	stores, err := c.loadStores(ctx)
+	stores, err := c.storeList(ctx, true)
 	if err != nil {
 		return nil, err
 	}

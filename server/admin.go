@@ -53,7 +53,10 @@ func (s *adminService) localStatus() *pb.StatusResponse {
 // Stores lists every store in the address book, as the cluster view last
 // saw them (at most about a second ago). A store that did not answer its
 // Status within storeStatusTimeout is listed with up=false.
-func (s *adminService) Stores(ctx context.Context, _ *pb.StoresRequest) (*pb.StoresResponse, error) {
+func (s *adminService) Stores(ctx context.Context, req *pb.StoresRequest) (*pb.StoresResponse, error) {
+	if req.GetFresh() {
+		s.srv.view.invalidate()
+	}
 	stores, err := s.srv.view.stores(ctx)
 	if err != nil {
 		return nil, toStatus(err)

@@ -1845,7 +1845,11 @@ func (x *StatusResponse) GetRemovingStores() []uint64 {
 }
 
 type StoresRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// fresh asks the store to gather its view anew rather than answer from
+	// its cached one (up to a second old): what an operator's ctl asks for,
+	// so that a store that just came back is not listed down.
+	Fresh         bool `protobuf:"varint,1,opt,name=fresh,proto3" json:"fresh,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1878,6 +1882,13 @@ func (x *StoresRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use StoresRequest.ProtoReflect.Descriptor instead.
 func (*StoresRequest) Descriptor() ([]byte, []int) {
 	return file_hedgekv_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *StoresRequest) GetFresh() bool {
+	if x != nil {
+		return x.Fresh
+	}
+	return false
 }
 
 type Store struct {
@@ -3650,8 +3661,9 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a@\n" +
 	"\x12ZoneAddressesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x0f\n" +
-	"\rStoresRequest\"\xdd\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"%\n" +
+	"\rStoresRequest\x12\x14\n" +
+	"\x05fresh\x18\x01 \x01(\bR\x05fresh\"\xdd\x02\n" +
 	"\x05Store\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
