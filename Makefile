@@ -12,7 +12,7 @@
 #                test when a Docker engine answers, skipped (saying so) if not
 #   make demo    three stores in three simulated data centers, reads from a
 #                remote leader and a local follower, follower-read-dc --quick
-#   make proto   regenerate server/pb from server/pb/hedgekv.proto
+#   make proto   regenerate kvpb from kvpb/hedgekv.proto
 
 GO            ?= go
 BIN           := bin/hedgekv
@@ -118,10 +118,10 @@ tools:
 
 proto: tools
 	@command -v protoc >/dev/null || { echo "protoc not found: apt-get install protobuf-compiler"; exit 1; }
-	PATH=$(TOOLS):$$PATH protoc -I server/pb \
-		--go_out=paths=source_relative:server/pb \
-		--go-grpc_out=paths=source_relative:server/pb \
-		server/pb/hedgekv.proto
+	PATH=$(TOOLS):$$PATH protoc -I kvpb \
+		--go_out=paths=source_relative:kvpb \
+		--go-grpc_out=paths=source_relative:kvpb \
+		kvpb/hedgekv.proto
 
 # make fuzz: every fuzz target, one after another, for FUZZTIME each
 # (make fuzz FUZZTIME=60s). The targets are listed here, package:Name; their
@@ -133,7 +133,7 @@ FUZZ_TARGETS  := \
 	./raftstore:FuzzDecodeSnapshot ./raftstore:FuzzSnapshotApply ./raftstore:FuzzHandleRaftMessage \
 	./raftstore:FuzzLoadPeers \
 	./server:FuzzValidateKV ./server:FuzzCheckFaultRequest ./server:FuzzValidateJoin ./server:FuzzRaftDeliver \
-	./server/pb:FuzzRegionErrorToError \
+	./kvpb:FuzzRegionErrorToError \
 	./client:FuzzParseHedge \
 	./cmd/hedgekv:FuzzParseFault ./cmd/hedgekv:FuzzParseAddrLists \
 	./bench/ycsbdb:FuzzDecodeRecord ./bench/ycsbdb:FuzzRoundTrip ./bench/ycsbdb:FuzzDecodeFields \

@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 )
 
 // ProcClusterConfig configures StartProcCluster.
@@ -418,7 +418,7 @@ func (c *ProcCluster) DataDir(store uint64) string {
 
 // admin returns a connection to a store's admin service (kept for reuse:
 // gRPC reconnects by itself after a restart).
-func (c *ProcCluster) admin(store uint64) (pb.AdminClient, error) {
+func (c *ProcCluster) admin(store uint64) (kvpb.AdminClient, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cc := c.admins[store]
@@ -434,19 +434,19 @@ func (c *ProcCluster) admin(store uint64) (pb.AdminClient, error) {
 		}
 		c.admins[store] = cc
 	}
-	return pb.NewAdminClient(cc), nil
+	return kvpb.NewAdminClient(cc), nil
 }
 
 // storeRegions asks one store which regions it hosts and whom it takes
 // for their leaders.
-func (c *ProcCluster) storeRegions(ctx context.Context, store uint64) ([]*pb.RegionInfo, error) {
+func (c *ProcCluster) storeRegions(ctx context.Context, store uint64) ([]*kvpb.RegionInfo, error) {
 	a, err := c.admin(store)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	resp, err := a.Regions(ctx, &pb.RegionsRequest{})
+	resp, err := a.Regions(ctx, &kvpb.RegionsRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("store %d: regions: %w", store, err)
 	}

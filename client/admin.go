@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/server/pb"
 )
 
 // adminTargets lists the addresses admin calls may go to: the user's
@@ -80,9 +80,9 @@ func (c *Client) preferEndpoint(addr string) {
 // not applied a split or conf change another store told the client of),
 // gave no answer: another store is asked at once, and when none knows the
 // region, the error wraps errNoRegion so the request retries.
-func (c *Client) loadRegionByKey(ctx context.Context, key []byte) ([]*pb.RegionInfo, error) {
-	return adminCall(c, ctx, "regions by key", true, func(ctx context.Context, a pb.AdminClient) ([]*pb.RegionInfo, error) {
-		resp, err := a.Regions(ctx, &pb.RegionsRequest{Key: key, ByKey: true})
+func (c *Client) loadRegionByKey(ctx context.Context, key []byte) ([]*kvpb.RegionInfo, error) {
+	return adminCall(c, ctx, "regions by key", true, func(ctx context.Context, a kvpb.AdminClient) ([]*kvpb.RegionInfo, error) {
+		resp, err := a.Regions(ctx, &kvpb.RegionsRequest{Key: key, ByKey: true})
 		switch {
 		case status.Code(err) == codes.NotFound:
 			return nil, noAnswer{err}
@@ -103,22 +103,22 @@ func (c *Client) loadRegionByKey(ctx context.Context, key []byte) ([]*pb.RegionI
 // store's answer (see gatherRegions): one store only lists the regions it
 // hosts, and after a replica was moved off it, the region asked for may
 // not be among them.
-func (c *Client) loadAllRegions(ctx context.Context) ([]*pb.RegionInfo, error) {
+func (c *Client) loadAllRegions(ctx context.Context) ([]*kvpb.RegionInfo, error) {
 	return c.gatherRegions(ctx)
 }
 
 // loadStores is the cache's loader for the store list: a hedged call,
 // answered from the stores' cached views.
-func (c *Client) loadStores(ctx context.Context) ([]*pb.Store, error) {
+func (c *Client) loadStores(ctx context.Context) ([]*kvpb.Store, error) {
 	return c.storeList(ctx, false)
 }
 
 // storeList asks for the store list; fresh makes the answering store
 // gather it anew instead of answering from its view, which may be up to a
 // second old (a store that just restarted still listed down).
-func (c *Client) storeList(ctx context.Context, fresh bool) ([]*pb.Store, error) {
-	return adminCall(c, ctx, "stores", true, func(ctx context.Context, a pb.AdminClient) ([]*pb.Store, error) {
-		resp, err := a.Stores(ctx, &pb.StoresRequest{Fresh: fresh})
+func (c *Client) storeList(ctx context.Context, fresh bool) ([]*kvpb.Store, error) {
+	return adminCall(c, ctx, "stores", true, func(ctx context.Context, a kvpb.AdminClient) ([]*kvpb.Store, error) {
+		resp, err := a.Stores(ctx, &kvpb.StoresRequest{Fresh: fresh})
 		if err != nil {
 			return nil, err
 		}
@@ -170,7 +170,7 @@ type RegionInfo struct {
 // Voters returns the region's voting peers (learners left out).
 func (r RegionInfo) Voters() []region.Peer { return r.Region.Voters() }
 
-func storeInfoFromPB(s *pb.Store) StoreInfo {
+func storeInfoFromPB(s *kvpb.Store) StoreInfo {
 	return StoreInfo{
 		ID: s.GetId(), Address: s.GetAddress(), Zone: s.GetZone(), Up: s.GetUp(),
 		LeaderCount: s.GetLeaderCount(), RegionCount: s.GetRegionCount(),
@@ -179,7 +179,7 @@ func storeInfoFromPB(s *pb.Store) StoreInfo {
 	}
 }
 
-func regionInfoFromPB(info *pb.RegionInfo) RegionInfo {
+func regionInfoFromPB(info *kvpb.RegionInfo) RegionInfo {
 	return RegionInfo{
 		Region:           info.GetRegion().ToRegion(),
 		LeaderStoreID:    info.GetLeaderStoreId(),
@@ -237,7 +237,7 @@ func (c *Client) Regions(ctx context.Context) ([]RegionInfo, error) {
 // the others get gatherGrace (or twice what the first took, if longer):
 // a store cut off or stalled does not hold the answer up for DialTimeout,
 // and is asked last by the next metadata call.
-func (c *Client) gatherRegions(ctx context.Context) ([]*pb.RegionInfo, error) {
+func (c *Client) gatherRegions(ctx context.Context) ([]*kvpb.RegionInfo, error) {
 	if len(c.cache.storeAddrs()) == 0 {
 		if err := c.cache.refreshStores(ctx); err != nil {
 			c.log.Debug("refresh stores", "err", err)
@@ -251,7 +251,7 @@ func (c *Client) gatherRegions(ctx context.Context) ([]*pb.RegionInfo, error) {
 	defer cancel()
 	type answer struct {
 		addr  string
-		infos []*pb.RegionInfo
+		infos []*kvpb.RegionInfo
 		err   error
 	}
 	ch := make(chan answer, len(targets))
@@ -268,13 +268,13 @@ func (c *Client) gatherRegions(ctx context.Context) ([]*pb.RegionInfo, error) {
 			actx, acancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 			defer acancel()
 			done := st.start()
-			resp, err := stub.Regions(actx, &pb.RegionsRequest{})
+			resp, err := stub.Regions(actx, &kvpb.RegionsRequest{})
 			done(err == nil, nil)
 			ch <- answer{addr, resp.GetRegions(), err}
 		}()
 	}
 	var (
-		answers [][]*pb.RegionInfo
+		answers [][]*kvpb.RegionInfo
 		errs    []error
 		grace   <-chan time.Time
 	)
@@ -316,11 +316,11 @@ collect:
 
 // mergeRegionInfos combines several stores' views of the regions; see
 // Regions.
-func mergeRegionInfos(answers [][]*pb.RegionInfo) []*pb.RegionInfo {
-	byID := make(map[uint64]*pb.RegionInfo)
+func mergeRegionInfos(answers [][]*kvpb.RegionInfo) []*kvpb.RegionInfo {
+	byID := make(map[uint64]*kvpb.RegionInfo)
 	leaderTerm := make(map[uint64]uint64)
-	leaderOf := make(map[uint64]*pb.RegionInfo)
-	sizeOf := make(map[uint64]*pb.RegionInfo) // the counted size reported under the highest term
+	leaderOf := make(map[uint64]*kvpb.RegionInfo)
+	sizeOf := make(map[uint64]*kvpb.RegionInfo) // the counted size reported under the highest term
 	for _, infos := range answers {
 		for _, info := range infos {
 			r := info.GetRegion()
@@ -339,9 +339,9 @@ func mergeRegionInfos(answers [][]*pb.RegionInfo) []*pb.RegionInfo {
 			}
 		}
 	}
-	out := make([]*pb.RegionInfo, 0, len(byID))
+	out := make([]*kvpb.RegionInfo, 0, len(byID))
 	for id, info := range byID {
-		m := &pb.RegionInfo{
+		m := &kvpb.RegionInfo{
 			Region:        info.GetRegion(),
 			LeaderStoreId: info.GetLeaderStoreId(),
 			Leader:        info.GetLeader(),
@@ -359,20 +359,20 @@ func mergeRegionInfos(answers [][]*pb.RegionInfo) []*pb.RegionInfo {
 		}
 		out = append(out, m)
 	}
-	slices.SortFunc(out, func(a, b *pb.RegionInfo) int {
+	slices.SortFunc(out, func(a, b *kvpb.RegionInfo) int {
 		return bytes.Compare(a.GetRegion().GetStartKey(), b.GetRegion().GetStartKey())
 	})
 	return out
 }
 
-func newerEpoch(a, b *pb.Epoch) bool {
+func newerEpoch(a, b *kvpb.Epoch) bool {
 	if a.GetVersion() != b.GetVersion() {
 		return a.GetVersion() > b.GetVersion()
 	}
 	return a.GetConfVer() > b.GetConfVer()
 }
 
-func hostsStore(r *pb.Region, storeID uint64) bool {
+func hostsStore(r *kvpb.Region, storeID uint64) bool {
 	for _, p := range r.GetPeers() {
 		if p.GetStoreId() == storeID {
 			return true
@@ -393,8 +393,8 @@ func (c *Client) TransferLeader(ctx context.Context, regionID, toStoreID uint64)
 		byID:     true,
 		regionID: regionID,
 		write:    true,
-		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, _ *attempt) (*pb.Load, error) {
-			_, err := pb.NewAdminClient(cc).TransferLeader(ctx, &pb.TransferLeaderRequest{RegionId: regionID, ToStoreId: toStoreID})
+		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, _ *attempt) (*kvpb.Load, error) {
+			_, err := kvpb.NewAdminClient(cc).TransferLeader(ctx, &kvpb.TransferLeaderRequest{RegionId: regionID, ToStoreId: toStoreID})
 			return nil, err
 		},
 	})
@@ -410,13 +410,13 @@ func (c *Client) Split(ctx context.Context, key []byte) (left, right region.Regi
 	if len(key) == 0 {
 		return left, right, fmt.Errorf("split: %w", errEmptyKey)
 	}
-	var resp *pb.SplitResponse
+	var resp *kvpb.SplitResponse
 	res, err := c.send(ctx, &regionRequest{
 		op:    fmt.Sprintf("split at %q", key),
 		key:   key,
 		write: true,
-		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, _ *attempt) (*pb.Load, error) {
-			r, err := pb.NewAdminClient(cc).Split(ctx, &pb.SplitRequest{Key: key})
+		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, _ *attempt) (*kvpb.Load, error) {
+			r, err := kvpb.NewAdminClient(cc).Split(ctx, &kvpb.SplitRequest{Key: key})
 			if err == nil {
 				resp = r
 			}
@@ -452,8 +452,8 @@ func (c *Client) AddPeer(ctx context.Context, regionID, storeID uint64) error {
 		regionID:    regionID,
 		write:       true,
 		longRunning: true,
-		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, _ *attempt) (*pb.Load, error) {
-			_, err := pb.NewAdminClient(cc).AddPeer(ctx, &pb.AddPeerRequest{RegionId: regionID, StoreId: storeID})
+		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, _ *attempt) (*kvpb.Load, error) {
+			_, err := kvpb.NewAdminClient(cc).AddPeer(ctx, &kvpb.AddPeerRequest{RegionId: regionID, StoreId: storeID})
 			return nil, err
 		},
 	})
@@ -477,8 +477,8 @@ func (c *Client) RemoveStore(ctx context.Context, storeID uint64) (already bool,
 	defer cancel()
 	// Not hedged: the first store to get it marks the store removing, and
 	// a hedge landing after it would answer "already".
-	resp, err := adminCall(c, ctx, fmt.Sprintf("remove store %d", storeID), false, func(ctx context.Context, a pb.AdminClient) (*pb.RemoveStoreResponse, error) {
-		resp, err := a.RemoveStore(ctx, &pb.RemoveStoreRequest{StoreId: storeID})
+	resp, err := adminCall(c, ctx, fmt.Sprintf("remove store %d", storeID), false, func(ctx context.Context, a kvpb.AdminClient) (*kvpb.RemoveStoreResponse, error) {
+		resp, err := a.RemoveStore(ctx, &kvpb.RemoveStoreRequest{StoreId: storeID})
 		switch status.Code(err) {
 		case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.PermissionDenied, codes.Unauthenticated:
 			return nil, finalError{err}
@@ -504,8 +504,8 @@ func (c *Client) RemovePeer(ctx context.Context, regionID, storeID uint64) error
 		byID:     true,
 		regionID: regionID,
 		write:    true,
-		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, _ *attempt) (*pb.Load, error) {
-			_, err := pb.NewAdminClient(cc).RemovePeer(ctx, &pb.RemovePeerRequest{RegionId: regionID, StoreId: storeID})
+		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, _ *attempt) (*kvpb.Load, error) {
+			_, err := kvpb.NewAdminClient(cc).RemovePeer(ctx, &kvpb.RemovePeerRequest{RegionId: regionID, StoreId: storeID})
 			return nil, err
 		},
 	})

@@ -3,29 +3,29 @@ package client
 import (
 	"testing"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 )
 
 // TestMergeRegionSizes: the merged region carries the size its leader
 // counted under the highest term, and none counted before its last split.
 func TestMergeRegionSizes(t *testing.T) {
-	at := func(version, term, keys uint64, known bool) *pb.RegionInfo {
-		return &pb.RegionInfo{
-			Region:        &pb.Region{Id: 1, Epoch: &pb.Epoch{ConfVer: 1, Version: version}, Peers: []*pb.Peer{{Id: 1, StoreId: 1}, {Id: 2, StoreId: 2}}},
+	at := func(version, term, keys uint64, known bool) *kvpb.RegionInfo {
+		return &kvpb.RegionInfo{
+			Region:        &kvpb.Region{Id: 1, Epoch: &kvpb.Epoch{ConfVer: 1, Version: version}, Peers: []*kvpb.Peer{{Id: 1, StoreId: 1}, {Id: 2, StoreId: 2}}},
 			LeaderStoreId: 1, Term: term,
 			SizeKnown: known, ApproximateKeys: keys, ApproximateSize: 10 * keys,
 		}
 	}
 	tests := []struct {
 		name     string
-		answers  [][]*pb.RegionInfo
+		answers  [][]*kvpb.RegionInfo
 		wantKeys uint64
 		known    bool
 	}{
-		{"nobody counted", [][]*pb.RegionInfo{{at(2, 5, 0, false)}, {at(2, 5, 0, false)}}, 0, false},
-		{"the leader's count", [][]*pb.RegionInfo{{at(2, 5, 0, false)}, {at(2, 5, 7, true)}}, 7, true},
-		{"the newer term's count wins", [][]*pb.RegionInfo{{at(2, 4, 3, true)}, {at(2, 5, 7, true)}, {at(2, 3, 9, true)}}, 7, true},
-		{"a count from before the split is dropped", [][]*pb.RegionInfo{{at(1, 6, 9, true)}, {at(2, 5, 0, false)}}, 0, false},
+		{"nobody counted", [][]*kvpb.RegionInfo{{at(2, 5, 0, false)}, {at(2, 5, 0, false)}}, 0, false},
+		{"the leader's count", [][]*kvpb.RegionInfo{{at(2, 5, 0, false)}, {at(2, 5, 7, true)}}, 7, true},
+		{"the newer term's count wins", [][]*kvpb.RegionInfo{{at(2, 4, 3, true)}, {at(2, 5, 7, true)}, {at(2, 3, 9, true)}}, 7, true},
+		{"a count from before the split is dropped", [][]*kvpb.RegionInfo{{at(1, 6, 9, true)}, {at(2, 5, 0, false)}}, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

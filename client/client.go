@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 )
 
 // Config configures a Client.
@@ -188,7 +188,7 @@ func (c *Client) probe(ctx context.Context, addr string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 	defer cancel()
-	resp, err := stub.Status(ctx, &pb.StatusRequest{})
+	resp, err := stub.Status(ctx, &kvpb.StatusRequest{})
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		// It answers, it just cannot say who it is.
@@ -259,8 +259,8 @@ func (c *Client) Put(ctx context.Context, key, value []byte) error {
 		op:    "put",
 		key:   key,
 		write: true,
-		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*pb.Load, error) {
-			_, err := pb.NewKVClient(cc).Put(ctx, &pb.PutRequest{Context: a.writeContext(reqID), Key: key, Value: value})
+		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*kvpb.Load, error) {
+			_, err := kvpb.NewKVClient(cc).Put(ctx, &kvpb.PutRequest{Context: a.writeContext(reqID), Key: key, Value: value})
 			return nil, err
 		},
 	})
@@ -277,8 +277,8 @@ func (c *Client) Delete(ctx context.Context, key []byte) error {
 		op:    "delete",
 		key:   key,
 		write: true,
-		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*pb.Load, error) {
-			_, err := pb.NewKVClient(cc).Delete(ctx, &pb.DeleteRequest{Context: a.writeContext(reqID), Key: key})
+		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*kvpb.Load, error) {
+			_, err := kvpb.NewKVClient(cc).Delete(ctx, &kvpb.DeleteRequest{Context: a.writeContext(reqID), Key: key})
 			return nil, err
 		},
 	})

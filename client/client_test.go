@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hedgekv/hedgekv/client/clienttest"
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/server/pb"
 )
 
 var threeZones = []string{"dc-a", "dc-b", "dc-c"}
@@ -57,7 +57,7 @@ func failOnce(store uint64, method string, err error) clienttest.Hook {
 }
 
 func TestGetRetries(t *testing.T) {
-	notLeaderNoHint := clienttest.RegionError(codes.FailedPrecondition, &pb.RegionError{NotLeader: &pb.NotLeader{RegionId: 1}})
+	notLeaderNoHint := clienttest.RegionError(codes.FailedPrecondition, &kvpb.RegionError{NotLeader: &kvpb.NotLeader{RegionId: 1}})
 	tests := []struct {
 		name string
 		// setup runs after the client is created (and its cache warmed,
@@ -114,7 +114,7 @@ func TestGetRetries(t *testing.T) {
 			name: "region not found drops and reloads",
 			warm: true,
 			setup: func(t *testing.T, cl *clienttest.Cluster) {
-				cl.SetHook(failOnce(1, "Get", clienttest.RegionError(codes.NotFound, &pb.RegionError{RegionNotFound: &pb.RegionNotFound{RegionId: 1}})))
+				cl.SetHook(failOnce(1, "Get", clienttest.RegionError(codes.NotFound, &kvpb.RegionError{RegionNotFound: &kvpb.RegionNotFound{RegionId: 1}})))
 			},
 			wantStore: 1, wantAttempts: 2,
 		},
@@ -122,7 +122,7 @@ func TestGetRetries(t *testing.T) {
 			name: "key not in region drops and reloads",
 			warm: true,
 			setup: func(t *testing.T, cl *clienttest.Cluster) {
-				cl.SetHook(failOnce(1, "Get", clienttest.RegionError(codes.FailedPrecondition, &pb.RegionError{KeyNotInRegion: &pb.KeyNotInRegion{RegionId: 1, Key: []byte("k")}})))
+				cl.SetHook(failOnce(1, "Get", clienttest.RegionError(codes.FailedPrecondition, &kvpb.RegionError{KeyNotInRegion: &kvpb.KeyNotInRegion{RegionId: 1, Key: []byte("k")}})))
 			},
 			wantStore: 1, wantAttempts: 2,
 		},
@@ -744,7 +744,7 @@ func TestScanPagesLargeRegions(t *testing.T) {
 
 func TestServerIsBusy(t *testing.T) {
 	busy := func(store uint64) error {
-		return clienttest.RegionError(codes.ResourceExhausted, &pb.RegionError{ServerIsBusy: &pb.ServerIsBusy{StoreId: store, EstimatedWaitUs: 80000}})
+		return clienttest.RegionError(codes.ResourceExhausted, &kvpb.RegionError{ServerIsBusy: &kvpb.ServerIsBusy{StoreId: store, EstimatedWaitUs: 80000}})
 	}
 	t.Run("a busy leader sends the read to a follower", func(t *testing.T) {
 		cl := clienttest.NewCluster(t, threeZones...)
@@ -897,7 +897,7 @@ func TestHintToFailedStoreNotFollowed(t *testing.T) {
 			toDead.Add(1)
 			return status.Error(codes.Unavailable, "connection refused")
 		case m == "Get" && !elected.Load():
-			return clienttest.RegionError(codes.FailedPrecondition, &pb.RegionError{NotLeader: &pb.NotLeader{RegionId: 1, Leader: &pb.Peer{Id: 1, StoreId: 1}}})
+			return clienttest.RegionError(codes.FailedPrecondition, &kvpb.RegionError{NotLeader: &kvpb.NotLeader{RegionId: 1, Leader: &kvpb.Peer{Id: 1, StoreId: 1}}})
 		}
 		return nil
 	})

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/tlsverdict"
 )
 
@@ -78,12 +78,12 @@ func (p *connPool) get(addr string) (*grpc.ClientConn, error) {
 }
 
 // admin returns an Admin stub for addr.
-func (p *connPool) admin(addr string) (pb.AdminClient, error) {
+func (p *connPool) admin(addr string) (kvpb.AdminClient, error) {
 	cc, err := p.get(addr)
 	if err != nil {
 		return nil, err
 	}
-	return pb.NewAdminClient(cc), nil
+	return kvpb.NewAdminClient(cc), nil
 }
 
 // resetBackoff makes a conn in TRANSIENT_FAILURE try again now. The retry

@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 )
 
 // Fault is a fault to inject into one store (see the Admin Fault call; the
@@ -35,7 +35,7 @@ func (c *Client) Fault(ctx context.Context, storeID uint64, f Fault) error {
 	if err != nil {
 		return fmt.Errorf("fault: %w", err)
 	}
-	_, err = stub.Fault(ctx, &pb.FaultRequest{
+	_, err = stub.Fault(ctx, &kvpb.FaultRequest{
 		DelayNanos: int64(f.Delay),
 		Prob:       f.Prob,
 		StallNanos: int64(f.Stall),
@@ -49,7 +49,7 @@ func (c *Client) Fault(ctx context.Context, storeID uint64, f Fault) error {
 
 // adminOn returns the Admin stub of the store with id storeID, found in the
 // cluster's store list (reloaded once if the store is not in it).
-func (c *Client) adminOn(ctx context.Context, storeID uint64) (pb.AdminClient, string, error) {
+func (c *Client) adminOn(ctx context.Context, storeID uint64) (kvpb.AdminClient, string, error) {
 	s, ok := c.cache.store(storeID)
 	if !ok {
 		if err := c.cache.refreshStores(ctx); err != nil {
@@ -69,14 +69,14 @@ func (c *Client) adminOn(ctx context.Context, storeID uint64) (pb.AdminClient, s
 
 // RegionDigest asks store storeID for the digest of its replica of
 // regionID (see package replicacheck).
-func (c *Client) RegionDigest(ctx context.Context, storeID, regionID uint64) (*pb.RegionDigestResponse, error) {
+func (c *Client) RegionDigest(ctx context.Context, storeID, regionID uint64) (*kvpb.RegionDigestResponse, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	stub, addr, err := c.adminOn(ctx, storeID)
 	if err != nil {
 		return nil, fmt.Errorf("region digest: %w", err)
 	}
-	resp, err := stub.RegionDigest(ctx, &pb.RegionDigestRequest{RegionId: regionID})
+	resp, err := stub.RegionDigest(ctx, &kvpb.RegionDigestRequest{RegionId: regionID})
 	if err != nil {
 		return nil, fmt.Errorf("region digest: %w", &storeError{storeID: storeID, addr: addr, err: err})
 	}
@@ -85,14 +85,14 @@ func (c *Client) RegionDigest(ctx context.Context, storeID, regionID uint64) (*p
 
 // RegionDump asks store storeID for every pair of its replica of regionID,
 // with the applied index they are read at.
-func (c *Client) RegionDump(ctx context.Context, storeID, regionID uint64) (*pb.RegionDumpResponse, error) {
+func (c *Client) RegionDump(ctx context.Context, storeID, regionID uint64) (*kvpb.RegionDumpResponse, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	stub, addr, err := c.adminOn(ctx, storeID)
 	if err != nil {
 		return nil, fmt.Errorf("region dump: %w", err)
 	}
-	resp, err := stub.RegionDump(ctx, &pb.RegionDumpRequest{RegionId: regionID}, grpc.MaxCallRecvMsgSize(maxDumpBytes))
+	resp, err := stub.RegionDump(ctx, &kvpb.RegionDumpRequest{RegionId: regionID}, grpc.MaxCallRecvMsgSize(maxDumpBytes))
 	if err != nil {
 		return nil, fmt.Errorf("region dump: %w", &storeError{storeID: storeID, addr: addr, err: err})
 	}

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/hedgekv/hedgekv/client/clienttest"
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 )
 
 func TestParseHedgePolicies(t *testing.T) {
@@ -257,7 +257,7 @@ func TestHedgeRegionErrorDoesNotEndRace(t *testing.T) {
 			return nil
 		}
 		hedgeErrs.Add(1)
-		return clienttest.RegionError(codes.FailedPrecondition, &pb.RegionError{NotLeader: &pb.NotLeader{RegionId: 1, Leader: &pb.Peer{Id: 1, StoreId: 1}}})
+		return clienttest.RegionError(codes.FailedPrecondition, &kvpb.RegionError{NotLeader: &kvpb.NotLeader{RegionId: 1, Leader: &kvpb.Peer{Id: 1, StoreId: 1}}})
 	})
 	s := c.Session(ReadPolicy{Hedge: HedgeAfter(5 * time.Millisecond)})
 	v, info, err := s.GetWithInfo(context.Background(), []byte("k"))

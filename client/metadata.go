@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 )
 
 // Metadata calls (the store list, the region holding a key, every region)
@@ -120,7 +120,7 @@ func (e noAnswer) Unwrap() error { return e.err }
 // that change something, one store at a time, each given DialTimeout. A
 // finalError ends the call at once; the endpoint that answered is tried
 // first next time.
-func adminCall[T any](c *Client, ctx context.Context, what string, hedge bool, fn func(ctx context.Context, a pb.AdminClient) (T, error)) (T, error) {
+func adminCall[T any](c *Client, ctx context.Context, what string, hedge bool, fn func(ctx context.Context, a kvpb.AdminClient) (T, error)) (T, error) {
 	var zero T
 	targets := c.orderTargets(c.adminTargets())
 	if len(targets) == 0 {

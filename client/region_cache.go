@@ -8,8 +8,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/server/pb"
 )
 
 // cachedRegion is a region as the client last learned it, with the store it
@@ -36,11 +36,11 @@ type storeInfo struct {
 // entries are hints, never trusted over what a store answers.
 type regionCache struct {
 	// loadByKey asks some store for the region holding key.
-	loadByKey func(ctx context.Context, key []byte) ([]*pb.RegionInfo, error)
+	loadByKey func(ctx context.Context, key []byte) ([]*kvpb.RegionInfo, error)
 	// loadAll asks some store for every region it knows.
-	loadAll func(ctx context.Context) ([]*pb.RegionInfo, error)
+	loadAll func(ctx context.Context) ([]*kvpb.RegionInfo, error)
 	// loadStores asks some store for the cluster's stores.
-	loadStores func(ctx context.Context) ([]*pb.Store, error)
+	loadStores func(ctx context.Context) ([]*kvpb.Store, error)
 
 	// zone is the client's zone (Config.Zone), set before first use.
 	zone string
@@ -141,7 +141,7 @@ func (c *regionCache) all() []cachedRegion {
 }
 
 // insertInfos caches regions answered by an Admin call.
-func (c *regionCache) insertInfos(infos []*pb.RegionInfo) {
+func (c *regionCache) insertInfos(infos []*kvpb.RegionInfo) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, info := range infos {
@@ -295,7 +295,7 @@ func epochOlder(a, b region.Epoch) bool {
 // the cache holds for its range (insertLocked would refuse it): an answer
 // from a store that has not applied a split or conf change the cache has
 // already seen elsewhere.
-func (c *regionCache) olderThanCached(infos []*pb.RegionInfo) bool {
+func (c *regionCache) olderThanCached(infos []*kvpb.RegionInfo) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	for _, info := range infos {
@@ -355,7 +355,7 @@ func (c *regionCache) dialAddrLocked(id uint64, zoneAddr, advertised string) str
 }
 
 // setStores records the cluster's stores as a store reported them.
-func (c *regionCache) setStores(stores []*pb.Store) {
+func (c *regionCache) setStores(stores []*kvpb.Store) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, s := range stores {

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/server/pb"
 )
 
 func peers3(base uint64) []region.Peer {
@@ -178,10 +178,10 @@ func TestRegionCache(t *testing.T) {
 func TestRegionCacheLoads(t *testing.T) {
 	c := newRegionCache()
 	calls := 0
-	c.loadByKey = func(ctx context.Context, key []byte) ([]*pb.RegionInfo, error) {
+	c.loadByKey = func(ctx context.Context, key []byte) ([]*kvpb.RegionInfo, error) {
 		calls++
-		return []*pb.RegionInfo{{
-			Region:        &pb.Region{Id: 7, Epoch: &pb.Epoch{ConfVer: 1, Version: 1}, Peers: []*pb.Peer{{Id: 1, StoreId: 1}, {Id: 2, StoreId: 2}}},
+		return []*kvpb.RegionInfo{{
+			Region:        &kvpb.Region{Id: 7, Epoch: &kvpb.Epoch{ConfVer: 1, Version: 1}, Peers: []*kvpb.Peer{{Id: 1, StoreId: 1}, {Id: 2, StoreId: 2}}},
 			LeaderStoreId: 2,
 		}}, nil
 	}
@@ -194,7 +194,7 @@ func TestRegionCacheLoads(t *testing.T) {
 	if calls != 1 {
 		t.Errorf("%d loads, want 1 (then cached)", calls)
 	}
-	c.loadAll = func(ctx context.Context) ([]*pb.RegionInfo, error) { return nil, nil }
+	c.loadAll = func(ctx context.Context) ([]*kvpb.RegionInfo, error) { return nil, nil }
 	if _, err := c.locateID(context.Background(), 8); !errors.Is(err, errNoRegion) {
 		t.Errorf("locate unknown id: %v, want errNoRegion", err)
 	}
@@ -206,7 +206,7 @@ func TestRegionCacheLoads(t *testing.T) {
 func TestStoreAddresses(t *testing.T) {
 	c := newRegionCache()
 	c.setEndpoint(2, "proxy:2", "dc-b", nil)
-	c.setStores([]*pb.Store{{Id: 1, Address: "a:1", Zone: "dc-a"}, {Id: 2, Address: "a:2", Zone: "dc-b"}})
+	c.setStores([]*kvpb.Store{{Id: 1, Address: "a:1", Zone: "dc-a"}, {Id: 2, Address: "a:2", Zone: "dc-b"}})
 	if s, ok := c.store(2); !ok || s.addr != "proxy:2" {
 		t.Errorf("store 2 dialled at %q, want the endpoint the user gave (proxy:2)", s.addr)
 	}
@@ -226,7 +226,7 @@ func TestStoreAddressesByZone(t *testing.T) {
 	zoneAddrs := func(id string) map[string]string {
 		return map[string]string{"dc-a": "a-proxy:" + id, "dc-b": "b-proxy:" + id}
 	}
-	stores := []*pb.Store{
+	stores := []*kvpb.Store{
 		{Id: 1, Address: "direct:1", Zone: "dc-a", ZoneAddresses: zoneAddrs("1")},
 		{Id: 2, Address: "direct:2", Zone: "dc-b", ZoneAddresses: zoneAddrs("2")},
 		{Id: 3, Address: "direct:3", Zone: "dc-c"}, // advertises none
@@ -287,7 +287,7 @@ func TestStoreAddressesByZone(t *testing.T) {
 	c := newRegionCache()
 	c.zone = "dc-b"
 	c.setStores(stores)
-	c.setStores([]*pb.Store{{Id: 1, Address: "direct:1", Zone: "dc-a"}})
+	c.setStores([]*kvpb.Store{{Id: 1, Address: "direct:1", Zone: "dc-a"}})
 	if s, _ := c.store(1); s.addr != "direct:1" {
 		t.Errorf("store 1 without zone addresses dialled at %q", s.addr)
 	}

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/server/pb"
 )
 
 // errNoRegion: no store could name a region for the key or id asked.
@@ -41,7 +41,7 @@ type regionRequest struct {
 	hedger *hedger
 	// rpc performs one attempt against the chosen replica. It returns the
 	// load the store reported, if any, and the RPC's error untouched.
-	rpc func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*pb.Load, error)
+	rpc func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*kvpb.Load, error)
 
 	// Set by send's retry loop after a ServerIsBusy answer (policy's
 	// BusyThreshold): busyAvoid reads from any other replica by power of
@@ -70,13 +70,13 @@ type attempt struct {
 	// so concurrent attempts of one request never share a variable; info is
 	// a read's ReadInfo.
 	resp any
-	info *pb.ReadInfo
+	info *kvpb.ReadInfo
 }
 
-func (a *attempt) readContext() *pb.ReadContext {
-	rc := &pb.ReadContext{
+func (a *attempt) readContext() *kvpb.ReadContext {
+	rc := &kvpb.ReadContext{
 		RegionId:    a.region.ID,
-		RegionEpoch: pb.FromEpoch(a.region.Epoch),
+		RegionEpoch: kvpb.FromEpoch(a.region.Epoch),
 		ReplicaRead: a.replicaRead,
 		Hedge:       a.hedge,
 	}
@@ -91,8 +91,8 @@ func (a *attempt) readContext() *pb.ReadContext {
 	return rc
 }
 
-func (a *attempt) writeContext(requestID uint64) *pb.WriteContext {
-	return &pb.WriteContext{RegionId: a.region.ID, RegionEpoch: pb.FromEpoch(a.region.Epoch), RequestId: requestID}
+func (a *attempt) writeContext(requestID uint64) *kvpb.WriteContext {
+	return &kvpb.WriteContext{RegionId: a.region.ID, RegionEpoch: kvpb.FromEpoch(a.region.Epoch), RequestId: requestID}
 }
 
 // newRequestID returns a random non-zero ID for one logical write.
@@ -488,7 +488,7 @@ func (c *Client) runAttempt(ctx context.Context, req *regionRequest, a *attempt)
 	begin := time.Now()
 	load, err := req.rpc(actx, cc, a)
 	if err != nil && moved != nil && ctx.Err() == nil {
-		if leader := moved(); leader != 0 && !region.IsRegionError(pb.RegionErrorFromStatus(err).ToError()) {
+		if leader := moved(); leader != 0 && !region.IsRegionError(kvpb.RegionErrorFromStatus(err).ToError()) {
 			// Cut short by the leader check, not failed: the store
 			// stays usable (done's "ok" only feeds latency and resets).
 			done(false, nil)
@@ -511,7 +511,7 @@ func (c *Client) runAttempt(ctx context.Context, req *regionRequest, a *attempt)
 	}
 	// A region error a newer server sends and this client does not know
 	// is not one: it falls through as a plain store error.
-	if re := pb.RegionErrorFromStatus(err).ToError(); region.IsRegionError(re) {
+	if re := kvpb.RegionErrorFromStatus(err).ToError(); region.IsRegionError(re) {
 		return fmt.Errorf("store %d: %w", a.storeID, re)
 	}
 	return &storeError{storeID: a.storeID, addr: a.addr, err: err}

@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 )
 
 // maxScanPage is the most keys one ScanRequest may ask for (the server's
@@ -50,8 +50,8 @@ func (s *Session) GetWithInfo(ctx context.Context, key []byte) ([]byte, ReadInfo
 		key:    key,
 		policy: s.policy,
 		hedger: s.hedger,
-		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*pb.Load, error) {
-			r, err := pb.NewKVClient(cc).Get(ctx, &pb.GetRequest{Context: a.readContext(), Key: key})
+		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*kvpb.Load, error) {
+			r, err := kvpb.NewKVClient(cc).Get(ctx, &kvpb.GetRequest{Context: a.readContext(), Key: key})
 			if err != nil {
 				return nil, err
 			}
@@ -62,7 +62,7 @@ func (s *Session) GetWithInfo(ctx context.Context, key []byte) ([]byte, ReadInfo
 	if err != nil {
 		return nil, ReadInfo{Attempts: res.attempts}, err
 	}
-	resp, _ := res.final.resp.(*pb.GetResponse)
+	resp, _ := res.final.resp.(*kvpb.GetResponse)
 	info := readInfo(resp.GetReadInfo(), res)
 	if resp.GetNotFound() {
 		return nil, info, ErrNotFound
@@ -72,7 +72,7 @@ func (s *Session) GetWithInfo(ctx context.Context, key []byte) ([]byte, ReadInfo
 
 // readInfo converts what the store said about a read; a store that said
 // nothing is taken to be the one the request went to.
-func readInfo(ri *pb.ReadInfo, res result) ReadInfo {
+func readInfo(ri *kvpb.ReadInfo, res result) ReadInfo {
 	info := ReadInfo{
 		StoreID:        ri.GetStoreId(),
 		Mode:           readMode(ri.GetMode()),
@@ -89,15 +89,15 @@ func readInfo(ri *pb.ReadInfo, res result) ReadInfo {
 }
 
 // readMode names a wire read mode the way the CLI and ReadInfo do.
-func readMode(m pb.ReadMode) ReadMode {
+func readMode(m kvpb.ReadMode) ReadMode {
 	switch m {
-	case pb.ReadMode_READ_MODE_LEASE:
+	case kvpb.ReadMode_READ_MODE_LEASE:
 		return ReadModeLease
-	case pb.ReadMode_READ_MODE_READ_INDEX:
+	case kvpb.ReadMode_READ_MODE_READ_INDEX:
 		return ReadModeReadIndex
-	case pb.ReadMode_READ_MODE_STALE:
+	case kvpb.ReadMode_READ_MODE_STALE:
 		return ReadModeStale
-	case pb.ReadMode_READ_MODE_FOLLOWER_LEASE:
+	case kvpb.ReadMode_READ_MODE_FOLLOWER_LEASE:
 		return ReadModeFollowerLease
 	}
 	return ReadModeUnknown
@@ -194,9 +194,9 @@ func (s *Session) groupByRegion(ctx context.Context, keys [][]byte) [][][]byte {
 // batchGetRegion reads the keys of one group that lie in the region the
 // group's first key routes to. It returns the found pairs and the keys it
 // covered.
-func (s *Session) batchGetRegion(ctx context.Context, keys [][]byte) ([]*pb.KvPair, [][]byte, error) {
+func (s *Session) batchGetRegion(ctx context.Context, keys [][]byte) ([]*kvpb.KvPair, [][]byte, error) {
 	type answer struct {
-		pairs []*pb.KvPair
+		pairs []*kvpb.KvPair
 		sent  [][]byte
 	}
 	res, err := s.c.send(ctx, &regionRequest{
@@ -204,14 +204,14 @@ func (s *Session) batchGetRegion(ctx context.Context, keys [][]byte) ([]*pb.KvPa
 		key:    keys[0],
 		policy: s.policy,
 		hedger: s.hedger,
-		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*pb.Load, error) {
+		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*kvpb.Load, error) {
 			in := make([][]byte, 0, len(keys))
 			for _, k := range keys {
 				if a.region.Contains(k) {
 					in = append(in, k)
 				}
 			}
-			r, err := pb.NewKVClient(cc).BatchGet(ctx, &pb.BatchGetRequest{Context: a.readContext(), Keys: in})
+			r, err := kvpb.NewKVClient(cc).BatchGet(ctx, &kvpb.BatchGetRequest{Context: a.readContext(), Keys: in})
 			if err != nil {
 				return nil, err
 			}
@@ -249,8 +249,8 @@ func (s *Session) Scan(ctx context.Context, start, end []byte, limit int) ([]KV,
 			key:    cur,
 			policy: s.policy,
 			hedger: s.hedger,
-			rpc: func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*pb.Load, error) {
-				r, err := pb.NewKVClient(cc).Scan(ctx, &pb.ScanRequest{
+			rpc: func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*kvpb.Load, error) {
+				r, err := kvpb.NewKVClient(cc).Scan(ctx, &kvpb.ScanRequest{
 					Context:  a.readContext(),
 					StartKey: cur,
 					EndKey:   end,
@@ -266,7 +266,7 @@ func (s *Session) Scan(ctx context.Context, start, end []byte, limit int) ([]KV,
 		if err != nil {
 			return nil, err
 		}
-		resp, _ := res.final.resp.(*pb.ScanResponse)
+		resp, _ := res.final.resp.(*kvpb.ScanResponse)
 		pairs := resp.GetPairs()
 		for _, p := range pairs {
 			// Defensive: a store must clamp to [cur, end), but a pair out

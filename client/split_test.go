@@ -10,8 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hedgekv/hedgekv/client/clienttest"
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/server/pb"
 )
 
 // Issue 18's NotLeader loop: under a heavy load, attempts at the leader's
@@ -110,9 +110,9 @@ func TestEpochNotMatchFromStoreBehind(t *testing.T) {
 	var behind atomic.Int32
 	cl.SetHook(func(_ context.Context, s uint64, m string) error {
 		if m == "Put" && behind.Add(1) <= 3 {
-			return clienttest.RegionError(codes.FailedPrecondition, &pb.RegionError{
+			return clienttest.RegionError(codes.FailedPrecondition, &kvpb.RegionError{
 				Message:       "epoch not match",
-				EpochNotMatch: &pb.EpochNotMatch{RegionId: 1, CurrentRegions: []*pb.Region{pb.FromRegion(old)}},
+				EpochNotMatch: &kvpb.EpochNotMatch{RegionId: 1, CurrentRegions: []*kvpb.Region{kvpb.FromRegion(old)}},
 			})
 		}
 		return nil
@@ -143,10 +143,10 @@ func TestRegionLookupOlderThanCacheIsNoAnswer(t *testing.T) {
 	r1 := cl.Regions()[0]
 	c.cache.insert(r1, 1) // the left half, version 2, from some store
 	stale := region.Region{ID: 1, Epoch: region.Epoch{ConfVer: r1.Epoch.ConfVer, Version: 1}, Peers: r1.Peers}
-	if !c.cache.olderThanCached([]*pb.RegionInfo{{Region: pb.FromRegion(stale)}}) {
+	if !c.cache.olderThanCached([]*kvpb.RegionInfo{{Region: kvpb.FromRegion(stale)}}) {
 		t.Fatalf("region 1 at version 1 is not older than the cached version 2")
 	}
-	if c.cache.olderThanCached([]*pb.RegionInfo{{Region: pb.FromRegion(cl.Regions()[1])}}) {
+	if c.cache.olderThanCached([]*kvpb.RegionInfo{{Region: kvpb.FromRegion(cl.Regions()[1])}}) {
 		t.Fatalf("the right half at version 2 is called older")
 	}
 }
@@ -164,7 +164,7 @@ func TestRegionNotFoundAsksAnotherReplica(t *testing.T) {
 	cl.SetHook(func(_ context.Context, s uint64, m string) error {
 		if s == 2 && m == "Get" {
 			refused.Add(1)
-			return clienttest.RegionError(codes.NotFound, &pb.RegionError{Message: "region not found", RegionNotFound: &pb.RegionNotFound{RegionId: 1}})
+			return clienttest.RegionError(codes.NotFound, &kvpb.RegionError{Message: "region not found", RegionNotFound: &kvpb.RegionNotFound{RegionId: 1}})
 		}
 		return nil
 	})

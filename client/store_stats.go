@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 )
 
 const (
@@ -78,10 +78,10 @@ func (t *statsTable) get(storeID uint64) *storeStats {
 
 // start counts a request to the store as in flight; the returned func ends
 // it and records its outcome.
-func (s *storeStats) start() (done func(ok bool, load *pb.Load)) {
+func (s *storeStats) start() (done func(ok bool, load *kvpb.Load)) {
 	s.inflight.Add(1)
 	begin := time.Now()
-	return func(ok bool, load *pb.Load) {
+	return func(ok bool, load *kvpb.Load) {
 		s.inflight.Add(-1)
 		now := time.Now()
 		if !ok {

@@ -21,10 +21,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/server"
-	"github.com/hedgekv/hedgekv/server/pb"
 )
 
 // Report is what a check found.
@@ -183,7 +183,7 @@ func nameFirstDifference(ctx context.Context, cli *client.Client, e *raftstore.R
 	}
 }
 
-func toKVs(ps []*pb.KvPair) []raftstore.KV {
+func toKVs(ps []*kvpb.KvPair) []raftstore.KV {
 	out := make([]raftstore.KV, len(ps))
 	for i, p := range ps {
 		out[i] = raftstore.KV{Key: p.GetKey(), Value: p.GetValue()}

@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/server/pb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -20,17 +20,17 @@ import (
 // adminService is the Admin gRPC service: this store's view of the cluster
 // and the operator's levers (split, membership, leadership, joins).
 type adminService struct {
-	pb.UnimplementedAdminServer
+	kvpb.UnimplementedAdminServer
 	srv *Server
 }
 
-func (s *adminService) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+func (s *adminService) Status(ctx context.Context, _ *kvpb.StatusRequest) (*kvpb.StatusResponse, error) {
 	return s.localStatus(), nil
 }
 
-func (s *adminService) localStatus() *pb.StatusResponse {
+func (s *adminService) localStatus() *kvpb.StatusResponse {
 	store := s.srv.store
-	out := &pb.StatusResponse{
+	out := &kvpb.StatusResponse{
 		StoreId:        store.ID(),
 		Address:        s.srv.advertiseAddr(),
 		Zone:           store.Zone(),
@@ -53,7 +53,7 @@ func (s *adminService) localStatus() *pb.StatusResponse {
 // Stores lists every store in the address book, as the cluster view last
 // saw them (at most about a second ago). A store that did not answer its
 // Status within storeStatusTimeout is listed with up=false.
-func (s *adminService) Stores(ctx context.Context, req *pb.StoresRequest) (*pb.StoresResponse, error) {
+func (s *adminService) Stores(ctx context.Context, req *kvpb.StoresRequest) (*kvpb.StoresResponse, error) {
 	if req.GetFresh() {
 		s.srv.view.invalidate()
 	}
@@ -61,17 +61,17 @@ func (s *adminService) Stores(ctx context.Context, req *pb.StoresRequest) (*pb.S
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.StoresResponse{Stores: cloneStores(stores)}, nil
+	return &kvpb.StoresResponse{Stores: cloneStores(stores)}, nil
 }
 
 // Regions lists this store's view of its regions in key order; with by_key,
 // only the region holding key (NotFound if this store hosts none).
-func (s *adminService) Regions(ctx context.Context, req *pb.RegionsRequest) (*pb.RegionsResponse, error) {
+func (s *adminService) Regions(ctx context.Context, req *kvpb.RegionsRequest) (*kvpb.RegionsResponse, error) {
 	all := s.srv.store.Regions()
 	slices.SortFunc(all, func(a, b raftstore.RegionStatus) int {
 		return bytes.Compare(a.Region.StartKey, b.Region.StartKey)
 	})
-	out := &pb.RegionsResponse{}
+	out := &kvpb.RegionsResponse{}
 	for _, rs := range all {
 		if req.GetByKey() && !rs.Region.Contains(req.GetKey()) {
 			continue
@@ -84,7 +84,7 @@ func (s *adminService) Regions(ctx context.Context, req *pb.RegionsRequest) (*pb
 	return out, nil
 }
 
-func (s *adminService) TransferLeader(ctx context.Context, req *pb.TransferLeaderRequest) (*pb.TransferLeaderResponse, error) {
+func (s *adminService) TransferLeader(ctx context.Context, req *kvpb.TransferLeaderRequest) (*kvpb.TransferLeaderResponse, error) {
 	if req.GetRegionId() == 0 {
 		return nil, status.Error(codes.InvalidArgument, "region id is 0")
 	}
@@ -97,7 +97,7 @@ func (s *adminService) TransferLeader(ctx context.Context, req *pb.TransferLeade
 	if err := s.srv.store.TransferLeader(ctx, req.GetRegionId(), req.GetToStoreId()); err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.TransferLeaderResponse{}, nil
+	return &kvpb.TransferLeaderResponse{}, nil
 }
 
 // checkTransferTarget refuses at once a leadership transfer that cannot
@@ -164,7 +164,7 @@ func (s *adminService) answers(ctx context.Context, id uint64) bool {
 	conn.ResetConnectBackoff()
 	ctx, cancel := context.WithTimeout(ctx, storeStatusTimeout)
 	defer cancel()
-	st, err := pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(true))
+	st, err := kvpb.NewAdminClient(conn).Status(ctx, &kvpb.StatusRequest{}, grpc.WaitForReady(true))
 	if err != nil {
 		s.srv.logger.Debug("transfer target did not answer", "to_store", id, "err", err)
 		return false
@@ -191,11 +191,11 @@ func replicaStores(r region.Region) string {
 // RegionDump. A call missing here is refused, so a mutating call added
 // later is refused by default.
 var adminOpen = map[string]bool{
-	pb.Admin_Status_FullMethodName:       true,
-	pb.Admin_Stores_FullMethodName:       true,
-	pb.Admin_Regions_FullMethodName:      true,
-	pb.Admin_RegionDigest_FullMethodName: true,
-	pb.Admin_RegionDump_FullMethodName:   true,
+	kvpb.Admin_Status_FullMethodName:       true,
+	kvpb.Admin_Stores_FullMethodName:       true,
+	kvpb.Admin_Regions_FullMethodName:      true,
+	kvpb.Admin_RegionDigest_FullMethodName: true,
+	kvpb.Admin_RegionDump_FullMethodName:   true,
 }
 
 // adminGuard refuses, when disabled is set, the Admin calls adminOpen does
@@ -208,19 +208,19 @@ var adminOpen = map[string]bool{
 // with DisableAdmin.
 func adminGuard(disabled bool) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if !disabled || !strings.HasPrefix(info.FullMethod, "/"+pb.Admin_ServiceDesc.ServiceName+"/") || adminOpen[info.FullMethod] {
+		if !disabled || !strings.HasPrefix(info.FullMethod, "/"+kvpb.Admin_ServiceDesc.ServiceName+"/") || adminOpen[info.FullMethod] {
 			return handler(ctx, req)
 		}
-		if (info.FullMethod == pb.Admin_Join_FullMethodName || info.FullMethod == pb.Admin_RemoveStore_FullMethodName) && callerIsStore(ctx) {
+		if (info.FullMethod == kvpb.Admin_Join_FullMethodName || info.FullMethod == kvpb.Admin_RemoveStore_FullMethodName) && callerIsStore(ctx) {
 			return handler(ctx, req)
 		}
 		return nil, status.Errorf(codes.PermissionDenied, "%s: admin calls are disabled on this store (server --disable-admin)", info.FullMethod)
 	}
 }
 
-func fromRegionStatus(rs raftstore.RegionStatus) *pb.RegionInfo {
-	out := &pb.RegionInfo{
-		Region:        pb.FromRegion(rs.Region),
+func fromRegionStatus(rs raftstore.RegionStatus) *kvpb.RegionInfo {
+	out := &kvpb.RegionInfo{
+		Region:        kvpb.FromRegion(rs.Region),
 		LeaderStoreId: rs.LeaderStoreID,
 		Term:          rs.Term,
 		CommitIndex:   rs.CommitIndex,
@@ -230,7 +230,7 @@ func fromRegionStatus(rs raftstore.RegionStatus) *pb.RegionInfo {
 		out.SizeKnown, out.ApproximateKeys, out.ApproximateSize = true, rs.ApproximateKeys, rs.ApproximateBytes
 	}
 	if rs.LeaderPeerID != 0 {
-		out.Leader = &pb.Peer{Id: rs.LeaderPeerID, StoreId: rs.LeaderStoreID}
+		out.Leader = &kvpb.Peer{Id: rs.LeaderPeerID, StoreId: rs.LeaderStoreID}
 	}
 	return out
 }

@@ -7,15 +7,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
-	"github.com/hedgekv/hedgekv/server/pb"
 )
 
 // RegionDigest and RegionDump serve the replica-agreement check against
 // live stores (hedgekv ctl check; package replicacheck): read-only, one
 // bbolt read transaction each.
 
-func (s *adminService) RegionDigest(ctx context.Context, req *pb.RegionDigestRequest) (*pb.RegionDigestResponse, error) {
+func (s *adminService) RegionDigest(ctx context.Context, req *kvpb.RegionDigestRequest) (*kvpb.RegionDigestResponse, error) {
 	if req.GetRegionId() == 0 {
 		return nil, status.Error(codes.InvalidArgument, "region digest: region id must be non-zero")
 	}
@@ -26,7 +26,7 @@ func (s *adminService) RegionDigest(ctx context.Context, req *pb.RegionDigestReq
 	return FromDigest(d), nil
 }
 
-func (s *adminService) RegionDump(ctx context.Context, req *pb.RegionDumpRequest) (*pb.RegionDumpResponse, error) {
+func (s *adminService) RegionDump(ctx context.Context, req *kvpb.RegionDumpRequest) (*kvpb.RegionDumpResponse, error) {
 	if req.GetRegionId() == 0 {
 		return nil, status.Error(codes.InvalidArgument, "region dump: region id must be non-zero")
 	}
@@ -34,7 +34,7 @@ func (s *adminService) RegionDump(ctx context.Context, req *pb.RegionDumpRequest
 	if err != nil {
 		return nil, replicaStatus(err)
 	}
-	return &pb.RegionDumpResponse{AppliedIndex: applied, Pairs: fromKVs(kvs)}, nil
+	return &kvpb.RegionDumpResponse{AppliedIndex: applied, Pairs: fromKVs(kvs)}, nil
 }
 
 func replicaStatus(err error) error {
@@ -45,9 +45,9 @@ func replicaStatus(err error) error {
 }
 
 // FromDigest and ToDigest convert a replica digest to and from the wire.
-func FromDigest(d raftstore.ReplicaDigest) *pb.RegionDigestResponse {
-	return &pb.RegionDigestResponse{
-		StoreId: d.StoreID, PeerId: d.PeerID, Region: pb.FromRegion(d.Region),
+func FromDigest(d raftstore.ReplicaDigest) *kvpb.RegionDigestResponse {
+	return &kvpb.RegionDigestResponse{
+		StoreId: d.StoreID, PeerId: d.PeerID, Region: kvpb.FromRegion(d.Region),
 		AppliedIndex: d.AppliedIndex, AppliedTerm: d.AppliedTerm, Keys: d.Keys, Bytes: d.Bytes,
 		Hash: d.Hash[:], DedupRecords: d.DedupRecords, DedupHash: d.DedupHash[:],
 	}
@@ -55,7 +55,7 @@ func FromDigest(d raftstore.ReplicaDigest) *pb.RegionDigestResponse {
 
 // ToDigest is FromDigest's inverse; a hash of the wrong length (a broken
 // or foreign peer) is an error, not a digest that compares as different.
-func ToDigest(r *pb.RegionDigestResponse) (raftstore.ReplicaDigest, error) {
+func ToDigest(r *kvpb.RegionDigestResponse) (raftstore.ReplicaDigest, error) {
 	d := raftstore.ReplicaDigest{
 		StoreID: r.GetStoreId(), PeerID: r.GetPeerId(), Region: r.GetRegion().ToRegion(),
 		AppliedIndex: r.GetAppliedIndex(), AppliedTerm: r.GetAppliedTerm(), Keys: r.GetKeys(), Bytes: r.GetBytes(),

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
-	"github.com/hedgekv/hedgekv/server/pb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
@@ -36,7 +36,7 @@ type clusterView struct {
 	selfID uint64
 	book   *addressBook
 	trans  *transport
-	local  func() *pb.StatusResponse     // this store's own Status, answered locally
+	local  func() *kvpb.StatusResponse   // this store's own Status, answered locally
 	learn  func(peers map[uint64]string) // stores named in an answer, for the address book
 	// learnRemoving gets the stores answers name as being removed.
 	learnRemoving func(ids []uint64)
@@ -48,7 +48,7 @@ type clusterView struct {
 	// store that did not answer: what a store says of itself (its zone
 	// addresses) goes to the address book, and a store that could not be
 	// reached is asked again at its plain address (zoneaddrs.go).
-	heard func(id uint64, st *pb.StatusResponse)
+	heard func(id uint64, st *kvpb.StatusResponse)
 	// leaders, if set, is a digest of who leads each region this store
 	// hosts, as it knows it: a listing gathered under another digest
 	// predates a leadership change (a transfer, an election) and is not
@@ -56,7 +56,7 @@ type clusterView struct {
 	leaders func() string
 
 	mu        sync.Mutex
-	cached    []*pb.Store
+	cached    []*kvpb.Store
 	at        time.Time
 	cachedSig string // leaders() when the cached listing was asked for
 	flight    *viewFlight
@@ -65,7 +65,7 @@ type clusterView struct {
 
 type viewFlight struct {
 	done   chan struct{}
-	stores []*pb.Store
+	stores []*kvpb.Store
 	sig    string
 }
 
@@ -97,7 +97,7 @@ func (v *clusterView) Stores(ctx context.Context) []raftstore.StoreInfo {
 // the cached one is older than ttl or this store has seen a leadership
 // change since it was gathered (peerUp and invalidate drop it too). The
 // result is shared: do not modify it.
-func (v *clusterView) stores(ctx context.Context) ([]*pb.Store, error) {
+func (v *clusterView) stores(ctx context.Context) ([]*kvpb.Store, error) {
 	sig := ""
 	if v.leaders != nil {
 		sig = v.leaders()
@@ -188,14 +188,14 @@ func (v *clusterView) noteZone(id uint64, zone string) {
 }
 
 // fallback is the last listing, or this store alone if there is none.
-func (v *clusterView) fallback() []*pb.Store {
+func (v *clusterView) fallback() []*kvpb.Store {
 	v.mu.Lock()
 	last := v.cached
 	v.mu.Unlock()
 	if last != nil {
 		return last
 	}
-	return []*pb.Store{v.fromStatus(&pb.Store{Id: v.selfID}, v.local())}
+	return []*kvpb.Store{v.fromStatus(&kvpb.Store{Id: v.selfID}, v.local())}
 }
 
 // collect asks every store in the address book (and this one) for its
@@ -205,14 +205,14 @@ func (v *clusterView) fallback() []*pb.Store {
 // cut off by a partition is listed down, which the balancer and the
 // hibernation wake-up rely on. Learning their addresses does not depend on
 // it (zoneaddrs.go).
-func (v *clusterView) collect(ctx context.Context) []*pb.Store {
+func (v *clusterView) collect(ctx context.Context) []*kvpb.Store {
 	ids := v.book.ids()
 	if !slices.Contains(ids, v.selfID) {
 		ids = append(ids, v.selfID)
 		slices.Sort(ids)
 	}
-	out := make([]*pb.Store, len(ids))
-	answers := make([]*pb.StatusResponse, len(ids))
+	out := make([]*kvpb.Store, len(ids))
+	answers := make([]*kvpb.StatusResponse, len(ids))
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Go(func() {
@@ -275,11 +275,11 @@ func (v *clusterView) collect(ctx context.Context) []*pb.Store {
 
 // storeInfo asks one store for its Status (this store answers locally).
 // A store that does not answer is listed down, with its Status nil.
-func (v *clusterView) storeInfo(ctx context.Context, id uint64) (*pb.Store, *pb.StatusResponse) {
+func (v *clusterView) storeInfo(ctx context.Context, id uint64) (*kvpb.Store, *kvpb.StatusResponse) {
 	addr, _ := v.book.get(id)
 	// Until (unless) the store answers, list the zone addresses the book
 	// remembers for it.
-	info := &pb.Store{Id: id, Address: addr, ZoneAddresses: maps.Clone(v.book.zoneAddrs(id))}
+	info := &kvpb.Store{Id: id, Address: addr, ZoneAddresses: maps.Clone(v.book.zoneAddrs(id))}
 	if id == v.selfID {
 		st := v.local()
 		return v.fromStatus(info, st), st
@@ -290,7 +290,7 @@ func (v *clusterView) storeInfo(ctx context.Context, id uint64) (*pb.Store, *pb.
 	}
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
-	st, err := pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{})
+	st, err := kvpb.NewAdminClient(conn).Status(ctx, &kvpb.StatusRequest{})
 	if cs := conn.GetState(); status.Code(err) == codes.Unavailable && (cs == connectivity.TransientFailure || cs == connectivity.Idle) {
 		// Refused at once because the connection is waiting out its
 		// reconnect back-off (up to 2 s after the store went away) or
@@ -300,7 +300,7 @@ func (v *clusterView) storeInfo(ctx context.Context, id uint64) (*pb.Store, *pb.
 		conn.ResetConnectBackoff()
 		conn.Connect()
 		if conn.WaitForStateChange(ctx, cs) {
-			st, err = pb.NewAdminClient(conn).Status(ctx, &pb.StatusRequest{})
+			st, err = kvpb.NewAdminClient(conn).Status(ctx, &kvpb.StatusRequest{})
 		}
 	}
 	if err != nil {
@@ -317,7 +317,7 @@ func (v *clusterView) storeInfo(ctx context.Context, id uint64) (*pb.Store, *pb.
 	return v.fromStatus(info, st), st
 }
 
-func (v *clusterView) fromStatus(info *pb.Store, st *pb.StatusResponse) *pb.Store {
+func (v *clusterView) fromStatus(info *kvpb.Store, st *kvpb.StatusResponse) *kvpb.Store {
 	if info.Address == "" {
 		info.Address = st.GetAddress()
 	}
@@ -330,10 +330,10 @@ func (v *clusterView) fromStatus(info *pb.Store, st *pb.StatusResponse) *pb.Stor
 }
 
 // cloneStores deep-copies a shared listing for an RPC answer.
-func cloneStores(in []*pb.Store) []*pb.Store {
-	out := make([]*pb.Store, len(in))
+func cloneStores(in []*kvpb.Store) []*kvpb.Store {
+	out := make([]*kvpb.Store, len(in))
 	for i, s := range in {
-		out[i] = proto.Clone(s).(*pb.Store)
+		out[i] = proto.Clone(s).(*kvpb.Store)
 	}
 	return out
 }

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -59,7 +59,7 @@ func newFaultInjector(m *metrics) *faultInjector {
 // checkFaultRequest validates a Fault request: InvalidArgument for negative
 // durations, a probability outside [0, 1], a delay without a probability
 // (or the reverse), or a request that asks for nothing.
-func checkFaultRequest(req *pb.FaultRequest) error {
+func checkFaultRequest(req *kvpb.FaultRequest) error {
 	d, p, st := req.GetDelayNanos(), req.GetProb(), req.GetStallNanos()
 	switch {
 	case d < 0:
@@ -81,7 +81,7 @@ func checkFaultRequest(req *pb.FaultRequest) error {
 // apply sets the faults req asks for (checked by checkFaultRequest): clear
 // first ends every fault, then a delay replaces the delay and a stall
 // starts now and replaces any stall in progress.
-func (f *faultInjector) apply(req *pb.FaultRequest) {
+func (f *faultInjector) apply(req *kvpb.FaultRequest) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	old := f.state.Load()
@@ -157,7 +157,7 @@ func sleepCtx(ctx context.Context, d time.Duration, wake <-chan struct{}) error 
 // progress: Fault must get through, or a stall could not be cleared.
 func (f *faultInjector) stallInterceptors() (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if info.FullMethod != pb.Admin_Fault_FullMethodName {
+		if info.FullMethod != kvpb.Admin_Fault_FullMethodName {
 			if err := f.waitStall(ctx); err != nil {
 				return nil, err
 			}
@@ -174,7 +174,7 @@ func (f *faultInjector) stallInterceptors() (grpc.UnaryServerInterceptor, grpc.S
 }
 
 // Fault sets this store's injected faults; see faultInjector.
-func (s *adminService) Fault(ctx context.Context, req *pb.FaultRequest) (*pb.FaultResponse, error) {
+func (s *adminService) Fault(ctx context.Context, req *kvpb.FaultRequest) (*kvpb.FaultResponse, error) {
 	if !s.srv.cfg.AllowFaults {
 		return nil, status.Errorf(codes.PermissionDenied, "store %d does not allow fault injection (start it with --allow-faults)", s.srv.cfg.Store.StoreID)
 	}
@@ -184,5 +184,5 @@ func (s *adminService) Fault(ctx context.Context, req *pb.FaultRequest) (*pb.Fau
 	s.srv.faults.apply(req)
 	s.srv.logger.Warn("fault injected", "delay", time.Duration(req.GetDelayNanos()), "prob", req.GetProb(),
 		"stall", time.Duration(req.GetStallNanos()), "clear", req.GetClear())
-	return &pb.FaultResponse{}, nil
+	return &kvpb.FaultResponse{}, nil
 }

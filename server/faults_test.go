@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -31,7 +31,7 @@ func startFaultCluster(t *testing.T, n int) *testCluster {
 
 func TestCheckFaultRequest(t *testing.T) {
 	ms := int64(time.Millisecond)
-	bad := []*pb.FaultRequest{
+	bad := []*kvpb.FaultRequest{
 		{},
 		{DelayNanos: -ms, Prob: 1},
 		{StallNanos: -ms},
@@ -46,7 +46,7 @@ func TestCheckFaultRequest(t *testing.T) {
 			t.Errorf("%v: got %v, want InvalidArgument", req, err)
 		}
 	}
-	good := []*pb.FaultRequest{
+	good := []*kvpb.FaultRequest{
 		{Clear: true},
 		{DelayNanos: ms, Prob: 1},
 		{DelayNanos: ms, Prob: 0.01},
@@ -63,7 +63,7 @@ func TestCheckFaultRequest(t *testing.T) {
 // TestWithStoreFaultDenied: without AllowFaults, Fault is refused.
 func TestWithStoreFaultDenied(t *testing.T) {
 	c := startCluster(t, 1, nil)
-	_, err := c.admin(t, 1).Fault(testCtx(t), &pb.FaultRequest{StallNanos: int64(time.Second)})
+	_, err := c.admin(t, 1).Fault(testCtx(t), &kvpb.FaultRequest{StallNanos: int64(time.Second)})
 	if status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("fault without --allow-faults: %v, want PermissionDenied", err)
 	}
@@ -78,27 +78,27 @@ func TestWithStoreFaultDelay(t *testing.T) {
 	c := startFaultCluster(t, 1)
 	kv, admin := c.kv(t, 1), c.admin(t, 1)
 	ctx := testCtx(t)
-	for _, req := range []*pb.FaultRequest{{}, {DelayNanos: -1, Prob: 1}, {DelayNanos: 1, Prob: 2}, {StallNanos: -1}} {
+	for _, req := range []*kvpb.FaultRequest{{}, {DelayNanos: -1, Prob: 1}, {DelayNanos: 1, Prob: 2}, {StallNanos: -1}} {
 		if _, err := admin.Fault(ctx, req); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("fault %v: %v, want InvalidArgument", req, err)
 		}
 	}
-	if _, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+	if _, err := kv.Put(ctx, &kvpb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
 		t.Fatalf("put: %v", err)
 	}
 	const d = 300 * time.Millisecond
-	if _, err := admin.Fault(ctx, &pb.FaultRequest{DelayNanos: int64(d), Prob: 1}); err != nil {
+	if _, err := admin.Fault(ctx, &kvpb.FaultRequest{DelayNanos: int64(d), Prob: 1}); err != nil {
 		t.Fatalf("fault: %v", err)
 	}
 	start := time.Now()
-	if _, err := kv.Get(ctx, &pb.GetRequest{Key: []byte("k")}); err != nil {
+	if _, err := kv.Get(ctx, &kvpb.GetRequest{Key: []byte("k")}); err != nil {
 		t.Fatalf("get: %v", err)
 	}
 	if el := time.Since(start); el < d {
 		t.Errorf("delayed get took %v, want >= %v", el, d)
 	}
 	start = time.Now()
-	if _, err := kv.Scan(ctx, &pb.ScanRequest{Limit: 10}); err != nil {
+	if _, err := kv.Scan(ctx, &kvpb.ScanRequest{Limit: 10}); err != nil {
 		t.Fatalf("scan: %v", err)
 	}
 	if el := time.Since(start); el < d {
@@ -108,7 +108,7 @@ func TestWithStoreFaultDelay(t *testing.T) {
 	// A read whose context ends stops waiting.
 	sctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	start = time.Now()
-	_, err := kv.Get(sctx, &pb.GetRequest{Key: []byte("k")})
+	_, err := kv.Get(sctx, &kvpb.GetRequest{Key: []byte("k")})
 	cancel()
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Errorf("get with a short deadline: %v, want DeadlineExceeded", err)
@@ -120,11 +120,11 @@ func TestWithStoreFaultDelay(t *testing.T) {
 		t.Errorf("reads delayed counter %v, want >= 3", n)
 	}
 
-	if _, err := admin.Fault(ctx, &pb.FaultRequest{Clear: true}); err != nil {
+	if _, err := admin.Fault(ctx, &kvpb.FaultRequest{Clear: true}); err != nil {
 		t.Fatalf("clear: %v", err)
 	}
 	start = time.Now()
-	if _, err := kv.Get(ctx, &pb.GetRequest{Key: []byte("k")}); err != nil {
+	if _, err := kv.Get(ctx, &kvpb.GetRequest{Key: []byte("k")}); err != nil {
 		t.Fatalf("get after clear: %v", err)
 	}
 	if el := time.Since(start); el >= d {
@@ -139,32 +139,32 @@ func TestWithStoreFaultStall(t *testing.T) {
 	c := startFaultCluster(t, 1)
 	kv, admin := c.kv(t, 1), c.admin(t, 1)
 	ctx := testCtx(t)
-	if _, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+	if _, err := kv.Put(ctx, &kvpb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
 		t.Fatalf("put: %v", err)
 	}
 	const d = 800 * time.Millisecond
 	start := time.Now()
-	if _, err := admin.Fault(ctx, &pb.FaultRequest{StallNanos: int64(d)}); err != nil {
+	if _, err := admin.Fault(ctx, &kvpb.FaultRequest{StallNanos: int64(d)}); err != nil {
 		t.Fatalf("fault: %v", err)
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	wg.Go(func() {
-		if _, err := kv.Get(ctx, &pb.GetRequest{Key: []byte("k")}); err != nil {
+		if _, err := kv.Get(ctx, &kvpb.GetRequest{Key: []byte("k")}); err != nil {
 			errs <- fmt.Errorf("get: %w", err)
 		} else if el := time.Since(start); el < d {
 			errs <- fmt.Errorf("get during stall took %v, want >= %v", el, d)
 		}
 	})
 	wg.Go(func() {
-		if _, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("k2"), Value: []byte("v2")}); err != nil {
+		if _, err := kv.Put(ctx, &kvpb.PutRequest{Key: []byte("k2"), Value: []byte("v2")}); err != nil {
 			errs <- fmt.Errorf("put: %w", err)
 		} else if el := time.Since(start); el < d {
 			errs <- fmt.Errorf("put during stall took %v, want >= %v", el, d)
 		}
 	})
 	wg.Go(func() {
-		if _, err := admin.Status(ctx, &pb.StatusRequest{}); err != nil {
+		if _, err := admin.Status(ctx, &kvpb.StatusRequest{}); err != nil {
 			errs <- fmt.Errorf("status: %w", err)
 		} else if el := time.Since(start); el < d {
 			errs <- fmt.Errorf("status during stall took %v, want >= %v", el, d)
@@ -172,7 +172,7 @@ func TestWithStoreFaultStall(t *testing.T) {
 	})
 	// A call whose context ends stops waiting.
 	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, err := kv.Get(sctx, &pb.GetRequest{Key: []byte("k")})
+	_, err := kv.Get(sctx, &kvpb.GetRequest{Key: []byte("k")})
 	cancel()
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Errorf("get with a short deadline during stall: %v, want DeadlineExceeded", err)
@@ -187,13 +187,13 @@ func TestWithStoreFaultStall(t *testing.T) {
 	}
 
 	// clear ends a long stall early.
-	if _, err := admin.Fault(ctx, &pb.FaultRequest{StallNanos: int64(time.Minute)}); err != nil {
+	if _, err := admin.Fault(ctx, &kvpb.FaultRequest{StallNanos: int64(time.Minute)}); err != nil {
 		t.Fatalf("fault: %v", err)
 	}
 	done := make(chan error, 1)
 	start = time.Now()
 	go func() {
-		_, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("k3"), Value: []byte("v3")})
+		_, err := kv.Put(ctx, &kvpb.PutRequest{Key: []byte("k3"), Value: []byte("v3")})
 		done <- err
 	}()
 	time.Sleep(200 * time.Millisecond)
@@ -202,7 +202,7 @@ func TestWithStoreFaultStall(t *testing.T) {
 		t.Fatalf("put returned during a stall: %v", err)
 	default:
 	}
-	if _, err := admin.Fault(ctx, &pb.FaultRequest{Clear: true}); err != nil {
+	if _, err := admin.Fault(ctx, &kvpb.FaultRequest{Clear: true}); err != nil {
 		t.Fatalf("clear: %v", err)
 	}
 	if err := <-done; err != nil {
@@ -225,7 +225,7 @@ func TestWithStoreFaultStallRaft(t *testing.T) {
 	follower := leader%3 + 1
 	ctx := testCtx(t)
 	lkv := c.kv(t, leader)
-	if _, err := lkv.Put(ctx, &pb.PutRequest{Key: []byte("a"), Value: []byte("1")}); err != nil {
+	if _, err := lkv.Put(ctx, &kvpb.PutRequest{Key: []byte("a"), Value: []byte("1")}); err != nil {
 		t.Fatalf("put: %v", err)
 	}
 	applied := func(id uint64) uint64 { return c.server(id).Store().Regions()[0].AppliedIndex }
@@ -233,12 +233,12 @@ func TestWithStoreFaultStallRaft(t *testing.T) {
 
 	const d = 1500 * time.Millisecond
 	start := time.Now()
-	if _, err := c.admin(t, follower).Fault(ctx, &pb.FaultRequest{StallNanos: int64(d)}); err != nil {
+	if _, err := c.admin(t, follower).Fault(ctx, &kvpb.FaultRequest{StallNanos: int64(d)}); err != nil {
 		t.Fatalf("fault: %v", err)
 	}
 	fkv := c.kv(t, follower)
 	replicaRead := func() error {
-		_, err := fkv.Get(ctx, &pb.GetRequest{Key: []byte("a"), Context: &pb.ReadContext{ReplicaRead: true}})
+		_, err := fkv.Get(ctx, &kvpb.GetRequest{Key: []byte("a"), Context: &kvpb.ReadContext{ReplicaRead: true}})
 		return err
 	}
 	// The read is held for the stall; then it may find the leader not yet
@@ -258,7 +258,7 @@ func TestWithStoreFaultStallRaft(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // let messages already being delivered land
 	before := applied(follower)
 	for i := range 5 {
-		if _, err := lkv.Put(ctx, &pb.PutRequest{Key: fmt.Appendf(nil, "k%d", i), Value: []byte("v")}); err != nil {
+		if _, err := lkv.Put(ctx, &kvpb.PutRequest{Key: fmt.Appendf(nil, "k%d", i), Value: []byte("v")}); err != nil {
 			t.Fatalf("put during stall: %v", err)
 		}
 	}

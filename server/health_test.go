@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
-	"github.com/hedgekv/hedgekv/server/pb"
 )
 
 // get answers GET path on h with its status code and body.
@@ -66,7 +66,7 @@ func TestHealthReadiness(t *testing.T) {
 	s.Store().InjectDiskFailure(errors.New("injected: no space left on device"))
 	kv := c.kv(t, 1)
 	ctx := testCtx(t)
-	_, _ = kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+	_, _ = kv.Put(ctx, &kvpb.PutRequest{Key: []byte("k"), Value: []byte("v")})
 	waitFor(t, 10*time.Second, "/readyz 503 with the disk failed", func() bool {
 		code, _ := httpGetCode(t, base+"/readyz")
 		return code == http.StatusServiceUnavailable
@@ -121,28 +121,28 @@ func TestMetricsScrape(t *testing.T) {
 	ctx := testCtx(t)
 	lkv, fkv := c.kv(t, leader), c.kv(t, follower)
 	for _, k := range []string{"a", "b", "c"} {
-		if _, err := lkv.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte("1")}); err != nil {
+		if _, err := lkv.Put(ctx, &kvpb.PutRequest{Key: []byte(k), Value: []byte("1")}); err != nil {
 			t.Fatalf("put: %v", err)
 		}
 	}
-	if _, err := lkv.Delete(ctx, &pb.DeleteRequest{Key: []byte("c")}); err != nil {
+	if _, err := lkv.Delete(ctx, &kvpb.DeleteRequest{Key: []byte("c")}); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
-	if r, err := lkv.Get(ctx, &pb.GetRequest{Key: []byte("a")}); err != nil || r.GetReadInfo().GetMode() != pb.ReadMode_READ_MODE_LEASE {
+	if r, err := lkv.Get(ctx, &kvpb.GetRequest{Key: []byte("a")}); err != nil || r.GetReadInfo().GetMode() != kvpb.ReadMode_READ_MODE_LEASE {
 		t.Fatalf("leader get: %v %v", r, err)
 	}
-	if _, err := lkv.BatchGet(ctx, &pb.BatchGetRequest{Keys: [][]byte{[]byte("a"), []byte("b")}}); err != nil {
+	if _, err := lkv.BatchGet(ctx, &kvpb.BatchGetRequest{Keys: [][]byte{[]byte("a"), []byte("b")}}); err != nil {
 		t.Fatalf("batch get: %v", err)
 	}
-	if _, err := lkv.Scan(ctx, &pb.ScanRequest{Limit: 10}); err != nil {
+	if _, err := lkv.Scan(ctx, &kvpb.ScanRequest{Limit: 10}); err != nil {
 		t.Fatalf("scan: %v", err)
 	}
-	if r, err := fkv.Get(ctx, &pb.GetRequest{Key: []byte("a"), Context: &pb.ReadContext{ReplicaRead: true}}); err != nil || r.GetReadInfo().GetMode() != pb.ReadMode_READ_MODE_READ_INDEX {
+	if r, err := fkv.Get(ctx, &kvpb.GetRequest{Key: []byte("a"), Context: &kvpb.ReadContext{ReplicaRead: true}}); err != nil || r.GetReadInfo().GetMode() != kvpb.ReadMode_READ_MODE_READ_INDEX {
 		t.Fatalf("follower read: %v %v", r, err)
 	}
 	waitFor(t, 5*time.Second, "a stale read", func() bool {
-		r, err := fkv.Get(ctx, &pb.GetRequest{Key: []byte("a"), Context: &pb.ReadContext{MaxStalenessMs: 10_000}})
-		return err == nil && r.GetReadInfo().GetMode() == pb.ReadMode_READ_MODE_STALE
+		r, err := fkv.Get(ctx, &kvpb.GetRequest{Key: []byte("a"), Context: &kvpb.ReadContext{MaxStalenessMs: 10_000}})
+		return err == nil && r.GetReadInfo().GetMode() == kvpb.ReadMode_READ_MODE_STALE
 	})
 
 	lbody := httpGet(t, "http://"+c.server(leader).StatusAddr()+"/metrics")
@@ -218,7 +218,7 @@ func TestShutdownHandsOverLeadership(t *testing.T) {
 		}
 		return false
 	})
-	if _, err := c.kv(t, next).Put(ctx, &pb.PutRequest{Key: []byte("after"), Value: []byte("1")}); err != nil {
+	if _, err := c.kv(t, next).Put(ctx, &kvpb.PutRequest{Key: []byte("after"), Value: []byte("1")}); err != nil {
 		t.Fatalf("put on the new leader %d: %v", next, err)
 	}
 	// The new leader counts its leadership as handed over, not elected.

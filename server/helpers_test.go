@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
@@ -106,9 +106,9 @@ func (rawCodec) Unmarshal(data []byte, v any) error {
 func (rawCodec) Name() string { return "proto" }
 
 // scanAll returns every pair in the (single-region) key space.
-func scanAll(ctx context.Context, t *testing.T, kv pb.KVClient) map[string]string {
+func scanAll(ctx context.Context, t *testing.T, kv kvpb.KVClient) map[string]string {
 	t.Helper()
-	resp, err := kv.Scan(ctx, &pb.ScanRequest{Limit: MaxScanLimit})
+	resp, err := kv.Scan(ctx, &kvpb.ScanRequest{Limit: MaxScanLimit})
 	if err != nil {
 		t.Fatalf("scan: %v", err)
 	}

@@ -4,22 +4,22 @@ import (
 	"context"
 	"time"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/server/pb"
 )
 
 // kvService is the KV gRPC service: it validates a request, maps it onto
 // the store and maps the answer (or the region error) back.
 type kvService struct {
-	pb.UnimplementedKVServer
+	kvpb.UnimplementedKVServer
 	store   *raftstore.Store
 	load    *loadTracker
 	metrics *metrics
 	faults  *faultInjector
 }
 
-func (s *kvService) Get(ctx context.Context, req *pb.GetRequest) (*pb.GetResponse, error) {
+func (s *kvService) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetResponse, error) {
 	if err := validateKey("key", req.GetKey()); err != nil {
 		return nil, err
 	}
@@ -34,16 +34,16 @@ func (s *kvService) Get(ctx context.Context, req *pb.GetRequest) (*pb.GetRespons
 	if err != nil {
 		return nil, err
 	}
-	return &pb.GetResponse{Value: value, NotFound: !found, ReadInfo: info, Load: load}, nil
+	return &kvpb.GetResponse{Value: value, NotFound: !found, ReadInfo: info, Load: load}, nil
 }
 
-func (s *kvService) BatchGet(ctx context.Context, req *pb.BatchGetRequest) (*pb.BatchGetResponse, error) {
+func (s *kvService) BatchGet(ctx context.Context, req *kvpb.BatchGetRequest) (*kvpb.BatchGetResponse, error) {
 	if err := validateBatchGet(req); err != nil {
 		return nil, err
 	}
 	if len(req.GetKeys()) == 0 {
 		// Nothing to read and no region to route to.
-		return &pb.BatchGetResponse{Load: s.load.load()}, nil
+		return &kvpb.BatchGetResponse{Load: s.load.load()}, nil
 	}
 	var kvs []raftstore.KV
 	info, load, err := s.serveRead(ctx, req.GetContext(), func(ctx context.Context) (info raftstore.ReadInfo, err error) {
@@ -53,10 +53,10 @@ func (s *kvService) BatchGet(ctx context.Context, req *pb.BatchGetRequest) (*pb.
 	if err != nil {
 		return nil, err
 	}
-	return &pb.BatchGetResponse{Pairs: fromKVs(kvs), ReadInfo: info, Load: load}, nil
+	return &kvpb.BatchGetResponse{Pairs: fromKVs(kvs), ReadInfo: info, Load: load}, nil
 }
 
-func (s *kvService) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanResponse, error) {
+func (s *kvService) Scan(ctx context.Context, req *kvpb.ScanRequest) (*kvpb.ScanResponse, error) {
 	limit, err := validateScan(req)
 	if err != nil {
 		return nil, err
@@ -72,7 +72,7 @@ func (s *kvService) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanResp
 	if err != nil {
 		return nil, err
 	}
-	return &pb.ScanResponse{
+	return &kvpb.ScanResponse{
 		Pairs:        fromKVs(kvs),
 		ReadInfo:     info,
 		Load:         load,
@@ -85,7 +85,7 @@ func (s *kvService) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanResp
 // injected read delay, and counts the read in the load every answer
 // reports (the injected delay included, so that clients see a slow store
 // as slow) and in the metrics.
-func (s *kvService) serveRead(ctx context.Context, rc *pb.ReadContext, read func(context.Context) (raftstore.ReadInfo, error)) (*pb.ReadInfo, *pb.Load, error) {
+func (s *kvService) serveRead(ctx context.Context, rc *kvpb.ReadContext, read func(context.Context) (raftstore.ReadInfo, error)) (*kvpb.ReadInfo, *kvpb.Load, error) {
 	hedge := rc.GetHedge()
 	s.metrics.observeReadStart(hedge)
 	if th := msDuration(rc.GetBusyThresholdMs()); th > 0 {
@@ -110,7 +110,7 @@ func (s *kvService) serveRead(ctx context.Context, rc *pb.ReadContext, read func
 	return fromReadInfo(info), s.load.load(), nil
 }
 
-func (s *kvService) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
+func (s *kvService) Put(ctx context.Context, req *kvpb.PutRequest) (*kvpb.PutResponse, error) {
 	if err := validateKey("key", req.GetKey()); err != nil {
 		return nil, err
 	}
@@ -120,21 +120,21 @@ func (s *kvService) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutRespons
 	if err := s.store.Put(ctx, writeOptions(req.GetContext()), req.GetKey(), req.GetValue()); err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.PutResponse{}, nil
+	return &kvpb.PutResponse{}, nil
 }
 
-func (s *kvService) Delete(ctx context.Context, req *pb.DeleteRequest) (*pb.DeleteResponse, error) {
+func (s *kvService) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.DeleteResponse, error) {
 	if err := validateKey("key", req.GetKey()); err != nil {
 		return nil, err
 	}
 	if err := s.store.Delete(ctx, writeOptions(req.GetContext()), req.GetKey()); err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.DeleteResponse{}, nil
+	return &kvpb.DeleteResponse{}, nil
 }
 
-func fromReadInfo(info raftstore.ReadInfo) *pb.ReadInfo {
-	out := &pb.ReadInfo{StoreId: info.StoreID, PeerId: info.PeerID, Mode: fromReadMode(info.Mode), LeaderStoreId: info.LeaderStoreID}
+func fromReadInfo(info raftstore.ReadInfo) *kvpb.ReadInfo {
+	out := &kvpb.ReadInfo{StoreId: info.StoreID, PeerId: info.PeerID, Mode: fromReadMode(info.Mode), LeaderStoreId: info.LeaderStoreID}
 	if info.Mode == raftstore.ReadModeStale {
 		// Round up: a bound under 1ms must not read as "not stale at all".
 		d := max(info.StalenessBound, 0)
@@ -146,27 +146,27 @@ func fromReadInfo(info raftstore.ReadInfo) *pb.ReadInfo {
 	return out
 }
 
-func fromReadMode(m raftstore.ReadMode) pb.ReadMode {
+func fromReadMode(m raftstore.ReadMode) kvpb.ReadMode {
 	switch m {
 	case raftstore.ReadModeLease:
-		return pb.ReadMode_READ_MODE_LEASE
+		return kvpb.ReadMode_READ_MODE_LEASE
 	case raftstore.ReadModeReadIndex:
-		return pb.ReadMode_READ_MODE_READ_INDEX
+		return kvpb.ReadMode_READ_MODE_READ_INDEX
 	case raftstore.ReadModeStale:
-		return pb.ReadMode_READ_MODE_STALE
+		return kvpb.ReadMode_READ_MODE_STALE
 	case raftstore.ReadModeFollowerLease:
-		return pb.ReadMode_READ_MODE_FOLLOWER_LEASE
+		return kvpb.ReadMode_READ_MODE_FOLLOWER_LEASE
 	}
-	return pb.ReadMode_READ_MODE_UNSPECIFIED
+	return kvpb.ReadMode_READ_MODE_UNSPECIFIED
 }
 
-func fromKVs(kvs []raftstore.KV) []*pb.KvPair {
+func fromKVs(kvs []raftstore.KV) []*kvpb.KvPair {
 	if len(kvs) == 0 {
 		return nil
 	}
-	out := make([]*pb.KvPair, len(kvs))
+	out := make([]*kvpb.KvPair, len(kvs))
 	for i, kv := range kvs {
-		out[i] = &pb.KvPair{Key: kv.Key, Value: kv.Value}
+		out[i] = &kvpb.KvPair{Key: kv.Key, Value: kv.Value}
 	}
 	return out
 }

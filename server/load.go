@@ -7,10 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 )
 
-// loadTracker measures what every KV answer reports in pb.Load: how many
+// loadTracker measures what every KV answer reports in kvpb.Load: how many
 // reads this server is serving and how long a new one may expect to take.
 // Clients compare these across replicas (power of two choices), and a read
 // carrying a busy threshold is refused when the estimate exceeds it, so the
@@ -94,9 +94,9 @@ func (l *loadTracker) estimatedWait(now time.Time) time.Duration {
 	return time.Duration(lat * (1 + float64(n)/float64(runtime.GOMAXPROCS(0))))
 }
 
-func (l *loadTracker) load() *pb.Load {
+func (l *loadTracker) load() *kvpb.Load {
 	n := max(l.inflight.Load(), 0)
-	return &pb.Load{
+	return &kvpb.Load{
 		InflightReads: uint32(min(n, math.MaxUint32)),
 		EstWaitUs:     uint64(l.estimatedWait(time.Now()) / time.Microsecond),
 	}

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -39,7 +39,7 @@ const (
 
 // Split splits the region holding req.key at that key. It must reach the
 // region's leader; elsewhere it fails with NotLeader (or RegionNotFound).
-func (s *adminService) Split(ctx context.Context, req *pb.SplitRequest) (*pb.SplitResponse, error) {
+func (s *adminService) Split(ctx context.Context, req *kvpb.SplitRequest) (*kvpb.SplitResponse, error) {
 	if err := validateKey("split key", req.GetKey()); err != nil {
 		return nil, err
 	}
@@ -47,11 +47,11 @@ func (s *adminService) Split(ctx context.Context, req *pb.SplitRequest) (*pb.Spl
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.SplitResponse{Left: pb.FromRegion(left), Right: pb.FromRegion(right)}, nil
+	return &kvpb.SplitResponse{Left: kvpb.FromRegion(left), Right: kvpb.FromRegion(right)}, nil
 }
 
 // AddPeer adds a replica of a region on a store this store knows.
-func (s *adminService) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.AddPeerResponse, error) {
+func (s *adminService) AddPeer(ctx context.Context, req *kvpb.AddPeerRequest) (*kvpb.AddPeerResponse, error) {
 	if err := validateMembership(req.GetRegionId(), req.GetStoreId()); err != nil {
 		return nil, err
 	}
@@ -61,19 +61,19 @@ func (s *adminService) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb
 	if err := s.srv.store.AddPeer(ctx, req.GetRegionId(), req.GetStoreId()); err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.AddPeerResponse{}, nil
+	return &kvpb.AddPeerResponse{}, nil
 }
 
 // RemovePeer removes a region's replica from a store. Removing a replica
 // the region does not have succeeds.
-func (s *adminService) RemovePeer(ctx context.Context, req *pb.RemovePeerRequest) (*pb.RemovePeerResponse, error) {
+func (s *adminService) RemovePeer(ctx context.Context, req *kvpb.RemovePeerRequest) (*kvpb.RemovePeerResponse, error) {
 	if err := validateMembership(req.GetRegionId(), req.GetStoreId()); err != nil {
 		return nil, err
 	}
 	if err := s.srv.store.RemovePeer(ctx, req.GetRegionId(), req.GetStoreId()); err != nil {
 		return nil, toStatus(err)
 	}
-	return &pb.RemovePeerResponse{}, nil
+	return &kvpb.RemovePeerResponse{}, nil
 }
 
 func validateMembership(regionID, storeID uint64) error {
@@ -89,7 +89,7 @@ func validateMembership(regionID, storeID uint64) error {
 // Join records a store in the address book. The store first contacted
 // (forwarded unset) forwards the request to every other store it knows
 // and answers with the whole book, which the newcomer adopts.
-func (s *adminService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinResponse, error) {
+func (s *adminService) Join(ctx context.Context, req *kvpb.JoinRequest) (*kvpb.JoinResponse, error) {
 	if err := validateJoin(req); err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func (s *adminService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinR
 	if _, ok := peers[self]; !ok {
 		peers[self] = s.srv.advertiseAddr()
 	}
-	return &pb.JoinResponse{Peers: peers, ZoneAddresses: pb.FromZoneAddrs(s.srv.book.allZoneAddrs())}, nil
+	return &kvpb.JoinResponse{Peers: peers, ZoneAddresses: kvpb.FromZoneAddrs(s.srv.book.allZoneAddrs())}, nil
 }
 
 // RemoveStore starts removing a store from the cluster: it is marked
@@ -136,7 +136,7 @@ func (s *adminService) Join(ctx context.Context, req *pb.JoinRequest) (*pb.JoinR
 // The first store refuses with FailedPrecondition when fewer than
 // MaxReplicas stores would be left up to hold the replicas: removing a
 // store must not cost a region its full replica set.
-func (s *adminService) RemoveStore(ctx context.Context, req *pb.RemoveStoreRequest) (*pb.RemoveStoreResponse, error) {
+func (s *adminService) RemoveStore(ctx context.Context, req *kvpb.RemoveStoreRequest) (*kvpb.RemoveStoreResponse, error) {
 	id := req.GetStoreId()
 	switch {
 	case id == 0:
@@ -153,7 +153,7 @@ func (s *adminService) RemoveStore(ctx context.Context, req *pb.RemoveStoreReque
 		if err := s.srv.markRemoving(id); err != nil {
 			return nil, toStatus(err)
 		}
-		return &pb.RemoveStoreResponse{Already: already}, nil
+		return &kvpb.RemoveStoreResponse{Already: already}, nil
 	}
 	stores, err := s.srv.view.stores(ctx)
 	if err != nil {
@@ -170,12 +170,12 @@ func (s *adminService) RemoveStore(ctx context.Context, req *pb.RemoveStoreReque
 	// Also when it was already marked here: a store that missed the first
 	// call hears of it now rather than on its next Status poll.
 	s.srv.forwardRemoveStore(ctx, id, stores)
-	return &pb.RemoveStoreResponse{Already: already}, nil
+	return &kvpb.RemoveStoreResponse{Already: already}, nil
 }
 
 // checkRemovable refuses to remove store id when fewer than MaxReplicas
 // of stores, up and not being removed, would be left.
-func (s *Server) checkRemovable(stores []*pb.Store, id uint64) error {
+func (s *Server) checkRemovable(stores []*kvpb.Store, id uint64) error {
 	left := 0
 	for _, st := range stores {
 		if st.GetId() != id && st.GetUp() && !st.GetRemoving() {
@@ -214,21 +214,21 @@ func (s *Server) learnRemoving(ids []uint64) {
 // A store that is down is not waited for (removing a dead store is the
 // common case): it learns of the removal from the others' Status when it
 // is back.
-func (s *Server) forwardRemoveStore(ctx context.Context, id uint64, stores []*pb.Store) {
-	fwd := &pb.RemoveStoreRequest{StoreId: id, Forwarded: true}
+func (s *Server) forwardRemoveStore(ctx context.Context, id uint64, stores []*kvpb.Store) {
+	fwd := &kvpb.RemoveStoreRequest{StoreId: id, Forwarded: true}
 	var to []uint64
 	for _, st := range stores {
 		if st.GetId() != s.store.ID() && st.GetUp() {
 			to = append(to, st.GetId())
 		}
 	}
-	s.forward(ctx, to, func(ctx context.Context, a pb.AdminClient) error {
+	s.forward(ctx, to, func(ctx context.Context, a kvpb.AdminClient) error {
 		_, err := a.RemoveStore(ctx, fwd)
 		return err
 	}, "could not forward a store removal", "removed_store", id)
 }
 
-func validateJoin(req *pb.JoinRequest) error {
+func validateJoin(req *kvpb.JoinRequest) error {
 	switch id := req.GetStoreId(); {
 	case id == 0:
 		return status.Error(codes.InvalidArgument, "store id is 0")
@@ -287,10 +287,10 @@ func (s *Server) learnPeers(peers map[uint64]string) {
 // id. It asks at the plain address (callDirect), not through the zone
 // address this store may remember stale, or see cut by a partition.
 func (s *Server) answersAs(ctx context.Context, id uint64) bool {
-	var st *pb.StatusResponse
-	err := s.callDirect(ctx, id, storeStatusTimeout, func(ctx context.Context, a pb.AdminClient) error {
+	var st *kvpb.StatusResponse
+	err := s.callDirect(ctx, id, storeStatusTimeout, func(ctx context.Context, a kvpb.AdminClient) error {
 		var err error
-		st, err = a.Status(ctx, &pb.StatusRequest{})
+		st, err = a.Status(ctx, &kvpb.StatusRequest{})
 		return err
 	})
 	return err == nil && st.GetStoreId() == id
@@ -301,15 +301,15 @@ func (s *Server) answersAs(ctx context.Context, id uint64) bool {
 // book, as learning does), and waits (bounded) so that when the newcomer
 // hears back the whole cluster can reach it. A store that cannot be told
 // learns of the newcomer later from another store's Status.
-func (s *Server) forwardJoin(ctx context.Context, req *pb.JoinRequest) {
-	fwd := &pb.JoinRequest{StoreId: req.GetStoreId(), Address: req.GetAddress(), Zone: req.GetZone(), ZoneAddresses: req.GetZoneAddresses(), Forwarded: true}
+func (s *Server) forwardJoin(ctx context.Context, req *kvpb.JoinRequest) {
+	fwd := &kvpb.JoinRequest{StoreId: req.GetStoreId(), Address: req.GetAddress(), Zone: req.GetZone(), ZoneAddresses: req.GetZoneAddresses(), Forwarded: true}
 	var to []uint64
 	for _, id := range s.book.ids() {
 		if id != s.store.ID() && id != req.GetStoreId() {
 			to = append(to, id)
 		}
 	}
-	s.forward(ctx, to, func(ctx context.Context, a pb.AdminClient) error {
+	s.forward(ctx, to, func(ctx context.Context, a kvpb.AdminClient) error {
 		_, err := a.Join(ctx, fwd)
 		return err
 	}, "could not forward a join", "joined_store", req.GetStoreId())
@@ -320,7 +320,7 @@ func (s *Server) forwardJoin(ctx context.Context, req *pb.JoinRequest) {
 // bounded by joinForwardTimeout, and waits for all. A store that cannot be
 // told is logged (warn, with attrs) and learns later from another store's
 // Status.
-func (s *Server) forward(ctx context.Context, to []uint64, call func(context.Context, pb.AdminClient) error, warn string, attrs ...any) {
+func (s *Server) forward(ctx context.Context, to []uint64, call func(context.Context, kvpb.AdminClient) error, warn string, attrs ...any) {
 	var wg sync.WaitGroup
 	for _, id := range to {
 		wg.Go(func() {
@@ -359,7 +359,7 @@ func (s *Server) join(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	self := s.store.ID()
-	req := &pb.JoinRequest{StoreId: self, Address: s.advertiseAddr(), Zone: s.store.Zone(), ZoneAddresses: s.cfg.ZoneAddrs}
+	req := &kvpb.JoinRequest{StoreId: self, Address: s.advertiseAddr(), Zone: s.store.Zone(), ZoneAddresses: s.cfg.ZoneAddrs}
 	backoff := 100 * time.Millisecond
 	var errs []error
 	for {
@@ -376,7 +376,7 @@ func (s *Server) join(ctx context.Context) error {
 				// How to reach the others from this store's zone, as the
 				// store contacted knows it; each store's own Status
 				// confirms it later (zoneaddrs.go).
-				zones := pb.ToZoneAddrs(resp.GetZoneAddresses())
+				zones := kvpb.ToZoneAddrs(resp.GetZoneAddresses())
 				delete(zones, self)
 				if err := s.setZoneAddrs(zones); err != nil {
 					return err
@@ -402,7 +402,7 @@ func (s *Server) join(ctx context.Context) error {
 
 // joinVia calls Admin.Join on addr over a connection of its own: the
 // store behind addr has no id in this store's book yet.
-func joinVia(ctx context.Context, addr string, tlsID *TLS, req *pb.JoinRequest) (*pb.JoinResponse, error) {
+func joinVia(ctx context.Context, addr string, tlsID *TLS, req *kvpb.JoinRequest) (*kvpb.JoinResponse, error) {
 	conn, err := grpc.NewClient(addr, peerDialOptions(tlsID)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
@@ -410,7 +410,7 @@ func joinVia(ctx context.Context, addr string, tlsID *TLS, req *pb.JoinRequest) 
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, joinAttemptTimeout)
 	defer cancel()
-	resp, err := pb.NewAdminClient(conn).Join(ctx, req)
+	resp, err := kvpb.NewAdminClient(conn).Join(ctx, req)
 	if err != nil {
 		return nil, err
 	}

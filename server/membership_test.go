@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/server/pb"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -74,13 +74,13 @@ func (c *testCluster) leaderOf(t *testing.T, id uint64) uint64 {
 // onLeader runs call against region id's leader, following NotLeader
 // answers and waiting out elections, until it succeeds with something
 // else or the test's patience ends.
-func (c *testCluster) onLeader(t *testing.T, id uint64, call func(pb.AdminClient) error) error {
+func (c *testCluster) onLeader(t *testing.T, id uint64, call func(kvpb.AdminClient) error) error {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		err := call(c.admin(t, c.leaderOf(t, id)))
 		var nl *region.NotLeaderError
-		retry := errors.As(pb.RegionErrorFromStatus(err).ToError(), &nl) || status.Code(err) == codes.Unavailable
+		retry := errors.As(kvpb.RegionErrorFromStatus(err).ToError(), &nl) || status.Code(err) == codes.Unavailable
 		if !retry || time.Now().After(deadline) {
 			return err
 		}
@@ -104,7 +104,7 @@ func peerStores(r region.Region) (voters, learners []uint64) {
 func put(ctx context.Context, t *testing.T, c *testCluster, regionID uint64, key, value string) {
 	t.Helper()
 	waitFor(t, 15*time.Second, "put "+key, func() bool {
-		_, err := c.kv(t, c.leaderOf(t, regionID)).Put(ctx, &pb.PutRequest{Key: []byte(key), Value: []byte(value)})
+		_, err := c.kv(t, c.leaderOf(t, regionID)).Put(ctx, &kvpb.PutRequest{Key: []byte(key), Value: []byte(value)})
 		return err == nil
 	})
 }
@@ -112,7 +112,7 @@ func put(ctx context.Context, t *testing.T, c *testCluster, regionID uint64, key
 // replicaRead reads key from store id through ReadIndex (follower read).
 func replicaRead(ctx context.Context, t *testing.T, c *testCluster, id uint64, key string) (string, error) {
 	t.Helper()
-	g, err := c.kv(t, id).Get(ctx, &pb.GetRequest{Context: &pb.ReadContext{ReplicaRead: true}, Key: []byte(key)})
+	g, err := c.kv(t, id).Get(ctx, &kvpb.GetRequest{Context: &kvpb.ReadContext{ReplicaRead: true}, Key: []byte(key)})
 	if err != nil {
 		return "", err
 	}
@@ -138,15 +138,15 @@ func TestWithStoreSplit(t *testing.T) {
 	follower := leader%3 + 1
 
 	// Not on a follower: NotLeader, pointing at the leader.
-	_, err := c.admin(t, follower).Split(ctx, &pb.SplitRequest{Key: []byte("m")})
+	_, err := c.admin(t, follower).Split(ctx, &kvpb.SplitRequest{Key: []byte("m")})
 	var nl *region.NotLeaderError
-	if status.Code(err) != codes.FailedPrecondition || !errors.As(pb.RegionErrorFromStatus(err).ToError(), &nl) || nl.Leader == nil || nl.Leader.StoreID != leader {
+	if status.Code(err) != codes.FailedPrecondition || !errors.As(kvpb.RegionErrorFromStatus(err).ToError(), &nl) || nl.Leader == nil || nl.Leader.StoreID != leader {
 		t.Fatalf("split on a follower: %v, want NotLeader naming store %d", err, leader)
 	}
 
-	var resp *pb.SplitResponse
-	if err := c.onLeader(t, 1, func(a pb.AdminClient) (err error) {
-		resp, err = a.Split(ctx, &pb.SplitRequest{Key: []byte("m")})
+	var resp *kvpb.SplitResponse
+	if err := c.onLeader(t, 1, func(a kvpb.AdminClient) (err error) {
+		resp, err = a.Split(ctx, &kvpb.SplitRequest{Key: []byte("m")})
 		return err
 	}); err != nil {
 		t.Fatalf("split: %v", err)
@@ -161,8 +161,8 @@ func TestWithStoreSplit(t *testing.T) {
 	if v, _ := peerStores(right); !slices.Equal(v, []uint64{1, 2, 3}) {
 		t.Errorf("right half's replicas on stores %v, want 1, 2, 3", v)
 	}
-	if err := c.onLeader(t, 1, func(a pb.AdminClient) error {
-		_, err := a.Split(ctx, &pb.SplitRequest{Key: []byte("m")})
+	if err := c.onLeader(t, 1, func(a kvpb.AdminClient) error {
+		_, err := a.Split(ctx, &kvpb.SplitRequest{Key: []byte("m")})
 		return err
 	}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("split at a region boundary: %v, want InvalidArgument", err)
@@ -205,8 +205,8 @@ func TestWithStoreSplit(t *testing.T) {
 		}
 	}
 	// A key of the right half is not the left half's.
-	_, err = c.kv(t, c.leaderOf(t, left.ID)).Put(ctx, &pb.PutRequest{Context: &pb.WriteContext{RegionId: left.ID}, Key: []byte("x"), Value: []byte("no")})
-	if pb.RegionErrorFromStatus(err) == nil {
+	_, err = c.kv(t, c.leaderOf(t, left.ID)).Put(ctx, &kvpb.PutRequest{Context: &kvpb.WriteContext{RegionId: left.ID}, Key: []byte("x"), Value: []byte("no")})
+	if kvpb.RegionErrorFromStatus(err) == nil {
 		t.Errorf("put of a right-half key into the left region: %v, want a region error", err)
 	}
 
@@ -263,7 +263,7 @@ func TestWithStoreJoinAndMembership(t *testing.T) {
 	if len(s4.Store().Regions()) != 0 {
 		t.Errorf("the joined store bootstrapped regions: %v", s4.Store().Regions())
 	}
-	stores, err := c.admin(t, 1).Stores(ctx, &pb.StoresRequest{})
+	stores, err := c.admin(t, 1).Stores(ctx, &kvpb.StoresRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestWithStoreJoinAndMembership(t *testing.T) {
 	}
 
 	// Joining with a live store's id is refused, and changes nothing.
-	if _, err := c.admin(t, 1).Join(ctx, &pb.JoinRequest{StoreId: 2, Address: deadAddr(t)}); status.Code(err) != codes.AlreadyExists {
+	if _, err := c.admin(t, 1).Join(ctx, &kvpb.JoinRequest{StoreId: 2, Address: deadAddr(t)}); status.Code(err) != codes.AlreadyExists {
 		t.Errorf("join as live store 2: %v, want AlreadyExists", err)
 	}
 	if got := c.server(1).Peers(); !maps.Equal(got, want) {
@@ -283,8 +283,8 @@ func TestWithStoreJoinAndMembership(t *testing.T) {
 	}
 
 	// Region 1 gains a replica on store 4.
-	if err := c.onLeader(t, 1, func(a pb.AdminClient) error {
-		_, err := a.AddPeer(ctx, &pb.AddPeerRequest{RegionId: 1, StoreId: 4})
+	if err := c.onLeader(t, 1, func(a kvpb.AdminClient) error {
+		_, err := a.AddPeer(ctx, &kvpb.AddPeerRequest{RegionId: 1, StoreId: 4})
 		return err
 	}); err != nil {
 		t.Fatalf("add peer on store 4: %v", err)
@@ -311,8 +311,8 @@ func TestWithStoreJoinAndMembership(t *testing.T) {
 			break
 		}
 	}
-	if err := c.onLeader(t, 1, func(a pb.AdminClient) error {
-		_, err := a.RemovePeer(ctx, &pb.RemovePeerRequest{RegionId: 1, StoreId: victim})
+	if err := c.onLeader(t, 1, func(a kvpb.AdminClient) error {
+		_, err := a.RemovePeer(ctx, &kvpb.RemovePeerRequest{RegionId: 1, StoreId: victim})
 		return err
 	}); err != nil {
 		t.Fatalf("remove peer on store %d: %v", victim, err)
@@ -333,16 +333,16 @@ func TestWithStoreJoinAndMembership(t *testing.T) {
 	// Remove the leader's own replica: it hands leadership away first and
 	// answers NotLeader naming the new leader, where the removal succeeds.
 	leader = c.leaderOf(t, 1)
-	_, err = c.admin(t, leader).RemovePeer(ctx, &pb.RemovePeerRequest{RegionId: 1, StoreId: leader})
+	_, err = c.admin(t, leader).RemovePeer(ctx, &kvpb.RemovePeerRequest{RegionId: 1, StoreId: leader})
 	var nl *region.NotLeaderError
-	if !errors.As(pb.RegionErrorFromStatus(err).ToError(), &nl) {
+	if !errors.As(kvpb.RegionErrorFromStatus(err).ToError(), &nl) {
 		t.Fatalf("removing the leader's own replica: %v, want NotLeader", err)
 	}
 	if nl.Leader != nil && nl.Leader.StoreID == leader {
 		t.Fatalf("NotLeader names the old leader %d", leader)
 	}
-	if err := c.onLeader(t, 1, func(a pb.AdminClient) error {
-		_, err := a.RemovePeer(ctx, &pb.RemovePeerRequest{RegionId: 1, StoreId: leader})
+	if err := c.onLeader(t, 1, func(a kvpb.AdminClient) error {
+		_, err := a.RemovePeer(ctx, &kvpb.RemovePeerRequest{RegionId: 1, StoreId: leader})
 		return err
 	}); err != nil {
 		t.Fatalf("remove the old leader's replica at the new leader: %v", err)
@@ -437,7 +437,7 @@ func TestWithStoreMembershipValidation(t *testing.T) {
 	kv := c.kv(t, 1)
 	admin := c.admin(t, 1)
 	ctx := testCtx(t)
-	if _, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("k0"), Value: []byte("v0")}); err != nil {
+	if _, err := kv.Put(ctx, &kvpb.PutRequest{Key: []byte("k0"), Value: []byte("v0")}); err != nil {
 		t.Fatalf("put: %v", err)
 	}
 	bigKey := bytes.Repeat([]byte("k"), MaxKeySize+1)
@@ -447,62 +447,62 @@ func TestWithStoreMembershipValidation(t *testing.T) {
 		code         codes.Code
 		regionDetail bool
 	}{
-		{"split empty key", func() error { _, err := admin.Split(ctx, &pb.SplitRequest{}); return err }, codes.InvalidArgument, false},
-		{"split big key", func() error { _, err := admin.Split(ctx, &pb.SplitRequest{Key: bigKey}); return err }, codes.InvalidArgument, false},
+		{"split empty key", func() error { _, err := admin.Split(ctx, &kvpb.SplitRequest{}); return err }, codes.InvalidArgument, false},
+		{"split big key", func() error { _, err := admin.Split(ctx, &kvpb.SplitRequest{Key: bigKey}); return err }, codes.InvalidArgument, false},
 		{"add peer region 0", func() error {
-			_, err := admin.AddPeer(ctx, &pb.AddPeerRequest{StoreId: 1})
+			_, err := admin.AddPeer(ctx, &kvpb.AddPeerRequest{StoreId: 1})
 			return err
 		}, codes.InvalidArgument, false},
 		{"add peer store 0", func() error {
-			_, err := admin.AddPeer(ctx, &pb.AddPeerRequest{RegionId: 1})
+			_, err := admin.AddPeer(ctx, &kvpb.AddPeerRequest{RegionId: 1})
 			return err
 		}, codes.InvalidArgument, false},
 		{"add peer unknown store", func() error {
-			_, err := admin.AddPeer(ctx, &pb.AddPeerRequest{RegionId: 1, StoreId: 9})
+			_, err := admin.AddPeer(ctx, &kvpb.AddPeerRequest{RegionId: 1, StoreId: 9})
 			return err
 		}, codes.InvalidArgument, false},
 		{"add peer unknown region", func() error {
-			_, err := admin.AddPeer(ctx, &pb.AddPeerRequest{RegionId: 999, StoreId: 1})
+			_, err := admin.AddPeer(ctx, &kvpb.AddPeerRequest{RegionId: 999, StoreId: 1})
 			return err
 		}, codes.NotFound, true},
 		{"remove peer region 0", func() error {
-			_, err := admin.RemovePeer(ctx, &pb.RemovePeerRequest{StoreId: 1})
+			_, err := admin.RemovePeer(ctx, &kvpb.RemovePeerRequest{StoreId: 1})
 			return err
 		}, codes.InvalidArgument, false},
 		{"remove peer store 0", func() error {
-			_, err := admin.RemovePeer(ctx, &pb.RemovePeerRequest{RegionId: 1})
+			_, err := admin.RemovePeer(ctx, &kvpb.RemovePeerRequest{RegionId: 1})
 			return err
 		}, codes.InvalidArgument, false},
 		{"remove peer unknown region", func() error {
-			_, err := admin.RemovePeer(ctx, &pb.RemovePeerRequest{RegionId: 999, StoreId: 1})
+			_, err := admin.RemovePeer(ctx, &kvpb.RemovePeerRequest{RegionId: 999, StoreId: 1})
 			return err
 		}, codes.NotFound, true},
 		{"remove the last voter", func() error {
-			_, err := admin.RemovePeer(ctx, &pb.RemovePeerRequest{RegionId: 1, StoreId: 1})
+			_, err := admin.RemovePeer(ctx, &kvpb.RemovePeerRequest{RegionId: 1, StoreId: 1})
 			return err
 		}, codes.InvalidArgument, false},
 		{"join store 0", func() error {
-			_, err := admin.Join(ctx, &pb.JoinRequest{Address: "127.0.0.1:1"})
+			_, err := admin.Join(ctx, &kvpb.JoinRequest{Address: "127.0.0.1:1"})
 			return err
 		}, codes.InvalidArgument, false},
 		{"join store id too big", func() error {
-			_, err := admin.Join(ctx, &pb.JoinRequest{StoreId: 1 << 16, Address: "127.0.0.1:1"})
+			_, err := admin.Join(ctx, &kvpb.JoinRequest{StoreId: 1 << 16, Address: "127.0.0.1:1"})
 			return err
 		}, codes.InvalidArgument, false},
 		{"join without address", func() error {
-			_, err := admin.Join(ctx, &pb.JoinRequest{StoreId: 7})
+			_, err := admin.Join(ctx, &kvpb.JoinRequest{StoreId: 7})
 			return err
 		}, codes.InvalidArgument, false},
 		{"join with a bad address", func() error {
-			_, err := admin.Join(ctx, &pb.JoinRequest{StoreId: 7, Address: "no-port"})
+			_, err := admin.Join(ctx, &kvpb.JoinRequest{StoreId: 7, Address: "no-port"})
 			return err
 		}, codes.InvalidArgument, false},
 		{"join with a huge zone", func() error {
-			_, err := admin.Join(ctx, &pb.JoinRequest{StoreId: 7, Address: "127.0.0.1:1", Zone: strings.Repeat("z", 1000)})
+			_, err := admin.Join(ctx, &kvpb.JoinRequest{StoreId: 7, Address: "127.0.0.1:1", Zone: strings.Repeat("z", 1000)})
 			return err
 		}, codes.InvalidArgument, false},
 		{"join as this store", func() error {
-			_, err := admin.Join(ctx, &pb.JoinRequest{StoreId: 1, Address: "127.0.0.1:1"})
+			_, err := admin.Join(ctx, &kvpb.JoinRequest{StoreId: 1, Address: "127.0.0.1:1"})
 			return err
 		}, codes.AlreadyExists, false},
 	}
@@ -512,7 +512,7 @@ func TestWithStoreMembershipValidation(t *testing.T) {
 			if got := status.Code(err); got != tc.code {
 				t.Fatalf("got %v (%v), want %v", got, err, tc.code)
 			}
-			if re := pb.RegionErrorFromStatus(err); (re != nil) != tc.regionDetail {
+			if re := kvpb.RegionErrorFromStatus(err); (re != nil) != tc.regionDetail {
 				t.Fatalf("region error detail %v, want present=%v", re, tc.regionDetail)
 			}
 			if got := scanAll(ctx, t, kv); !maps.Equal(got, map[string]string{"k0": "v0"}) {
@@ -550,7 +550,7 @@ func TestWithStoreLearnsPeers(t *testing.T) {
 	if _, ok := c.server(2).Peers()[9]; ok {
 		t.Fatal("store 2 knew store 9 already")
 	}
-	stores, err := c.admin(t, 2).Stores(ctx, &pb.StoresRequest{})
+	stores, err := c.admin(t, 2).Stores(ctx, &kvpb.StoresRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,7 +559,7 @@ func TestWithStoreLearnsPeers(t *testing.T) {
 	}
 	// The next listing (after the cache) includes it, down.
 	waitFor(t, 5*time.Second, "store 9 listed by store 2", func() bool {
-		stores, err := c.admin(t, 2).Stores(ctx, &pb.StoresRequest{})
+		stores, err := c.admin(t, 2).Stores(ctx, &kvpb.StoresRequest{})
 		if err != nil || len(stores.GetStores()) != 3 {
 			return false
 		}
@@ -612,7 +612,7 @@ func TestWithStoreClusterView(t *testing.T) {
 	}
 	for range 5 {
 		v.Stores(ctx)
-		if _, err := c.admin(t, 1).Stores(ctx, &pb.StoresRequest{}); err != nil {
+		if _, err := c.admin(t, 1).Stores(ctx, &kvpb.StoresRequest{}); err != nil {
 			t.Fatal(err)
 		}
 	}

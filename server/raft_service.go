@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
-	"github.com/hedgekv/hedgekv/server/pb"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -27,7 +27,7 @@ const maxSnapshotSize = 2 << 30
 // raftService is the receiving end of the transport: it hands every raft
 // message that another store sends to the local handler (the Store).
 type raftService struct {
-	pb.UnimplementedRaftServer
+	kvpb.UnimplementedRaftServer
 	storeID uint64
 	handler raftstore.Handler
 	logger  *slog.Logger
@@ -67,13 +67,13 @@ func (s *raftService) wait() { s.receivers.Wait() }
 
 // Stream receives batches of raft messages from one store until it closes
 // the stream or this server stops.
-func (s *raftService) Stream(stream grpc.ClientStreamingServer[pb.RaftMessageBatch, pb.Done]) error {
+func (s *raftService) Stream(stream grpc.ClientStreamingServer[kvpb.RaftMessageBatch, kvpb.Done]) error {
 	return s.serve(func() error {
 		first := true
 		for {
 			batch, err := stream.Recv()
 			if errors.Is(err, io.EOF) {
-				return stream.SendAndClose(&pb.Done{})
+				return stream.SendAndClose(&kvpb.Done{})
 			}
 			if err != nil {
 				return err
@@ -106,7 +106,7 @@ func (s *raftService) Stream(stream grpc.ClientStreamingServer[pb.RaftMessageBat
 // other is reassembled and delivered whole. It answers with an error if
 // the store refuses the snapshot, so the sender reports the failure to
 // raft.
-func (s *raftService) Snapshot(stream grpc.ClientStreamingServer[pb.SnapshotChunk, pb.Done]) error {
+func (s *raftService) Snapshot(stream grpc.ClientStreamingServer[kvpb.SnapshotChunk, kvpb.Done]) error {
 	return s.serve(func() error {
 		first, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -139,7 +139,7 @@ func (s *raftService) Snapshot(stream grpc.ClientStreamingServer[pb.SnapshotChun
 				}
 				return toStatus(fmt.Errorf("receive snapshot of region %d: %w", m.RegionID, err))
 			}
-			return stream.SendAndClose(&pb.Done{})
+			return stream.SendAndClose(&kvpb.Done{})
 		}
 		whole, err := io.ReadAll(data)
 		if err != nil {
@@ -153,14 +153,14 @@ func (s *raftService) Snapshot(stream grpc.ClientStreamingServer[pb.SnapshotChun
 		if err := s.deliver(header, true, whole); err != nil {
 			return err
 		}
-		return stream.SendAndClose(&pb.Done{})
+		return stream.SendAndClose(&kvpb.Done{})
 	})
 }
 
 // chunkReader reads a snapshot's data from its chunks, at most
 // maxSnapshotSize bytes.
 type chunkReader struct {
-	stream grpc.ClientStreamingServer[pb.SnapshotChunk, pb.Done]
+	stream grpc.ClientStreamingServer[kvpb.SnapshotChunk, kvpb.Done]
 	buf    []byte
 	n      int64
 	err    error // the stream's own failure, if any
@@ -213,7 +213,7 @@ func (s *raftService) serve(recv func() error) error {
 }
 
 // decode checks and decodes one message addressed to this store.
-func (s *raftService) decode(rm *pb.RaftMessage) (*raftstore.Message, error) {
+func (s *raftService) decode(rm *kvpb.RaftMessage) (*raftstore.Message, error) {
 	if rm.GetToStore() != s.storeID {
 		return nil, status.Errorf(codes.InvalidArgument, "raft message for store %d arrived at store %d", rm.GetToStore(), s.storeID)
 	}
@@ -237,7 +237,7 @@ func (s *raftService) decode(rm *pb.RaftMessage) (*raftstore.Message, error) {
 // logged: raft resends what matters. A message that does not decode, or is
 // addressed to another store, means the peer is broken or misconfigured, so
 // the stream is refused and the sender sees it.
-func (s *raftService) deliver(rm *pb.RaftMessage, snap bool, snapData []byte) error {
+func (s *raftService) deliver(rm *kvpb.RaftMessage, snap bool, snapData []byte) error {
 	m, err := s.decode(rm)
 	if err != nil {
 		return err

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
-	"github.com/hedgekv/hedgekv/server/pb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -52,7 +52,7 @@ func TestWithStoreRemoveStore(t *testing.T) {
 						if string(rs.Region.StartKey) == k {
 							return true // an earlier attempt split it
 						}
-						_, err := c.admin(t, srv.Store().ID()).Split(ctx, &pb.SplitRequest{Key: []byte(k)})
+						_, err := c.admin(t, srv.Store().ID()).Split(ctx, &kvpb.SplitRequest{Key: []byte(k)})
 						return err == nil
 					}
 				}
@@ -105,7 +105,7 @@ func TestWithStoreRemoveStore(t *testing.T) {
 
 	// Store 1 alone hears of it (forwarded: it does not pass it on); the
 	// others learn it from store 1's Status.
-	if _, err := c.admin(t, 1).RemoveStore(ctx, &pb.RemoveStoreRequest{StoreId: 4, Forwarded: true}); err != nil {
+	if _, err := c.admin(t, 1).RemoveStore(ctx, &kvpb.RemoveStoreRequest{StoreId: 4, Forwarded: true}); err != nil {
 		t.Fatalf("remove store 4 on store 1: %v", err)
 	}
 	waitFor(t, 10*time.Second, "every store to know store 4 is being removed", func() bool {
@@ -116,15 +116,15 @@ func TestWithStoreRemoveStore(t *testing.T) {
 		}
 		return true
 	})
-	resp, err := c.admin(t, 2).RemoveStore(ctx, &pb.RemoveStoreRequest{StoreId: 4})
+	resp, err := c.admin(t, 2).RemoveStore(ctx, &kvpb.RemoveStoreRequest{StoreId: 4})
 	if err != nil || !resp.GetAlready() {
 		t.Errorf("remove store 4 again: %v, %v; want already", resp, err)
 	}
-	_, err = c.admin(t, 2).RemoveStore(ctx, &pb.RemoveStoreRequest{StoreId: 3})
+	_, err = c.admin(t, 2).RemoveStore(ctx, &kvpb.RemoveStoreRequest{StoreId: 3})
 	if status.Code(err) != codes.FailedPrecondition || c.server(1).book.isRemoving(3) {
 		t.Errorf("remove store 3 with store 4 being removed: %v, want FailedPrecondition and no change", err)
 	}
-	if _, err := c.admin(t, 2).RemoveStore(ctx, &pb.RemoveStoreRequest{StoreId: 9}); status.Code(err) != codes.NotFound {
+	if _, err := c.admin(t, 2).RemoveStore(ctx, &kvpb.RemoveStoreRequest{StoreId: 9}); status.Code(err) != codes.NotFound {
 		t.Errorf("remove unknown store 9: %v, want NotFound", err)
 	}
 
@@ -141,7 +141,7 @@ func TestWithStoreRemoveStore(t *testing.T) {
 		return len(c.server(4).Store().Regions()) == 0
 	})
 	waitFor(t, 10*time.Second, "store 1's view to list store 4 removed", func() bool {
-		st, err := c.admin(t, 1).Stores(ctx, &pb.StoresRequest{})
+		st, err := c.admin(t, 1).Stores(ctx, &kvpb.StoresRequest{})
 		if err != nil {
 			return false
 		}
@@ -161,9 +161,9 @@ func TestWithStoreRemoveStore(t *testing.T) {
 				id = rs.Region.ID
 			}
 		}
-		var got *pb.GetResponse
+		var got *kvpb.GetResponse
 		waitFor(t, 10*time.Second, "read "+k, func() bool {
-			got, err = c.kv(t, c.leaderOf(t, id)).Get(ctx, &pb.GetRequest{Key: []byte(k)})
+			got, err = c.kv(t, c.leaderOf(t, id)).Get(ctx, &kvpb.GetRequest{Key: []byte(k)})
 			return err == nil
 		})
 		if string(got.GetValue()) != fmt.Sprintf("v%02d", i) {
@@ -171,7 +171,7 @@ func TestWithStoreRemoveStore(t *testing.T) {
 		}
 	}
 
-	if _, err := c.admin(t, 1).Join(ctx, &pb.JoinRequest{StoreId: 4, Address: deadAddr(t)}); status.Code(err) != codes.FailedPrecondition {
+	if _, err := c.admin(t, 1).Join(ctx, &kvpb.JoinRequest{StoreId: 4, Address: deadAddr(t)}); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("join as removed store 4: %v, want FailedPrecondition", err)
 	}
 
@@ -259,7 +259,7 @@ func TestWithStoreRemoveDeadStore(t *testing.T) {
 		live++
 	}
 	waitFor(t, 10*time.Second, fmt.Sprintf("store %d's view to list store %d down", live, victim), func() bool {
-		st, err := c.admin(t, live).Stores(ctx, &pb.StoresRequest{})
+		st, err := c.admin(t, live).Stores(ctx, &kvpb.StoresRequest{})
 		if err != nil {
 			return false
 		}
@@ -270,7 +270,7 @@ func TestWithStoreRemoveDeadStore(t *testing.T) {
 		}
 		return false
 	})
-	if _, err := c.admin(t, live).RemoveStore(ctx, &pb.RemoveStoreRequest{StoreId: victim}); err != nil {
+	if _, err := c.admin(t, live).RemoveStore(ctx, &kvpb.RemoveStoreRequest{StoreId: victim}); err != nil {
 		t.Fatalf("remove dead store %d: %v", victim, err)
 	}
 	waitFor(t, 20*time.Second, fmt.Sprintf("region 1 off store %d, three voters", victim), func() bool {
@@ -280,7 +280,7 @@ func TestWithStoreRemoveDeadStore(t *testing.T) {
 		return len(voters) == 3 && len(learners) == 0 && !slices.Contains(voters, victim)
 	})
 	waitFor(t, 10*time.Second, fmt.Sprintf("store %d listed removed", victim), func() bool {
-		st, err := c.admin(t, live).Stores(ctx, &pb.StoresRequest{})
+		st, err := c.admin(t, live).Stores(ctx, &kvpb.StoresRequest{})
 		if err != nil {
 			return false
 		}

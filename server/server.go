@@ -4,7 +4,7 @@
 // /status, /healthz, /readyz). Shutdown stops it gracefully: leaderships
 // handed to other stores first, then in-flight requests finished. It validates every request before it reaches the store and maps
 // the store's errors onto gRPC status codes, region errors carrying a
-// *pb.RegionError detail.
+// *kvpb.RegionError detail.
 package server
 
 import (
@@ -24,9 +24,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/server/pb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 )
@@ -269,9 +269,9 @@ func New(cfg Config) (*Server, error) {
 		opts = append(opts, grpc.Creds(cfg.TLS.serverCredentials()))
 	}
 	s.grpc = grpc.NewServer(opts...)
-	pb.RegisterKVServer(s.grpc, &kvService{store: store, load: s.load, metrics: s.metrics, faults: s.faults})
-	pb.RegisterAdminServer(s.grpc, s.admin)
-	pb.RegisterRaftServer(s.grpc, s.raft)
+	kvpb.RegisterKVServer(s.grpc, &kvService{store: store, load: s.load, metrics: s.metrics, faults: s.faults})
+	kvpb.RegisterAdminServer(s.grpc, s.admin)
+	kvpb.RegisterRaftServer(s.grpc, s.raft)
 	return s, nil
 }
 
@@ -452,7 +452,7 @@ func (s *Server) Stop() {
 	s.mu.Unlock()
 	s.cancel()
 	// A stall or delay in progress would hold requests past the drain.
-	s.faults.apply(&pb.FaultRequest{Clear: true})
+	s.faults.apply(&kvpb.FaultRequest{Clear: true})
 
 	var unfinished int64
 	if started {

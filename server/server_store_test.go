@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/server/pb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -132,12 +132,12 @@ func (c *testCluster) waitLeader(t *testing.T) uint64 {
 
 func (c *testCluster) server(id uint64) *Server { return c.servers[id-1] }
 
-func (c *testCluster) kv(t *testing.T, id uint64) pb.KVClient {
-	return pb.NewKVClient(dial(t, c.server(id).Addr()))
+func (c *testCluster) kv(t *testing.T, id uint64) kvpb.KVClient {
+	return kvpb.NewKVClient(dial(t, c.server(id).Addr()))
 }
 
-func (c *testCluster) admin(t *testing.T, id uint64) pb.AdminClient {
-	return pb.NewAdminClient(dial(t, c.server(id).Addr()))
+func (c *testCluster) admin(t *testing.T, id uint64) kvpb.AdminClient {
+	return kvpb.NewAdminClient(dial(t, c.server(id).Addr()))
 }
 
 // TestWithStoreValidation: every bad input gets its code and writes nothing.
@@ -146,7 +146,7 @@ func TestWithStoreValidation(t *testing.T) {
 	kv := c.kv(t, 1)
 	admin := c.admin(t, 1)
 	ctx := testCtx(t)
-	if _, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("k0"), Value: []byte("v0")}); err != nil {
+	if _, err := kv.Put(ctx, &kvpb.PutRequest{Key: []byte("k0"), Value: []byte("v0")}); err != nil {
 		t.Fatalf("put: %v", err)
 	}
 	want := map[string]string{"k0": "v0"}
@@ -163,52 +163,52 @@ func TestWithStoreValidation(t *testing.T) {
 		code         codes.Code
 		regionDetail bool
 	}{
-		{"get empty key", func() error { _, err := kv.Get(ctx, &pb.GetRequest{}); return err }, codes.InvalidArgument, false},
-		{"get big key", func() error { _, err := kv.Get(ctx, &pb.GetRequest{Key: bigKey}); return err }, codes.InvalidArgument, false},
-		{"put empty key", func() error { _, err := kv.Put(ctx, &pb.PutRequest{Value: []byte("v")}); return err }, codes.InvalidArgument, false},
-		{"put big key", func() error { _, err := kv.Put(ctx, &pb.PutRequest{Key: bigKey, Value: []byte("v")}); return err }, codes.InvalidArgument, false},
+		{"get empty key", func() error { _, err := kv.Get(ctx, &kvpb.GetRequest{}); return err }, codes.InvalidArgument, false},
+		{"get big key", func() error { _, err := kv.Get(ctx, &kvpb.GetRequest{Key: bigKey}); return err }, codes.InvalidArgument, false},
+		{"put empty key", func() error { _, err := kv.Put(ctx, &kvpb.PutRequest{Value: []byte("v")}); return err }, codes.InvalidArgument, false},
+		{"put big key", func() error { _, err := kv.Put(ctx, &kvpb.PutRequest{Key: bigKey, Value: []byte("v")}); return err }, codes.InvalidArgument, false},
 		{"put big value", func() error {
-			_, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("k1"), Value: bigValue})
+			_, err := kv.Put(ctx, &kvpb.PutRequest{Key: []byte("k1"), Value: bigValue})
 			return err
 		}, codes.InvalidArgument, false},
-		{"delete empty key", func() error { _, err := kv.Delete(ctx, &pb.DeleteRequest{}); return err }, codes.InvalidArgument, false},
-		{"delete big key", func() error { _, err := kv.Delete(ctx, &pb.DeleteRequest{Key: bigKey}); return err }, codes.InvalidArgument, false},
+		{"delete empty key", func() error { _, err := kv.Delete(ctx, &kvpb.DeleteRequest{}); return err }, codes.InvalidArgument, false},
+		{"delete big key", func() error { _, err := kv.Delete(ctx, &kvpb.DeleteRequest{Key: bigKey}); return err }, codes.InvalidArgument, false},
 		{"scan limit over max", func() error {
-			_, err := kv.Scan(ctx, &pb.ScanRequest{Limit: MaxScanLimit + 1})
+			_, err := kv.Scan(ctx, &kvpb.ScanRequest{Limit: MaxScanLimit + 1})
 			return err
 		}, codes.InvalidArgument, false},
 		{"scan end before start", func() error {
-			_, err := kv.Scan(ctx, &pb.ScanRequest{StartKey: []byte("b"), EndKey: []byte("a")})
+			_, err := kv.Scan(ctx, &kvpb.ScanRequest{StartKey: []byte("b"), EndKey: []byte("a")})
 			return err
 		}, codes.InvalidArgument, false},
-		{"batch get too many keys", func() error { _, err := kv.BatchGet(ctx, &pb.BatchGetRequest{Keys: manyKeys}); return err }, codes.InvalidArgument, false},
+		{"batch get too many keys", func() error { _, err := kv.BatchGet(ctx, &kvpb.BatchGetRequest{Keys: manyKeys}); return err }, codes.InvalidArgument, false},
 		{"batch get empty key", func() error {
-			_, err := kv.BatchGet(ctx, &pb.BatchGetRequest{Keys: [][]byte{[]byte("k0"), {}}})
+			_, err := kv.BatchGet(ctx, &kvpb.BatchGetRequest{Keys: [][]byte{[]byte("k0"), {}}})
 			return err
 		}, codes.InvalidArgument, false},
 		{"get unknown region", func() error {
-			_, err := kv.Get(ctx, &pb.GetRequest{Context: &pb.ReadContext{RegionId: 999}, Key: []byte("k0")})
+			_, err := kv.Get(ctx, &kvpb.GetRequest{Context: &kvpb.ReadContext{RegionId: 999}, Key: []byte("k0")})
 			return err
 		}, codes.NotFound, true},
 		{"put unknown region", func() error {
-			_, err := kv.Put(ctx, &pb.PutRequest{Context: &pb.WriteContext{RegionId: 999}, Key: []byte("k0"), Value: []byte("x")})
+			_, err := kv.Put(ctx, &kvpb.PutRequest{Context: &kvpb.WriteContext{RegionId: 999}, Key: []byte("k0"), Value: []byte("x")})
 			return err
 		}, codes.NotFound, true},
 		{"delete unknown region", func() error {
-			_, err := kv.Delete(ctx, &pb.DeleteRequest{Context: &pb.WriteContext{RegionId: 999}, Key: []byte("k0")})
+			_, err := kv.Delete(ctx, &kvpb.DeleteRequest{Context: &kvpb.WriteContext{RegionId: 999}, Key: []byte("k0")})
 			return err
 		}, codes.NotFound, true},
 		{"put stale epoch", func() error {
-			_, err := kv.Put(ctx, &pb.PutRequest{Context: &pb.WriteContext{RegionId: 1, RegionEpoch: &pb.Epoch{ConfVer: 1000, Version: 1000}},
+			_, err := kv.Put(ctx, &kvpb.PutRequest{Context: &kvpb.WriteContext{RegionId: 1, RegionEpoch: &kvpb.Epoch{ConfVer: 1000, Version: 1000}},
 				Key: []byte("k0"), Value: []byte("x")})
 			return err
 		}, codes.FailedPrecondition, true},
 		{"transfer leader region 0", func() error {
-			_, err := admin.TransferLeader(ctx, &pb.TransferLeaderRequest{ToStoreId: 1})
+			_, err := admin.TransferLeader(ctx, &kvpb.TransferLeaderRequest{ToStoreId: 1})
 			return err
 		}, codes.InvalidArgument, false},
 		{"transfer leader to a store that does not exist", func() error {
-			_, err := admin.TransferLeader(ctx, &pb.TransferLeaderRequest{RegionId: 1, ToStoreId: 9})
+			_, err := admin.TransferLeader(ctx, &kvpb.TransferLeaderRequest{RegionId: 1, ToStoreId: 9})
 			return err
 		}, codes.NotFound, false},
 	}
@@ -218,7 +218,7 @@ func TestWithStoreValidation(t *testing.T) {
 			if got := status.Code(err); got != tc.code {
 				t.Fatalf("got %v (%v), want %v", got, err, tc.code)
 			}
-			if re := pb.RegionErrorFromStatus(err); (re != nil) != tc.regionDetail {
+			if re := kvpb.RegionErrorFromStatus(err); (re != nil) != tc.regionDetail {
 				t.Fatalf("region error detail %v, want present=%v", re, tc.regionDetail)
 			}
 			if got := scanAll(ctx, t, kv); !maps.Equal(got, want) {
@@ -236,10 +236,10 @@ func TestWithStoreLimits(t *testing.T) {
 	ctx := testCtx(t)
 	key := bytes.Repeat([]byte("k"), MaxKeySize)
 	value := bytes.Repeat([]byte("v"), MaxValueSize)
-	if _, err := kv.Put(ctx, &pb.PutRequest{Key: key, Value: value}); err != nil {
+	if _, err := kv.Put(ctx, &kvpb.PutRequest{Key: key, Value: value}); err != nil {
 		t.Fatalf("put 8 KiB key, 8 MiB value: %v", err)
 	}
-	resp, err := kv.Get(ctx, &pb.GetRequest{Key: key})
+	resp, err := kv.Get(ctx, &kvpb.GetRequest{Key: key})
 	if err != nil || resp.GetNotFound() || !bytes.Equal(resp.GetValue(), value) {
 		t.Fatalf("get back: not_found=%v len=%d err=%v", resp.GetNotFound(), len(resp.GetValue()), err)
 	}
@@ -250,9 +250,9 @@ func TestWithStoreLimits(t *testing.T) {
 func TestWithStoreMalformedProtobuf(t *testing.T) {
 	c := startCluster(t, 1, nil)
 	conn := dial(t, c.server(1).Addr())
-	kv := pb.NewKVClient(conn)
+	kv := kvpb.NewKVClient(conn)
 	ctx := testCtx(t)
-	if _, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("k0"), Value: []byte("v0")}); err != nil {
+	if _, err := kv.Put(ctx, &kvpb.PutRequest{Key: []byte("k0"), Value: []byte("v0")}); err != nil {
 		t.Fatalf("put: %v", err)
 	}
 	garbage := [][]byte{
@@ -283,28 +283,28 @@ func TestWithStoreKV(t *testing.T) {
 	ctx := testCtx(t)
 	for i := range 5 {
 		k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i)
-		if _, err := kv.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte(v)}); err != nil {
+		if _, err := kv.Put(ctx, &kvpb.PutRequest{Key: []byte(k), Value: []byte(v)}); err != nil {
 			t.Fatalf("put %s: %v", k, err)
 		}
 	}
-	g, err := kv.Get(ctx, &pb.GetRequest{Key: []byte("k2")})
+	g, err := kv.Get(ctx, &kvpb.GetRequest{Key: []byte("k2")})
 	if err != nil || string(g.GetValue()) != "v2" || g.GetNotFound() {
 		t.Fatalf("get k2 = %v, %v", g, err)
 	}
-	if ri := g.GetReadInfo(); ri.GetStoreId() != 1 || ri.GetPeerId() == 0 || ri.GetMode() == pb.ReadMode_READ_MODE_UNSPECIFIED {
+	if ri := g.GetReadInfo(); ri.GetStoreId() != 1 || ri.GetPeerId() == 0 || ri.GetMode() == kvpb.ReadMode_READ_MODE_UNSPECIFIED {
 		t.Fatalf("read info %v", ri)
 	}
 	if g.GetLoad() == nil {
 		t.Fatal("no load in the answer")
 	}
-	if g, err := kv.Get(ctx, &pb.GetRequest{Key: []byte("nope")}); err != nil || !g.GetNotFound() {
+	if g, err := kv.Get(ctx, &kvpb.GetRequest{Key: []byte("nope")}); err != nil || !g.GetNotFound() {
 		t.Fatalf("get missing = %v, %v", g, err)
 	}
-	bg, err := kv.BatchGet(ctx, &pb.BatchGetRequest{Keys: [][]byte{[]byte("k3"), []byte("nope"), []byte("k1")}})
+	bg, err := kv.BatchGet(ctx, &kvpb.BatchGetRequest{Keys: [][]byte{[]byte("k3"), []byte("nope"), []byte("k1")}})
 	if err != nil || len(bg.GetPairs()) != 2 {
 		t.Fatalf("batch get = %v, %v", bg, err)
 	}
-	sc, err := kv.Scan(ctx, &pb.ScanRequest{StartKey: []byte("k1"), EndKey: []byte("k4"), Limit: 2})
+	sc, err := kv.Scan(ctx, &kvpb.ScanRequest{StartKey: []byte("k1"), EndKey: []byte("k4"), Limit: 2})
 	if err != nil {
 		t.Fatalf("scan: %v", err)
 	}
@@ -314,10 +314,10 @@ func TestWithStoreKV(t *testing.T) {
 	if len(sc.GetRegionEndKey()) != 0 {
 		t.Fatalf("region end key %q, want +inf", sc.GetRegionEndKey())
 	}
-	if _, err := kv.Delete(ctx, &pb.DeleteRequest{Key: []byte("k2")}); err != nil {
+	if _, err := kv.Delete(ctx, &kvpb.DeleteRequest{Key: []byte("k2")}); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
-	if g, err := kv.Get(ctx, &pb.GetRequest{Key: []byte("k2")}); err != nil || !g.GetNotFound() {
+	if g, err := kv.Get(ctx, &kvpb.GetRequest{Key: []byte("k2")}); err != nil || !g.GetNotFound() {
 		t.Fatalf("get deleted = %v, %v", g, err)
 	}
 	if got := scanAll(ctx, t, kv); len(got) != 4 {
@@ -332,14 +332,14 @@ func TestWithStoreAdminAndStatus(t *testing.T) {
 	admin := c.admin(t, 1)
 	kv := c.kv(t, 1)
 	ctx := testCtx(t)
-	if _, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("a"), Value: []byte("1")}); err != nil {
+	if _, err := kv.Put(ctx, &kvpb.PutRequest{Key: []byte("a"), Value: []byte("1")}); err != nil {
 		t.Fatalf("put: %v", err)
 	}
-	if _, err := kv.Get(ctx, &pb.GetRequest{Key: []byte("a")}); err != nil {
+	if _, err := kv.Get(ctx, &kvpb.GetRequest{Key: []byte("a")}); err != nil {
 		t.Fatalf("get: %v", err)
 	}
 
-	st, err := admin.Status(ctx, &pb.StatusRequest{})
+	st, err := admin.Status(ctx, &kvpb.StatusRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestWithStoreAdminAndStatus(t *testing.T) {
 	}
 
 	start := time.Now()
-	stores, err := admin.Stores(ctx, &pb.StoresRequest{})
+	stores, err := admin.Stores(ctx, &kvpb.StoresRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +366,7 @@ func TestWithStoreAdminAndStatus(t *testing.T) {
 		t.Fatalf("store 2: %v", s2)
 	}
 
-	regions, err := admin.Regions(ctx, &pb.RegionsRequest{ByKey: true, Key: []byte("zzz")})
+	regions, err := admin.Regions(ctx, &kvpb.RegionsRequest{ByKey: true, Key: []byte("zzz")})
 	if err != nil || len(regions.GetRegions()) != 1 {
 		t.Fatalf("regions by key = %v, %v", regions, err)
 	}
@@ -419,36 +419,36 @@ func TestWithStoreThreeStores(t *testing.T) {
 	leader := c.waitLeader(t)
 	follower := leader%3 + 1
 
-	if _, err := c.kv(t, leader).Put(ctx, &pb.PutRequest{Key: []byte("x"), Value: []byte("1")}); err != nil {
+	if _, err := c.kv(t, leader).Put(ctx, &kvpb.PutRequest{Key: []byte("x"), Value: []byte("1")}); err != nil {
 		t.Fatalf("put on leader: %v", err)
 	}
 	fkv := c.kv(t, follower)
-	g, err := fkv.Get(ctx, &pb.GetRequest{Context: &pb.ReadContext{ReplicaRead: true}, Key: []byte("x")})
+	g, err := fkv.Get(ctx, &kvpb.GetRequest{Context: &kvpb.ReadContext{ReplicaRead: true}, Key: []byte("x")})
 	if err != nil || string(g.GetValue()) != "1" {
 		t.Fatalf("follower read = %v, %v", g, err)
 	}
-	if ri := g.GetReadInfo(); ri.GetStoreId() != follower || ri.GetMode() != pb.ReadMode_READ_MODE_READ_INDEX {
+	if ri := g.GetReadInfo(); ri.GetStoreId() != follower || ri.GetMode() != kvpb.ReadMode_READ_MODE_READ_INDEX {
 		t.Fatalf("follower read info %v", ri)
 	}
 
-	_, err = fkv.Get(ctx, &pb.GetRequest{Key: []byte("x")})
+	_, err = fkv.Get(ctx, &kvpb.GetRequest{Key: []byte("x")})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("plain read on a follower: %v, want FailedPrecondition", err)
 	}
 	var nl *region.NotLeaderError
-	if e := pb.RegionErrorFromStatus(err).ToError(); !errors.As(e, &nl) || nl.Leader == nil || nl.Leader.StoreID != leader {
+	if e := kvpb.RegionErrorFromStatus(err).ToError(); !errors.As(e, &nl) || nl.Leader == nil || nl.Leader.StoreID != leader {
 		t.Fatalf("region error %v, want NotLeader pointing at store %d", e, leader)
 	}
-	if _, err := fkv.Put(ctx, &pb.PutRequest{Key: []byte("y"), Value: []byte("2")}); status.Code(err) != codes.FailedPrecondition {
+	if _, err := fkv.Put(ctx, &kvpb.PutRequest{Key: []byte("y"), Value: []byte("2")}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("write on a follower: %v, want FailedPrecondition", err)
 	}
 
 	// The Stores answer comes from a view refreshed about once a second,
 	// which may predate the election: poll it, bounded.
 	var leaders uint64
-	var stores *pb.StoresResponse
+	var stores *kvpb.StoresResponse
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		stores, err = c.admin(t, follower).Stores(ctx, &pb.StoresRequest{})
+		stores, err = c.admin(t, follower).Stores(ctx, &kvpb.StoresRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -471,17 +471,17 @@ func TestWithStoreThreeStores(t *testing.T) {
 
 	// Asked of its own target (a caller with a stale view of the leader),
 	// a store answers NotLeader with the hint, so the caller retries there.
-	_, err = c.admin(t, follower).TransferLeader(ctx, &pb.TransferLeaderRequest{RegionId: 1, ToStoreId: follower})
+	_, err = c.admin(t, follower).TransferLeader(ctx, &kvpb.TransferLeaderRequest{RegionId: 1, ToStoreId: follower})
 	nl = nil
-	if e := pb.RegionErrorFromStatus(err).ToError(); !errors.As(e, &nl) || nl.Leader == nil || nl.Leader.StoreID != leader {
+	if e := kvpb.RegionErrorFromStatus(err).ToError(); !errors.As(e, &nl) || nl.Leader == nil || nl.Leader.StoreID != leader {
 		t.Fatalf("transfer asked of its target: %v, want NotLeader pointing at store %d", err, leader)
 	}
 
-	if _, err := c.admin(t, leader).TransferLeader(ctx, &pb.TransferLeaderRequest{RegionId: 1, ToStoreId: follower}); err != nil {
+	if _, err := c.admin(t, leader).TransferLeader(ctx, &kvpb.TransferLeaderRequest{RegionId: 1, ToStoreId: follower}); err != nil {
 		// raftstore may answer NotLeader(leader unknown) when it sees the
 		// very election its transfer started; the transfer still lands.
 		nl = nil
-		if e := pb.RegionErrorFromStatus(err).ToError(); !errors.As(e, &nl) || nl.Leader != nil {
+		if e := kvpb.RegionErrorFromStatus(err).ToError(); !errors.As(e, &nl) || nl.Leader != nil {
 			t.Fatalf("transfer leader: %v", err)
 		}
 	}
@@ -494,10 +494,10 @@ func TestWithStoreThreeStores(t *testing.T) {
 		}
 		return c.server(follower).Store().Regions()[0].IsLeader
 	})
-	if _, err := c.kv(t, follower).Put(ctx, &pb.PutRequest{Key: []byte("y"), Value: []byte("2")}); err != nil {
+	if _, err := c.kv(t, follower).Put(ctx, &kvpb.PutRequest{Key: []byte("y"), Value: []byte("2")}); err != nil {
 		t.Fatalf("put on the new leader: %v", err)
 	}
-	g, err = c.kv(t, leader).Get(ctx, &pb.GetRequest{Context: &pb.ReadContext{ReplicaRead: true}, Key: []byte("y")})
+	g, err = c.kv(t, leader).Get(ctx, &kvpb.GetRequest{Context: &kvpb.ReadContext{ReplicaRead: true}, Key: []byte("y")})
 	if err != nil || string(g.GetValue()) != "2" {
 		t.Fatalf("read on the old leader = %v, %v", g, err)
 	}
@@ -509,7 +509,7 @@ func TestWithStoreThreeStores(t *testing.T) {
 		t.Fatalf("Stop took %v", d)
 	}
 	waitFor(t, 10*time.Second, "a write with one store down", func() bool {
-		_, err := c.kv(t, follower).Put(ctx, &pb.PutRequest{Key: []byte("z"), Value: []byte("3")})
+		_, err := c.kv(t, follower).Put(ctx, &kvpb.PutRequest{Key: []byte("z"), Value: []byte("3")})
 		return err == nil
 	})
 }
@@ -534,15 +534,15 @@ func TestWithStoreSnapshot(t *testing.T) {
 		}
 		return false
 	})
-	kvs := map[uint64]pb.KVClient{1: c.kv(t, 1), 2: c.kv(t, 2)}
+	kvs := map[uint64]kvpb.KVClient{1: c.kv(t, 1), 2: c.kv(t, 2)}
 	value := bytes.Repeat([]byte("v"), 64<<10) // 64 KiB × 40: a multi-chunk snapshot
 	for i := range 40 {
 		key := fmt.Appendf(nil, "k%02d", i)
 		// Follow the leader if it moves: this test is about the snapshot.
 		waitFor(t, 10*time.Second, fmt.Sprintf("put %d", i), func() bool {
-			_, err := kvs[leader].Put(ctx, &pb.PutRequest{Key: key, Value: value})
+			_, err := kvs[leader].Put(ctx, &kvpb.PutRequest{Key: key, Value: value})
 			var nl *region.NotLeaderError
-			if errors.As(pb.RegionErrorFromStatus(err).ToError(), &nl) && nl.Leader != nil && kvs[nl.Leader.StoreID] != nil {
+			if errors.As(kvpb.RegionErrorFromStatus(err).ToError(), &nl) && nl.Leader != nil && kvs[nl.Leader.StoreID] != nil {
 				leader = nl.Leader.StoreID
 			}
 			return err == nil
@@ -553,7 +553,7 @@ func TestWithStoreSnapshot(t *testing.T) {
 	}
 	kv3 := c.kv(t, 3)
 	waitFor(t, 15*time.Second, "store 3 caught up", func() bool {
-		resp, err := kv3.Scan(ctx, &pb.ScanRequest{Context: &pb.ReadContext{ReplicaRead: true}, Limit: 100})
+		resp, err := kv3.Scan(ctx, &kvpb.ScanRequest{Context: &kvpb.ReadContext{ReplicaRead: true}, Limit: 100})
 		return err == nil && len(resp.GetPairs()) == 40
 	})
 	sent := testutilCounter(c.server(1).metrics.snapshots.WithLabelValues("ok")) + testutilCounter(c.server(2).metrics.snapshots.WithLabelValues("ok"))

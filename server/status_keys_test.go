@@ -6,16 +6,16 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 )
 
 // /status shows region keys as ctl regions does: losslessly escaped, not
 // base64.
 func TestStatusKeys(t *testing.T) {
-	st := &pb.StatusResponse{StoreId: 1, Regions: []*pb.RegionInfo{
-		{Region: &pb.Region{Id: 1, EndKey: []byte("m")}},
-		{Region: &pb.Region{Id: 2, StartKey: []byte("m"), EndKey: []byte{0xff, 0xfe}}, LeaderStoreId: 1},
-		{Region: &pb.Region{Id: 3, StartKey: []byte{0xff, 0xfe}}},
+	st := &kvpb.StatusResponse{StoreId: 1, Regions: []*kvpb.RegionInfo{
+		{Region: &kvpb.Region{Id: 1, EndKey: []byte("m")}},
+		{Region: &kvpb.Region{Id: 2, StartKey: []byte("m"), EndKey: []byte{0xff, 0xfe}}, LeaderStoreId: 1},
+		{Region: &kvpb.Region{Id: 3, StartKey: []byte{0xff, 0xfe}}},
 	}}
 	body, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(st)
 	if err != nil {

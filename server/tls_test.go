@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/client"
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/tlsverdict"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -201,7 +201,7 @@ func TestWithStoreTLS(t *testing.T) {
 			}
 			t.Logf("refused: %v", err)
 			// And a plain stub, once the handshake has failed for good.
-			_, err = pb.NewKVClient(dialTLS(t, c.server(1).Addr(), tc.tls)).Get(cctx, &pb.GetRequest{Key: []byte("k")})
+			_, err = kvpb.NewKVClient(dialTLS(t, c.server(1).Addr(), tc.tls)).Get(cctx, &kvpb.GetRequest{Key: []byte("k")})
 			if got := status.Code(err); got != codes.Unauthenticated {
 				t.Fatalf("Get: %v (%v), want Unauthenticated", got, err)
 			}
@@ -213,7 +213,7 @@ func TestWithStoreTLS(t *testing.T) {
 	t.Run("plaintext", func(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		_, err := pb.NewKVClient(dial(t, c.server(1).Addr())).Get(cctx, &pb.GetRequest{Key: []byte("k")})
+		_, err := kvpb.NewKVClient(dial(t, c.server(1).Addr())).Get(cctx, &kvpb.GetRequest{Key: []byte("k")})
 		if code := status.Code(err); code != codes.Unavailable {
 			t.Fatalf("plaintext Get: %v (%v), want Unavailable", code, err)
 		}
@@ -226,7 +226,7 @@ func TestWithStoreTLSLimits(t *testing.T) {
 	f := testCerts(t)
 	c := startTLSCluster(t, 1, loadStoreTLS(t, f))
 	ctx := testCtx(t)
-	kv := pb.NewKVClient(dialTLS(t, c.server(1).Addr(), clientTLS(t, f.Client, f.ClientKey, f.CA)))
+	kv := kvpb.NewKVClient(dialTLS(t, c.server(1).Addr(), clientTLS(t, f.Client, f.ClientKey, f.CA)))
 	bigKey := bytes.Repeat([]byte("k"), MaxKeySize+1)
 	cases := []struct {
 		name string
@@ -234,24 +234,24 @@ func TestWithStoreTLSLimits(t *testing.T) {
 		code codes.Code
 	}{
 		{"key of exactly 8 KiB, value of exactly 8 MiB", func() error {
-			_, err := kv.Put(ctx, &pb.PutRequest{Key: bigKey[:MaxKeySize], Value: make([]byte, MaxValueSize)})
+			_, err := kv.Put(ctx, &kvpb.PutRequest{Key: bigKey[:MaxKeySize], Value: make([]byte, MaxValueSize)})
 			return err
 		}, codes.OK},
-		{"key over 8 KiB", func() error { _, err := kv.Get(ctx, &pb.GetRequest{Key: bigKey}); return err }, codes.InvalidArgument},
+		{"key over 8 KiB", func() error { _, err := kv.Get(ctx, &kvpb.GetRequest{Key: bigKey}); return err }, codes.InvalidArgument},
 		{"put key over 8 KiB", func() error {
-			_, err := kv.Put(ctx, &pb.PutRequest{Key: bigKey, Value: []byte("v")})
+			_, err := kv.Put(ctx, &kvpb.PutRequest{Key: bigKey, Value: []byte("v")})
 			return err
 		}, codes.InvalidArgument},
 		{"value over 8 MiB", func() error {
-			_, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: make([]byte, MaxValueSize+1)})
+			_, err := kv.Put(ctx, &kvpb.PutRequest{Key: []byte("k"), Value: make([]byte, MaxValueSize+1)})
 			return err
 		}, codes.InvalidArgument},
 		{"scan limit over 10000", func() error {
-			_, err := kv.Scan(ctx, &pb.ScanRequest{Limit: MaxScanLimit + 1})
+			_, err := kv.Scan(ctx, &kvpb.ScanRequest{Limit: MaxScanLimit + 1})
 			return err
 		}, codes.InvalidArgument},
 		{"message over 16 MiB", func() error {
-			_, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: make([]byte, maxRecvMsgSize+1)})
+			_, err := kv.Put(ctx, &kvpb.PutRequest{Key: []byte("k"), Value: make([]byte, maxRecvMsgSize+1)})
 			return err
 		}, codes.ResourceExhausted},
 	}
@@ -291,10 +291,10 @@ func TestWithStoreTLSThreeStores(t *testing.T) {
 		t.Fatalf("put: %v", err)
 	}
 	for _, s := range c.servers {
-		kv := pb.NewKVClient(dialTLS(t, s.Addr(), cfg))
+		kv := kvpb.NewKVClient(dialTLS(t, s.Addr(), cfg))
 		id := s.Store().ID()
 		waitFor(t, 10*time.Second, fmt.Sprintf("store %d to serve the write", id), func() bool {
-			g, err := kv.Get(ctx, &pb.GetRequest{Context: &pb.ReadContext{ReplicaRead: true}, Key: []byte("replicated")})
+			g, err := kv.Get(ctx, &kvpb.GetRequest{Context: &kvpb.ReadContext{ReplicaRead: true}, Key: []byte("replicated")})
 			return err == nil && g.GetReadInfo().GetStoreId() == id && string(g.GetValue()) == "yes"
 		})
 	}
@@ -317,31 +317,31 @@ func TestWithStoreDisableAdmin(t *testing.T) {
 	c := startTLSCluster(t, 1, loadStoreTLS(t, f), func(cfg *Config) { cfg.DisableAdmin = true })
 	ctx := testCtx(t)
 	cliCfg := clientTLS(t, f.Client, f.ClientKey, f.CA)
-	admin := pb.NewAdminClient(dialTLS(t, c.server(1).Addr(), cliCfg))
+	admin := kvpb.NewAdminClient(dialTLS(t, c.server(1).Addr(), cliCfg))
 
 	denied := map[string]func() error{
 		"split": func() error {
-			_, err := admin.Split(ctx, &pb.SplitRequest{Key: []byte("m")})
+			_, err := admin.Split(ctx, &kvpb.SplitRequest{Key: []byte("m")})
 			return err
 		},
 		"transfer leader": func() error {
-			_, err := admin.TransferLeader(ctx, &pb.TransferLeaderRequest{RegionId: 1, ToStoreId: 1})
+			_, err := admin.TransferLeader(ctx, &kvpb.TransferLeaderRequest{RegionId: 1, ToStoreId: 1})
 			return err
 		},
 		"add peer": func() error {
-			_, err := admin.AddPeer(ctx, &pb.AddPeerRequest{RegionId: 1, StoreId: 2})
+			_, err := admin.AddPeer(ctx, &kvpb.AddPeerRequest{RegionId: 1, StoreId: 2})
 			return err
 		},
 		"remove peer": func() error {
-			_, err := admin.RemovePeer(ctx, &pb.RemovePeerRequest{RegionId: 1, StoreId: 1})
+			_, err := admin.RemovePeer(ctx, &kvpb.RemovePeerRequest{RegionId: 1, StoreId: 1})
 			return err
 		},
 		"fault": func() error {
-			_, err := admin.Fault(ctx, &pb.FaultRequest{Clear: true})
+			_, err := admin.Fault(ctx, &kvpb.FaultRequest{Clear: true})
 			return err
 		},
 		"join with a client certificate": func() error {
-			_, err := admin.Join(ctx, &pb.JoinRequest{StoreId: 7, Address: "127.0.0.1:1"})
+			_, err := admin.Join(ctx, &kvpb.JoinRequest{StoreId: 7, Address: "127.0.0.1:1"})
 			return err
 		},
 	}
@@ -358,16 +358,16 @@ func TestWithStoreDisableAdmin(t *testing.T) {
 	}
 
 	// What clients route with, and replica checks, still answer.
-	if _, err := admin.Status(ctx, &pb.StatusRequest{}); err != nil {
+	if _, err := admin.Status(ctx, &kvpb.StatusRequest{}); err != nil {
 		t.Errorf("status: %v", err)
 	}
-	if _, err := admin.Stores(ctx, &pb.StoresRequest{}); err != nil {
+	if _, err := admin.Stores(ctx, &kvpb.StoresRequest{}); err != nil {
 		t.Errorf("stores: %v", err)
 	}
-	if _, err := admin.Regions(ctx, &pb.RegionsRequest{}); err != nil {
+	if _, err := admin.Regions(ctx, &kvpb.RegionsRequest{}); err != nil {
 		t.Errorf("regions: %v", err)
 	}
-	if _, err := admin.RegionDigest(ctx, &pb.RegionDigestRequest{RegionId: 1}); err != nil {
+	if _, err := admin.RegionDigest(ctx, &kvpb.RegionDigestRequest{RegionId: 1}); err != nil {
 		t.Errorf("region digest: %v", err)
 	}
 	cli, err := client.New(ctx, client.Config{Endpoints: c.endpoints(), TLS: cliCfg})
@@ -388,7 +388,7 @@ func TestWithStoreDisableAdmin(t *testing.T) {
 	// A store certificate passes the guard: the join reaches the handler,
 	// which judges it (store 1's own id is taken).
 	storeCfg := clientTLS(t, f.Node, f.NodeKey, f.CA)
-	_, err = pb.NewAdminClient(dialTLS(t, c.server(1).Addr(), storeCfg)).Join(ctx, &pb.JoinRequest{StoreId: 1, Address: "127.0.0.1:1"})
+	_, err = kvpb.NewAdminClient(dialTLS(t, c.server(1).Addr(), storeCfg)).Join(ctx, &kvpb.JoinRequest{StoreId: 1, Address: "127.0.0.1:1"})
 	if code := status.Code(err); code == codes.PermissionDenied || code == codes.OK {
 		t.Fatalf("join with a store certificate: %v, want the handler's refusal, not the guard's", err)
 	}
@@ -404,13 +404,13 @@ func TestWithStoreDisableAdminPlain(t *testing.T) {
 	c.waitLeader(t)
 	ctx := testCtx(t)
 	admin := c.admin(t, 1)
-	if _, err := admin.Split(ctx, &pb.SplitRequest{Key: []byte("m")}); status.Code(err) != codes.PermissionDenied {
+	if _, err := admin.Split(ctx, &kvpb.SplitRequest{Key: []byte("m")}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("split: %v, want PermissionDenied", err)
 	}
-	if _, err := admin.Join(ctx, &pb.JoinRequest{StoreId: 7, Address: "127.0.0.1:1"}); status.Code(err) != codes.PermissionDenied {
+	if _, err := admin.Join(ctx, &kvpb.JoinRequest{StoreId: 7, Address: "127.0.0.1:1"}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("join: %v, want PermissionDenied", err)
 	}
-	if _, err := admin.Regions(ctx, &pb.RegionsRequest{}); err != nil {
+	if _, err := admin.Regions(ctx, &kvpb.RegionsRequest{}); err != nil {
 		t.Fatalf("regions: %v", err)
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/server/pb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -59,12 +59,12 @@ func TestWithStoreTransferLeaderRefusals(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
 				start := time.Now()
-				_, err := c.admin(t, asked).TransferLeader(ctx, &pb.TransferLeaderRequest{RegionId: 1, ToStoreId: tc.to})
+				_, err := c.admin(t, asked).TransferLeader(ctx, &kvpb.TransferLeaderRequest{RegionId: 1, ToStoreId: tc.to})
 				took := time.Since(start)
 				if got := status.Code(err); got != tc.code || !strings.Contains(status.Convert(err).Message(), tc.want) {
 					t.Fatalf("transfer to store %d after %v: %v; want %v saying %q", tc.to, took, err, tc.code, tc.want)
 				}
-				if pb.RegionErrorFromStatus(err) != nil {
+				if kvpb.RegionErrorFromStatus(err) != nil {
 					t.Errorf("refusal %v carries a region error: a client would retry it", err)
 				}
 				// At once: a status probe of the target (500ms at most), not
@@ -77,14 +77,14 @@ func TestWithStoreTransferLeaderRefusals(t *testing.T) {
 	}
 
 	// A live voter is still a fine target.
-	err := c.onLeader(t, 1, func(a pb.AdminClient) error {
+	err := c.onLeader(t, 1, func(a kvpb.AdminClient) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, err := a.TransferLeader(ctx, &pb.TransferLeaderRequest{RegionId: 1, ToStoreId: live})
+		_, err := a.TransferLeader(ctx, &kvpb.TransferLeaderRequest{RegionId: 1, ToStoreId: live})
 		return err
 	})
 	var nl *region.NotLeaderError
-	if err != nil && !errors.As(pb.RegionErrorFromStatus(err).ToError(), &nl) {
+	if err != nil && !errors.As(kvpb.RegionErrorFromStatus(err).ToError(), &nl) {
 		t.Fatalf("transfer to live store %d: %v", live, err)
 	}
 	waitFor(t, 10*time.Second, fmt.Sprintf("region 1 led by store %d", live), func() bool {

@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
-	"github.com/hedgekv/hedgekv/server/pb"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -405,11 +405,11 @@ func (t *transport) sendSnapshot(m *raftstore.Message) (int64, error) {
 		return sent, fmt.Errorf("encode snapshot header: %w", err)
 	}
 
-	stream, err := pb.NewRaftClient(conn).Snapshot(ctx)
+	stream, err := kvpb.NewRaftClient(conn).Snapshot(ctx)
 	if err != nil {
 		return sent, fmt.Errorf("open snapshot stream to store %d: %w", m.ToStore, err)
 	}
-	chunk := &pb.SnapshotChunk{Header: &pb.RaftMessage{RegionId: m.RegionID, FromStore: t.selfID, ToStore: m.ToStore, Message: hb, FromConfVer: m.FromConfVer}}
+	chunk := &kvpb.SnapshotChunk{Header: &kvpb.RaftMessage{RegionId: m.RegionID, FromStore: t.selfID, ToStore: m.ToStore, Message: hb, FromConfVer: m.FromConfVer}}
 	for {
 		// A fresh buffer per chunk: gRPC may hold a sent message.
 		buf := make([]byte, t.opts.snapshotChunk)
@@ -427,7 +427,7 @@ func (t *transport) sendSnapshot(m *raftstore.Message) (int64, error) {
 		if rerr != nil {
 			break
 		}
-		chunk = &pb.SnapshotChunk{}
+		chunk = &kvpb.SnapshotChunk{}
 	}
 	if _, err := stream.CloseAndRecv(); err != nil {
 		return sent, fmt.Errorf("store %d refused snapshot: %w", m.ToStore, err)
@@ -506,7 +506,7 @@ type peerSender struct {
 	// sendMu guards the stream and its retry state below: run holds it
 	// while it writes, SendNow while it writes directly.
 	sendMu       sync.Mutex
-	stream       grpc.ClientStreamingClient[pb.RaftMessageBatch, pb.Done]
+	stream       grpc.ClientStreamingClient[kvpb.RaftMessageBatch, kvpb.Done]
 	cancelStream context.CancelFunc
 	backoff      time.Duration
 	retryAt      time.Time
@@ -582,7 +582,7 @@ func (p *peerSender) send(msgs []*raftstore.Message) {
 		p.drop(msgs)
 		return
 	}
-	batch := &pb.RaftMessageBatch{}
+	batch := &kvpb.RaftMessageBatch{}
 	inBatch := msgs[:0:0]
 	size := 0
 	for i, m := range msgs {
@@ -599,14 +599,14 @@ func (p *peerSender) send(msgs []*raftstore.Message) {
 				return
 			}
 			p.t.metrics.raftSent.Add(float64(len(inBatch)))
-			batch, inBatch, size = &pb.RaftMessageBatch{}, inBatch[:0], 0
+			batch, inBatch, size = &kvpb.RaftMessageBatch{}, inBatch[:0], 0
 		}
-		rm := &pb.RaftMessage{RegionId: m.RegionID, FromStore: p.t.selfID, ToStore: m.ToStore, Message: data, FromConfVer: m.FromConfVer}
+		rm := &kvpb.RaftMessage{RegionId: m.RegionID, FromStore: p.t.selfID, ToStore: m.ToStore, Message: data, FromConfVer: m.FromConfVer}
 		if sp := m.SafePoint; sp != nil {
-			rm.SafePoint = &pb.SafePoint{Term: sp.Term, Commit: sp.Commit, TimeUnixNano: sp.Time.UnixNano()}
+			rm.SafePoint = &kvpb.SafePoint{Term: sp.Term, Commit: sp.Commit, TimeUnixNano: sp.Time.UnixNano()}
 		}
 		if l := m.Lease; l != nil {
-			rm.Lease = &pb.LeaseMsg{Instance: l.Instance, Seq: l.Seq, Commit: l.Commit, DurationNanos: uint64(max(l.Duration, 0))}
+			rm.Lease = &kvpb.LeaseMsg{Instance: l.Instance, Seq: l.Seq, Commit: l.Commit, DurationNanos: uint64(max(l.Duration, 0))}
 		}
 		batch.Msgs = append(batch.Msgs, rm)
 		inBatch = append(inBatch, m)
@@ -622,7 +622,7 @@ func (p *peerSender) send(msgs []*raftstore.Message) {
 	p.t.metrics.raftSent.Add(float64(len(inBatch)))
 }
 
-func (p *peerSender) writeBatch(b *pb.RaftMessageBatch) error {
+func (p *peerSender) writeBatch(b *kvpb.RaftMessageBatch) error {
 	watchdog := time.AfterFunc(p.t.opts.sendTimeout, p.cancelStream)
 	err := p.stream.Send(b)
 	fired := !watchdog.Stop()
@@ -677,7 +677,7 @@ func (p *peerSender) ensureStream() error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(p.t.ctx)
-	stream, err := pb.NewRaftClient(conn).Stream(ctx)
+	stream, err := kvpb.NewRaftClient(conn).Stream(ctx)
 	if err != nil {
 		cancel()
 		p.fail(err)

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
-	"github.com/hedgekv/hedgekv/server/pb"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -73,7 +73,7 @@ func startRaftServer(t *testing.T, lis net.Listener, storeID uint64, h raftstore
 	t.Helper()
 	svc := newRaftService(storeID, h, testLogger(t))
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxRecvMsgSize))
-	pb.RegisterRaftServer(srv, svc)
+	kvpb.RegisterRaftServer(srv, svc)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -300,7 +300,7 @@ func TestTransportReconnects(t *testing.T) {
 	// First incarnation, stopped by hand.
 	svc := newRaftService(2, recv, testLogger(t))
 	srv := grpc.NewServer()
-	pb.RegisterRaftServer(srv, svc)
+	kvpb.RegisterRaftServer(srv, svc)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -367,22 +367,22 @@ func TestRaftServiceRejectsBadInput(t *testing.T) {
 	lis := listen(t)
 	recv := &fakeHandler{}
 	startRaftServer(t, lis, 2, recv)
-	cli := pb.NewRaftClient(dial(t, lis.Addr().String()))
+	cli := kvpb.NewRaftClient(dial(t, lis.Addr().String()))
 	ctx := testCtx(t)
 
 	cases := []struct {
 		name string
-		msg  *pb.RaftMessage
+		msg  *kvpb.RaftMessage
 	}{
-		{"garbage", &pb.RaftMessage{RegionId: 1, FromStore: 1, ToStore: 2, Message: []byte{0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}},
-		{"wrong store", &pb.RaftMessage{RegionId: 1, FromStore: 1, ToStore: 5, Message: mustMarshal(t, raftpb.Message{Type: raftpb.MsgHeartbeat})}},
+		{"garbage", &kvpb.RaftMessage{RegionId: 1, FromStore: 1, ToStore: 2, Message: []byte{0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}},
+		{"wrong store", &kvpb.RaftMessage{RegionId: 1, FromStore: 1, ToStore: 5, Message: mustMarshal(t, raftpb.Message{Type: raftpb.MsgHeartbeat})}},
 	}
 	for _, tc := range cases {
 		stream, err := cli.Stream(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = stream.Send(&pb.RaftMessageBatch{Msgs: []*pb.RaftMessage{tc.msg}})
+		_ = stream.Send(&kvpb.RaftMessageBatch{Msgs: []*kvpb.RaftMessage{tc.msg}})
 		if _, err := stream.CloseAndRecv(); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%s: got %v, want InvalidArgument", tc.name, err)
 		}
@@ -392,7 +392,7 @@ func TestRaftServiceRejectsBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = snap.Send(&pb.SnapshotChunk{Data: []byte("no header")})
+	_ = snap.Send(&kvpb.SnapshotChunk{Data: []byte("no header")})
 	if _, err := snap.CloseAndRecv(); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("headerless snapshot: got %v, want InvalidArgument", err)
 	}
@@ -400,7 +400,7 @@ func TestRaftServiceRejectsBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = snap.Send(&pb.SnapshotChunk{Header: &pb.RaftMessage{RegionId: 1, FromStore: 1, ToStore: 2,
+	_ = snap.Send(&kvpb.SnapshotChunk{Header: &kvpb.RaftMessage{RegionId: 1, FromStore: 1, ToStore: 2,
 		Message: mustMarshal(t, raftpb.Message{Type: raftpb.MsgHeartbeat})}})
 	if _, err := snap.CloseAndRecv(); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("snapshot stream with a heartbeat header: got %v, want InvalidArgument", err)
@@ -460,9 +460,9 @@ func TestTransportBlackHole(t *testing.T) {
 }
 
 // stuckRaft accepts raft streams and never reads them.
-type stuckRaft struct{ pb.UnimplementedRaftServer }
+type stuckRaft struct{ kvpb.UnimplementedRaftServer }
 
-func (stuckRaft) Stream(stream grpc.ClientStreamingServer[pb.RaftMessageBatch, pb.Done]) error {
+func (stuckRaft) Stream(stream grpc.ClientStreamingServer[kvpb.RaftMessageBatch, kvpb.Done]) error {
 	<-stream.Context().Done()
 	return nil
 }
@@ -473,7 +473,7 @@ func (stuckRaft) Stream(stream grpc.ClientStreamingServer[pb.RaftMessageBatch, p
 func TestTransportStuckReceiver(t *testing.T) {
 	lis := listen(t)
 	srv := grpc.NewServer()
-	pb.RegisterRaftServer(srv, stuckRaft{})
+	kvpb.RegisterRaftServer(srv, stuckRaft{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -5,8 +5,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
-	"github.com/hedgekv/hedgekv/server/pb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -46,7 +46,7 @@ func validateValue(value []byte) error {
 	return nil
 }
 
-func validateBatchGet(req *pb.BatchGetRequest) error {
+func validateBatchGet(req *kvpb.BatchGetRequest) error {
 	if n := len(req.GetKeys()); n > MaxBatchGetKeys {
 		return status.Errorf(codes.InvalidArgument, "batch get of %d keys, over the %d key limit", n, MaxBatchGetKeys)
 	}
@@ -61,7 +61,7 @@ func validateBatchGet(req *pb.BatchGetRequest) error {
 // validateScan checks a scan and returns the limit to use. The start key may
 // be empty (the start of the key space); the end key may be empty (the
 // region's end).
-func validateScan(req *pb.ScanRequest) (int, error) {
+func validateScan(req *kvpb.ScanRequest) (int, error) {
 	if len(req.GetStartKey()) > MaxKeySize {
 		return 0, status.Errorf(codes.InvalidArgument, "start key is %d bytes, over the %d byte limit", len(req.GetStartKey()), MaxKeySize)
 	}
@@ -81,7 +81,7 @@ func validateScan(req *pb.ScanRequest) (int, error) {
 	}
 }
 
-func readOptions(rc *pb.ReadContext) raftstore.ReadOptions {
+func readOptions(rc *kvpb.ReadContext) raftstore.ReadOptions {
 	return raftstore.ReadOptions{
 		RegionID:     rc.GetRegionId(),
 		Epoch:        rc.GetRegionEpoch().ToEpoch(),
@@ -90,7 +90,7 @@ func readOptions(rc *pb.ReadContext) raftstore.ReadOptions {
 	}
 }
 
-func writeOptions(wc *pb.WriteContext) raftstore.WriteOptions {
+func writeOptions(wc *kvpb.WriteContext) raftstore.WriteOptions {
 	return raftstore.WriteOptions{
 		RegionID:  wc.GetRegionId(),
 		Epoch:     wc.GetRegionEpoch().ToEpoch(),

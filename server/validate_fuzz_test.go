@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
-	"github.com/hedgekv/hedgekv/server/pb"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -92,7 +92,7 @@ func FuzzValidateKV(f *testing.F) {
 		} else {
 			e = padded(end, int(keyPad)%(MaxKeySize+2))
 		}
-		req := &pb.ScanRequest{StartKey: s, EndKey: e, Limit: limit}
+		req := &kvpb.ScanRequest{StartKey: s, EndKey: e, Limit: limit}
 		n, err := validateScan(req)
 		bad := len(s) > MaxKeySize || len(e) > MaxKeySize || (len(e) > 0 && bytes.Compare(e, s) < 0) || limit > MaxScanLimit
 		if bad != (err != nil) {
@@ -105,7 +105,7 @@ func FuzzValidateKV(f *testing.F) {
 		}
 
 		keys := splitKeys(batch)
-		err = validateBatchGet(&pb.BatchGetRequest{Keys: keys})
+		err = validateBatchGet(&kvpb.BatchGetRequest{Keys: keys})
 		bad = len(keys) > MaxBatchGetKeys
 		for _, k := range keys {
 			bad = bad || len(k) == 0 || len(k) > MaxKeySize
@@ -116,7 +116,7 @@ func FuzzValidateKV(f *testing.F) {
 			wantInvalidArgument(t, "batch get", err)
 		}
 
-		ro := readOptions(&pb.ReadContext{MaxStalenessMs: staleMs})
+		ro := readOptions(&kvpb.ReadContext{MaxStalenessMs: staleMs})
 		if ro.MaxStaleness < 0 || (staleMs <= maxStaleMs && ro.MaxStaleness != time.Duration(staleMs)*time.Millisecond) {
 			t.Fatalf("staleness %d ms became %v", staleMs, ro.MaxStaleness)
 		}
@@ -138,7 +138,7 @@ func FuzzCheckFaultRequest(f *testing.F) {
 	f.Add(int64(1), 1e-300, int64(-5), false)
 
 	f.Fuzz(func(t *testing.T, delay int64, prob float64, stall int64, clear bool) {
-		req := &pb.FaultRequest{DelayNanos: delay, Prob: prob, StallNanos: stall, Clear: clear}
+		req := &kvpb.FaultRequest{DelayNanos: delay, Prob: prob, StallNanos: stall, Clear: clear}
 		err := checkFaultRequest(req)
 		ok := delay >= 0 && stall >= 0 && !math.IsNaN(prob) && prob >= 0 && prob <= 1 &&
 			(delay > 0) == (prob > 0) && (clear || delay > 0 || stall > 0)
@@ -150,7 +150,7 @@ func FuzzCheckFaultRequest(f *testing.F) {
 			return
 		}
 		fi := newFaultInjector(nil)
-		fi.apply(&pb.FaultRequest{DelayNanos: int64(time.Hour), Prob: 1, StallNanos: int64(time.Hour)})
+		fi.apply(&kvpb.FaultRequest{DelayNanos: int64(time.Hour), Prob: 1, StallNanos: int64(time.Hour)})
 		fi.apply(req)
 		st := fi.state.Load()
 		switch {
@@ -193,7 +193,7 @@ func FuzzValidateJoin(f *testing.F) {
 				za[z] = a
 			}
 		}
-		req := &pb.JoinRequest{StoreId: id, Address: addr, Zone: zone, ZoneAddresses: za}
+		req := &kvpb.JoinRequest{StoreId: id, Address: addr, Zone: zone, ZoneAddresses: za}
 		err := validateJoin(req)
 		if err != nil {
 			wantInvalidArgument(t, "join", err)
@@ -230,7 +230,7 @@ func (h *recordingHandler) HandleRaftMessage(m *raftstore.Message) error {
 func (h *recordingHandler) ReportUnreachable(uint64, uint64)        {}
 func (h *recordingHandler) ReportSnapshot(*raftstore.Message, bool) {}
 
-// FuzzRaftDeliver: one pb.RaftMessage as the Raft service receives it
+// FuzzRaftDeliver: one kvpb.RaftMessage as the Raft service receives it
 // (wire bytes, unmarshalled as grpc does) on the Stream RPC, or as the
 // header of a Snapshot RPC with the reassembled data. deliver must refuse
 // what does not decode or is not for this store with InvalidArgument and
@@ -244,7 +244,7 @@ func FuzzRaftDeliver(f *testing.F) {
 		}
 		return b
 	}
-	rm := func(r *pb.RaftMessage) []byte {
+	rm := func(r *kvpb.RaftMessage) []byte {
 		b, err := proto.Marshal(r)
 		if err != nil {
 			f.Fatal(err)
@@ -253,21 +253,21 @@ func FuzzRaftDeliver(f *testing.F) {
 	}
 	app := msg(raftpb.Message{Type: raftpb.MsgApp, From: 2, To: 1, Term: 3, Index: 5, LogTerm: 2, Entries: []raftpb.Entry{{Term: 3, Index: 6, Data: []byte("x")}}, Commit: 5})
 	snap := msg(raftpb.Message{Type: raftpb.MsgSnap, From: 2, To: 1, Term: 3, Snapshot: &raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{Index: 9, Term: 3}}})
-	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: app}), false, []byte(nil), false)
-	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: snap}), true, []byte("HKVS3..."), false)
-	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: snap}), false, []byte(nil), true)
-	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: app}), true, []byte("x"), true) // a snapshot header that is not a MsgSnap
-	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: msg(raftpb.Message{Type: raftpb.MsgSnap, From: 2, To: 1})}), true, []byte("x"), false)
-	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 3, Message: app}), false, []byte(nil), false) // another store's
-	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: app[:len(app)/2]}), false, []byte(nil), false)
-	f.Add(rm(&pb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: app,
-		SafePoint: &pb.SafePoint{Term: 3, Commit: 5, TimeUnixNano: math.MinInt64},
-		Lease:     &pb.LeaseMsg{Seq: 1, Commit: 5, DurationNanos: math.MaxUint64}}), false, []byte(nil), false)
+	f.Add(rm(&kvpb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: app}), false, []byte(nil), false)
+	f.Add(rm(&kvpb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: snap}), true, []byte("HKVS3..."), false)
+	f.Add(rm(&kvpb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: snap}), false, []byte(nil), true)
+	f.Add(rm(&kvpb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: app}), true, []byte("x"), true) // a snapshot header that is not a MsgSnap
+	f.Add(rm(&kvpb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: msg(raftpb.Message{Type: raftpb.MsgSnap, From: 2, To: 1})}), true, []byte("x"), false)
+	f.Add(rm(&kvpb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 3, Message: app}), false, []byte(nil), false) // another store's
+	f.Add(rm(&kvpb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: app[:len(app)/2]}), false, []byte(nil), false)
+	f.Add(rm(&kvpb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: app,
+		SafePoint: &kvpb.SafePoint{Term: 3, Commit: 5, TimeUnixNano: math.MinInt64},
+		Lease:     &kvpb.LeaseMsg{Seq: 1, Commit: 5, DurationNanos: math.MaxUint64}}), false, []byte(nil), false)
 	f.Add([]byte{0x0a, 0xff}, false, []byte(nil), false)
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	f.Fuzz(func(t *testing.T, wire []byte, isSnap bool, snapData []byte, refuse bool) {
-		var in pb.RaftMessage
+		var in kvpb.RaftMessage
 		if err := proto.Unmarshal(wire, &in); err != nil {
 			return // grpc refuses it before the service sees it
 		}

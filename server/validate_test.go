@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -30,18 +30,18 @@ func TestValidateRequests(t *testing.T) {
 		{"value empty", validateValue(nil), true},
 		{"value at limit", validateValue(make([]byte, MaxValueSize)), true},
 		{"value over limit", validateValue(make([]byte, MaxValueSize+1)), false},
-		{"batch get ok", validateBatchGet(&pb.BatchGetRequest{Keys: [][]byte{[]byte("a"), []byte("b")}}), true},
-		{"batch get empty", validateBatchGet(&pb.BatchGetRequest{}), true},
-		{"batch get too many", validateBatchGet(&pb.BatchGetRequest{Keys: manyKeys}), false},
-		{"batch get empty key", validateBatchGet(&pb.BatchGetRequest{Keys: [][]byte{[]byte("a"), nil}}), false},
-		{"batch get big key", validateBatchGet(&pb.BatchGetRequest{Keys: [][]byte{bigKey}}), false},
-		{"scan all", scanErr(&pb.ScanRequest{}), true},
-		{"scan limit max", scanErr(&pb.ScanRequest{Limit: MaxScanLimit}), true},
-		{"scan limit over", scanErr(&pb.ScanRequest{Limit: MaxScanLimit + 1}), false},
-		{"scan end before start", scanErr(&pb.ScanRequest{StartKey: []byte("b"), EndKey: []byte("a")}), false},
-		{"scan end equals start", scanErr(&pb.ScanRequest{StartKey: []byte("b"), EndKey: []byte("b")}), true},
-		{"scan big start", scanErr(&pb.ScanRequest{StartKey: bigKey}), false},
-		{"scan big end", scanErr(&pb.ScanRequest{EndKey: bigKey}), false},
+		{"batch get ok", validateBatchGet(&kvpb.BatchGetRequest{Keys: [][]byte{[]byte("a"), []byte("b")}}), true},
+		{"batch get empty", validateBatchGet(&kvpb.BatchGetRequest{}), true},
+		{"batch get too many", validateBatchGet(&kvpb.BatchGetRequest{Keys: manyKeys}), false},
+		{"batch get empty key", validateBatchGet(&kvpb.BatchGetRequest{Keys: [][]byte{[]byte("a"), nil}}), false},
+		{"batch get big key", validateBatchGet(&kvpb.BatchGetRequest{Keys: [][]byte{bigKey}}), false},
+		{"scan all", scanErr(&kvpb.ScanRequest{}), true},
+		{"scan limit max", scanErr(&kvpb.ScanRequest{Limit: MaxScanLimit}), true},
+		{"scan limit over", scanErr(&kvpb.ScanRequest{Limit: MaxScanLimit + 1}), false},
+		{"scan end before start", scanErr(&kvpb.ScanRequest{StartKey: []byte("b"), EndKey: []byte("a")}), false},
+		{"scan end equals start", scanErr(&kvpb.ScanRequest{StartKey: []byte("b"), EndKey: []byte("b")}), true},
+		{"scan big start", scanErr(&kvpb.ScanRequest{StartKey: bigKey}), false},
+		{"scan big end", scanErr(&kvpb.ScanRequest{EndKey: bigKey}), false},
 	}
 	for _, tc := range cases {
 		if tc.ok && tc.err != nil {
@@ -53,22 +53,22 @@ func TestValidateRequests(t *testing.T) {
 	}
 }
 
-func scanErr(req *pb.ScanRequest) error {
+func scanErr(req *kvpb.ScanRequest) error {
 	_, err := validateScan(req)
 	return err
 }
 
 func TestScanLimitDefault(t *testing.T) {
-	if n, err := validateScan(&pb.ScanRequest{}); err != nil || n != DefaultScanLimit {
+	if n, err := validateScan(&kvpb.ScanRequest{}); err != nil || n != DefaultScanLimit {
 		t.Fatalf("limit 0 -> %d, %v; want %d", n, err, DefaultScanLimit)
 	}
-	if n, err := validateScan(&pb.ScanRequest{Limit: 7}); err != nil || n != 7 {
+	if n, err := validateScan(&kvpb.ScanRequest{Limit: 7}); err != nil || n != 7 {
 		t.Fatalf("limit 7 -> %d, %v", n, err)
 	}
 }
 
 func TestReadOptions(t *testing.T) {
-	o := readOptions(&pb.ReadContext{RegionId: 3, RegionEpoch: &pb.Epoch{ConfVer: 2, Version: 5}, ReplicaRead: true, MaxStalenessMs: 1500})
+	o := readOptions(&kvpb.ReadContext{RegionId: 3, RegionEpoch: &kvpb.Epoch{ConfVer: 2, Version: 5}, ReplicaRead: true, MaxStalenessMs: 1500})
 	if o.RegionID != 3 || o.Epoch.ConfVer != 2 || o.Epoch.Version != 5 || !o.ReplicaRead || o.MaxStaleness != 1500*time.Millisecond {
 		t.Fatalf("readOptions = %+v", o)
 	}
@@ -78,7 +78,7 @@ func TestReadOptions(t *testing.T) {
 	if d := msDuration(math.MaxUint64); d != time.Duration(math.MaxInt64) {
 		t.Fatalf("msDuration saturates to %v", d)
 	}
-	w := writeOptions(&pb.WriteContext{RegionId: 4, RegionEpoch: &pb.Epoch{Version: 9}})
+	w := writeOptions(&kvpb.WriteContext{RegionId: 4, RegionEpoch: &kvpb.Epoch{Version: 9}})
 	if w.RegionID != 4 || w.Epoch.Version != 9 {
 		t.Fatalf("writeOptions = %+v", w)
 	}

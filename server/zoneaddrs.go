@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 	"google.golang.org/grpc"
 )
 
@@ -160,7 +160,7 @@ func (s *Server) setZoneAddrs(entries map[uint64]map[string]string) error {
 // asked, with st nil for one that did not answer (at this store's way to
 // it): if that store had answered before, the learning loop asks it again
 // at its plain address, in case it moved to other zone addresses.
-func (s *Server) heardFrom(id uint64, st *pb.StatusResponse) {
+func (s *Server) heardFrom(id uint64, st *kvpb.StatusResponse) {
 	if id == s.cfg.Store.StoreID {
 		return
 	}
@@ -286,10 +286,10 @@ func (s *Server) askStatus(ids []uint64) {
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		wg.Go(func() {
-			var st *pb.StatusResponse
-			err := s.callDirect(s.ctx, id, storeStatusTimeout, func(ctx context.Context, a pb.AdminClient) error {
+			var st *kvpb.StatusResponse
+			err := s.callDirect(s.ctx, id, storeStatusTimeout, func(ctx context.Context, a kvpb.AdminClient) error {
 				var err error
-				st, err = a.Status(ctx, &pb.StatusRequest{})
+				st, err = a.Status(ctx, &kvpb.StatusRequest{})
 				return err
 			})
 			if err != nil || st.GetStoreId() != id {
@@ -313,7 +313,7 @@ func (s *Server) askStatus(ids []uint64) {
 // forwarding and checking joins): the plain address stays reachable when
 // the zone addresses this store remembers are stale, so these calls never
 // depend on them. Raft traffic never takes this way.
-func (s *Server) callDirect(ctx context.Context, id uint64, timeout time.Duration, call func(context.Context, pb.AdminClient) error) error {
+func (s *Server) callDirect(ctx context.Context, id uint64, timeout time.Duration, call func(context.Context, kvpb.AdminClient) error) error {
 	addr, ok := s.book.get(id)
 	if !ok || addr == "" {
 		return fmt.Errorf("store %d: no address known", id)
@@ -327,5 +327,5 @@ func (s *Server) callDirect(ctx context.Context, id uint64, timeout time.Duratio
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return call(ctx, pb.NewAdminClient(conn))
+	return call(ctx, kvpb.NewAdminClient(conn))
 }

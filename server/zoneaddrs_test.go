@@ -22,8 +22,8 @@ import (
 
 	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/client/clienttest"
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
-	"github.com/hedgekv/hedgekv/server/pb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -209,8 +209,8 @@ func TestWithStoreZoneAddresses(t *testing.T) {
 
 	// Lead from store 1 (dc-a), then replicate a large value: it reaches
 	// the followers through their dc-a forwarders.
-	if err := c.onLeader(t, 1, func(a pb.AdminClient) error {
-		_, err := a.TransferLeader(ctx, &pb.TransferLeaderRequest{RegionId: 1, ToStoreId: 1})
+	if err := c.onLeader(t, 1, func(a kvpb.AdminClient) error {
+		_, err := a.TransferLeader(ctx, &kvpb.TransferLeaderRequest{RegionId: 1, ToStoreId: 1})
 		return err
 	}); err != nil {
 		t.Fatalf("transfer leader to store 1: %v", err)
@@ -231,7 +231,7 @@ func TestWithStoreZoneAddresses(t *testing.T) {
 	}
 
 	// The listing shows every store's zone addresses.
-	stores, err := c.admin(t, 2).Stores(ctx, &pb.StoresRequest{})
+	stores, err := c.admin(t, 2).Stores(ctx, &kvpb.StoresRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +339,7 @@ func TestWithStoreZoneAddresses(t *testing.T) {
 	}
 
 	// A join with a bad zone address is refused.
-	_, err = c.admin(t, 1).Join(ctx, &pb.JoinRequest{StoreId: 5, Address: deadAddr(t), ZoneAddresses: map[string]string{"dc-a": "nohostport"}})
+	_, err = c.admin(t, 1).Join(ctx, &kvpb.JoinRequest{StoreId: 5, Address: deadAddr(t), ZoneAddresses: map[string]string{"dc-a": "nohostport"}})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("join with a bad zone address: %v, want InvalidArgument", err)
 	}
@@ -582,8 +582,8 @@ func TestWithStoreZoneAddressesRestart(t *testing.T) {
 	// dials the others through), not its listen address: store 3 gets no
 	// more raft traffic, and nobody dials it anywhere else.
 	ctx := testCtx(t)
-	if err := c.onLeader(t, 1, func(a pb.AdminClient) error {
-		_, err := a.TransferLeader(ctx, &pb.TransferLeaderRequest{RegionId: 1, ToStoreId: 1})
+	if err := c.onLeader(t, 1, func(a kvpb.AdminClient) error {
+		_, err := a.TransferLeader(ctx, &kvpb.TransferLeaderRequest{RegionId: 1, ToStoreId: 1})
 		return err
 	}); err != nil {
 		t.Fatalf("transfer leader to store 1: %v", err)

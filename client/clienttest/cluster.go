@@ -21,8 +21,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/server/pb"
 )
 
 // Hook runs before a store handles an RPC (method is e.g. "Get", "Regions").
@@ -120,8 +120,8 @@ func NewCluster(t testing.TB, zones ...string) *Cluster {
 			t.Fatalf("listen: %v", err)
 		}
 		s := &Store{ID: id, Zone: z, addr: lis.Addr().String(), srv: grpc.NewServer(), c: c}
-		pb.RegisterKVServer(s.srv, &kvServer{s: s})
-		pb.RegisterAdminServer(s.srv, &adminServer{s: s})
+		kvpb.RegisterKVServer(s.srv, &kvServer{s: s})
+		kvpb.RegisterAdminServer(s.srv, &adminServer{s: s})
 		go func() { _ = s.srv.Serve(lis) }()
 		t.Cleanup(s.srv.Stop)
 		c.stores[id] = s
@@ -320,11 +320,11 @@ func (c *Cluster) runHook(ctx context.Context, storeID uint64, method string) er
 // RegionError returns the gRPC error a store answers a region error with:
 // a status of code carrying re as its detail. Hooks use it to inject region
 // errors.
-func RegionError(code codes.Code, re *pb.RegionError) error {
+func RegionError(code codes.Code, re *kvpb.RegionError) error {
 	return regionErr(code, re)
 }
 
-func regionErr(code codes.Code, re *pb.RegionError) error {
+func regionErr(code codes.Code, re *kvpb.RegionError) error {
 	st, err := status.New(code, re.GetMessage()).WithDetails(re)
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
@@ -332,25 +332,17 @@ func regionErr(code codes.Code, re *pb.RegionError) error {
 	return st.Err()
 }
 
-func regionToPB(r region.Region) *pb.Region {
-	out := &pb.Region{Id: r.ID, StartKey: r.StartKey, EndKey: r.EndKey, Epoch: &pb.Epoch{ConfVer: r.Epoch.ConfVer, Version: r.Epoch.Version}}
-	for _, p := range r.Peers {
-		out.Peers = append(out.Peers, &pb.Peer{Id: p.ID, StoreId: p.StoreID, IsLearner: p.IsLearner})
-	}
-	return out
-}
-
 func (c *Cluster) notLeaderLocked(rs *regionState) error {
-	nl := &pb.NotLeader{RegionId: rs.r.ID}
+	nl := &kvpb.NotLeader{RegionId: rs.r.ID}
 	if p, ok := rs.r.PeerOnStore(rs.leader); ok && rs.leader != 0 {
-		nl.Leader = &pb.Peer{Id: p.ID, StoreId: p.StoreID}
+		nl.Leader = &kvpb.Peer{Id: p.ID, StoreId: p.StoreID}
 	}
-	return regionErr(codes.FailedPrecondition, &pb.RegionError{Message: "not leader", NotLeader: nl})
+	return regionErr(codes.FailedPrecondition, &kvpb.RegionError{Message: "not leader", NotLeader: nl})
 }
 
 // routeLocked finds the region a request addressed and checks what a real
 // store checks: hosted here, epoch current, keys inside.
-func (c *Cluster) routeLocked(storeID, regionID uint64, epoch *pb.Epoch, keys ...[]byte) (*regionState, error) {
+func (c *Cluster) routeLocked(storeID, regionID uint64, epoch *kvpb.Epoch, keys ...[]byte) (*regionState, error) {
 	var rs *regionState
 	if regionID == 0 && len(keys) > 0 {
 		rs = c.regionByKeyLocked(keys[0])
@@ -358,21 +350,21 @@ func (c *Cluster) routeLocked(storeID, regionID uint64, epoch *pb.Epoch, keys ..
 		rs = c.regionByIDLocked(regionID)
 	}
 	if rs == nil {
-		return nil, regionErr(codes.NotFound, &pb.RegionError{Message: "region not found", RegionNotFound: &pb.RegionNotFound{RegionId: regionID}})
+		return nil, regionErr(codes.NotFound, &kvpb.RegionError{Message: "region not found", RegionNotFound: &kvpb.RegionNotFound{RegionId: regionID}})
 	}
 	if _, ok := rs.r.PeerOnStore(storeID); !ok {
-		return nil, regionErr(codes.NotFound, &pb.RegionError{Message: "region not found", RegionNotFound: &pb.RegionNotFound{RegionId: regionID}})
+		return nil, regionErr(codes.NotFound, &kvpb.RegionError{Message: "region not found", RegionNotFound: &kvpb.RegionNotFound{RegionId: regionID}})
 	}
 	if epoch != nil && (epoch.GetVersion() != rs.r.Epoch.Version || epoch.GetConfVer() != rs.r.Epoch.ConfVer) {
-		en := &pb.EpochNotMatch{RegionId: rs.r.ID}
+		en := &kvpb.EpochNotMatch{RegionId: rs.r.ID}
 		for _, o := range c.regions {
-			en.CurrentRegions = append(en.CurrentRegions, regionToPB(o.r))
+			en.CurrentRegions = append(en.CurrentRegions, kvpb.FromRegion(o.r))
 		}
-		return nil, regionErr(codes.FailedPrecondition, &pb.RegionError{Message: "epoch not match", EpochNotMatch: en})
+		return nil, regionErr(codes.FailedPrecondition, &kvpb.RegionError{Message: "epoch not match", EpochNotMatch: en})
 	}
 	for _, k := range keys {
 		if !rs.r.Contains(k) {
-			return nil, regionErr(codes.FailedPrecondition, &pb.RegionError{Message: "key not in region", KeyNotInRegion: &pb.KeyNotInRegion{
+			return nil, regionErr(codes.FailedPrecondition, &kvpb.RegionError{Message: "key not in region", KeyNotInRegion: &kvpb.KeyNotInRegion{
 				Key: k, RegionId: rs.r.ID, StartKey: rs.r.StartKey, EndKey: rs.r.EndKey,
 			}})
 		}
@@ -384,25 +376,25 @@ func (c *Cluster) routeLocked(storeID, regionID uint64, epoch *pb.Epoch, keys ..
 // would: the leader from its lease; a follower through ReadIndex when
 // replica_read is set and there is a leader; any replica from local state
 // when staleness is permitted and it is ready.
-func (c *Cluster) readLocked(storeID uint64, method string, rs *regionState, rc *pb.ReadContext) (*pb.ReadInfo, error) {
+func (c *Cluster) readLocked(storeID uint64, method string, rs *regionState, rc *kvpb.ReadContext) (*kvpb.ReadInfo, error) {
 	c.requests = append(c.requests, Request{
 		StoreID: storeID, Method: method, RegionID: rc.GetRegionId(), ReplicaRead: rc.GetReplicaRead(),
 		MaxStalenessMs: rc.GetMaxStalenessMs(), BusyThresholdMs: rc.GetBusyThresholdMs(), Hedge: rc.GetHedge(),
 	})
 	peer, _ := rs.r.PeerOnStore(storeID)
-	info := &pb.ReadInfo{StoreId: storeID, PeerId: peer.ID}
+	info := &kvpb.ReadInfo{StoreId: storeID, PeerId: peer.ID}
 	switch {
 	case rs.leader == storeID:
-		info.Mode = pb.ReadMode_READ_MODE_LEASE
+		info.Mode = kvpb.ReadMode_READ_MODE_LEASE
 	case rc.GetMaxStalenessMs() > 0:
 		if c.notReady[storeID] {
-			return nil, regionErr(codes.Unavailable, &pb.RegionError{Message: "data is not ready", DataIsNotReady: &pb.DataIsNotReady{RegionId: rs.r.ID, PeerId: peer.ID}})
+			return nil, regionErr(codes.Unavailable, &kvpb.RegionError{Message: "data is not ready", DataIsNotReady: &kvpb.DataIsNotReady{RegionId: rs.r.ID, PeerId: peer.ID}})
 		}
-		info.Mode = pb.ReadMode_READ_MODE_STALE
+		info.Mode = kvpb.ReadMode_READ_MODE_STALE
 		info.StalenessBoundMs = rc.GetMaxStalenessMs()
 		info.LeaderStoreId = rs.leader
 	case rc.GetReplicaRead() && rs.leader != 0:
-		info.Mode = pb.ReadMode_READ_MODE_READ_INDEX
+		info.Mode = kvpb.ReadMode_READ_MODE_READ_INDEX
 	default:
 		return nil, c.notLeaderLocked(rs)
 	}
@@ -412,11 +404,11 @@ func (c *Cluster) readLocked(storeID uint64, method string, rs *regionState, rc 
 // ---- KV ---------------------------------------------------------------------
 
 type kvServer struct {
-	pb.UnimplementedKVServer
+	kvpb.UnimplementedKVServer
 	s *Store
 }
 
-func (k *kvServer) Get(ctx context.Context, req *pb.GetRequest) (*pb.GetResponse, error) {
+func (k *kvServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetResponse, error) {
 	c := k.s.c
 	if err := c.runHook(ctx, k.s.ID, "Get"); err != nil {
 		return nil, err
@@ -435,10 +427,10 @@ func (k *kvServer) Get(ctx context.Context, req *pb.GetRequest) (*pb.GetResponse
 		return nil, err
 	}
 	v, ok := c.data[string(req.GetKey())]
-	return &pb.GetResponse{Value: v, NotFound: !ok, ReadInfo: info, Load: &pb.Load{}}, nil
+	return &kvpb.GetResponse{Value: v, NotFound: !ok, ReadInfo: info, Load: &kvpb.Load{}}, nil
 }
 
-func (k *kvServer) BatchGet(ctx context.Context, req *pb.BatchGetRequest) (*pb.BatchGetResponse, error) {
+func (k *kvServer) BatchGet(ctx context.Context, req *kvpb.BatchGetRequest) (*kvpb.BatchGetResponse, error) {
 	c := k.s.c
 	if err := c.runHook(ctx, k.s.ID, "BatchGet"); err != nil {
 		return nil, err
@@ -453,16 +445,16 @@ func (k *kvServer) BatchGet(ctx context.Context, req *pb.BatchGetRequest) (*pb.B
 	if err != nil {
 		return nil, err
 	}
-	resp := &pb.BatchGetResponse{ReadInfo: info}
+	resp := &kvpb.BatchGetResponse{ReadInfo: info}
 	for _, key := range req.GetKeys() {
 		if v, ok := c.data[string(key)]; ok {
-			resp.Pairs = append(resp.Pairs, &pb.KvPair{Key: key, Value: v})
+			resp.Pairs = append(resp.Pairs, &kvpb.KvPair{Key: key, Value: v})
 		}
 	}
 	return resp, nil
 }
 
-func (k *kvServer) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanResponse, error) {
+func (k *kvServer) Scan(ctx context.Context, req *kvpb.ScanRequest) (*kvpb.ScanResponse, error) {
 	c := k.s.c
 	if err := c.runHook(ctx, k.s.ID, "Scan"); err != nil {
 		return nil, err
@@ -481,7 +473,7 @@ func (k *kvServer) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanRespo
 		return nil, err
 	}
 	start, end, ok := rs.r.ClampRange(req.GetStartKey(), req.GetEndKey())
-	resp := &pb.ScanResponse{ReadInfo: info, RegionEndKey: rs.r.EndKey}
+	resp := &kvpb.ScanResponse{ReadInfo: info, RegionEndKey: rs.r.EndKey}
 	if !ok {
 		return resp, nil
 	}
@@ -496,12 +488,12 @@ func (k *kvServer) Scan(ctx context.Context, req *pb.ScanRequest) (*pb.ScanRespo
 		if len(resp.Pairs) >= int(req.GetLimit()) {
 			break
 		}
-		resp.Pairs = append(resp.Pairs, &pb.KvPair{Key: []byte(key), Value: c.data[key]})
+		resp.Pairs = append(resp.Pairs, &kvpb.KvPair{Key: []byte(key), Value: c.data[key]})
 	}
 	return resp, nil
 }
 
-func (k *kvServer) write(ctx context.Context, method string, wc *pb.WriteContext, key []byte, apply func()) error {
+func (k *kvServer) write(ctx context.Context, method string, wc *kvpb.WriteContext, key []byte, apply func()) error {
 	c := k.s.c
 	if err := c.runHook(ctx, k.s.ID, method); err != nil {
 		return err
@@ -523,55 +515,55 @@ func (k *kvServer) write(ctx context.Context, method string, wc *pb.WriteContext
 	return nil
 }
 
-func (k *kvServer) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
+func (k *kvServer) Put(ctx context.Context, req *kvpb.PutRequest) (*kvpb.PutResponse, error) {
 	err := k.write(ctx, "Put", req.GetContext(), req.GetKey(), func() {
 		k.s.c.data[string(req.GetKey())] = slices.Clone(req.GetValue())
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &pb.PutResponse{}, nil
+	return &kvpb.PutResponse{}, nil
 }
 
-func (k *kvServer) Delete(ctx context.Context, req *pb.DeleteRequest) (*pb.DeleteResponse, error) {
+func (k *kvServer) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.DeleteResponse, error) {
 	err := k.write(ctx, "Delete", req.GetContext(), req.GetKey(), func() {
 		delete(k.s.c.data, string(req.GetKey()))
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &pb.DeleteResponse{}, nil
+	return &kvpb.DeleteResponse{}, nil
 }
 
 // ---- Admin ------------------------------------------------------------------
 
 type adminServer struct {
-	pb.UnimplementedAdminServer
+	kvpb.UnimplementedAdminServer
 	s *Store
 }
 
-func (a *adminServer) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+func (a *adminServer) Status(ctx context.Context, _ *kvpb.StatusRequest) (*kvpb.StatusResponse, error) {
 	if err := a.s.c.runHook(ctx, a.s.ID, "Status"); err != nil {
 		return nil, err
 	}
-	return &pb.StatusResponse{StoreId: a.s.ID, Address: a.s.addr, Zone: a.s.Zone, ZoneAddresses: a.s.zoneAddresses()}, nil
+	return &kvpb.StatusResponse{StoreId: a.s.ID, Address: a.s.addr, Zone: a.s.Zone, ZoneAddresses: a.s.zoneAddresses()}, nil
 }
 
-func (a *adminServer) Stores(ctx context.Context, _ *pb.StoresRequest) (*pb.StoresResponse, error) {
+func (a *adminServer) Stores(ctx context.Context, _ *kvpb.StoresRequest) (*kvpb.StoresResponse, error) {
 	c := a.s.c
 	if err := c.runHook(ctx, a.s.ID, "Stores"); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	resp := &pb.StoresResponse{}
+	resp := &kvpb.StoresResponse{}
 	for id := uint64(1); id <= uint64(len(c.stores)); id++ {
 		s := c.stores[id]
 		s.mu.Lock()
 		up := !s.down
 		za := maps.Clone(s.zoneAddrs)
 		s.mu.Unlock()
-		st := &pb.Store{Id: id, Address: s.addr, Zone: s.Zone, Up: up, ZoneAddresses: za, Removing: c.removing[id]}
+		st := &kvpb.Store{Id: id, Address: s.addr, Zone: s.Zone, Up: up, ZoneAddresses: za, Removing: c.removing[id]}
 		for _, rs := range c.regions {
 			if _, ok := rs.r.PeerOnStore(id); ok {
 				st.RegionCount++
@@ -586,14 +578,14 @@ func (a *adminServer) Stores(ctx context.Context, _ *pb.StoresRequest) (*pb.Stor
 	return resp, nil
 }
 
-func (a *adminServer) Regions(ctx context.Context, req *pb.RegionsRequest) (*pb.RegionsResponse, error) {
+func (a *adminServer) Regions(ctx context.Context, req *kvpb.RegionsRequest) (*kvpb.RegionsResponse, error) {
 	c := a.s.c
 	if err := c.runHook(ctx, a.s.ID, "Regions"); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	resp := &pb.RegionsResponse{}
+	resp := &kvpb.RegionsResponse{}
 	for _, rs := range c.regions {
 		if _, ok := rs.r.PeerOnStore(a.s.ID); !ok {
 			continue
@@ -605,12 +597,12 @@ func (a *adminServer) Regions(ctx context.Context, req *pb.RegionsRequest) (*pb.
 		if rs.reported != 0 {
 			leader = rs.reported
 		}
-		info := &pb.RegionInfo{Region: regionToPB(rs.r), LeaderStoreId: leader, Term: 1}
+		info := &kvpb.RegionInfo{Region: kvpb.FromRegion(rs.r), LeaderStoreId: leader, Term: 1}
 		if rs.size != nil && a.s.ID == rs.leader {
 			info.SizeKnown, info.ApproximateKeys, info.ApproximateSize = true, rs.size[0], rs.size[1]
 		}
 		if p, ok := rs.r.PeerOnStore(leader); ok {
-			info.Leader = &pb.Peer{Id: p.ID, StoreId: p.StoreID}
+			info.Leader = &kvpb.Peer{Id: p.ID, StoreId: p.StoreID}
 		}
 		resp.Regions = append(resp.Regions, info)
 	}
@@ -621,7 +613,7 @@ func (a *adminServer) Regions(ctx context.Context, req *pb.RegionsRequest) (*pb.
 // fewer than three stores would be left up. The fake has no balancer:
 // the store is reported removed once no region has a replica on it (move
 // them with AddPeer/RemovePeer).
-func (a *adminServer) RemoveStore(ctx context.Context, req *pb.RemoveStoreRequest) (*pb.RemoveStoreResponse, error) {
+func (a *adminServer) RemoveStore(ctx context.Context, req *kvpb.RemoveStoreRequest) (*kvpb.RemoveStoreResponse, error) {
 	c := a.s.c
 	if err := c.runHook(ctx, a.s.ID, "RemoveStore"); err != nil {
 		return nil, err
@@ -633,7 +625,7 @@ func (a *adminServer) RemoveStore(ctx context.Context, req *pb.RemoveStoreReques
 		return nil, status.Errorf(codes.NotFound, "store %d is unknown to store %d", id, a.s.ID)
 	}
 	if c.removing[id] {
-		return &pb.RemoveStoreResponse{Already: true}, nil
+		return &kvpb.RemoveStoreResponse{Already: true}, nil
 	}
 	left := 0
 	for sid, s := range c.stores {
@@ -647,10 +639,10 @@ func (a *adminServer) RemoveStore(ctx context.Context, req *pb.RemoveStoreReques
 		return nil, status.Errorf(codes.FailedPrecondition, "removing store %d would leave %d stores up to hold the 3 replicas of each region", id, left)
 	}
 	c.removing[id] = true
-	return &pb.RemoveStoreResponse{}, nil
+	return &kvpb.RemoveStoreResponse{}, nil
 }
 
-func (a *adminServer) TransferLeader(ctx context.Context, req *pb.TransferLeaderRequest) (*pb.TransferLeaderResponse, error) {
+func (a *adminServer) TransferLeader(ctx context.Context, req *kvpb.TransferLeaderRequest) (*kvpb.TransferLeaderResponse, error) {
 	c := a.s.c
 	if err := c.runHook(ctx, a.s.ID, "TransferLeader"); err != nil {
 		return nil, err
@@ -668,7 +660,7 @@ func (a *adminServer) TransferLeader(ctx context.Context, req *pb.TransferLeader
 		return nil, status.Errorf(codes.InvalidArgument, "store %d hosts no peer of region %d", req.GetToStoreId(), rs.r.ID)
 	}
 	rs.leader = req.GetToStoreId()
-	return &pb.TransferLeaderResponse{}, nil
+	return &kvpb.TransferLeaderResponse{}, nil
 }
 
 // leaderOnLocked finds region id and checks that storeID leads it, as a
@@ -676,10 +668,10 @@ func (a *adminServer) TransferLeader(ctx context.Context, req *pb.TransferLeader
 func (c *Cluster) leaderOnLocked(storeID, regionID uint64) (*regionState, error) {
 	rs := c.regionByIDLocked(regionID)
 	if rs == nil {
-		return nil, regionErr(codes.NotFound, &pb.RegionError{Message: "region not found", RegionNotFound: &pb.RegionNotFound{RegionId: regionID}})
+		return nil, regionErr(codes.NotFound, &kvpb.RegionError{Message: "region not found", RegionNotFound: &kvpb.RegionNotFound{RegionId: regionID}})
 	}
 	if _, ok := rs.r.PeerOnStore(storeID); !ok {
-		return nil, regionErr(codes.NotFound, &pb.RegionError{Message: "region not found", RegionNotFound: &pb.RegionNotFound{RegionId: regionID}})
+		return nil, regionErr(codes.NotFound, &kvpb.RegionError{Message: "region not found", RegionNotFound: &kvpb.RegionNotFound{RegionId: regionID}})
 	}
 	if rs.leader != storeID {
 		return nil, c.notLeaderLocked(rs)
@@ -687,7 +679,7 @@ func (c *Cluster) leaderOnLocked(storeID, regionID uint64) (*regionState, error)
 	return rs, nil
 }
 
-func (a *adminServer) Split(ctx context.Context, req *pb.SplitRequest) (*pb.SplitResponse, error) {
+func (a *adminServer) Split(ctx context.Context, req *kvpb.SplitRequest) (*kvpb.SplitResponse, error) {
 	c := a.s.c
 	if err := c.runHook(ctx, a.s.ID, "Split"); err != nil {
 		return nil, err
@@ -699,7 +691,7 @@ func (a *adminServer) Split(ctx context.Context, req *pb.SplitRequest) (*pb.Spli
 	defer c.mu.Unlock()
 	rs := c.regionByKeyLocked(req.GetKey())
 	if rs == nil {
-		return nil, regionErr(codes.NotFound, &pb.RegionError{Message: "region not found", RegionNotFound: &pb.RegionNotFound{}})
+		return nil, regionErr(codes.NotFound, &kvpb.RegionError{Message: "region not found", RegionNotFound: &kvpb.RegionNotFound{}})
 	}
 	if _, err := c.leaderOnLocked(a.s.ID, rs.r.ID); err != nil {
 		return nil, err
@@ -712,10 +704,10 @@ func (a *adminServer) Split(ctx context.Context, req *pb.SplitRequest) (*pb.Spli
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	return &pb.SplitResponse{Left: regionToPB(left), Right: regionToPB(right)}, nil
+	return &kvpb.SplitResponse{Left: kvpb.FromRegion(left), Right: kvpb.FromRegion(right)}, nil
 }
 
-func (a *adminServer) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.AddPeerResponse, error) {
+func (a *adminServer) AddPeer(ctx context.Context, req *kvpb.AddPeerRequest) (*kvpb.AddPeerResponse, error) {
 	c := a.s.c
 	if err := c.runHook(ctx, a.s.ID, "AddPeer"); err != nil {
 		return nil, err
@@ -733,7 +725,7 @@ func (a *adminServer) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.
 		return nil, err
 	}
 	if p, ok := rs.r.PeerOnStore(req.GetStoreId()); ok && !p.IsLearner {
-		return &pb.AddPeerResponse{}, nil
+		return &kvpb.AddPeerResponse{}, nil
 	}
 	c.nextID++
 	r := rs.r.Clone()
@@ -741,10 +733,10 @@ func (a *adminServer) AddPeer(ctx context.Context, req *pb.AddPeerRequest) (*pb.
 	r.Peers = append(r.Peers, region.Peer{ID: c.nextID, StoreID: req.GetStoreId()})
 	r.Epoch.ConfVer++
 	rs.r = r
-	return &pb.AddPeerResponse{}, nil
+	return &kvpb.AddPeerResponse{}, nil
 }
 
-func (a *adminServer) RemovePeer(ctx context.Context, req *pb.RemovePeerRequest) (*pb.RemovePeerResponse, error) {
+func (a *adminServer) RemovePeer(ctx context.Context, req *kvpb.RemovePeerRequest) (*kvpb.RemovePeerResponse, error) {
 	c := a.s.c
 	if err := c.runHook(ctx, a.s.ID, "RemovePeer"); err != nil {
 		return nil, err
@@ -759,7 +751,7 @@ func (a *adminServer) RemovePeer(ctx context.Context, req *pb.RemovePeerRequest)
 		return nil, err
 	}
 	if _, ok := rs.r.PeerOnStore(req.GetStoreId()); !ok {
-		return &pb.RemovePeerResponse{}, nil
+		return &kvpb.RemovePeerResponse{}, nil
 	}
 	if req.GetStoreId() == a.s.ID {
 		// Like a real leader: hand leadership to another voter first and
@@ -776,5 +768,5 @@ func (a *adminServer) RemovePeer(ctx context.Context, req *pb.RemovePeerRequest)
 	r.Peers = slices.DeleteFunc(r.Peers, func(p region.Peer) bool { return p.StoreID == req.GetStoreId() })
 	r.Epoch.ConfVer++
 	rs.r = r
-	return &pb.RemovePeerResponse{}, nil
+	return &kvpb.RemovePeerResponse{}, nil
 }

@@ -22,7 +22,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/bench/netsim"
 	"github.com/hedgekv/hedgekv/client"
-	"github.com/hedgekv/hedgekv/server/pb"
+	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/test/testbin"
 )
 
@@ -225,14 +225,14 @@ func link(st *netsim.Status, zone string, store uint64) netsim.LinkStatus {
 }
 
 // storeStatus asks the store at addr for its Status.
-func (c *wanCluster) storeStatus(ctx context.Context, addr string) (*pb.StatusResponse, error) {
+func (c *wanCluster) storeStatus(ctx context.Context, addr string) (*kvpb.StatusResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	defer cancel()
-	return pb.NewAdminClient(c.conn(addr)).Status(ctx, &pb.StatusRequest{})
+	return kvpb.NewAdminClient(c.conn(addr)).Status(ctx, &kvpb.StatusRequest{})
 }
 
 // region1 is region 1 as the store at addr (its own address) sees it.
-func (c *wanCluster) region1(addr string) (*pb.RegionInfo, error) {
+func (c *wanCluster) region1(addr string) (*kvpb.RegionInfo, error) {
 	st, err := c.storeStatus(context.Background(), addr)
 	if err != nil {
 		return nil, err
@@ -257,9 +257,9 @@ func (c *wanCluster) applied(id int) uint64 {
 // follower read (replica_read), bounded-stale when staleness > 0.
 // Its error keeps the gRPC code and message only (the details of a region
 // error would fill a failure report).
-func (c *wanCluster) pinnedGet(ctx context.Context, addr string, epoch *pb.Epoch, key string, staleness time.Duration) (*pb.GetResponse, error) {
-	resp, err := pb.NewKVClient(c.conn(addr)).Get(ctx, &pb.GetRequest{
-		Context: &pb.ReadContext{
+func (c *wanCluster) pinnedGet(ctx context.Context, addr string, epoch *kvpb.Epoch, key string, staleness time.Duration) (*kvpb.GetResponse, error) {
+	resp, err := kvpb.NewKVClient(c.conn(addr)).Get(ctx, &kvpb.GetRequest{
+		Context: &kvpb.ReadContext{
 			RegionId:       regionID,
 			RegionEpoch:    epoch,
 			ReplicaRead:    true,
@@ -397,7 +397,7 @@ var _ = Describe("simulated WAN", func() {
 				resp, err := c.pinnedGet(ctxFor(rpcTimeout), addr, epoch, "wan/p", time.Hour)
 				g.Expect(err).NotTo(HaveOccurred(), "pinned read of store 2 via %s before the partition", addr)
 				g.Expect(string(resp.GetValue())).To(Equal("before"))
-				g.Expect(resp.GetReadInfo().GetMode()).To(Equal(pb.ReadMode_READ_MODE_STALE))
+				g.Expect(resp.GetReadInfo().GetMode()).To(Equal(kvpb.ReadMode_READ_MODE_STALE))
 			}).WithTimeout(10 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 		}
 
@@ -453,7 +453,7 @@ var _ = Describe("simulated WAN", func() {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(string(resp.GetValue())).To(Equal("during-4"))
 			g.Expect(resp.GetReadInfo().GetStoreId()).To(BeEquivalentTo(2))
-			g.Expect(resp.GetReadInfo().GetMode()).To(Equal(pb.ReadMode_READ_MODE_READ_INDEX))
+			g.Expect(resp.GetReadInfo().GetMode()).To(Equal(kvpb.ReadMode_READ_MODE_READ_INDEX))
 		}).WithTimeout(catchUpBudget).WithPolling(200 * time.Millisecond).Should(Succeed())
 	})
 

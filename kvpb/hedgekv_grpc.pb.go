@@ -7,7 +7,7 @@
 // - protoc             v3.21.12
 // source: hedgekv.proto
 
-package pb
+package kvpb
 
 import (
 	context "context"

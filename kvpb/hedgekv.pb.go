@@ -7,7 +7,7 @@
 // 	protoc        v3.21.12
 // source: hedgekv.proto
 
-package pb
+package kvpb
 
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -3812,7 +3812,7 @@ const file_hedgekv_proto_rawDesc = "" +
 	"RegionDump\x12\x1a.hedgekv.RegionDumpRequest\x1a\x1b.hedgekv.RegionDumpResponse2q\n" +
 	"\x04Raft\x124\n" +
 	"\x06Stream\x12\x19.hedgekv.RaftMessageBatch\x1a\r.hedgekv.Done(\x01\x123\n" +
-	"\bSnapshot\x12\x16.hedgekv.SnapshotChunk\x1a\r.hedgekv.Done(\x01B&Z$github.com/hedgekv/hedgekv/server/pbb\x06proto3"
+	"\bSnapshot\x12\x16.hedgekv.SnapshotChunk\x1a\r.hedgekv.Done(\x01B!Z\x1fgithub.com/hedgekv/hedgekv/kvpbb\x06proto3"
 
 var (
 	file_hedgekv_proto_rawDescOnce sync.Once
