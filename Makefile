@@ -33,7 +33,7 @@ STATIC_BIN    := bin/hedgekv-static
 IMAGE         ?= hedgekv:latest
 DOCKER_TIMEOUT ?= 6m
 
-.PHONY: all build test unit-test smoke-test chaos static image docker-test fmt fmt-check vet demo proto tools \
+.PHONY: all build test unit-test smoke-test chaos static image docker-test fmt fmt-check vet demo proto tools etcd \
 	clean clean-cluster fuzz
 
 all: build
@@ -115,6 +115,20 @@ tools:
 		echo "installing protoc-gen-go-grpc $(PROTOC_GEN_GO_GRPC_VERSION) into $(TOOLS)"; \
 		GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION); \
 	fi
+
+# etcd: the newest etcd release (or ETCD_VERSION=v3.x.y) built from the Go
+# module proxy into .tools/etcd (a main calling etcdmain.Main, as etcd's own):
+# the peer for `hedgekv bench peer-etcd --etcd .tools/etcd`. Debian's
+# etcd-server (3.4) stays what CI uses.
+ETCD_VERSION ?= latest
+etcd:
+	@set -e; v=$(ETCD_VERSION); \
+	if [ "$$v" = latest ]; then v=$$($(GO) list -m -versions go.etcd.io/etcd/server/v3 | tr ' ' '\n' | grep -E '^v[0-9]+\.[0-9]+\.[0-9]+$$' | sort -V | tail -1); fi; \
+	d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	printf 'package main\n\nimport (\n\t"os"\n\n\t"go.etcd.io/etcd/server/v3/etcdmain"\n)\n\nfunc main() { etcdmain.Main(os.Args) }\n' > "$$d/main.go"; \
+	echo "building etcd $$v into $(TOOLS)/etcd"; \
+	cd "$$d" && $(GO) mod init etcdbuild >/dev/null 2>&1 && $(GO) get go.etcd.io/etcd/server/v3@$$v && $(GO) mod tidy && \
+	mkdir -p $(TOOLS) && $(GO) build -o $(TOOLS)/etcd . && $(TOOLS)/etcd --version | head -1
 
 proto: tools
 	@command -v protoc >/dev/null || { echo "protoc not found: apt-get install protobuf-compiler"; exit 1; }

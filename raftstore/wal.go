@@ -201,20 +201,34 @@ func (w *wal) syncDir() error {
 // append writes items as the next record and syncs it. It returns the
 // record's seq.
 func (w *wal) append(items []walItem) (uint64, error) {
-	if w.broken != nil {
-		return 0, w.broken
-	}
-	w.seq++
-	var err error
-	w.buf, err = encodeWALRecord(w.buf[:0], w.seq, items)
+	seq, err := w.encode(items)
 	if err != nil {
 		return 0, err
 	}
-	if err := w.write(w.buf); err != nil {
-		w.broken = fmt.Errorf("wal: %w", err)
+	return seq, w.writeEncoded()
+}
+
+// encode makes items the next record (seq returned); writeEncoded then
+// writes and syncs it, and may run on another goroutine meanwhile, as
+// long as nothing else touches the wal until it returns.
+func (w *wal) encode(items []walItem) (uint64, error) {
+	if w.broken != nil {
 		return 0, w.broken
 	}
+	var err error
+	if w.buf, err = encodeWALRecord(w.buf[:0], w.seq+1, items); err != nil {
+		return 0, err
+	}
+	w.seq++
 	return w.seq, nil
+}
+
+func (w *wal) writeEncoded() error {
+	if err := w.write(w.buf); err != nil {
+		w.broken = fmt.Errorf("wal: %w", err)
+		return w.broken
+	}
+	return nil
 }
 
 func (w *wal) write(payload []byte) error {
