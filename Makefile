@@ -146,7 +146,7 @@ FUZZ_TARGETS  := \
 	./raftstore:FuzzDecodeCommand ./raftstore:FuzzDecodeApplyState ./raftstore:FuzzDecodeConfContext \
 	./raftstore:FuzzDecodeSnapshot ./raftstore:FuzzSnapshotApply ./raftstore:FuzzHandleRaftMessage \
 	./raftstore:FuzzLoadPeers \
-	./server:FuzzValidateKV ./server:FuzzCheckFaultRequest ./server:FuzzValidateJoin ./server:FuzzRaftDeliver \
+	./server:FuzzValidateKV ./server:FuzzCheckFaultRequest ./server/controlplane:FuzzValidateJoin ./server:FuzzRaftDeliver \
 	./kvpb:FuzzRegionErrorToError \
 	./client:FuzzParseHedge \
 	./cmd/hedgekv:FuzzParseFault ./cmd/hedgekv:FuzzParseAddrLists \

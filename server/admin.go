@@ -12,6 +12,7 @@ import (
 	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/server/controlplane"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -34,9 +35,9 @@ func (s *adminService) localStatus() *kvpb.StatusResponse {
 		StoreId:        store.ID(),
 		Address:        s.srv.advertiseAddr(),
 		Zone:           store.Zone(),
-		Peers:          s.srv.book.all(),
+		Peers:          s.srv.cp.Peers(),
 		ZoneAddresses:  maps.Clone(s.srv.cfg.ZoneAddrs),
-		RemovingStores: s.srv.book.removingIDs(),
+		RemovingStores: s.srv.cp.RemovingIDs(),
 	}
 	if _, ok := out.Peers[store.ID()]; !ok {
 		out.Peers[store.ID()] = out.Address
@@ -52,16 +53,13 @@ func (s *adminService) localStatus() *kvpb.StatusResponse {
 
 // Stores lists every store in the address book, as the cluster view last
 // saw them (at most about a second ago). A store that did not answer its
-// Status within storeStatusTimeout is listed with up=false.
+// Status within controlplane.StoreStatusTimeout is listed with up=false.
 func (s *adminService) Stores(ctx context.Context, req *kvpb.StoresRequest) (*kvpb.StoresResponse, error) {
-	if req.GetFresh() {
-		s.srv.view.invalidate()
-	}
-	stores, err := s.srv.view.stores(ctx)
+	stores, err := s.srv.cp.Stores(ctx, req.GetFresh())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &kvpb.StoresResponse{Stores: cloneStores(stores)}, nil
+	return &kvpb.StoresResponse{Stores: stores}, nil
 }
 
 // Regions lists this store's view of its regions in key order; with by_key,
@@ -112,12 +110,12 @@ func (s *adminService) TransferLeader(ctx context.Context, req *kvpb.TransferLea
 // replica knows them and the target's state.
 //
 // Down is asked of the target itself, as the cluster view would (a Status
-// over the raft transport within storeStatusTimeout), rather than read
+// over the raft transport within controlplane.StoreStatusTimeout), rather than read
 // from the view's listing, which lags a kill or a restart by up to a
 // second.
 func (s *adminService) checkTransferTarget(ctx context.Context, regionID, toStore uint64) error {
 	self := s.srv.store.ID()
-	if _, ok := s.srv.book.get(toStore); !ok && toStore != self {
+	if _, ok := s.srv.cp.Address(toStore); !ok && toStore != self {
 		return status.Errorf(codes.NotFound, "store %d does not exist (ctl stores lists them)", toStore)
 	}
 	hosted := s.srv.store.Regions()
@@ -137,7 +135,7 @@ func (s *adminService) checkTransferTarget(ctx context.Context, regionID, toStor
 		return status.Errorf(codes.FailedPrecondition, "store %d has only a learner of region %d, which cannot lead until it is promoted to a voter", toStore, regionID)
 	case toStore == self:
 		return nil
-	case s.srv.book.isRemoving(toStore):
+	case s.srv.cp.IsRemoving(toStore):
 		return status.Errorf(codes.FailedPrecondition, "store %d is being removed: its leaderships are moving off it", toStore)
 	}
 	if !s.answers(ctx, toStore) {
@@ -145,13 +143,13 @@ func (s *adminService) checkTransferTarget(ctx context.Context, regionID, toStor
 			return toStatus(fmt.Errorf("transfer leader of region %d to store %d: %w", regionID, toStore, err))
 		}
 		return status.Errorf(codes.FailedPrecondition, "store %d is down (it did not answer store %d within %v): a leader can only be handed to a live voter",
-			toStore, self, storeStatusTimeout)
+			toStore, self, controlplane.StoreStatusTimeout)
 	}
 	return nil
 }
 
 // answers reports whether store id answers a Status within
-// storeStatusTimeout, asked over the raft transport's connection to it (so
+// controlplane.StoreStatusTimeout, asked over the raft transport's connection to it (so
 // up means reachable for raft, as in the cluster view). The connection's
 // reconnect backoff (up to 2s after the store was last unreachable) is
 // cut short and the call waits for the connection, so a store that has
@@ -162,7 +160,7 @@ func (s *adminService) answers(ctx context.Context, id uint64) bool {
 		return false
 	}
 	conn.ResetConnectBackoff()
-	ctx, cancel := context.WithTimeout(ctx, storeStatusTimeout)
+	ctx, cancel := context.WithTimeout(ctx, controlplane.StoreStatusTimeout)
 	defer cancel()
 	st, err := kvpb.NewAdminClient(conn).Status(ctx, &kvpb.StatusRequest{}, grpc.WaitForReady(true))
 	if err != nil {

@@ -1,8 +1,8 @@
 package server
 
 // Splits, replicas and joins over real stores (TestWithStore*: in-process
-// servers on 127.0.0.1:0 over the real raftstore), plus the address book,
-// the transport's address changes and the cluster view on their own.
+// servers on 127.0.0.1:0 over the real raftstore), plus a damaged address
+// book, the transport's address changes and the cluster view.
 
 import (
 	"bytes"
@@ -358,7 +358,7 @@ func TestWithStoreJoinAndMembership(t *testing.T) {
 
 	// Store 4 restarts: its address book is on disk, so it starts at once
 	// even though its only join address is dead now.
-	if data, err := os.ReadFile(filepath.Join(dir4, peersFile)); err != nil || !strings.Contains(string(data), addr4) {
+	if data, err := os.ReadFile(filepath.Join(dir4, "peers.json")); err != nil || !strings.Contains(string(data), addr4) {
 		t.Fatalf("peers.json: %q, %v", data, err)
 	}
 	s4.Stop()
@@ -544,7 +544,7 @@ func TestWithStoreLearnsPeers(t *testing.T) {
 	c := startQuietCluster(t, 2)
 	ctx := testCtx(t)
 	ghost := deadAddr(t)
-	if err := c.server(1).setPeers(map[uint64]string{9: ghost}, true); err != nil {
+	if err := c.server(1).cp.SetPeers(map[uint64]string{9: ghost}, true); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := c.server(2).Peers()[9]; ok {
@@ -567,7 +567,7 @@ func TestWithStoreLearnsPeers(t *testing.T) {
 		return s.GetId() == 9 && !s.GetUp() && s.GetAddress() == ghost
 	})
 	// Known stores keep their address: learning never overwrites.
-	c.server(2).learnPeers(map[uint64]string{1: "127.0.0.1:1"})
+	c.server(2).cp.LearnPeers(map[uint64]string{1: "127.0.0.1:1"})
 	if got := c.server(2).Peers()[1]; got != c.peers[1] {
 		t.Errorf("learning changed store 1's address to %q", got)
 	}
@@ -586,9 +586,10 @@ func TestWithStoreClusterView(t *testing.T) {
 	}
 	c.waitLeader(t)
 	ctx := testCtx(t)
-	v := c.server(1).view
-	v.noteZone(3, "dc-z")
-	v.invalidate()
+	cp := c.server(1).cp
+	v := cp.ClusterView()
+	cp.NoteZone(3, "dc-z")
+	cp.InvalidateView()
 	statusCalls := func() float64 {
 		return testutilCounter(c.server(2).metrics.requests.WithLabelValues("Admin.Status", "OK"))
 	}
@@ -619,13 +620,13 @@ func TestWithStoreClusterView(t *testing.T) {
 	if n := statusCalls() - before; n != 1 {
 		t.Errorf("store 2 was asked for its status %v times within the TTL, want 1", n)
 	}
-	v.invalidate()
+	cp.InvalidateView()
 	v.Stores(ctx)
 	if n := statusCalls() - before; n != 2 {
 		t.Errorf("after invalidate: %v status calls, want 2", n)
 	}
 	// A caller that cannot wait gets the last listing, not an empty one.
-	v.invalidate()
+	cp.InvalidateView()
 	done, cancel := context.WithCancel(ctx)
 	cancel()
 	if got := v.Stores(done); len(got) == 0 || !slices.ContainsFunc(got, func(s raftstore.StoreInfo) bool { return s.ID == 1 }) {
@@ -633,56 +634,13 @@ func TestWithStoreClusterView(t *testing.T) {
 	}
 }
 
-func TestAddressBook(t *testing.T) {
-	dir := t.TempDir()
-	b, err := openAddressBook(dir, map[uint64]string{1: "h:1", 2: "h:2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	changed, err := b.update(map[uint64]string{2: "other:2", 4: "h:4"}, false)
-	if err != nil || !maps.Equal(changed, map[uint64]string{4: "h:4"}) {
-		t.Fatalf("update without overwrite: %v, %v", changed, err)
-	}
-	if changed, err = b.update(map[uint64]string{2: "new:2", 0: "x", 5: ""}, true); err != nil || !maps.Equal(changed, map[uint64]string{2: "new:2"}) {
-		t.Fatalf("update with overwrite: %v, %v", changed, err)
-	}
-	want := map[uint64]string{1: "h:1", 2: "new:2", 4: "h:4"}
-	if !maps.Equal(b.all(), want) || !slices.Equal(b.ids(), []uint64{1, 2, 4}) {
-		t.Fatalf("book %v", b.all())
-	}
-	// Reopened: what joined is remembered; the configured stores win.
-	b2, err := openAddressBook(dir, map[uint64]string{1: "moved:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want[1] = "moved:1"
-	if !maps.Equal(b2.all(), want) {
-		t.Fatalf("reopened book %v, want %v", b2.all(), want)
-	}
-	b3, err := openAddressBook(dir, nil)
-	if err != nil || !maps.Equal(b3.all(), want) {
-		t.Fatalf("reopened without configuration: %v, %v", b3.all(), err)
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 || entries[0].Name() != peersFile {
-		t.Errorf("data dir holds %v, want only %s", entries, peersFile)
-	}
-
-	// In memory only.
-	m, err := openAddressBook("", map[uint64]string{1: "h:1"})
-	if err != nil || !maps.Equal(m.all(), map[uint64]string{1: "h:1"}) {
-		t.Fatalf("in-memory book %v, %v", m.all(), err)
-	}
-
-	// A damaged file stops the server from starting rather than being
-	// silently replaced.
+// TestDamagedAddressBook: a damaged address book stops the server from
+// starting rather than being silently replaced.
+func TestDamagedAddressBook(t *testing.T) {
 	for _, bad := range []string{"{", `{"peers":{"x":"h:1"}}`, `{"peers":{"0":"h:1"}}`, `{"peers":{"1":""}}`} {
 		d := t.TempDir()
-		if err := os.WriteFile(filepath.Join(d, peersFile), []byte(bad), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(d, "peers.json"), []byte(bad), 0o644); err != nil {
 			t.Fatal(err)
-		}
-		if _, err := openAddressBook(d, nil); err == nil {
-			t.Errorf("address book %q opened", bad)
 		}
 		if _, err := New(Config{Store: raftstore.Config{StoreID: 1, DataDir: d}, ListenAddr: "127.0.0.1:0"}); err == nil {
 			t.Errorf("server started over address book %q", bad)

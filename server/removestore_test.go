@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -110,7 +108,7 @@ func TestWithStoreRemoveStore(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "every store to know store 4 is being removed", func() bool {
 		for _, s := range c.servers {
-			if !s.book.isRemoving(4) {
+			if !s.cp.IsRemoving(4) {
 				return false
 			}
 		}
@@ -121,7 +119,7 @@ func TestWithStoreRemoveStore(t *testing.T) {
 		t.Errorf("remove store 4 again: %v, %v; want already", resp, err)
 	}
 	_, err = c.admin(t, 2).RemoveStore(ctx, &kvpb.RemoveStoreRequest{StoreId: 3})
-	if status.Code(err) != codes.FailedPrecondition || c.server(1).book.isRemoving(3) {
+	if status.Code(err) != codes.FailedPrecondition || c.server(1).cp.IsRemoving(3) {
 		t.Errorf("remove store 3 with store 4 being removed: %v, want FailedPrecondition and no change", err)
 	}
 	if _, err := c.admin(t, 2).RemoveStore(ctx, &kvpb.RemoveStoreRequest{StoreId: 9}); status.Code(err) != codes.NotFound {
@@ -188,39 +186,6 @@ func TestWithStoreRemoveStore(t *testing.T) {
 		}
 		return n == 4
 	})
-}
-
-// TestAddressBookRemoving: the stores being removed survive a restart
-// (peers.json), and a file naming store 0 is refused.
-func TestAddressBookRemoving(t *testing.T) {
-	dir := t.TempDir()
-	b, err := openAddressBook(dir, map[uint64]string{1: "h:1", 2: "h:2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if added, err := b.markRemoving(2, 2); err != nil || len(added) != 1 || added[0] != 2 {
-		t.Fatalf("markRemoving(2, 2): %v, %v", added, err)
-	}
-	if added, err := b.markRemoving(2); err != nil || len(added) != 0 {
-		t.Errorf("markRemoving(2) again: %v, %v; want nothing added", added, err)
-	}
-	if _, err := b.update(map[uint64]string{3: "h:3"}, false); err != nil {
-		t.Fatal(err)
-	}
-	b2, err := openAddressBook(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !b2.isRemoving(2) || b2.isRemoving(1) || len(b2.removingIDs()) != 1 || b2.len() != 3 {
-		t.Errorf("reopened book: removing %v, %d stores", b2.removingIDs(), b2.len())
-	}
-	bad := t.TempDir()
-	if err := os.WriteFile(filepath.Join(bad, peersFile), []byte(`{"peers":{"1":"h:1"},"removing":[0]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := openAddressBook(bad, nil); err == nil {
-		t.Error("a book removing store 0 was accepted")
-	}
 }
 
 // TestWithStoreRemoveDeadStore: removing a store that is down (the usual

@@ -27,6 +27,7 @@ import (
 	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/server/controlplane"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 )
@@ -100,14 +101,19 @@ const (
 	transferParallelism = 16
 )
 
+// DefaultJoinTimeout bounds the whole join of a starting store when
+// Config.JoinTimeout is 0.
+const DefaultJoinTimeout = controlplane.DefaultJoinTimeout
+
 // Server is one hedgekv store process's network face.
 type Server struct {
-	cfg     Config
-	logger  *slog.Logger
-	store   *raftstore.Store
-	book    *addressBook
+	cfg    Config
+	logger *slog.Logger
+	store  *raftstore.Store
+	// cp is the control plane: address book, joins and removals, the
+	// cluster view, zone addresses.
+	cp      *controlplane.Plane
 	trans   *transport
-	view    *clusterView
 	admin   *adminService
 	raft    *raftService
 	grpc    *grpc.Server
@@ -120,11 +126,8 @@ type Server struct {
 	// finish before it cuts raft traffic.
 	inflight atomic.Int64
 	// ctx ends at Stop: it bounds background work (joining, listings).
-	ctx    context.Context
-	cancel context.CancelFunc
-	// zones tracks which peers have told this store their zone addresses
-	// (see zoneaddrs.go); background waits for its learning loop.
-	zones      zoneLearner
+	ctx        context.Context
+	cancel     context.CancelFunc
 	background sync.WaitGroup
 
 	mu        sync.Mutex
@@ -175,7 +178,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.Peers = maps.Clone(cfg.Peers)
 	cfg.Join = slices.Clone(cfg.Join)
 	cfg.ZoneAddrs = maps.Clone(cfg.ZoneAddrs)
-	if err := checkZoneAddrs(cfg.ZoneAddrs); err != nil {
+	if err := controlplane.CheckZoneAddrs(cfg.ZoneAddrs); err != nil {
 		return nil, fmt.Errorf("server: store %d: zone addresses: %w", cfg.Store.StoreID, err)
 	}
 
@@ -193,25 +196,29 @@ func New(cfg Config) (*Server, error) {
 			_ = statusLis.Close()
 		}
 	}
-	book, err := openAddressBook(cfg.Store.DataDir, cfg.Peers)
+	cp, err := controlplane.Open(controlplane.Config{
+		StoreID:        cfg.Store.StoreID,
+		Zone:           cfg.Store.Zone,
+		DataDir:        cfg.Store.DataDir,
+		Peers:          cfg.Peers,
+		Join:           cfg.Join,
+		JoinTimeout:    cfg.JoinTimeout,
+		ZoneAddrs:      cfg.ZoneAddrs,
+		DialOptions:    peerDialOptions(cfg.TLS),
+		MaxRecvMsgSize: maxRecvMsgSize,
+		Logger:         logger,
+	})
 	if err != nil {
 		closeBound()
 		return nil, fmt.Errorf("server: store %d: %w", cfg.Store.StoreID, err)
 	}
-	// This store's own zone addresses are what its configuration says, now:
-	// started without them, it stops advertising the ones it remembers.
-	if _, err := book.updateZones(map[uint64]map[string]string{cfg.Store.StoreID: cfg.ZoneAddrs}); err != nil {
-		closeBound()
-		return nil, fmt.Errorf("server: store %d: %w", cfg.Store.StoreID, err)
-	}
-	s := &Server{cfg: cfg, logger: logger, load: &loadTracker{}, book: book, bound: lis, boundStatus: statusLis}
-	s.zones.init()
+	s := &Server{cfg: cfg, logger: logger, load: &loadTracker{}, cp: cp, bound: lis, boundStatus: statusLis}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.metrics = newMetrics(func() float64 { return float64(s.load.inflightReads()) })
 	s.faults = newFaultInjector(s.metrics)
 	topts := defaultTransportOptions()
 	topts.tls = cfg.TLS
-	s.trans = newTransport(cfg.Store.StoreID, s.peerDialAddrs(), topts, s.metrics, logger)
+	s.trans = newTransport(cfg.Store.StoreID, cp.DialAddrs(), topts, s.metrics, logger)
 	s.trans.stalled = s.faults.stalled
 
 	store, err := raftstore.NewStore(cfg.Store, s.trans)
@@ -229,27 +236,18 @@ func New(cfg Config) (*Server, error) {
 	s.trans.SetHandler(store)
 	s.raft = newRaftService(cfg.Store.StoreID, drainingHandler{Handler: store, draining: &s.health.draining}, logger)
 	s.raft.waitStall = s.faults.waitStall
-	s.raft.onStream = func(id uint64) {
-		s.peerConnected(id)
-		s.view.peerUp(id)
-	}
+	s.raft.onStream = cp.PeerConnected
 	s.admin = &adminService{srv: s}
-	s.view = &clusterView{
-		selfID:        cfg.Store.StoreID,
-		book:          book,
-		trans:         s.trans,
-		local:         s.admin.localStatus,
-		learn:         s.learnPeers,
-		learnRemoving: s.learnRemoving,
-		heard:         s.heardFrom,
-		leaders:       s.leadersDigest,
-		base:          s.ctx,
-		ttl:           clusterViewTTL,
-		timeout:       storeStatusTimeout,
-		logger:        logger,
-	}
+	cp.Attach(controlplane.Deps{
+		Transport:   s.trans,
+		Local:       s.admin.localStatus,
+		Leaders:     s.leadersDigest,
+		MaxReplicas: store.MaxReplicas,
+		ListenAddr:  s.Addr,
+		Context:     s.ctx,
+	})
 	if !cfg.DisableBalancing {
-		store.SetClusterView(s.view)
+		store.SetClusterView(cp.ClusterView())
 	}
 
 	stallUnary, stallStream := s.faults.stallInterceptors()
@@ -286,10 +284,10 @@ func (s *Server) StartContext(ctx context.Context) error {
 	if err := s.listenAndServe(); err != nil {
 		return err
 	}
-	if s.needsJoin() {
+	if s.cp.NeedsJoin() {
 		jctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(s.ctx, cancel)
-		err := s.join(jctx)
+		err := s.cp.JoinCluster(jctx)
 		stop()
 		cancel()
 		if err != nil {
@@ -301,11 +299,11 @@ func (s *Server) StartContext(ctx context.Context) error {
 	if s.stopped {
 		return errors.New("server: stopped while starting")
 	}
-	s.startZoneLearning()
+	s.cp.StartZoneLearning()
 	s.store.Start()
 	s.health.started.Store(true)
 	s.background.Go(func() { s.health.watch(s.ctx, s.logger.Info) })
-	s.logger.Info("server started", "addr", s.lis.Addr().String(), "status_addr", s.statusAddrLocked(), "stores", s.book.len())
+	s.logger.Info("server started", "addr", s.lis.Addr().String(), "status_addr", s.statusAddrLocked(), "stores", s.cp.Len())
 	return nil
 }
 
@@ -371,9 +369,9 @@ func (s *Server) transferLeadersAway(ctx context.Context) {
 	if len(led) == 0 {
 		return
 	}
-	vctx, vcancel := context.WithTimeout(ctx, storeStatusTimeout)
+	vctx, vcancel := context.WithTimeout(ctx, controlplane.StoreStatusTimeout)
 	up := map[uint64]bool{}
-	for _, st := range s.view.Stores(vctx) {
+	for _, st := range s.cp.ClusterView().Stores(vctx) {
 		up[st.ID] = st.Up
 	}
 	vcancel()
@@ -479,6 +477,7 @@ func (s *Server) Stop() {
 		}
 	}
 	s.background.Wait()
+	s.cp.Wait()
 	s.trans.Close()
 	s.raft.wait()
 	if err := s.store.Stop(); err != nil {
@@ -606,13 +605,8 @@ func (s *Server) leadersDigest() string {
 // advertiseAddr is the address other stores and clients reach this store
 // at: the configured peer address if any (it may be a proxy's), else the
 // listen address.
-func (s *Server) advertiseAddr() string {
-	if a, ok := s.book.get(s.cfg.Store.StoreID); ok {
-		return a
-	}
-	return s.Addr()
-}
+func (s *Server) advertiseAddr() string { return s.cp.AdvertiseAddr() }
 
 // Peers returns a copy of the address book: every store this one knows,
 // by id.
-func (s *Server) Peers() map[uint64]string { return s.book.all() }
+func (s *Server) Peers() map[uint64]string { return s.cp.Peers() }

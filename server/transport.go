@@ -274,6 +274,9 @@ func (t *transport) sender(id uint64) *peerSender {
 	return p
 }
 
+// Conn is conn for the control plane (controlplane.Transport).
+func (t *transport) Conn(id uint64) (*grpc.ClientConn, error) { return t.conn(id) }
+
 // conn returns the client connection to store id, created lazily. gRPC
 // connects in the background and reconnects by itself.
 func (t *transport) conn(id uint64) (*grpc.ClientConn, error) {

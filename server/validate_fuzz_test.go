@@ -6,8 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"net"
-	"strings"
 	"testing"
 	"time"
 
@@ -168,51 +166,6 @@ func FuzzCheckFaultRequest(f *testing.F) {
 		}
 		if stall > int64(time.Minute) && !fi.stalled() {
 			t.Fatalf("after %+v: not stalled", req)
-		}
-	})
-}
-
-// FuzzValidateJoin: the Admin Join call (and AddPeer/RemovePeer ids). zas
-// holds the zone addresses as lines "zone=address".
-func FuzzValidateJoin(f *testing.F) {
-	f.Add(uint64(2), "10.0.0.2:20160", "dc-a", "dc-a=10.0.0.2:20160\ndc-b=127.0.0.1:30002", uint64(1))
-	f.Add(uint64(0), "", "", "", uint64(0))
-	f.Add(uint64(maxStoreID+1), "host:1", "z", "", uint64(5))
-	f.Add(uint64(1), "[::1]:20160", "", "=x:1", uint64(1))
-	f.Add(uint64(1), "no-port", "", "z=h:0", uint64(1))
-	f.Add(uint64(1), "h:", "", "z=h:65536", uint64(1))
-	f.Add(uint64(1), ":1", strings.Repeat("z", maxZoneLen+1), "z=[::1]:1", uint64(1))
-	f.Add(uint64(maxStoreID), "h:1", "z", "z=h:1\nz=h:2\nw", uint64(1))
-
-	f.Fuzz(func(t *testing.T, id uint64, addr, zone, zas string, regionID uint64) {
-		var za map[string]string
-		if zas != "" {
-			za = map[string]string{}
-			for _, line := range strings.Split(zas, "\n") {
-				z, a, _ := strings.Cut(line, "=")
-				za[z] = a
-			}
-		}
-		req := &kvpb.JoinRequest{StoreId: id, Address: addr, Zone: zone, ZoneAddresses: za}
-		err := validateJoin(req)
-		if err != nil {
-			wantInvalidArgument(t, "join", err)
-		} else {
-			host, port, herr := net.SplitHostPort(addr)
-			if id == 0 || id > maxStoreID || len(addr) > maxAddrLen || herr != nil || host == "" || port == "" || len(zone) > maxZoneLen || len(za) > maxZoneAddrs {
-				t.Fatalf("validateJoin accepted %+v", req)
-			}
-			for z, a := range za {
-				if z == "" || len(z) > maxZoneLen || len(a) > maxAddrLen || checkHostPort(a) != nil {
-					t.Fatalf("validateJoin accepted zone address %q=%q", z, a)
-				}
-			}
-		}
-		err = validateMembership(regionID, id)
-		if (regionID == 0 || id == 0) != (err != nil) {
-			t.Fatalf("validateMembership(%d, %d) = %v", regionID, id, err)
-		} else if err != nil {
-			wantInvalidArgument(t, "membership", err)
 		}
 	})
 }

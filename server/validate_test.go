@@ -105,3 +105,18 @@ func TestLoadTracker(t *testing.T) {
 		t.Fatalf("after one 2ms read: %v", ld)
 	}
 }
+
+// TestValidateMembership: AddPeer and RemovePeer need a region and a store.
+func TestValidateMembership(t *testing.T) {
+	for _, tc := range []struct {
+		region, store uint64
+		ok            bool
+	}{{1, 1, true}, {0, 1, false}, {1, 0, false}, {0, 0, false}} {
+		err := validateMembership(tc.region, tc.store)
+		if (err == nil) != tc.ok {
+			t.Errorf("validateMembership(%d, %d) = %v", tc.region, tc.store, err)
+		} else if err != nil && status.Code(err) != codes.InvalidArgument {
+			t.Errorf("validateMembership(%d, %d) = %v, want InvalidArgument", tc.region, tc.store, err)
+		}
+	}
+}

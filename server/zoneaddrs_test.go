@@ -1,7 +1,7 @@
 package server
 
-// Addresses per zone: the dial rule, the address book keeping them, Join
-// validating them, (TestWithStoreZoneAddresses) real stores and a client
+// Addresses per zone (the dial rule and the address book keeping them are
+// tested in package controlplane): (TestWithStoreZoneAddresses) real stores and a client
 // reaching each other through per-(zone, store) forwarders that stand in
 // for the simulated WAN's proxies, and (TestWithStoreZoneAddressesRestart)
 // such stores restarted on their data without forwarders, or behind new
@@ -11,11 +11,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"net"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,113 +24,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-func TestDialAddr(t *testing.T) {
-	za := map[string]string{"dc-a": "a:1", "dc-b": "b:1"}
-	tests := []struct {
-		zone  string
-		zones map[string]string
-		want  string
-	}{
-		{"dc-a", za, "a:1"},
-		{"dc-b", za, "b:1"},
-		{"dc-c", za, "direct:1"}, // no address for this zone
-		{"", za, "direct:1"},     // a store without a zone
-		{"dc-a", nil, "direct:1"},
-		{"dc-a", map[string]string{"dc-a": ""}, "direct:1"},
-	}
-	for _, tt := range tests {
-		if got := dialAddr(tt.zone, "direct:1", tt.zones); got != tt.want {
-			t.Errorf("dialAddr(%q, direct:1, %v) = %q, want %q", tt.zone, tt.zones, got, tt.want)
-		}
-	}
-}
-
-func TestCheckZoneAddrs(t *testing.T) {
-	good := []map[string]string{nil, {}, {"dc-a": "127.0.0.1:21101", "dc-b": "proxy.example:21201"}}
-	for _, za := range good {
-		if err := checkZoneAddrs(za); err != nil {
-			t.Errorf("checkZoneAddrs(%v): %v", za, err)
-		}
-	}
-	many := map[string]string{}
-	for i := range maxZoneAddrs + 1 {
-		many[fmt.Sprintf("z%d", i)] = "h:1"
-	}
-	bad := map[string]map[string]string{
-		"empty zone":     {"": "h:1"},
-		"not host:port":  {"dc-a": "h"},
-		"no host":        {"dc-a": ":1"},
-		"bad port":       {"dc-a": "h:x"},
-		"port 0":         {"dc-a": "h:0"},
-		"long zone":      {strings.Repeat("z", maxZoneLen+1): "h:1"},
-		"long address":   {"dc-a": strings.Repeat("h", maxAddrLen) + ":1"},
-		"too many zones": many,
-	}
-	for name, za := range bad {
-		if err := checkZoneAddrs(za); err == nil {
-			t.Errorf("%s: checkZoneAddrs accepted %d entries", name, len(za))
-		}
-	}
+// TestBadZoneAddrs: a server does not start with a bad zone address of its
+// own.
+func TestBadZoneAddrs(t *testing.T) {
 	if _, err := New(Config{Store: raftstore.Config{StoreID: 1}, ListenAddr: "127.0.0.1:0", ZoneAddrs: map[string]string{"dc-a": "nope"}}); err == nil {
 		t.Error("a server started with a bad zone address")
-	}
-}
-
-func TestAddressBookZones(t *testing.T) {
-	dir := t.TempDir()
-	b, err := openAddressBook(dir, map[uint64]string{1: "h:1", 2: "h:2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	za2 := map[string]string{"dc-a": "a:2", "dc-b": "b:2"}
-	changed, err := b.updateZones(map[uint64]map[string]string{1: nil, 2: za2})
-	if err != nil || len(changed) != 1 || changed[0] != 2 {
-		t.Fatalf("updateZones: changed %v, %v", changed, err)
-	}
-	if changed, _ := b.updateZones(map[uint64]map[string]string{2: maps.Clone(za2)}); len(changed) != 0 {
-		t.Errorf("the same zone addresses again changed %v", changed)
-	}
-	for _, tt := range []struct {
-		id   uint64
-		zone string
-		want string
-	}{{2, "dc-a", "a:2"}, {2, "dc-c", "h:2"}, {2, "", "h:2"}, {1, "dc-a", "h:1"}} {
-		if got, ok := b.dialAddr(tt.id, tt.zone); !ok || got != tt.want {
-			t.Errorf("dialAddr(%d, %q) = %q, %v; want %q", tt.id, tt.zone, got, ok, tt.want)
-		}
-	}
-	if _, ok := b.dialAddr(9, "dc-a"); ok {
-		t.Error("dialAddr of an unknown store")
-	}
-
-	// Remembered across a restart, beside the addresses; a file without
-	// zone addresses (written before they existed) still opens.
-	b2, err := openAddressBook(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := b2.allZoneAddrs(); len(got) != 1 || !maps.Equal(got[2], za2) {
-		t.Errorf("reopened zone addresses %v", got)
-	}
-	if changed, _ := b2.updateZones(map[uint64]map[string]string{2: {}}); len(changed) != 1 || b2.zoneAddrs(2) != nil {
-		t.Errorf("clearing store 2's zone addresses: changed %v, left %v", changed, b2.zoneAddrs(2))
-	}
-	data, err := os.ReadFile(filepath.Join(dir, peersFile))
-	if err != nil || strings.Contains(string(data), "zone_addresses") {
-		t.Errorf("book without zone addresses written as %s (%v)", data, err)
-	}
-	for _, bad := range []string{
-		`{"peers":{"1":"h:1"},"zone_addresses":{"x":{"dc-a":"a:1"}}}`,
-		`{"peers":{"1":"h:1"},"zone_addresses":{"1":{"":"a:1"}}}`,
-		`{"peers":{"1":"h:1"},"zone_addresses":{"1":{"dc-a":""}}}`,
-	} {
-		d := t.TempDir()
-		if err := os.WriteFile(filepath.Join(d, peersFile), []byte(bad), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := openAddressBook(d, nil); err == nil {
-			t.Errorf("address book %s opened", bad)
-		}
 	}
 }
 
@@ -525,10 +419,10 @@ func TestWithStoreZoneAddressesRestart(t *testing.T) {
 	fwd.close()
 	c.reopenAll(t, func(uint64) map[string]string { return nil })
 	for _, s := range c.servers {
-		if n := len(s.book.allZoneAddrs()); n != 2 {
+		if n := len(s.cp.AllZoneAddrs()); n != 2 {
 			t.Fatalf("store %d's book remembers the zone addresses of %d stores, want its 2 peers'", s.cfg.Store.StoreID, n)
 		}
-		for peer, za := range s.book.allZoneAddrs() {
+		for peer, za := range s.cp.AllZoneAddrs() {
 			if peer != s.cfg.Store.StoreID && !dead[za["dc-a"]] {
 				t.Fatalf("store %d's book lost store %d's first forwarders: %v", s.cfg.Store.StoreID, peer, za)
 			}

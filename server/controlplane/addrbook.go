@@ -1,4 +1,4 @@
-package server
+package controlplane
 
 import (
 	"encoding/json"
@@ -23,7 +23,7 @@ const peersFile = "peers.json"
 // still knows the stores that joined while it ran, and how to reach them
 // from its zone. The zone addresses are what the stores last advertised,
 // kept whether or not this store dials them (it does only when it is in
-// the simulated WAN itself, see Server.dialZone), and possibly stale after
+// the simulated WAN itself, see Plane.dialZone), and possibly stale after
 // a restart: the learning loop (zoneaddrs.go) refreshes them at the plain
 // addresses.
 type addressBook struct {
@@ -351,7 +351,7 @@ func (b *addressBook) markRemoving(ids ...uint64) ([]uint64, error) {
 // it advertises one (zones, from --advertise-zone-addrs), else its plain
 // address. Zone "" always gets the plain address: a store passes it when
 // it has no zone, or no zone addresses of its own (it is not in the
-// simulated WAN, see Server.dialZone).
+// simulated WAN, see Plane.dialZone).
 func dialAddr(zone, addr string, zones map[string]string) string {
 	if zone != "" {
 		if a := zones[zone]; a != "" {

@@ -1,4 +1,4 @@
-package server
+package controlplane
 
 import (
 	"context"
@@ -17,10 +17,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// storeStatusTimeout bounds how long a listing waits for one store's
+// StoreStatusTimeout bounds how long a listing waits for one store's
 // Status: a store that cannot answer that quickly is reported down rather
 // than holding up the whole listing.
-const storeStatusTimeout = 500 * time.Millisecond
+const StoreStatusTimeout = 500 * time.Millisecond
 
 // clusterViewTTL is how long one listing of the stores is reused, so the
 // balancer and Admin.Stores together ask each store at most about once a
@@ -35,7 +35,7 @@ const clusterViewTTL = time.Second
 type clusterView struct {
 	selfID uint64
 	book   *addressBook
-	trans  *transport
+	trans  Transport
 	local  func() *kvpb.StatusResponse   // this store's own Status, answered locally
 	learn  func(peers map[uint64]string) // stores named in an answer, for the address book
 	// learnRemoving gets the stores answers name as being removed.
@@ -169,7 +169,7 @@ func (v *clusterView) peerUp(id uint64) {
 		v.cached, v.flight = nil, nil
 	}
 	v.mu.Unlock()
-	if conn, err := v.trans.conn(id); err == nil {
+	if conn, err := v.trans.Conn(id); err == nil {
 		conn.ResetConnectBackoff()
 	}
 }
@@ -284,7 +284,7 @@ func (v *clusterView) storeInfo(ctx context.Context, id uint64) (*kvpb.Store, *k
 		st := v.local()
 		return v.fromStatus(info, st), st
 	}
-	conn, err := v.trans.conn(id)
+	conn, err := v.trans.Conn(id)
 	if err != nil {
 		return info, nil
 	}

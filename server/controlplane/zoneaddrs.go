@@ -1,4 +1,4 @@
-package server
+package controlplane
 
 import (
 	"context"
@@ -59,9 +59,9 @@ const (
 	zoneLearnMaxBackoff = 2 * time.Second
 )
 
-// checkZoneAddrs checks a store's zone addresses: a bounded number of
+// CheckZoneAddrs checks a store's zone addresses: a bounded number of
 // non-empty zones, each with a HOST:PORT address.
-func checkZoneAddrs(za map[string]string) error {
+func CheckZoneAddrs(za map[string]string) error {
 	if len(za) > maxZoneAddrs {
 		return fmt.Errorf("%d zones, over the limit of %d", len(za), maxZoneAddrs)
 	}
@@ -97,34 +97,21 @@ func checkHostPort(addr string) error {
 // dialZone is the zone whose addresses this store dials its peers at:
 // its own zone if it is in the simulated WAN (it has zone addresses of its
 // own), else "" (plain addresses only).
-func (s *Server) dialZone() string {
-	if len(s.cfg.ZoneAddrs) == 0 {
+func (p *Plane) dialZone() string {
+	if len(p.cfg.ZoneAddrs) == 0 {
 		return ""
 	}
-	return s.cfg.Store.Zone
-}
-
-// peerDialAddrs is the address book as this store dials it: every store
-// at its address for this store's zone (see dialZone), or at its plain
-// address.
-func (s *Server) peerDialAddrs() map[uint64]string {
-	out := make(map[uint64]string)
-	for _, id := range s.book.ids() {
-		if a, ok := s.book.dialAddr(id, s.dialZone()); ok {
-			out[id] = a
-		}
-	}
-	return out
+	return p.cfg.Zone
 }
 
 // updateDialAddr points the transport (raft messages and every
 // store-to-store call) at store id's current dial address.
-func (s *Server) updateDialAddr(id uint64) {
-	if id == s.cfg.Store.StoreID {
+func (p *Plane) updateDialAddr(id uint64) {
+	if id == p.cfg.StoreID {
 		return
 	}
-	if a, ok := s.book.dialAddr(id, s.dialZone()); ok {
-		s.trans.SetAddr(id, a)
+	if a, ok := p.book.dialAddr(id, p.dialZone()); ok {
+		p.deps.Transport.SetAddr(id, a)
 	}
 }
 
@@ -132,25 +119,25 @@ func (s *Server) updateDialAddr(id uint64) {
 // advertises none) in the address book and redirects the transport where
 // that changes this store's way to them. Entries for this store are
 // ignored: its own come from its configuration only.
-func (s *Server) setZoneAddrs(entries map[uint64]map[string]string) error {
-	if _, ok := entries[s.cfg.Store.StoreID]; ok {
+func (p *Plane) setZoneAddrs(entries map[uint64]map[string]string) error {
+	if _, ok := entries[p.cfg.StoreID]; ok {
 		entries = maps.Clone(entries)
-		delete(entries, s.cfg.Store.StoreID)
+		delete(entries, p.cfg.StoreID)
 	}
 	if len(entries) == 0 {
 		return nil
 	}
-	changed, err := s.book.updateZones(entries)
+	changed, err := p.book.updateZones(entries)
 	if err != nil {
-		return fmt.Errorf("store %d: record zone addresses of stores %v: %w", s.store.ID(), slices.Sorted(maps.Keys(entries)), err)
+		return fmt.Errorf("store %d: record zone addresses of stores %v: %w", p.cfg.StoreID, slices.Sorted(maps.Keys(entries)), err)
 	}
 	for _, id := range changed {
-		za := s.book.zoneAddrs(id)
-		s.logger.Info("store zone addresses set", "to_store", id, "zone_addrs", za)
-		s.updateDialAddr(id)
+		za := p.book.zoneAddrs(id)
+		p.logger.Info("store zone addresses set", "to_store", id, "zone_addrs", za)
+		p.updateDialAddr(id)
 	}
 	if len(changed) > 0 {
-		s.view.invalidate()
+		p.view.invalidate()
 	}
 	return nil
 }
@@ -160,32 +147,32 @@ func (s *Server) setZoneAddrs(entries map[uint64]map[string]string) error {
 // asked, with st nil for one that did not answer (at this store's way to
 // it): if that store had answered before, the learning loop asks it again
 // at its plain address, in case it moved to other zone addresses.
-func (s *Server) heardFrom(id uint64, st *kvpb.StatusResponse) {
-	if id == s.cfg.Store.StoreID {
+func (p *Plane) heardFrom(id uint64, st *kvpb.StatusResponse) {
+	if id == p.cfg.StoreID {
 		return
 	}
 	if st == nil {
-		if s.dialZone() != "" && s.zones.forget(id) {
-			s.zones.kick()
+		if p.dialZone() != "" && p.zones.forget(id) {
+			p.zones.kick()
 		}
 		return
 	}
-	if err := s.setZoneAddrs(map[uint64]map[string]string{id: st.GetZoneAddresses()}); err != nil {
-		s.logger.Warn("could not record a store's zone addresses", "to_store", id, "err", err)
+	if err := p.setZoneAddrs(map[uint64]map[string]string{id: st.GetZoneAddresses()}); err != nil {
+		p.logger.Warn("could not record a store's zone addresses", "to_store", id, "err", err)
 		return
 	}
-	s.zones.heard(id)
+	p.zones.heard(id)
 }
 
 // peerConnected is told of every new raft stream from a peer: the peer
 // may have restarted with other zone addresses, so the learning loop asks
 // it again.
-func (s *Server) peerConnected(id uint64) {
-	if id == 0 || id == s.cfg.Store.StoreID {
+func (p *Plane) peerConnected(id uint64) {
+	if id == 0 || id == p.cfg.StoreID {
 		return
 	}
-	if s.zones.forget(id) {
-		s.zones.kick()
+	if p.zones.forget(id) {
+		p.zones.kick()
 	}
 }
 
@@ -239,7 +226,7 @@ func (z *zoneLearner) kick() {
 	}
 }
 
-// startZoneLearning starts, for a store in the simulated WAN (see
+// StartZoneLearning starts, for a store in the simulated WAN (see
 // dialZone), the loop that asks every peer that has not answered since
 // this store started (or since it was last forgotten, see zoneLearner) for
 // its Status at its plain address, so that raft traffic goes through the
@@ -249,18 +236,18 @@ func (z *zoneLearner) kick() {
 // silent, and start again when the book gains a store or a peer is
 // forgotten. A store outside the WAN dials plain addresses only and needs
 // none of this.
-func (s *Server) startZoneLearning() {
-	if s.dialZone() == "" {
+func (p *Plane) StartZoneLearning() {
+	if p.dialZone() == "" {
 		return
 	}
-	s.background.Go(func() {
+	p.background.Go(func() {
 		backoff := zoneLearnMinBackoff
 		for {
-			pending := s.zones.unheard(s.book.ids(), s.cfg.Store.StoreID)
+			pending := p.zones.unheard(p.book.ids(), p.cfg.StoreID)
 			var retry <-chan time.Time
 			if len(pending) > 0 {
-				s.askStatus(pending)
-				if len(s.zones.unheard(pending, s.cfg.Store.StoreID)) > 0 {
+				p.askStatus(pending)
+				if len(p.zones.unheard(pending, p.cfg.StoreID)) > 0 {
 					retry = time.After(backoff)
 					backoff = min(2*backoff, zoneLearnMaxBackoff)
 				}
@@ -269,9 +256,9 @@ func (s *Server) startZoneLearning() {
 				backoff = zoneLearnMinBackoff
 			}
 			select {
-			case <-s.ctx.Done():
+			case <-p.deps.Context.Done():
 				return
-			case <-s.zones.wake:
+			case <-p.zones.wake:
 			case <-retry:
 			}
 		}
@@ -279,28 +266,28 @@ func (s *Server) startZoneLearning() {
 }
 
 // askStatus asks the given stores for their Status at their plain
-// addresses, in parallel, each within storeStatusTimeout, and records what
+// addresses, in parallel, each within StoreStatusTimeout, and records what
 // they say of themselves, and the stores they name that this one does not
 // know.
-func (s *Server) askStatus(ids []uint64) {
+func (p *Plane) askStatus(ids []uint64) {
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		wg.Go(func() {
 			var st *kvpb.StatusResponse
-			err := s.callDirect(s.ctx, id, storeStatusTimeout, func(ctx context.Context, a kvpb.AdminClient) error {
+			err := p.callDirect(p.deps.Context, id, StoreStatusTimeout, func(ctx context.Context, a kvpb.AdminClient) error {
 				var err error
 				st, err = a.Status(ctx, &kvpb.StatusRequest{})
 				return err
 			})
 			if err != nil || st.GetStoreId() != id {
-				if err != nil && s.ctx.Err() == nil {
-					s.logger.Debug("could not ask a store for its zone addresses", "to_store", id, "err", err)
+				if err != nil && p.deps.Context.Err() == nil {
+					p.logger.Debug("could not ask a store for its zone addresses", "to_store", id, "err", err)
 				}
 				return
 			}
-			s.heardFrom(id, st)
+			p.heardFrom(id, st)
 			if peers := st.GetPeers(); len(peers) > 0 {
-				s.learnPeers(peers)
+				p.LearnPeers(peers)
 			}
 		})
 	}
@@ -313,13 +300,13 @@ func (s *Server) askStatus(ids []uint64) {
 // forwarding and checking joins): the plain address stays reachable when
 // the zone addresses this store remembers are stale, so these calls never
 // depend on them. Raft traffic never takes this way.
-func (s *Server) callDirect(ctx context.Context, id uint64, timeout time.Duration, call func(context.Context, kvpb.AdminClient) error) error {
-	addr, ok := s.book.get(id)
+func (p *Plane) callDirect(ctx context.Context, id uint64, timeout time.Duration, call func(context.Context, kvpb.AdminClient) error) error {
+	addr, ok := p.book.get(id)
 	if !ok || addr == "" {
 		return fmt.Errorf("store %d: no address known", id)
 	}
-	conn, err := grpc.NewClient(addr, append(peerDialOptions(s.cfg.TLS),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvMsgSize)),
+	conn, err := grpc.NewClient(addr, append(slices.Clone(p.cfg.DialOptions),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(p.cfg.MaxRecvMsgSize)),
 	)...)
 	if err != nil {
 		return fmt.Errorf("dial store %d at %s: %w", id, addr, err)
