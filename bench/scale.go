@@ -440,6 +440,12 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleResult, error) {
 	if cfg.SplitCheckInterval != 0 {
 		extra = append(extra, "--split-check-interval="+cfg.SplitCheckInterval.String())
 	}
+	if cfg.Dir != "" {
+		// --dir names where the stores go; it need not exist yet.
+		if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("scale: %w", err)
+		}
+	}
 	prog.Printf("scale: starting three `%s server` processes", cfg.Binary)
 	c, err := StartProcCluster(ctx, ProcClusterConfig{
 		Binary: cfg.Binary, Dir: cfg.Dir, BalanceInterval: cfg.BalanceInterval, ExtraArgs: extra,
