@@ -17,11 +17,16 @@
 //     travel in one MsgApp per follower and come back in one ack each),
 //     then take the peer's Ready. sendEarly then sends a leader's appends
 //     and heartbeats (see 5).
-//  2. persistAndApply: persist, for all peers at once, in ONE bbolt
-//     transaction: snapshot (replacing the region's data, log and state),
-//     new log entries (dropping any conflicting tail) and the hard state.
-//     Group commit: one fsync per round however many regions and requests
-//     it carries. A failed transaction freezes the store (diskfail.go).
+//  2. persistAndApply: persist, for all peers at once, ONE record of the
+//     round log (wal.go: new entries, hard state, a snapshot mark),
+//     fdatasynced: group commit, one fsync per round however many regions
+//     and requests it carries. Beside that write, in ONE bbolt transaction
+//     committed without an fsync: snapshot (replacing the region's data,
+//     log and state), new log entries (dropping any conflicting tail) and
+//     the hard state. bbolt is made durable by checkpoints (checkpoint.go:
+//     every 100 ms, and after any round that changes a region's shape,
+//     before it sends); a restart restores the last one and replays the
+//     round log. A failed write freezes the store (diskfail.go).
 //  3. In the same transaction, apply committed entries (they are durable on
 //     a quorum already; raft only hands out entries this peer persisted) and
 //     record the applied index with the data it covers, and compact the log
