@@ -151,7 +151,7 @@ FUZZ_TARGETS  := \
 	./client:FuzzParseHedge \
 	./cmd/hedgekv:FuzzParseFault ./cmd/hedgekv:FuzzParseAddrLists \
 	./bench/ycsbdb:FuzzDecodeRecord ./bench/ycsbdb:FuzzRoundTrip ./bench/ycsbdb:FuzzDecodeFields \
-	./bench/netsim:FuzzParseTopology
+	./netsim:FuzzParseTopology
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

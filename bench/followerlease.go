@@ -19,9 +19,10 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 	"gonum.org/v1/plot/plotter"
 
-	"github.com/hedgekv/hedgekv/bench/netsim"
 	"github.com/hedgekv/hedgekv/bench/ycsbdb"
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/cluster"
+	"github.com/hedgekv/hedgekv/netsim"
 	"github.com/hedgekv/hedgekv/raftstore"
 )
 
@@ -264,7 +265,7 @@ func RunFollowerLease(ctx context.Context, cfg FollowerLeaseConfig) (*FollowerLe
 // flCluster is one of the scenario's clusters: on one machine (lc only)
 // or behind the WAN (wc too).
 type flCluster struct {
-	lc     *LocalCluster
+	lc     *cluster.Local
 	wc     *wanCluster
 	leases bool
 	place  string
@@ -287,14 +288,14 @@ func (cfg *FollowerLeaseConfig) startCluster(ctx context.Context, wan, leases bo
 		if err != nil {
 			return nil, err
 		}
-		c.wc, c.lc = wc, wc.LocalCluster
+		c.wc, c.lc = wc, wc.Local
 		if wc.leaderStore != 1 {
 			wc.Stop()
 			return nil, fmt.Errorf("the leader went to store %d, not store 1 (the first store of %s)", wc.leaderStore, c.zone)
 		}
 		return c, nil
 	}
-	lc, err := StartLocalCluster(ctx, LocalClusterConfig{
+	lc, err := cluster.StartLocal(ctx, cluster.LocalConfig{
 		NoSync: true, DisableBalancing: true, DisableSplit: true, FollowerLeases: leases,
 		Logger: quietStores(cfg.Logger),
 	})
@@ -409,7 +410,7 @@ func (cfg *FollowerLeaseConfig) measureReads(ctx context.Context, c *flCluster, 
 	after := c.lc.Stats()
 	run := &FollowerLeaseRun{Variant: v, Place: flPlaceLocal, Row: phase.Row, Latency: phase.Latency, FirstErr: phase.Total.FirstErr}
 	run.Row.Param = flWorkloadC
-	run.Row.ServedBy = (&wanCluster{LocalCluster: c.lc}).servedBy(statsDelta(before, after))
+	run.Row.ServedBy = (&wanCluster{Local: c.lc}).servedBy(statsDelta(before, after))
 	if err == nil && run.Row.Failed > 0 {
 		err = fmt.Errorf("%d of %d reads failed; first: %s", run.Row.Failed, run.Row.Ops, run.FirstErr)
 	}
@@ -418,7 +419,7 @@ func (cfg *FollowerLeaseConfig) measureReads(ctx context.Context, c *flCluster, 
 
 // leaseHolders returns the followers of region 1 that serve a lease read
 // now (each asked directly, a few tries: a renewal may be in flight).
-func leaseHolders(ctx context.Context, lc *LocalCluster) []uint64 {
+func leaseHolders(ctx context.Context, lc *cluster.Local) []uint64 {
 	var out []uint64
 	for _, id := range lc.StoreIDs() {
 		if id == lc.LeaderStore(hotRegionID) {
@@ -431,7 +432,7 @@ func leaseHolders(ctx context.Context, lc *LocalCluster) []uint64 {
 	return out
 }
 
-func holdsLease(ctx context.Context, lc *LocalCluster, store uint64) bool {
+func holdsLease(ctx context.Context, lc *cluster.Local, store uint64) bool {
 	srv := lc.Server(store)
 	if srv == nil {
 		return false

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hedgekv/hedgekv/bench/netsim"
 	"github.com/hedgekv/hedgekv/bench/ycsbdb"
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/netsim"
 )
 
 // follower-read-dc reproduces TiDB 3.1's follower-read experiment (its

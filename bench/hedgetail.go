@@ -24,6 +24,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/cluster"
 )
 
 // hedge-tail reproduces Pegasus's backup request and Bailis's "doing
@@ -254,8 +255,8 @@ func RunHedgeTail(ctx context.Context, cfg HedgeTailConfig) (*HedgeTailResult, e
 // startFaultCluster starts three in-process stores on loopback ports that
 // accept faults (balancer paused, splits off), puts region 1's leader on
 // store 1, and connects an admin client (loads, faults) to every store.
-func startFaultCluster(ctx context.Context, logger *slog.Logger) (*LocalCluster, *client.Client, error) {
-	lc, err := StartLocalCluster(ctx, LocalClusterConfig{
+func startFaultCluster(ctx context.Context, logger *slog.Logger) (*cluster.Local, *client.Client, error) {
+	lc, err := cluster.StartLocal(ctx, cluster.LocalConfig{
 		NoSync: true, DisableBalancing: true, DisableSplit: true, AllowFaults: true,
 		Logger: quietStores(logger),
 	})
@@ -318,7 +319,7 @@ func loadKeys(ctx context.Context, cli *client.Client, prefix string, n, size in
 
 // newRunClient connects a fresh client: each run starts with empty latency
 // windows and load estimates, so no run inherits another's.
-func newRunClient(ctx context.Context, lc *LocalCluster) (*client.Client, error) {
+func newRunClient(ctx context.Context, lc *cluster.Local) (*client.Client, error) {
 	cli, err := client.New(ctx, client.Config{Endpoints: lc.Endpoints, RequestTimeout: 10 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
@@ -396,7 +397,7 @@ func (cfg *HedgeTailConfig) policy(v HedgeTailVariant, budget float64, fault str
 	return p
 }
 
-func (cfg *HedgeTailConfig) measure(ctx context.Context, lc *LocalCluster, admin *client.Client, leader uint64, keys [][]byte,
+func (cfg *HedgeTailConfig) measure(ctx context.Context, lc *cluster.Local, admin *client.Client, leader uint64, keys [][]byte,
 	v HedgeTailVariant, budget float64, fault string, prog *Progress) (*HedgeTailRun, error) {
 	cli, err := newRunClient(ctx, lc)
 	if err != nil {

@@ -16,9 +16,9 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/pingcap/go-ycsb/pkg/ycsb"
 
-	"github.com/hedgekv/hedgekv/bench/netsim"
 	"github.com/hedgekv/hedgekv/bench/ycsbdb"
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/netsim"
 )
 
 // hot-region reproduces TiDB's claim that follower read "roughly doubles"

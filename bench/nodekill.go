@@ -25,6 +25,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/cluster"
 )
 
 // node-kill reproduces Cassandra 2.0.2's rapid read protection graph: a
@@ -221,7 +222,7 @@ func RunNodeKill(ctx context.Context, cfg NodeKillConfig) (_ *NodeKillResult, er
 	defer prog.Done()
 
 	prog.Printf("node-kill: starting three `%s server` processes", cfg.Binary)
-	c, err := StartProcCluster(ctx, ProcClusterConfig{
+	c, err := cluster.StartProcesses(ctx, cluster.ProcessesConfig{
 		Binary: cfg.Binary, Dir: cfg.Dir, Tick: cfg.Tick,
 		// Leaders stay where elections put them: no leader moves in the
 		// middle of a run but the kill's.
@@ -284,7 +285,7 @@ func nodeKillValue(i int64, size int) []byte {
 	return v
 }
 
-func (cfg *NodeKillConfig) load(ctx context.Context, c *ProcCluster, prog *Progress) error {
+func (cfg *NodeKillConfig) load(ctx context.Context, c *cluster.Processes, prog *Progress) error {
 	cli, err := client.New(ctx, client.Config{Endpoints: c.Endpoints})
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
@@ -392,7 +393,7 @@ func (cfg *NodeKillConfig) readLoad(ctx context.Context, sess *client.Session, s
 }
 
 // measure runs one variant: a warm-up, then the measured run with the kill.
-func (cfg *NodeKillConfig) measure(ctx context.Context, c *ProcCluster, v NodeKillVariant, prog *Progress) (*NodeKillRun, error) {
+func (cfg *NodeKillConfig) measure(ctx context.Context, c *cluster.Processes, v NodeKillVariant, prog *Progress) (*NodeKillRun, error) {
 	runFor := cfg.KillAfter + cfg.RunAfterKill
 	prog.Step(v.Name, 0, max(cfg.Warmup, 0)+runFor)
 	// A fresh client per variant: no region cache or latency window

@@ -16,6 +16,7 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/cluster"
 )
 
 // overloaded-replica reproduces ScyllaDB's RandomTwoChoice: one replica's
@@ -162,7 +163,7 @@ func (cfg *OverloadedConfig) param() string {
 	return fmt.Sprintf("store %d delay=%v,prob=%g", cfg.SlowStore, cfg.Delay, cfg.Prob)
 }
 
-func (cfg *OverloadedConfig) measure(ctx context.Context, lc *LocalCluster, admin *client.Client, keys [][]byte,
+func (cfg *OverloadedConfig) measure(ctx context.Context, lc *cluster.Local, admin *client.Client, keys [][]byte,
 	v OverloadedVariant, prog *Progress) (*OverloadedRun, error) {
 	// Independent clients: each its own client.New, so each learns the
 	// slow store on its own, as separate application servers would.

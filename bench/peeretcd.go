@@ -19,9 +19,10 @@ import (
 	"github.com/pingcap/go-ycsb/pkg/ycsb"
 
 	"github.com/hedgekv/hedgekv/bench/etcddb"
-	"github.com/hedgekv/hedgekv/bench/netsim"
 	"github.com/hedgekv/hedgekv/bench/ycsbdb"
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/cluster"
+	"github.com/hedgekv/hedgekv/netsim"
 )
 
 // Systems compared by peer-etcd.
@@ -108,7 +109,7 @@ type PeerEtcdConfig struct {
 	// after the other, and measures scans instead of Workloads (Ops,
 	// MaxDuration, Zone and HedgeKVEndpoints do not apply): etcd with one
 	// member per store of the topology in the store's zone (see
-	// EtcdClusterConfig.Topology), hedgekv with one store per store, the
+	// cluster.EtcdConfig.Topology), hedgekv with one store per store, the
 	// leader of each in LeaderZone, the client in ClientZone talking to
 	// its zone's member (etcd) or reading through its zone's links
 	// (hedgekv). TopologyName names it in the report.
@@ -268,17 +269,17 @@ func RunPeerEtcd(ctx context.Context, cfg PeerEtcdConfig) (*PeerEtcdResult, erro
 	var etcdBinary string
 	if len(etcdVariants) > 0 {
 		var err error
-		if etcdBinary, err = FindEtcd(cfg.EtcdBinary); err != nil {
+		if etcdBinary, err = cluster.FindEtcd(cfg.EtcdBinary); err != nil {
 			return nil, fmt.Errorf("peer-etcd: %w", err)
 		}
 		st.notes = append(st.notes, fmt.Sprintf("etcd: %s (%s), 3 members on 127.0.0.1, default settings (fsync on), binding %q",
-			etcdBinary, EtcdVersion(ctx, etcdBinary), cfg.EtcdBinding))
+			etcdBinary, cluster.EtcdVersion(ctx, etcdBinary), cfg.EtcdBinding))
 	}
 
 	var errs []error
 	if len(etcdVariants) > 0 {
 		err := st.runSystem(ctx, SystemEtcd, etcdVariants, func() ([]string, func(), error) {
-			c, err := StartEtcdCluster(ctx, EtcdClusterConfig{Binary: etcdBinary, Logger: cfg.Logger})
+			c, err := cluster.StartEtcd(ctx, cluster.EtcdConfig{Binary: etcdBinary, Logger: cfg.Logger})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -292,7 +293,7 @@ func RunPeerEtcd(ctx context.Context, cfg PeerEtcdConfig) (*PeerEtcdResult, erro
 				st.notes = append(st.notes, fmt.Sprintf("hedgekv: the running cluster at %s", strings.Join(cfg.HedgeKVEndpoints, ",")))
 				return cfg.HedgeKVEndpoints, func() {}, nil
 			}
-			c, err := StartLocalCluster(ctx, LocalClusterConfig{})
+			c, err := cluster.StartLocal(ctx, cluster.LocalConfig{})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -567,7 +568,7 @@ func (st *peerState) runWAN(ctx context.Context) (*PeerEtcdResult, error) {
 	var etcdBinary string
 	if len(etcdVariants) > 0 {
 		var err error
-		if etcdBinary, err = FindEtcd(cfg.EtcdBinary); err != nil {
+		if etcdBinary, err = cluster.FindEtcd(cfg.EtcdBinary); err != nil {
 			return nil, fmt.Errorf("peer-etcd: %w", err)
 		}
 	}
@@ -598,8 +599,8 @@ func (st *peerState) runWAN(ctx context.Context) (*PeerEtcdResult, error) {
 func (st *peerState) wanEtcd(ctx context.Context, binary string, variants []PeerVariant, prog *Progress) error {
 	cfg := st.cfg
 	leader, local := firstStore(cfg.Topology, cfg.LeaderZone), firstStore(cfg.Topology, cfg.ClientZone)
-	prog.Printf("peer-etcd: starting etcd (%s), %d members behind the %s topology", EtcdVersion(ctx, binary), len(cfg.Topology.Stores()), cfg.TopologyName)
-	c, err := StartEtcdCluster(ctx, EtcdClusterConfig{Binary: binary, Topology: cfg.Topology, Logger: quietStores(cfg.Logger)})
+	prog.Printf("peer-etcd: starting etcd (%s), %d members behind the %s topology", cluster.EtcdVersion(ctx, binary), len(cfg.Topology.Stores()), cfg.TopologyName)
+	c, err := cluster.StartEtcd(ctx, cluster.EtcdConfig{Binary: binary, Topology: cfg.Topology, Logger: quietStores(cfg.Logger)})
 	if err != nil {
 		return fmt.Errorf("peer-etcd: start etcd: %w", err)
 	}
@@ -650,7 +651,7 @@ func (st *peerState) wanEtcd(ctx context.Context, binary string, variants []Peer
 		st.notes = append(st.notes, fmt.Sprintf("etcd: %s (%s), binding %q; members %s; default settings (fsync on, heartbeat 100 ms, election timeout 1 s); "+
 			"leader moved to m%d (%s) with MoveLeader; the client's only endpoint is m%d (%s) through %s's link; "+
 			"the peer routers passed on %d peer connections by their sender and %d without a sender header (probes)",
-			binary, EtcdVersion(ctx, binary), cfg.EtcdBinding, etcdMembersText(c), leader, cfg.LeaderZone, local, cfg.ClientZone, cfg.ClientZone,
+			binary, cluster.EtcdVersion(ctx, binary), cfg.EtcdBinding, etcdMembersText(c), leader, cfg.LeaderZone, local, cfg.ClientZone, cfg.ClientZone,
 			attributed, unattributed))
 	}()
 
@@ -666,7 +667,7 @@ func (st *peerState) wanEtcd(ctx context.Context, binary string, variants []Peer
 	})
 }
 
-func etcdMembersText(c *EtcdCluster) string {
+func etcdMembersText(c *cluster.Etcd) string {
 	var parts []string
 	for _, s := range c.Stores() {
 		parts = append(parts, fmt.Sprintf("m%d in %s", s, c.Zone(s)))
@@ -676,7 +677,7 @@ func etcdMembersText(c *EtcdCluster) string {
 
 // etcdLeaderCheck says whether etcd's leader is still on store's member,
 // and moves it back if not.
-func (st *peerState) etcdLeaderCheck(ctx context.Context, c *EtcdCluster, store uint64) string {
+func (st *peerState) etcdLeaderCheck(ctx context.Context, c *cluster.Etcd, store uint64) string {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	now, err := c.Leader(ctx)

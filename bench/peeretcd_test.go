@@ -15,7 +15,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/hedgekv/hedgekv/bench/netsim"
+	"github.com/hedgekv/hedgekv/cluster"
+	"github.com/hedgekv/hedgekv/netsim"
 )
 
 func TestPeerEtcdWithoutEtcdBinary(t *testing.T) {
@@ -24,7 +25,7 @@ func TestPeerEtcdWithoutEtcdBinary(t *testing.T) {
 		OutDir:     t.TempDir(),
 		Logger:     quietLogger(),
 	})
-	if !errors.Is(err, ErrEtcdNotFound) || !strings.Contains(err.Error(), "apt-get install etcd-server") {
+	if !errors.Is(err, cluster.ErrEtcdNotFound) || !strings.Contains(err.Error(), "apt-get install etcd-server") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -181,7 +182,7 @@ func TestEtcdClusterBehindWAN(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := StartEtcdCluster(ctx, EtcdClusterConfig{Topology: netsim.Default(), Logger: quietLogger()})
+	c, err := cluster.StartEtcd(ctx, cluster.EtcdConfig{Topology: netsim.Default(), Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

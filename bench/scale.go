@@ -27,6 +27,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/bench/ycsbdb"
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/cluster"
 )
 
 // scale: what a real data set does to a store. Load N records through the
@@ -447,7 +448,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleResult, error) {
 		}
 	}
 	prog.Printf("scale: starting three `%s server` processes", cfg.Binary)
-	c, err := StartProcCluster(ctx, ProcClusterConfig{
+	c, err := cluster.StartProcesses(ctx, cluster.ProcessesConfig{
 		Binary: cfg.Binary, Dir: cfg.Dir, BalanceInterval: cfg.BalanceInterval, ExtraArgs: extra,
 		ReadyTimeout: time.Minute, Logger: cfg.Logger,
 	})
@@ -511,7 +512,7 @@ func (f levelFilter) WithGroup(n string) slog.Handler {
 
 type scaleState struct {
 	cfg   ScaleConfig
-	c     *ProcCluster
+	c     *cluster.Processes
 	admin *client.Client
 	res   *ScaleResult
 	prog  *Progress

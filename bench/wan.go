@@ -13,9 +13,10 @@ import (
 
 	"github.com/pingcap/go-ycsb/pkg/ycsb"
 
-	"github.com/hedgekv/hedgekv/bench/netsim"
 	"github.com/hedgekv/hedgekv/bench/ycsbdb"
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/cluster"
+	"github.com/hedgekv/hedgekv/netsim"
 	"github.com/hedgekv/hedgekv/raftstore"
 )
 
@@ -46,7 +47,7 @@ func rowProps() map[string]string {
 // wanCluster is an in-process cluster behind a simulated WAN, set up for
 // a scenario that needs a region's leader in one place.
 type wanCluster struct {
-	*LocalCluster
+	*cluster.Local
 	topo        *netsim.Topology
 	leaderStore uint64
 	statusAddrs []string
@@ -61,7 +62,7 @@ func startWANCluster(ctx context.Context, topo *netsim.Topology, leaderZone stri
 
 // startWANClusterWith is startWANCluster with the stores' follower read
 // leases on or off (a cluster-wide setting: see
-// LocalClusterConfig.FollowerLeases).
+// cluster.LocalConfig.FollowerLeases).
 func startWANClusterWith(ctx context.Context, topo *netsim.Topology, leaderZone string, logger *slog.Logger, followerLeases bool) (*wanCluster, error) {
 	var leader uint64
 	for _, z := range topo.Zones {
@@ -72,14 +73,14 @@ func startWANClusterWith(ctx context.Context, topo *netsim.Topology, leaderZone 
 	if leader == 0 {
 		return nil, fmt.Errorf("zone %q holds no store of the topology", leaderZone)
 	}
-	lc, err := StartLocalCluster(ctx, LocalClusterConfig{
+	lc, err := cluster.StartLocal(ctx, cluster.LocalConfig{
 		Topology: topo, NoSync: true, DisableBalancing: true, DisableSplit: true, StatusHTTP: true,
 		Logger: quietStores(logger), FollowerLeases: followerLeases,
 	})
 	if err != nil {
 		return nil, err
 	}
-	c := &wanCluster{LocalCluster: lc, topo: topo, leaderStore: leader}
+	c := &wanCluster{Local: lc, topo: topo, leaderStore: leader}
 	for _, id := range lc.StoreIDs() {
 		c.statusAddrs = append(c.statusAddrs, lc.StatusAddr(id))
 	}
@@ -95,10 +96,7 @@ func startWANClusterWith(ctx context.Context, topo *netsim.Topology, leaderZone 
 // quietStores keeps the stores to errors: their warnings (a raft stream
 // going down as the cluster stops, ...) would break the progress display.
 func quietStores(l *slog.Logger) *slog.Logger {
-	if l == nil {
-		l = slog.Default()
-	}
-	return slog.New(levelHandler{Handler: l.Handler(), min: slog.LevelError})
+	return cluster.MinLevel(l, slog.LevelError)
 }
 
 // openZoneDB connects a YCSB client sitting in zone: it bootstraps through

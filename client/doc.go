@@ -96,7 +96,7 @@
 // hedges at debug level, trouble loading the store list at warn.
 //
 // The examples (go doc -http, or example_test.go) each start a cluster in
-// the process with bench.StartLocalCluster and show a client opened, a
+// the process with cluster.StartLocal and show a client opened, a
 // put and get, follower, bounded-staleness and hedged sessions, and a scan.
 //
 // The client depends only on the region model and the wire protocol; it

@@ -9,26 +9,26 @@ import (
 	"os"
 	"time"
 
-	"github.com/hedgekv/hedgekv/bench"
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/cluster"
 )
 
 // The examples start a three-store cluster in this process, one store per
-// zone (dc-a, dc-b, dc-c), with bench.StartLocalCluster; against a real
+// zone (dc-a, dc-b, dc-c), with cluster.StartLocal; against a real
 // cluster, Config.Endpoints are any of its stores' gRPC addresses.
 
 // Example opens a client, writes a key and reads it back from the leader.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cluster, err := bench.StartLocalCluster(ctx, bench.LocalClusterConfig{NoSync: true})
+	stores, err := cluster.StartLocal(ctx, cluster.LocalConfig{NoSync: true})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer cluster.Stop()
+	defer stores.Stop()
 
 	cli, err := client.New(ctx, client.Config{
-		Endpoints: cluster.Endpoints,
+		Endpoints: stores.Endpoints,
 		// Retries and hedges are logged at debug level; warn keeps the
 		// client quiet unless something is wrong.
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -61,12 +61,12 @@ func Example() {
 func ExampleClient_Session() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cluster, err := bench.StartLocalCluster(ctx, bench.LocalClusterConfig{NoSync: true})
+	stores, err := cluster.StartLocal(ctx, cluster.LocalConfig{NoSync: true})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer cluster.Stop()
-	cli, err := client.New(ctx, client.Config{Endpoints: cluster.Endpoints})
+	defer stores.Stop()
+	cli, err := client.New(ctx, client.Config{Endpoints: stores.Endpoints})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -96,13 +96,13 @@ func ExampleClient_Session() {
 func ExampleClient_Session_boundedStaleness() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cluster, err := bench.StartLocalCluster(ctx, bench.LocalClusterConfig{NoSync: true})
+	stores, err := cluster.StartLocal(ctx, cluster.LocalConfig{NoSync: true})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer cluster.Stop()
+	defer stores.Stop()
 	// The client sits in dc-b: ReplicaClosest reads from the store there.
-	cli, err := client.New(ctx, client.Config{Endpoints: cluster.Endpoints, Zone: "dc-b"})
+	cli, err := client.New(ctx, client.Config{Endpoints: stores.Endpoints, Zone: "dc-b"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -141,12 +141,12 @@ func ExampleClient_Session_boundedStaleness() {
 func ExampleSession_Scan() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cluster, err := bench.StartLocalCluster(ctx, bench.LocalClusterConfig{NoSync: true})
+	stores, err := cluster.StartLocal(ctx, cluster.LocalConfig{NoSync: true})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer cluster.Stop()
-	cli, err := client.New(ctx, client.Config{Endpoints: cluster.Endpoints})
+	defer stores.Stop()
+	cli, err := client.New(ctx, client.Config{Endpoints: stores.Endpoints})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -180,12 +180,12 @@ func ExampleSession_Scan() {
 func ExampleHedgeAfter() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cluster, err := bench.StartLocalCluster(ctx, bench.LocalClusterConfig{NoSync: true})
+	stores, err := cluster.StartLocal(ctx, cluster.LocalConfig{NoSync: true})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer cluster.Stop()
-	cli, err := client.New(ctx, client.Config{Endpoints: cluster.Endpoints})
+	defer stores.Stop()
+	cli, err := client.New(ctx, client.Config{Endpoints: stores.Endpoints})
 	if err != nil {
 		log.Fatal(err)
 	}

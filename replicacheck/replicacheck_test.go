@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hedgekv/hedgekv/bench"
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/cluster"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/replicacheck"
 )
@@ -18,7 +18,7 @@ import (
 func TestCheckFindsAgreementAndDivergence(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := bench.StartLocalCluster(ctx, bench.LocalClusterConfig{
+	c, err := cluster.StartLocal(ctx, cluster.LocalConfig{
 		Dir: t.TempDir(), NoSync: true, DisableBalancing: true, DisableSplit: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

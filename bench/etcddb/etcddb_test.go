@@ -14,8 +14,8 @@ import (
 	"github.com/magiconair/properties"
 	"github.com/pingcap/go-ycsb/pkg/ycsb"
 
-	"github.com/hedgekv/hedgekv/bench"
 	"github.com/hedgekv/hedgekv/bench/etcddb"
+	"github.com/hedgekv/hedgekv/cluster"
 )
 
 func TestRegisteredAndValidated(t *testing.T) {
@@ -43,14 +43,14 @@ func TestAgainstEtcd(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cluster, err := bench.StartEtcdCluster(ctx, bench.EtcdClusterConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	members, err := cluster.StartEtcd(ctx, cluster.EtcdConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Stop()
+	defer members.Stop()
 	for _, read := range []string{etcddb.ReadLinearizable, etcddb.ReadSerializable} {
 		t.Run(read, func(t *testing.T) {
-			db, err := etcddb.Open(etcddb.Options{Endpoints: cluster.Endpoints, DialTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second, Read: read})
+			db, err := etcddb.Open(etcddb.Options{Endpoints: members.Endpoints, DialTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second, Read: read})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,13 +122,13 @@ func TestGoYCSBScan(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cluster, err := bench.StartEtcdCluster(ctx, bench.EtcdClusterConfig{Members: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	members, err := cluster.StartEtcd(ctx, cluster.EtcdConfig{Members: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Stop()
+	defer members.Stop()
 	p := properties.NewProperties()
-	_, _, _ = p.Set("etcd.endpoints", cluster.Endpoints[0])
+	_, _, _ = p.Set("etcd.endpoints", members.Endpoints[0])
 	open := func(name string) ycsb.DB {
 		db, err := ycsb.GetDBCreator(name).Create(p)
 		if err != nil {

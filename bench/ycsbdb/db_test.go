@@ -15,6 +15,7 @@ import (
 	"github.com/hedgekv/hedgekv/bench"
 	"github.com/hedgekv/hedgekv/bench/ycsbdb"
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/cluster"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -71,14 +72,14 @@ func TestRowKeyAndProperties(t *testing.T) {
 func TestAgainstLocalCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cluster, err := bench.StartLocalCluster(ctx, bench.LocalClusterConfig{Dir: t.TempDir(), NoSync: true, Logger: quiet()})
+	stores, err := cluster.StartLocal(ctx, cluster.LocalConfig{Dir: t.TempDir(), NoSync: true, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Stop()
+	defer stores.Stop()
 
 	db, err := ycsbdb.Open(ctx, ycsbdb.Options{
-		Endpoints:      cluster.Endpoints,
+		Endpoints:      stores.Endpoints,
 		Read:           client.ReadPolicy{Replica: client.ReplicaFollower},
 		DialTimeout:    5 * time.Second,
 		RequestTimeout: 10 * time.Second,
@@ -161,7 +162,7 @@ func TestAgainstLocalCluster(t *testing.T) {
 	res, err := bench.Run(ctx, bench.Spec{
 		DB: ycsbdb.Name,
 		Properties: map[string]string{
-			ycsbdb.PropEndpoints: cluster.Endpoints[0] + "," + cluster.Endpoints[1] + "," + cluster.Endpoints[2],
+			ycsbdb.PropEndpoints: stores.Endpoints[0] + "," + stores.Endpoints[1] + "," + stores.Endpoints[2],
 			ycsbdb.PropRead:      "follower",
 		},
 		Workload: "a", Records: 100, Ops: 300, Threads: 4, Load: true, Run: true,
@@ -176,7 +177,7 @@ func TestAgainstLocalCluster(t *testing.T) {
 
 	// A hedging client's counters are on ycsbdb.Metrics while it is open.
 	hedged, err := ycsbdb.Open(ctx, ycsbdb.Options{
-		Endpoints:      cluster.Endpoints,
+		Endpoints:      stores.Endpoints,
 		Read:           client.ReadPolicy{Replica: client.ReplicaLeader, Hedge: client.HedgeAfter(time.Millisecond)},
 		DialTimeout:    5 * time.Second,
 		RequestTimeout: 10 * time.Second,

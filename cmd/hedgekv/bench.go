@@ -16,9 +16,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/hedgekv/hedgekv/bench"
-	"github.com/hedgekv/hedgekv/bench/netsim"
 	"github.com/hedgekv/hedgekv/bench/ycsbdb"
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/netsim"
 )
 
 // newBenchCmd is "hedgekv bench SCENARIO": each scenario is a subcommand

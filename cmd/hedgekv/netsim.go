@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/hedgekv/hedgekv/bench/netsim"
+	"github.com/hedgekv/hedgekv/netsim"
 )
 
 const defaultUpstream = "1=127.0.0.1:20161,2=127.0.0.1:20162,3=127.0.0.1:20163"

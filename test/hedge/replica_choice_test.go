@@ -10,15 +10,15 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"github.com/hedgekv/hedgekv/bench"
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/cluster"
 )
 
 var _ = Describe("replica choice", func() {
 	// readsPerStore runs `clients` independent clients (each its own
 	// client.Client: no shared state), each with two workers reading under
 	// policy for d, and returns how many reads each store served.
-	readsPerStore := func(c *bench.LocalCluster, clients int, policy client.ReadPolicy, keys int, d time.Duration) (map[uint64]int64, int64) {
+	readsPerStore := func(c *cluster.Local, clients int, policy client.ReadPolicy, keys int, d time.Duration) (map[uint64]int64, int64) {
 		GinkgoHelper()
 		served := map[uint64]*atomic.Int64{}
 		for _, id := range c.StoreIDs() {

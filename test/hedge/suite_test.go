@@ -1,5 +1,5 @@
 // Package hedge_test holds the hedged-read specs: a cluster of in-process
-// servers on loopback ports (bench.StartLocalCluster, real gRPC, faults
+// servers on loopback ports (cluster.StartLocal, real gRPC, faults
 // allowed), read through the client with hedging on while a store's read
 // path is slowed by an injected fault.
 package hedge_test
@@ -17,8 +17,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
-	"github.com/hedgekv/hedgekv/bench"
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/cluster"
 )
 
 func TestHedge(t *testing.T) {
@@ -29,9 +29,9 @@ func TestHedge(t *testing.T) {
 // startCluster starts three stores that accept injected faults, with the
 // balancer paused and splits off so that region 1 holds every key and its
 // leader stays put; everything is stopped after the spec.
-func startCluster() *bench.LocalCluster {
+func startCluster() *cluster.Local {
 	GinkgoHelper()
-	c, err := bench.StartLocalCluster(ctxFor(60*time.Second), bench.LocalClusterConfig{
+	c, err := cluster.StartLocal(ctxFor(60*time.Second), cluster.LocalConfig{
 		Dir:              GinkgoT().TempDir(),
 		NoSync:           true,
 		AllowFaults:      true,
@@ -46,7 +46,7 @@ func startCluster() *bench.LocalCluster {
 
 // newClient connects to every store; it is closed after the spec (before
 // the cluster stops: cleanups run last-registered first).
-func newClient(c *bench.LocalCluster) *client.Client {
+func newClient(c *cluster.Local) *client.Client {
 	GinkgoHelper()
 	cl, err := client.New(ctxFor(10*time.Second), client.Config{Endpoints: c.Endpoints})
 	Expect(err).NotTo(HaveOccurred())
@@ -55,7 +55,7 @@ func newClient(c *bench.LocalCluster) *client.Client {
 }
 
 // metric reads one unlabelled counter from a store's /metrics.
-func metric(c *bench.LocalCluster, store uint64, name string) (float64, error) {
+func metric(c *cluster.Local, store uint64, name string) (float64, error) {
 	resp, err := http.Get("http://" + c.StatusAddr(store) + "/metrics")
 	if err != nil {
 		return 0, err
@@ -75,7 +75,7 @@ func metric(c *bench.LocalCluster, store uint64, name string) (float64, error) {
 
 // leaderOf waits until region 1 has a leader that every store knows and
 // returns its store.
-func leaderOf(c *bench.LocalCluster) uint64 {
+func leaderOf(c *cluster.Local) uint64 {
 	GinkgoHelper()
 	var leader uint64
 	Eventually(func() uint64 {

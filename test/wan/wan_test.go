@@ -20,9 +20,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/hedgekv/hedgekv/bench/netsim"
 	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/kvpb"
+	"github.com/hedgekv/hedgekv/netsim"
 	"github.com/hedgekv/hedgekv/test/testbin"
 )
 

@@ -14,7 +14,7 @@ import (
 // or a one-line error naming the problem, never panic; what it accepts must
 // pass Validate and survive the JSON encoding the control endpoint uses.
 func FuzzParseTopology(f *testing.F) {
-	if b, err := os.ReadFile(filepath.Join("..", "..", "scripts", "topology.example.toml")); err == nil {
+	if b, err := os.ReadFile(filepath.Join("..", "scripts", "topology.example.toml")); err == nil {
 		f.Add(b)
 	}
 	f.Add([]byte(`[[zone]]

@@ -1,29 +1,23 @@
-package bench
+package cluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/hedgekv/hedgekv/bench/netsim"
+	"github.com/hedgekv/hedgekv/netsim"
 )
 
 // ErrEtcdNotFound says no etcd binary was found.
@@ -55,8 +49,8 @@ func EtcdVersion(ctx context.Context, binary string) string {
 	return strings.TrimSpace(line)
 }
 
-// EtcdClusterConfig configures StartEtcdCluster.
-type EtcdClusterConfig struct {
+// EtcdConfig configures StartEtcd.
+type EtcdConfig struct {
 	Binary  string // from FindEtcd
 	Members int    // default 3
 	// Dir holds each member's data and log; "" makes a temporary directory
@@ -78,8 +72,8 @@ type EtcdClusterConfig struct {
 	Topology *netsim.Topology
 }
 
-// EtcdCluster is a local etcd cluster of child processes on loopback ports.
-type EtcdCluster struct {
+// Etcd is a local etcd cluster of child processes on loopback ports.
+type Etcd struct {
 	// Endpoints are the members' own client URLs, in member order (behind a
 	// WAN they bypass it; see ZoneEndpoint).
 	Endpoints []string
@@ -106,16 +100,16 @@ type etcdMember struct {
 	err     error // set before exited is closed
 }
 
-// StartEtcdCluster starts cfg.Members etcd processes forming one cluster on
+// StartEtcd starts cfg.Members etcd processes forming one cluster on
 // free 127.0.0.1 ports and waits until it has a leader and serves reads.
 // A member that finds its port taken (free when picked, bound by another
 // process before the member started) makes it start over on new ports, up
 // to three times, when the data directory is its own.
-func StartEtcdCluster(ctx context.Context, cfg EtcdClusterConfig) (*EtcdCluster, error) {
-	return startRetryingPorts("etcd cluster", cfg.Dir == "", cfg.Logger, func() (*EtcdCluster, error) { return startEtcdCluster(ctx, cfg) })
+func StartEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
+	return startRetryingPorts("etcd cluster", cfg.Dir == "", cfg.Logger, func() (*Etcd, error) { return startEtcd(ctx, cfg) })
 }
 
-func startEtcdCluster(ctx context.Context, cfg EtcdClusterConfig) (_ *EtcdCluster, err error) {
+func startEtcd(ctx context.Context, cfg EtcdConfig) (_ *Etcd, err error) {
 	if cfg.Members <= 0 {
 		cfg.Members = 3
 	}
@@ -130,7 +124,7 @@ func startEtcdCluster(ctx context.Context, cfg EtcdClusterConfig) (_ *EtcdCluste
 			return nil, err
 		}
 	}
-	c := &EtcdCluster{logger: cfg.Logger}
+	c := &Etcd{logger: cfg.Logger}
 	if c.dir, c.ownDir, err = clusterDir(cfg.Dir, "hedgekv-bench-etcd-*"); err != nil {
 		return nil, fmt.Errorf("etcd cluster: %w", err)
 	}
@@ -223,12 +217,12 @@ func startEtcdCluster(ctx context.Context, cfg EtcdClusterConfig) (_ *EtcdCluste
 }
 
 // memberName is member i's name: m<store id>.
-func (c *EtcdCluster) memberName(i int) string { return "m" + strconv.FormatUint(c.stores[i], 10) }
+func (c *Etcd) memberName(i int) string { return "m" + strconv.FormatUint(c.stores[i], 10) }
 
 // startWAN starts the client and peer networks in front of the members'
 // ports (ports[2i] client, ports[2i+1] peer of member i) and a peer router
 // per member.
-func (c *EtcdCluster) startWAN(ports []int) error {
+func (c *Etcd) startWAN(ports []int) error {
 	clientUp := make(map[uint64]string, len(c.stores))
 	peerUp := make(map[uint64]string, len(c.stores))
 	for i, s := range c.stores {
@@ -297,7 +291,7 @@ func startEtcdMember(binary, name string, args []string, logPath string) (*etcdM
 	return m, nil
 }
 
-func (c *EtcdCluster) waitReady(ctx context.Context, timeout time.Duration) error {
+func (c *Etcd) waitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
@@ -326,7 +320,7 @@ func (c *EtcdCluster) waitReady(ctx context.Context, timeout time.Duration) erro
 }
 
 // ready: every member reports the same leader, and a linearizable read works.
-func (c *EtcdCluster) ready(ctx context.Context, cli *clientv3.Client) error {
+func (c *Etcd) ready(ctx context.Context, cli *clientv3.Client) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	var leader uint64
@@ -350,7 +344,7 @@ func (c *EtcdCluster) ready(ctx context.Context, cli *clientv3.Client) error {
 // stopping together spend seconds trying to hand leadership over, and a
 // benchmark cluster's data is disposable) and removes a temporary data
 // directory. Safe to call more than once.
-func (c *EtcdCluster) Stop() {
+func (c *Etcd) Stop() {
 	for _, m := range c.members {
 		select {
 		case <-m.exited:
@@ -398,76 +392,13 @@ func (c *EtcdCluster) Stop() {
 	}
 }
 
-// startRetryingPorts returns what start returns, calling it again (up to
-// three times in all) while it fails because a port it picked was taken
-// before its process bound it, when ownDir says the data directory is the
-// cluster's own (a fresh one each time). what names the cluster in the log.
-func startRetryingPorts[C any](what string, ownDir bool, logger *slog.Logger, start func() (C, error)) (C, error) {
-	for attempt := 1; ; attempt++ {
-		c, err := start()
-		if err == nil || !ownDir || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
-			return c, err
-		}
-		if logger != nil {
-			logger.Info(what+": a port was taken; starting again on new ports", "err", err)
-		}
-	}
-}
-
-// clusterDir is the directory a cluster keeps its data and logs in: dir,
-// or if dir is "" a new temporary one, the cluster's own (removed when it
-// stops).
-func clusterDir(dir, pattern string) (_ string, own bool, err error) {
-	if dir != "" {
-		return dir, false, nil
-	}
-	dir, err = os.MkdirTemp("", pattern)
-	return dir, true, err
-}
-
-// reservePorts returns n distinct free TCP ports on 127.0.0.1, held
-// (bound) until release, which may be called more than once. Once released
-// they are free only as long as nobody else binds them.
-func reservePorts(n int) (ports []int, release func(), err error) {
-	var ls []net.Listener
-	release = func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-		ls = nil
-	}
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			release()
-			return nil, func() {}, fmt.Errorf("find a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, release, nil
-}
-
-// tail returns the last n lines of a file.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(cannot read %s: %v)", path, err)
-	}
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
-}
-
 // Stores are the members' store ids, in member order (1..Members without a
 // topology).
-func (c *EtcdCluster) Stores() []uint64 { return slices.Clone(c.stores) }
+func (c *Etcd) Stores() []uint64 { return slices.Clone(c.stores) }
 
 // Zone is the zone of the member of store, "" without a topology or for
 // an unknown store.
-func (c *EtcdCluster) Zone(store uint64) string {
+func (c *Etcd) Zone(store uint64) string {
 	if i := slices.Index(c.stores, store); i >= 0 && i < len(c.zones) {
 		return c.zones[i]
 	}
@@ -477,7 +408,7 @@ func (c *EtcdCluster) Zone(store uint64) string {
 // ZoneEndpoint is the client URL a client in zone dials to reach the
 // member of store: through the zone's link to it, or the member's own URL
 // without a topology. "" for an unknown store or zone.
-func (c *EtcdCluster) ZoneEndpoint(zone string, store uint64) string {
+func (c *Etcd) ZoneEndpoint(zone string, store uint64) string {
 	i := slices.Index(c.stores, store)
 	switch {
 	case i < 0 || i >= len(c.Endpoints):
@@ -494,7 +425,7 @@ func (c *EtcdCluster) ZoneEndpoint(zone string, store uint64) string {
 // WANBytes is the number of bytes that crossed a link between two zones,
 // client and peer traffic, both directions, since the cluster started (0
 // without a topology).
-func (c *EtcdCluster) WANBytes() uint64 {
+func (c *Etcd) WANBytes() uint64 {
 	var n uint64
 	for _, net := range []*netsim.Network{c.clientNet, c.peerNet} {
 		if net != nil {
@@ -508,7 +439,7 @@ func (c *EtcdCluster) WANBytes() uint64 {
 // attributed to their sender's zone, and not (no X-PeerURLs header on the
 // first request: etcd's probes), which went through the link from another
 // member's zone (see etcdPeerFront).
-func (c *EtcdCluster) PeerConnections() (attributed, unattributed int64) {
+func (c *Etcd) PeerConnections() (attributed, unattributed int64) {
 	for _, f := range c.fronts {
 		attributed += f.attributed.Load()
 		unattributed += f.unattributed.Load()
@@ -518,7 +449,7 @@ func (c *EtcdCluster) PeerConnections() (attributed, unattributed int64) {
 
 // memberIDs maps member ids to store ids, and returns a client of the
 // members' own URLs (the caller closes it).
-func (c *EtcdCluster) memberIDs(ctx context.Context) (map[uint64]uint64, *clientv3.Client, error) {
+func (c *Etcd) memberIDs(ctx context.Context) (map[uint64]uint64, *clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("etcd cluster: client: %w", err)
@@ -541,7 +472,7 @@ func (c *EtcdCluster) memberIDs(ctx context.Context) (map[uint64]uint64, *client
 
 // Leader is the store id of the member every member names as leader; 0
 // with a nil error while they disagree or have none.
-func (c *EtcdCluster) Leader(ctx context.Context) (uint64, error) {
+func (c *Etcd) Leader(ctx context.Context) (uint64, error) {
 	ids, cli, err := c.memberIDs(ctx)
 	if err != nil {
 		return 0, err
@@ -550,7 +481,7 @@ func (c *EtcdCluster) Leader(ctx context.Context) (uint64, error) {
 	return c.agreedLeader(ctx, cli, ids)
 }
 
-func (c *EtcdCluster) agreedLeader(ctx context.Context, cli *clientv3.Client, ids map[uint64]uint64) (uint64, error) {
+func (c *Etcd) agreedLeader(ctx context.Context, cli *clientv3.Client, ids map[uint64]uint64) (uint64, error) {
 	var leader uint64
 	for _, ep := range c.Endpoints {
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -570,7 +501,7 @@ func (c *EtcdCluster) agreedLeader(ctx context.Context, cli *clientv3.Client, id
 // MoveLeader makes the member of store the leader (clientv3's
 // Maintenance.MoveLeader, sent to the current leader) and waits until every
 // member agrees.
-func (c *EtcdCluster) MoveLeader(ctx context.Context, store uint64) error {
+func (c *Etcd) MoveLeader(ctx context.Context, store uint64) error {
 	ids, cli, err := c.memberIDs(ctx)
 	if err != nil {
 		return err
@@ -614,194 +545,4 @@ func (c *EtcdCluster) MoveLeader(ctx context.Context, store uint64) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// etcdPeerFront is the peer URL a member advertises behind a simulated
-// WAN. etcd gives every member one list of peer URLs, the same for every
-// member that dials it, so it cannot be told "dial m1 at dc-b's link to
-// m1". The front learns who dials instead: every raft request etcd sends
-// (stream GETs and pipeline POSTs of package rafthttp) carries the
-// sender's advertised peer URLs in its X-PeerURLs header, and a
-// connection's requests all come from one member. So the front reads the
-// first request's header block, finds the sender, and splices the
-// connection, those bytes first, into the netsim link from the sender's
-// zone to this member; both directions then pay that link's latency and
-// bandwidth, as a store's connections through netsim do. A connection
-// whose first request names no sender (rafthttp's /raft/probing RTT
-// probes, the leader's /version probes: nothing that carries raft
-// messages once the streams are up) must still come from another member,
-// so it goes through the link from fallback, the zone of the first member
-// outside this member's zone: exact when every other member's zone has the
-// same link to this one (the default topology), and counted.
-type etcdPeerFront struct {
-	store        uint64
-	fallback     string
-	net          *netsim.Network
-	ln           net.Listener
-	logger       *slog.Logger
-	attributed   atomic.Int64
-	unattributed atomic.Int64
-
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
-	wg     sync.WaitGroup
-}
-
-// peekLimit bounds the header block a front reads before routing.
-const peekLimit = 64 << 10
-
-func listenEtcdPeerFront(store uint64, fallback string, n *netsim.Network, logger *slog.Logger) (*etcdPeerFront, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("peer router of store %d: %w", store, err)
-	}
-	return &etcdPeerFront{store: store, fallback: fallback, net: n, ln: ln, logger: logger, conns: map[net.Conn]struct{}{}}, nil
-}
-
-func (f *etcdPeerFront) addr() string { return f.ln.Addr().String() }
-
-// serve accepts connections until close; senders maps every member's
-// advertised host:port to its zone.
-func (f *etcdPeerFront) serve(senders map[string]string) {
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		for {
-			conn, err := f.ln.Accept()
-			if err != nil {
-				return
-			}
-			if !f.track(conn) {
-				_ = conn.Close()
-				return
-			}
-			f.wg.Add(1)
-			go func() {
-				defer f.wg.Done()
-				defer f.untrack(conn)
-				f.handle(conn, senders)
-			}()
-		}
-	}()
-}
-
-func (f *etcdPeerFront) track(c net.Conn) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		return false
-	}
-	f.conns[c] = struct{}{}
-	return true
-}
-
-func (f *etcdPeerFront) untrack(c net.Conn) {
-	f.mu.Lock()
-	delete(f.conns, c)
-	f.mu.Unlock()
-	_ = c.Close()
-}
-
-func (f *etcdPeerFront) handle(down net.Conn, senders map[string]string) {
-	head := peekHeader(down, 10*time.Second)
-	zone, ok := senderZone(head, senders)
-	if ok {
-		f.attributed.Add(1)
-	} else {
-		zone = f.fallback
-		f.unattributed.Add(1)
-	}
-	up, err := net.DialTimeout("tcp", f.net.Addr(zone, f.store), 5*time.Second)
-	if err != nil {
-		f.logger.Debug("etcd peer router: dial link", "store", f.store, "zone", zone, "err", err)
-		return
-	}
-	if !f.track(up) {
-		_ = up.Close()
-		return
-	}
-	defer f.untrack(up)
-	if _, err := up.Write(head); err != nil {
-		return
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = io.Copy(up, down)
-		closeWrite(up)
-	}()
-	_, _ = io.Copy(down, up)
-	closeWrite(down)
-	<-done
-}
-
-func closeWrite(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.CloseWrite()
-		return
-	}
-	_ = c.Close()
-}
-
-// peekHeader reads from c until the end of an HTTP header block
-// ("\r\n\r\n"), peekLimit bytes, an error or the timeout, and returns what
-// it read.
-func peekHeader(c net.Conn, timeout time.Duration) []byte {
-	_ = c.SetReadDeadline(time.Now().Add(timeout))
-	defer func() { _ = c.SetReadDeadline(time.Time{}) }()
-	buf := make([]byte, 0, 4096)
-	for len(buf) < peekLimit && !bytes.Contains(buf, []byte("\r\n\r\n")) {
-		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, len(buf))
-		}
-		n, err := c.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err != nil {
-			break
-		}
-	}
-	return buf
-}
-
-// senderZone finds the X-PeerURLs header in an HTTP header block and the
-// zone of the first of its URLs that names a member.
-func senderZone(head []byte, senders map[string]string) (string, bool) {
-	end := bytes.Index(head, []byte("\r\n\r\n"))
-	if end < 0 {
-		return "", false
-	}
-	for _, line := range strings.Split(string(head[:end]), "\r\n")[1:] {
-		name, value, ok := strings.Cut(line, ":")
-		if !ok || !strings.EqualFold(strings.TrimSpace(name), "X-PeerURLs") {
-			continue
-		}
-		for _, u := range strings.Split(value, ",") {
-			pu, err := url.Parse(strings.TrimSpace(u))
-			if err != nil {
-				continue
-			}
-			if z, ok := senders[pu.Host]; ok {
-				return z, true
-			}
-		}
-	}
-	return "", false
-}
-
-// close stops accepting, closes every connection and waits for the
-// router's goroutines.
-func (f *etcdPeerFront) close() {
-	f.mu.Lock()
-	f.closed = true
-	conns := make([]net.Conn, 0, len(f.conns))
-	for c := range f.conns {
-		conns = append(conns, c)
-	}
-	f.mu.Unlock()
-	_ = f.ln.Close()
-	for _, c := range conns {
-		_ = c.Close()
-	}
-	f.wg.Wait()
 }

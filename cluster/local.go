@@ -1,4 +1,4 @@
-package bench
+package cluster
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hedgekv/hedgekv/bench/netsim"
+	"github.com/hedgekv/hedgekv/netsim"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/server"
 )
 
-// LocalClusterConfig configures an in-process hedgekv cluster.
-type LocalClusterConfig struct {
+// LocalConfig configures an in-process hedgekv cluster.
+type LocalConfig struct {
 	// Dir holds the stores' data; "" makes a temporary directory that Stop
 	// removes.
 	Dir string
@@ -63,8 +63,8 @@ type LocalClusterConfig struct {
 	FollowerLeaseDuration time.Duration
 }
 
-// LocalCluster is a hedgekv cluster of in-process servers on loopback ports.
-type LocalCluster struct {
+// Local is a hedgekv cluster of in-process servers on loopback ports.
+type Local struct {
 	// Endpoints are the stores' own listen addresses, in store id order
 	// (behind a WAN they bypass it; see ZoneEndpoints).
 	Endpoints []string
@@ -76,12 +76,12 @@ type LocalCluster struct {
 	ownDir    bool
 }
 
-// StartLocalCluster starts one server per zone (per store of the
+// StartLocal starts one server per zone (per store of the
 // topology, when cfg.Topology is set), stores 1..N bootstrapping region 1
 // together, each listening on a free 127.0.0.1 port, and waits until every
 // region has a leader. Behind a topology whose stores sit in several
 // zones it also checks that the election's raft traffic crossed the WAN.
-func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (_ *LocalCluster, err error) {
+func StartLocal(ctx context.Context, cfg LocalConfig) (_ *Local, err error) {
 	if len(cfg.Zones) == 0 {
 		cfg.Zones = []string{"dc-a", "dc-b", "dc-c"}
 	}
@@ -90,9 +90,9 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (_ *LocalClu
 	}
 	logger := cfg.Logger
 	if logger == nil {
-		logger = slog.New(levelHandler{Handler: slog.Default().Handler(), min: slog.LevelWarn})
+		logger = MinLevel(nil, slog.LevelWarn)
 	}
-	c := &LocalCluster{dir: cfg.Dir}
+	c := &Local{dir: cfg.Dir}
 	if cfg.Topology != nil {
 		if err := cfg.Topology.Validate(); err != nil {
 			return nil, fmt.Errorf("local cluster: %w", err)
@@ -213,13 +213,13 @@ func StartLocalCluster(ctx context.Context, cfg LocalClusterConfig) (_ *LocalClu
 }
 
 // Network is the simulated WAN the stores run behind, nil without one.
-func (c *LocalCluster) Network() *netsim.Network { return c.net }
+func (c *Local) Network() *netsim.Network { return c.net }
 
 // StoreIDs are the stores' ids, ascending.
-func (c *LocalCluster) StoreIDs() []uint64 { return slices.Clone(c.ids) }
+func (c *Local) StoreIDs() []uint64 { return slices.Clone(c.ids) }
 
 // Zone is a store's zone, "" for an unknown store.
-func (c *LocalCluster) Zone(store uint64) string {
+func (c *Local) Zone(store uint64) string {
 	if i := slices.Index(c.ids, store); i >= 0 {
 		return c.zones[i]
 	}
@@ -227,7 +227,7 @@ func (c *LocalCluster) Zone(store uint64) string {
 }
 
 // Server is the server of a store, nil for an unknown store.
-func (c *LocalCluster) Server(store uint64) *server.Server {
+func (c *Local) Server(store uint64) *server.Server {
 	if i := slices.Index(c.ids, store); i >= 0 && i < len(c.servers) {
 		return c.servers[i]
 	}
@@ -237,7 +237,7 @@ func (c *LocalCluster) Server(store uint64) *server.Server {
 // ZoneEndpoints are the addresses a client in zone dials to reach every
 // store: through the WAN's links from that zone, or the stores' own
 // addresses when there is no WAN (or the zone is not in it).
-func (c *LocalCluster) ZoneEndpoints(zone string) []string {
+func (c *Local) ZoneEndpoints(zone string) []string {
 	if c.net == nil || c.net.Topology().ZoneIndex(zone) == 0 {
 		return slices.Clone(c.Endpoints)
 	}
@@ -249,7 +249,7 @@ func (c *LocalCluster) ZoneEndpoints(zone string) []string {
 }
 
 // StatusAddr is a store's status HTTP address ("" without StatusHTTP).
-func (c *LocalCluster) StatusAddr(store uint64) string {
+func (c *Local) StatusAddr(store uint64) string {
 	if srv := c.Server(store); srv != nil {
 		return srv.StatusAddr()
 	}
@@ -257,7 +257,7 @@ func (c *LocalCluster) StatusAddr(store uint64) string {
 }
 
 // Stats are every store's counters, by store id.
-func (c *LocalCluster) Stats() map[uint64]raftstore.Stats {
+func (c *Local) Stats() map[uint64]raftstore.Stats {
 	out := make(map[uint64]raftstore.Stats, len(c.servers))
 	for i, srv := range c.servers {
 		out[c.ids[i]] = srv.Store().Stats()
@@ -267,7 +267,7 @@ func (c *LocalCluster) Stats() map[uint64]raftstore.Stats {
 
 // LeaderStore is the store whose peer of regionID believes it leads, 0 if
 // none does (an election, or a transfer under way).
-func (c *LocalCluster) LeaderStore(regionID uint64) uint64 {
+func (c *Local) LeaderStore(regionID uint64) uint64 {
 	for i, srv := range c.servers {
 		for _, r := range srv.Store().Regions() {
 			if r.Region.ID == regionID && r.IsLeader && !r.Transferring {
@@ -283,7 +283,7 @@ func (c *LocalCluster) LeaderStore(regionID uint64) uint64 {
 // lose to an election) or ctx ends, then waits until every store knows the
 // new leader. With the balancer paused (DisableBalancing) the leader then
 // stays there unless the store fails.
-func (c *LocalCluster) MoveLeader(ctx context.Context, regionID, store uint64) error {
+func (c *Local) MoveLeader(ctx context.Context, regionID, store uint64) error {
 	if c.Server(store) == nil {
 		return fmt.Errorf("local cluster: no store %d", store)
 	}
@@ -308,7 +308,7 @@ func (c *LocalCluster) MoveLeader(ctx context.Context, regionID, store uint64) e
 	}
 }
 
-func (c *LocalCluster) everyoneKnowsLeader(regionID, store uint64) bool {
+func (c *Local) everyoneKnowsLeader(regionID, store uint64) bool {
 	for _, srv := range c.servers {
 		for _, r := range srv.Store().Regions() {
 			if r.Region.ID == regionID && r.LeaderStoreID != store {
@@ -319,7 +319,7 @@ func (c *LocalCluster) everyoneKnowsLeader(regionID, store uint64) bool {
 	return true
 }
 
-func (c *LocalCluster) waitLeaders(ctx context.Context, timeout time.Duration) error {
+func (c *Local) waitLeaders(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	t := time.NewTicker(20 * time.Millisecond)
@@ -355,7 +355,7 @@ func (c *LocalCluster) waitLeaders(ctx context.Context, timeout time.Duration) e
 
 // Stop stops every server and the WAN, and removes a temporary data
 // directory.
-func (c *LocalCluster) Stop() {
+func (c *Local) Stop() {
 	var wg sync.WaitGroup
 	for _, srv := range c.servers {
 		wg.Go(srv.Stop)
@@ -370,22 +370,4 @@ func (c *LocalCluster) Stop() {
 		_ = os.RemoveAll(c.dir)
 		c.dir = ""
 	}
-}
-
-// levelHandler drops records below min.
-type levelHandler struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (h levelHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.min && h.Handler.Enabled(ctx, l)
-}
-
-func (h levelHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return levelHandler{Handler: h.Handler.WithAttrs(attrs), min: h.min}
-}
-
-func (h levelHandler) WithGroup(name string) slog.Handler {
-	return levelHandler{Handler: h.Handler.WithGroup(name), min: h.min}
 }

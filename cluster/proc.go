@@ -1,4 +1,4 @@
-package bench
+package cluster
 
 import (
 	"context"
@@ -21,8 +21,8 @@ import (
 	"github.com/hedgekv/hedgekv/kvpb"
 )
 
-// ProcClusterConfig configures StartProcCluster.
-type ProcClusterConfig struct {
+// ProcessesConfig configures StartProcesses.
+type ProcessesConfig struct {
 	// Binary is the hedgekv binary whose `server` command runs each store.
 	Binary string
 	// Dir holds each store's data directory and log; "" makes a temporary
@@ -44,10 +44,10 @@ type ProcClusterConfig struct {
 	Logger       *slog.Logger
 }
 
-// ProcCluster is a hedgekv cluster of `hedgekv server` child processes on
+// Processes is a hedgekv cluster of `hedgekv server` child processes on
 // free 127.0.0.1 ports, which a benchmark can kill -9 and restart one by
 // one. Safe for concurrent use.
-type ProcCluster struct {
+type Processes struct {
 	// Endpoints are the stores' gRPC addresses, in store id order.
 	Endpoints []string
 	// StatusAddrs are the stores' status HTTP addresses, in the same order.
@@ -70,7 +70,7 @@ type ProcCluster struct {
 }
 
 // storeProc is one store: its flags, and its current process (replaced,
-// under ProcCluster.mu, when the store is restarted).
+// under Processes.mu, when the store is restarted).
 type storeProc struct {
 	id      uint64
 	args    []string
@@ -97,16 +97,16 @@ func (r *procRun) running() bool {
 	}
 }
 
-// StartProcCluster starts one server process per zone, stores 1..N
+// StartProcesses starts one server process per zone, stores 1..N
 // bootstrapping region 1 together, and waits until every store reports the
 // same leader for every region. A store that finds its port taken (free
 // when picked, bound by someone else before the store started) makes it
 // start over on new ports, up to three times, when the directory is its own.
-func StartProcCluster(ctx context.Context, cfg ProcClusterConfig) (*ProcCluster, error) {
-	return startRetryingPorts("process cluster", cfg.Dir == "", cfg.Logger, func() (*ProcCluster, error) { return startProcCluster(ctx, cfg) })
+func StartProcesses(ctx context.Context, cfg ProcessesConfig) (*Processes, error) {
+	return startRetryingPorts("process cluster", cfg.Dir == "", cfg.Logger, func() (*Processes, error) { return startProcesses(ctx, cfg) })
 }
 
-func startProcCluster(ctx context.Context, cfg ProcClusterConfig) (_ *ProcCluster, err error) {
+func startProcesses(ctx context.Context, cfg ProcessesConfig) (_ *Processes, err error) {
 	if cfg.Binary == "" {
 		return nil, errors.New("process cluster: no hedgekv binary given")
 	}
@@ -129,7 +129,7 @@ func startProcCluster(ctx context.Context, cfg ProcClusterConfig) (_ *ProcCluste
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("process cluster: hedgekv binary: %w", err)
 	}
-	c := &ProcCluster{binary: bin, logger: cfg.Logger, admins: map[uint64]*grpc.ClientConn{}}
+	c := &Processes{binary: bin, logger: cfg.Logger, admins: map[uint64]*grpc.ClientConn{}}
 	if c.dir, c.ownDir, err = clusterDir(cfg.Dir, "hedgekv-bench-procs-*"); err != nil {
 		return nil, fmt.Errorf("process cluster: %w", err)
 	}
@@ -188,7 +188,7 @@ func startProcCluster(ctx context.Context, cfg ProcClusterConfig) (_ *ProcCluste
 
 // launch starts p's process (its log appended to, so a restart keeps the
 // first run's lines).
-func (c *ProcCluster) launch(p *storeProc) error {
+func (c *Processes) launch(p *storeProc) error {
 	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("store %d: %w", p.id, err)
@@ -222,24 +222,24 @@ func (c *ProcCluster) launch(p *storeProc) error {
 
 // PIDs are the process ids of every server process the cluster started,
 // restarts included.
-func (c *ProcCluster) PIDs() []int {
+func (c *Processes) PIDs() []int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.pids)
 }
 
 // StoreIDs are the stores' ids, ascending.
-func (c *ProcCluster) StoreIDs() []uint64 {
+func (c *Processes) StoreIDs() []uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.ids)
 }
 
 // Dir is where the stores keep their data and logs.
-func (c *ProcCluster) Dir() string { return c.dir }
+func (c *Processes) Dir() string { return c.dir }
 
 // LogPath is a store's log file ("" for an unknown store).
-func (c *ProcCluster) LogPath(store uint64) string {
+func (c *Processes) LogPath(store uint64) string {
 	if p, _ := c.proc(store); p != nil {
 		return p.logPath
 	}
@@ -247,7 +247,7 @@ func (c *ProcCluster) LogPath(store uint64) string {
 }
 
 // proc returns a store and its current process (nil if none).
-func (c *ProcCluster) proc(store uint64) (*storeProc, *procRun) {
+func (c *Processes) proc(store uint64) (*storeProc, *procRun) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if i := slices.Index(c.ids, store); i >= 0 && i < len(c.procs) && c.procs[i] != nil {
@@ -257,13 +257,13 @@ func (c *ProcCluster) proc(store uint64) (*storeProc, *procRun) {
 }
 
 // Running reports whether the store's process is alive.
-func (c *ProcCluster) Running(store uint64) bool {
+func (c *Processes) Running(store uint64) bool {
 	_, r := c.proc(store)
 	return r.running()
 }
 
 // PID is the process id of a store's current process (0 if none).
-func (c *ProcCluster) PID(store uint64) int {
+func (c *Processes) PID(store uint64) int {
 	if _, r := c.proc(store); r != nil {
 		return r.cmd.Process.Pid
 	}
@@ -272,7 +272,7 @@ func (c *ProcCluster) PID(store uint64) int {
 
 // Kill sends the store's process SIGKILL (kill -9: no shutdown, sockets
 // closed by the kernel) and waits until it has exited.
-func (c *ProcCluster) Kill(store uint64) error {
+func (c *Processes) Kill(store uint64) error {
 	p, r := c.proc(store)
 	if p == nil {
 		return fmt.Errorf("process cluster: no store %d", store)
@@ -290,7 +290,7 @@ func (c *ProcCluster) Kill(store uint64) error {
 // Restart starts a stopped store again with the same flags and data
 // directory and waits until every store agrees on every region's leader
 // and has applied its commit index.
-func (c *ProcCluster) Restart(ctx context.Context, store uint64) error {
+func (c *Processes) Restart(ctx context.Context, store uint64) error {
 	p, r := c.proc(store)
 	if p == nil {
 		return fmt.Errorf("process cluster: no store %d", store)
@@ -312,7 +312,7 @@ func (c *ProcCluster) Restart(ctx context.Context, store uint64) error {
 // --join), on free ports, and returns at once: the store is a member once
 // its /readyz answers. The new store's addresses are appended to
 // Endpoints and StatusAddrs.
-func (c *ProcCluster) Join(id uint64, zone string) error {
+func (c *Processes) Join(id uint64, zone string) error {
 	if slices.Contains(c.StoreIDs(), id) {
 		return fmt.Errorf("process cluster: store %d exists", id)
 	}
@@ -355,7 +355,7 @@ func (c *ProcCluster) Join(id uint64, zone string) error {
 
 // StopStore ends a store's process gracefully (SIGTERM; SIGKILL after
 // grace) and waits until it has exited.
-func (c *ProcCluster) StopStore(store uint64, grace time.Duration) error {
+func (c *Processes) StopStore(store uint64, grace time.Duration) error {
 	p, r := c.proc(store)
 	if p == nil {
 		return fmt.Errorf("process cluster: no store %d", store)
@@ -379,7 +379,7 @@ func (c *ProcCluster) StopStore(store uint64, grace time.Duration) error {
 // Forget drops a stopped store (removed from the cluster) from the
 // cluster's stores: WaitSettled no longer waits for it, and Endpoints and
 // StatusAddrs no longer list it. Its data directory stays until Stop.
-func (c *ProcCluster) Forget(store uint64) error {
+func (c *Processes) Forget(store uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	i := slices.Index(c.ids, store)
@@ -402,7 +402,7 @@ func (c *ProcCluster) Forget(store uint64) error {
 }
 
 // StatusAddr is a store's status HTTP address ("" for an unknown store).
-func (c *ProcCluster) StatusAddr(store uint64) string {
+func (c *Processes) StatusAddr(store uint64) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if i := slices.Index(c.ids, store); i >= 0 {
@@ -412,13 +412,13 @@ func (c *ProcCluster) StatusAddr(store uint64) string {
 }
 
 // DataDir is a store's data directory.
-func (c *ProcCluster) DataDir(store uint64) string {
+func (c *Processes) DataDir(store uint64) string {
 	return filepath.Join(c.dir, fmt.Sprintf("store%d", store))
 }
 
 // admin returns a connection to a store's admin service (kept for reuse:
 // gRPC reconnects by itself after a restart).
-func (c *ProcCluster) admin(store uint64) (kvpb.AdminClient, error) {
+func (c *Processes) admin(store uint64) (kvpb.AdminClient, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cc := c.admins[store]
@@ -439,7 +439,7 @@ func (c *ProcCluster) admin(store uint64) (kvpb.AdminClient, error) {
 
 // storeRegions asks one store which regions it hosts and whom it takes
 // for their leaders.
-func (c *ProcCluster) storeRegions(ctx context.Context, store uint64) ([]*kvpb.RegionInfo, error) {
+func (c *Processes) storeRegions(ctx context.Context, store uint64) ([]*kvpb.RegionInfo, error) {
 	a, err := c.admin(store)
 	if err != nil {
 		return nil, err
@@ -457,7 +457,7 @@ func (c *ProcCluster) storeRegions(ctx context.Context, store uint64) ([]*kvpb.R
 // view (the highest term if several do), 0 if no running store does.
 // Asking the stores, not a client's cache, tells a real election from a
 // cache catching up.
-func (c *ProcCluster) LeaderOf(ctx context.Context, regionID uint64) uint64 {
+func (c *Processes) LeaderOf(ctx context.Context, regionID uint64) uint64 {
 	var leader, term uint64
 	for _, id := range c.StoreIDs() {
 		if !c.Running(id) {
@@ -480,7 +480,7 @@ func (c *ProcCluster) LeaderOf(ctx context.Context, regionID uint64) uint64 {
 // region, and for each region every store names the same running leader
 // in the same term and has applied that leader's commit index. regionID,
 // if not 0, must be among them.
-func (c *ProcCluster) settled(ctx context.Context, regionID uint64) (leader uint64, why error) {
+func (c *Processes) settled(ctx context.Context, regionID uint64) (leader uint64, why error) {
 	type view struct {
 		leader, term, commit uint64
 		minApplied           uint64
@@ -534,7 +534,7 @@ func (c *ProcCluster) settled(ctx context.Context, regionID uint64) (leader uint
 
 // WaitSettled waits until the cluster is settled (see settled) and returns
 // regionID's leader (0 when regionID is 0).
-func (c *ProcCluster) WaitSettled(ctx context.Context, regionID uint64) (uint64, error) {
+func (c *Processes) WaitSettled(ctx context.Context, regionID uint64) (uint64, error) {
 	t := time.NewTicker(25 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -555,7 +555,7 @@ func (c *ProcCluster) WaitSettled(ctx context.Context, regionID uint64) (uint64,
 
 // Stop terminates every store (SIGTERM, then SIGKILL after 3s) and removes
 // a temporary directory. Safe to call more than once and concurrently.
-func (c *ProcCluster) Stop() {
+func (c *Processes) Stop() {
 	c.mu.Lock()
 	var runs []*procRun
 	for _, p := range c.procs {

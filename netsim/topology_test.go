@@ -49,7 +49,7 @@ func TestDefault(t *testing.T) {
 // TestExampleIsDefault: scripts/topology.example.toml describes the same
 // network as Default().
 func TestExampleIsDefault(t *testing.T) {
-	topo, err := Load(filepath.Join("..", "..", "scripts", "topology.example.toml"))
+	topo, err := Load(filepath.Join("..", "scripts", "topology.example.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
