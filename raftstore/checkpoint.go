@@ -86,22 +86,25 @@ func restoreCheckpoint(dir string) error {
 	return fdatasyncFile(f)
 }
 
-// writeCheckpointFile copies the bbolt file's two (synced) meta pages into
-// store.ckpt.
-func (e *engine) writeCheckpointFile() error {
+// readMetaPages returns the bbolt file's two meta pages as they are now.
+func (e *engine) readMetaPages() ([]byte, error) {
 	pageSize := e.db.Info().PageSize
 	f, err := os.Open(filepath.Join(e.dir, "store.db"))
 	if err != nil {
-		return err
+		return nil, err
 	}
+	defer f.Close()
 	pages := make([]byte, 2*pageSize)
-	_, err = f.ReadAt(pages, 0)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("checkpoint: read meta pages: %w", err)
+	if _, err := f.ReadAt(pages, 0); err != nil {
+		return nil, fmt.Errorf("checkpoint: read meta pages: %w", err)
 	}
+	return pages, nil
+}
+
+// writeCheckpointFile makes pages (two synced meta pages) store.ckpt.
+func (e *engine) writeCheckpointFile(pages []byte) error {
 	out := append([]byte(nil), ckptMagic...)
-	out = binary.BigEndian.AppendUint32(out, uint32(pageSize))
+	out = binary.BigEndian.AppendUint32(out, uint32(len(pages)/2))
 	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(pages, walCRC))
 	out = append(out, pages...)
 	tmp := filepath.Join(e.dir, ckptFile+".tmp")
@@ -154,7 +157,11 @@ func (e *engine) checkpointLocked() error {
 		}
 	}
 	if !e.syncMode {
-		if err := e.writeCheckpointFile(); err != nil {
+		pages, err := e.readMetaPages()
+		if err != nil {
+			return err
+		}
+		if err := e.writeCheckpointFile(pages); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
 		pin, err := e.db.Begin(false)
@@ -169,8 +176,76 @@ func (e *engine) checkpointLocked() error {
 	e.ckptAt = time.Now()
 	e.stats.checkpoints++
 	if e.wal != nil {
-		return e.wal.truncate()
+		return e.wal.truncate(e.wal.seq)
 	}
+	return nil
+}
+
+// checkpointAsync starts a checkpoint whose sync runs off the caller's
+// goroutine (the Ready loop goes on meanwhile), if none is in flight:
+// under e.mu it pins the current state T with a reader and copies T's
+// meta pages; then, outside it, DB.Sync makes T's pages durable (they
+// were written before it started; later commits touch no page of T or of
+// the checkpoint still in force, both pinned), store.ckpt gets T's meta
+// pages, and only then does T's reader replace the old pin and the WAL
+// lose the records T covers. An error is kept for the next round.
+func (e *engine) checkpointAsync() error {
+	if !e.ckptMu.TryLock() {
+		return nil
+	}
+	e.mu.Lock()
+	if err := e.ckptErr; err != nil {
+		e.ckptErr = nil
+		e.mu.Unlock()
+		e.ckptMu.Unlock()
+		return err
+	}
+	if e.syncMode || e.noSync || e.wal == nil || mmapSize() == 0 || e.fileSize() > int64(mmapSize())-(1<<30) {
+		err := e.checkpointLocked()
+		e.mu.Unlock()
+		e.ckptMu.Unlock()
+		return err
+	}
+	pin, err := e.db.Begin(false)
+	if err != nil {
+		e.mu.Unlock()
+		e.ckptMu.Unlock()
+		return fmt.Errorf("checkpoint: pin: %w", err)
+	}
+	var covered uint64
+	if v := pin.Bucket(bucketMeta).Get(keyWALSeq); len(v) == 8 {
+		covered = binary.BigEndian.Uint64(v)
+	}
+	pages, err := e.readMetaPages()
+	e.ckptAt = time.Now()
+	e.mu.Unlock()
+	if err != nil {
+		pin.Rollback()
+		e.ckptMu.Unlock()
+		return err
+	}
+	go func() {
+		defer e.ckptMu.Unlock()
+		err := e.db.Sync()
+		if err == nil {
+			err = e.writeCheckpointFile(pages)
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if err != nil {
+			pin.Rollback()
+			e.ckptErr = fmt.Errorf("checkpoint: %w", err)
+			return
+		}
+		if e.pin != nil {
+			e.pin.Rollback()
+		}
+		e.pin = pin
+		e.stats.checkpoints++
+		if err := e.wal.truncate(covered); err != nil {
+			e.ckptErr = fmt.Errorf("checkpoint: %w", err)
+		}
+	}()
 	return nil
 }
 
@@ -203,6 +278,8 @@ func (e *engine) fileSize() int64 {
 // update runs fn in a write transaction outside the Ready loop and returns
 // once it is durable (a checkpoint).
 func (e *engine) update(fn func(*bbolt.Tx) error) error {
+	e.ckptMu.Lock()
+	defer e.ckptMu.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.db.Update(fn); err != nil {
@@ -253,11 +330,24 @@ func (e *engine) round(prepare func() []walItem, fn func(*bbolt.Tx) error) error
 // checkpointIfDue checkpoints if force is set or the last checkpoint is
 // checkpointInterval old.
 func (e *engine) checkpointIfDue(force bool) error {
+	if !force {
+		e.mu.Lock()
+		due := time.Since(e.ckptAt) >= checkpointInterval
+		err := e.ckptErr
+		e.ckptErr = nil
+		e.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if !due {
+			return nil
+		}
+		return e.checkpointAsync()
+	}
+	e.ckptMu.Lock()
+	defer e.ckptMu.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !force && time.Since(e.ckptAt) < checkpointInterval {
-		return nil
-	}
 	return e.checkpointLocked()
 }
 

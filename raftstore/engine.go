@@ -102,6 +102,8 @@ type engine struct {
 	// mu orders every write transaction, WAL append and checkpoint
 	// (checkpoint.go); wal, pin, ckptAt and syncMode are under it.
 	mu       sync.Mutex
+	ckptMu   sync.Mutex // one checkpoint at a time; taken before mu
+	ckptErr  error      // a background checkpoint's failure, for the next round
 	wal      *wal
 	pin      *bbolt.Tx // a reader on the last checkpoint's tree
 	ckptAt   time.Time
@@ -243,12 +245,14 @@ func openEngineLocked(dir, path string, noSync bool) (*engine, error) {
 	}
 	// Everything so far was committed with bbolt's fsyncs: this is the
 	// first checkpoint, and from here on rounds commit without them.
+	e.ckptMu.Lock()
 	e.mu.Lock()
 	err = e.checkpointLocked()
 	if err == nil && !e.syncMode {
 		db.NoSync = true
 	}
 	e.mu.Unlock()
+	e.ckptMu.Unlock()
 	if err != nil {
 		e.close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -259,6 +263,8 @@ func openEngineLocked(dir, path string, noSync bool) (*engine, error) {
 // close checkpoints (so that the next open restores nothing newer than the
 // file holds) and closes the WAL and bbolt.
 func (e *engine) close() error {
+	e.ckptMu.Lock()
+	defer e.ckptMu.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var err error

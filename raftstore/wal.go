@@ -251,10 +251,11 @@ func (w *wal) write(payload []byte) error {
 	return fdatasyncFile(w.f)
 }
 
-// truncate drops every record up to the last one appended: a checkpoint
-// made them all durable in bbolt. The current segment is kept unless it
-// grew past walSegmentMax (or a write failed in it), then a new one starts.
-func (w *wal) truncate() error {
+// truncate drops the segments whose every record is at most covered (a
+// checkpoint made them durable in bbolt). A new segment starts first if
+// the current one grew past walSegmentMax or a write failed in it (its
+// records stay until a later checkpoint covers them).
+func (w *wal) truncate(covered uint64) error {
 	if w.broken != nil || w.size >= walSegmentMax {
 		w.broken = nil
 		if err := w.startSegment(); err != nil {
@@ -266,11 +267,13 @@ func (w *wal) truncate() error {
 	if err != nil {
 		return err
 	}
-	for _, first := range firsts {
-		if first < w.first {
-			if err := os.Remove(filepath.Join(w.dir, segmentName(first))); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return err
-			}
+	for i, first := range firsts {
+		// Every record of segment i is below the next segment's first.
+		if first >= w.first || i+1 >= len(firsts) || firsts[i+1] > covered+1 {
+			break
+		}
+		if err := os.Remove(filepath.Join(w.dir, segmentName(first))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
 		}
 	}
 	return nil
