@@ -791,6 +791,21 @@ func (s *Store) TransferLeader(ctx context.Context, regionID, toStoreID uint64) 
 			p.mu.Unlock()
 			return nil
 		}
+		if start && p.isLeaderLocked() && !p.transfereeCaughtUpLocked(target.ID) {
+			// Raft drops every proposal while a transfer is pending, up to
+			// an election timeout per attempt: a target far behind would
+			// stall the region's writes for as long as it lags (seen at
+			// scale: 40 s). Start once it has caught up, as TiKV does.
+			p.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("transfer leader of region %d to store %d: target has not caught up: %w", regionID, toStoreID, ctx.Err())
+			case <-s.stopc:
+				return ErrStopped
+			case <-poll.C:
+			}
+			continue
+		}
 		if start && p.isLeaderLocked() {
 			p.transferring = true
 			p.revokeLeaseLocked()
@@ -822,6 +837,24 @@ func (s *Store) TransferLeader(ctx context.Context, regionID, toStoreID uint64) 
 		case <-poll.C:
 		}
 	}
+}
+
+// maxTransferLag is how many entries a transfer target may lag the
+// leader's log when the transfer starts (TiKV's leader_transfer_max_log_lag):
+// it catches up within the transfer, so writes pause only briefly.
+const maxTransferLag = 128
+
+// transfereeCaughtUpLocked reports whether peer id is within
+// maxTransferLag entries of this leader's log and not waiting for a
+// snapshot.
+func (p *Peer) transfereeCaughtUpLocked(id uint64) bool {
+	st := p.rn.Status()
+	pr, ok := st.Progress[id]
+	self, okSelf := st.Progress[p.id]
+	if !ok || !okSelf {
+		return false
+	}
+	return pr.State != tracker.StateSnapshot && pr.Match+maxTransferLag >= self.Match
 }
 
 // ErrInvalidRequest marks a request that can never succeed as asked.

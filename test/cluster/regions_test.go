@@ -11,10 +11,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"go.etcd.io/raft/v3/raftpb"
+
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
 	"github.com/hedgekv/hedgekv/region"
-	"go.etcd.io/raft/v3/raftpb"
 )
 
 func key(i int) []byte { return fmt.Appendf(nil, "key%05d", i) }
@@ -247,6 +248,33 @@ var _ = Describe("regions", func() {
 		Expect(errors.As(err, &notFound)).To(BeTrue(), "read on the removed replica's store: %v", err)
 		r, _ := c.RegionOf(key(0))
 		Expect(r.Peers).To(HaveLen(2))
+	})
+
+	It("keeps taking writes while a leadership transfer waits for a target that lags", func() {
+		// Raft drops proposals while a transfer is pending; a transfer to
+		// a follower far behind, retried every election timeout, would
+		// stall the region's writes for as long as the follower lags.
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(30 * time.Second)
+		leader, _ := c.Leader(1)
+		target := otherThan(c, leader)[0]
+		c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+			return m.ToStore == target && (m.Msg.Type == raftpb.MsgApp || m.Msg.Type == raftpb.MsgSnap), 0
+		}))
+		for i := range 200 {
+			Expect(c.Put(ctx, key(i), []byte("v"))).To(Succeed())
+		}
+		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- mustStore(c, leader).TransferLeader(tctx, 1, target) }()
+		for i := range 20 {
+			pctx, pcancel := context.WithTimeout(ctx, time.Second)
+			err := mustStore(c, leader).Put(pctx, raftstore.WriteOptions{}, key(1000+i), []byte("during"))
+			pcancel()
+			Expect(err).NotTo(HaveOccurred(), "write %d during the transfer", i)
+		}
+		Expect(<-done).To(MatchError(ContainSubstring("has not caught up")))
 	})
 
 	It("destroys a replica that has the entry removing it but never hears that it committed", func() {
