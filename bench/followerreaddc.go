@@ -660,6 +660,22 @@ func (cfg *FollowerReadDCConfig) report(res *FollowerReadDCResult, leader uint64
 	}
 
 	b.WriteString("\n## Every scan length\n\n")
+	b.WriteString(cfg.scanTable(res))
+
+	b.WriteString("\n## TiDB's published figures beside ours, every scan length\n\n")
+	b.WriteString("ops/s and client p99 ms; TiDB first, then this run.\n\n")
+	b.WriteString(cfg.tidbTable(res))
+
+	b.WriteString("\n## Where the reads were served\n\n")
+	b.WriteString("From the stores' read counters (lease, read-index, stale, follower-lease) over each run; a scan of one region is one read.\n\n")
+	writeServedWhere(&b, res, leader)
+
+	writePlots(&b, res.Plots)
+	return b.String()
+}
+
+// scanTable is the report's table of every variant at every scan length.
+func (cfg *FollowerReadDCConfig) scanTable(res *FollowerReadDCResult) string {
 	var cells [][]string
 	for _, l := range cfg.ScanLengths {
 		for _, r := range res.Runs {
@@ -674,11 +690,13 @@ func (cfg *FollowerReadDCConfig) report(res *FollowerReadDCResult, leader uint64
 			})
 		}
 	}
-	b.WriteString(MarkdownTable([]string{"variant", "scan keys", "ops", "ops/s", "p50 ms", "p99 ms", "p99.9 ms", "server p99 ms", "WAN bytes/read", "failed"}, cells))
+	return MarkdownTable([]string{"variant", "scan keys", "ops", "ops/s", "p50 ms", "p99 ms", "p99.9 ms", "server p99 ms", "WAN bytes/read", "failed"}, cells)
+}
 
-	b.WriteString("\n## TiDB's published figures beside ours, every scan length\n\n")
-	b.WriteString("ops/s and client p99 ms; TiDB first, then this run.\n\n")
-	cells = nil
+// tidbTable is the report's table of TiDB's published figures beside
+// this run's, at every scan length.
+func (cfg *FollowerReadDCConfig) tidbTable(res *FollowerReadDCResult) string {
+	var cells [][]string
 	for _, l := range cfg.ScanLengths {
 		line := []string{strconv.Itoa(l)}
 		for _, pair := range []struct {
@@ -703,12 +721,14 @@ func (cfg *FollowerReadDCConfig) report(res *FollowerReadDCResult, leader uint64
 		}
 		cells = append(cells, line)
 	}
-	b.WriteString(MarkdownTable([]string{"scan keys", "remote leader ops/s (S1 / ours)", "p99 ms", "local follower ops/s (S2 / ours)", "p99 ms",
-		"same zone ops/s (S3 / ours)", "p99 ms"}, cells))
+	return MarkdownTable([]string{"scan keys", "remote leader ops/s (S1 / ours)", "p99 ms", "local follower ops/s (S2 / ours)", "p99 ms",
+		"same zone ops/s (S3 / ours)", "p99 ms"}, cells)
+}
 
-	b.WriteString("\n## Where the reads were served\n\n")
-	b.WriteString("From the stores' read counters (lease, read-index, stale, follower-lease) over each run; a scan of one region is one read.\n\n")
-	cells = nil
+// writeServedWhere writes where the reads were served (the client's zone
+// or not, by which path), whether the leader moved, and the first errors.
+func writeServedWhere(b *strings.Builder, res *FollowerReadDCResult, leader uint64) {
+	var cells [][]string
 	var moved []string
 	for _, r := range res.Runs {
 		cells = append(cells, []string{r.Variant.Name, strconv.Itoa(r.ScanLength), r.ClientZone,
@@ -719,27 +739,24 @@ func (cfg *FollowerReadDCConfig) report(res *FollowerReadDCResult, leader uint64
 	}
 	b.WriteString(MarkdownTable([]string{"variant", "scan keys", "client zone", "served in the client's zone", "served by"}, cells))
 	if len(moved) == 0 {
-		fmt.Fprintf(&b, "\nRegion %d's leader was on store %d after every run.\n", hotRegionID, leader)
+		fmt.Fprintf(b, "\nRegion %d's leader was on store %d after every run.\n", hotRegionID, leader)
 	} else {
 		b.WriteString("\n**The leader moved:**\n\n")
 		for _, m := range moved {
-			fmt.Fprintf(&b, "- %s\n", m)
+			fmt.Fprintf(b, "- %s\n", m)
 		}
 	}
 	for _, r := range res.Runs {
 		if r.Variant.Local && r.LocalShare < 0.99 {
-			fmt.Fprintf(&b, "\n**%s at scan %d was meant to be served in %s, but only %.1f%% of its reads were.**\n",
+			fmt.Fprintf(b, "\n**%s at scan %d was meant to be served in %s, but only %.1f%% of its reads were.**\n",
 				r.Variant.Name, r.ScanLength, r.ClientZone, 100*r.LocalShare)
 		}
 	}
 	for _, r := range res.Runs {
 		for _, o := range r.Phase.Ops {
 			if o.FirstErr != "" {
-				fmt.Fprintf(&b, "\nFirst %s error of %s at scan %d: %s\n", o.Op, r.Variant.Name, r.ScanLength, inlineCode(o.FirstErr))
+				fmt.Fprintf(b, "\nFirst %s error of %s at scan %d: %s\n", o.Op, r.Variant.Name, r.ScanLength, inlineCode(o.FirstErr))
 			}
 		}
 	}
-
-	writePlots(&b, res.Plots)
-	return b.String()
 }

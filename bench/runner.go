@@ -320,28 +320,7 @@ func runPhase(ctx context.Context, spec Spec, base map[string]string, db ycsb.DB
 	ycsbMu.Lock()
 	defer ycsbMu.Unlock()
 
-	m := maps.Clone(base)
-	records, _ := strconv.ParseInt(m[prop.RecordCount], 10, 64)
-	target := records
-	if phase == PhaseLoad {
-		m[prop.DoTransactions] = "false"
-		if s, ok := m[prop.InsertCount]; ok {
-			target, _ = strconv.ParseInt(s, 10, 64)
-		} else if s, ok := m[prop.InsertStart]; ok {
-			start, _ := strconv.ParseInt(s, 10, 64)
-			target = records - start
-		}
-	} else {
-		m[prop.DoTransactions] = "true"
-		target, _ = strconv.ParseInt(m[prop.OperationCount], 10, 64)
-	}
-	// go-ycsb exits the process when a phase has fewer operations than
-	// threads; give such a phase fewer threads instead.
-	threads, _ := strconv.Atoi(m[prop.ThreadCount])
-	if int64(threads) > target {
-		threads = int(target)
-		m[prop.ThreadCount] = strconv.Itoa(threads)
-	}
+	m, target, threads := phaseProps(base, phase)
 	summaryFile, err := os.CreateTemp("", "hedgekv-ycsb-summary-*.txt")
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -368,21 +347,7 @@ func runPhase(ctx context.Context, spec Spec, base map[string]string, db ycsb.DB
 	defer cancelOps(nil)
 	runCtx, cancel := context.WithCancelCause(opsCtx)
 	defer cancel(nil)
-	if phase == PhaseRun && spec.MaxDuration > 0 {
-		stopTimer := time.AfterFunc(spec.MaxDuration, func() { cancel(errMaxDuration) })
-		defer stopTimer.Stop()
-	}
-	if phase == PhaseRun && spec.Stop != nil {
-		stopped := make(chan struct{})
-		defer close(stopped)
-		go func() {
-			select {
-			case <-spec.Stop:
-				cancel(errMaxDuration)
-			case <-stopped:
-			}
-		}()
-	}
+	defer endRunAt(spec, phase, cancel)()
 
 	rec := newRecorder(spec.TimelineStep, logger)
 	rec.ops = opsCtx
@@ -427,18 +392,7 @@ func runPhase(ctx context.Context, spec Spec, base map[string]string, db ycsb.DB
 		Summary: string(summary),
 	}
 	pr.YCSBErrors = ycsbErrorCounts(pr.Summary)
-	for op, n := range pr.YCSBErrors {
-		i := slices.IndexFunc(ops, func(o OpStats) bool { return o.Op == op })
-		if i < 0 || ops[i].Failed != n {
-			// Only an interruption (a call cut short, not counted here) may
-			// explain it; anything else is a bug in the recorder.
-			var mine int64
-			if i >= 0 {
-				mine = ops[i].Failed
-			}
-			logger.Warn("go-ycsb counted failures the recorder did not", append(label, "op", op, "ycsb_errors", n, "recorded", mine)...)
-		}
-	}
+	checkYCSBErrors(pr.YCSBErrors, ops, logger, label)
 	pr.Row = RowFromStats(spec.Variant, spec.Param, total)
 	pr.Row.Timeline = timeline
 	if spec.Summary != nil {
@@ -461,6 +415,78 @@ func runPhase(ctx context.Context, spec Spec, base map[string]string, db ycsb.DB
 			phase, spec.Workload, dbLabel(spec), ErrAllFailed, total.Failed, total.FirstErr)
 	}
 	return pr, nil
+}
+
+// phaseProps are the go-ycsb properties of one phase (load or run) from
+// base, with the number of operations it is to make and its threads.
+func phaseProps(base map[string]string, phase string) (m map[string]string, target int64, threads int) {
+	m = maps.Clone(base)
+	records, _ := strconv.ParseInt(m[prop.RecordCount], 10, 64)
+	target = records
+	if phase == PhaseLoad {
+		m[prop.DoTransactions] = "false"
+		if s, ok := m[prop.InsertCount]; ok {
+			target, _ = strconv.ParseInt(s, 10, 64)
+		} else if s, ok := m[prop.InsertStart]; ok {
+			start, _ := strconv.ParseInt(s, 10, 64)
+			target = records - start
+		}
+	} else {
+		m[prop.DoTransactions] = "true"
+		target, _ = strconv.ParseInt(m[prop.OperationCount], 10, 64)
+	}
+	// go-ycsb exits the process when a phase has fewer operations than
+	// threads; give such a phase fewer threads instead.
+	threads, _ = strconv.Atoi(m[prop.ThreadCount])
+	if int64(threads) > target {
+		threads = int(target)
+		m[prop.ThreadCount] = strconv.Itoa(threads)
+	}
+	return m, target, threads
+}
+
+// endRunAt ends a run phase (cancel with errMaxDuration) after
+// spec.MaxDuration or when spec.Stop closes; the func it returns releases
+// what it started.
+func endRunAt(spec Spec, phase string, cancel context.CancelCauseFunc) (release func()) {
+	var releases []func()
+	if phase == PhaseRun && spec.MaxDuration > 0 {
+		stopTimer := time.AfterFunc(spec.MaxDuration, func() { cancel(errMaxDuration) })
+		releases = append(releases, func() { stopTimer.Stop() })
+	}
+	if phase == PhaseRun && spec.Stop != nil {
+		stopped := make(chan struct{})
+		releases = append(releases, func() { close(stopped) })
+		go func() {
+			select {
+			case <-spec.Stop:
+				cancel(errMaxDuration)
+			case <-stopped:
+			}
+		}()
+	}
+	return func() {
+		for _, r := range slices.Backward(releases) {
+			r()
+		}
+	}
+}
+
+// checkYCSBErrors warns of failures go-ycsb counted (errs, per operation)
+// that the recorder did not (ops).
+func checkYCSBErrors(errs map[string]int64, ops []OpStats, logger *slog.Logger, label []any) {
+	for op, n := range errs {
+		i := slices.IndexFunc(ops, func(o OpStats) bool { return o.Op == op })
+		if i < 0 || ops[i].Failed != n {
+			// Only an interruption (a call cut short, not counted here) may
+			// explain it; anything else is a bug in the recorder.
+			var mine int64
+			if i >= 0 {
+				mine = ops[i].Failed
+			}
+			logger.Warn("go-ycsb counted failures the recorder did not", append(label, "op", op, "ycsb_errors", n, "recorded", mine)...)
+		}
+	}
 }
 
 var errMaxDuration = errors.New("maximum duration reached")

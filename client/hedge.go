@@ -384,15 +384,7 @@ func (c *Client) race(ctx context.Context, req *regionRequest, loc cachedRegion,
 			if o.a == primary {
 				primaryErr = o.err
 			} else {
-				// The retry loop sees only the primary's error; remember
-				// what this store said so the selector avoids it.
-				var sb *region.ServerIsBusyError
-				switch {
-				case errors.As(o.err, &sb):
-					c.stats.get(o.a.storeID).observeBusy(sb.EstimatedWait)
-				case isUnreachable(ctx, o.err):
-					c.stats.get(o.a.storeID).markFailure()
-				}
+				c.noteHedgeFailure(ctx, o.a, o.err)
 			}
 			lastFailed, lastErr = o.a, o.err
 			if pending == 0 {
@@ -406,37 +398,10 @@ func (c *Client) race(ctx context.Context, req *regionRequest, loc cachedRegion,
 			if pending >= h.maxAttempts {
 				continue
 			}
-			ex := storeSet{}
-			for id := range excluded {
-				ex[id] = struct{}{}
-			}
-			for id := range tried {
-				ex[id] = struct{}{}
-			}
-			sel, ok := c.selector.pick(&loc, ReplicaMixed, false, ex)
-			if !ok {
-				continue // no other replica: nothing to hedge to
-			}
-			st, ok := c.cache.store(sel.peer.StoreID)
-			if !ok {
+			a := c.hedgeAttempt(req, loc, excluded, tried, account)
+			if a == nil {
 				continue
 			}
-			if !account.withdraw(h.now()) {
-				h.count(func(s *hedgeCounters) *atomic.Uint64 { return &s.denied })
-				continue
-			}
-			a := &attempt{
-				region:       loc,
-				peer:         sel.peer,
-				storeID:      sel.peer.StoreID,
-				replicaRead:  true,
-				maxStaleness: req.policy.MaxStaleness,
-				hedge:        true,
-			}
-			if !req.noBusy {
-				a.busyThreshold = req.policy.BusyThreshold
-			}
-			a.addr = st.addr
 			tried[a.storeID] = struct{}{}
 			h.count(func(s *hedgeCounters) *atomic.Uint64 { return &s.sent })
 			c.log.Debug("hedging", "op", req.op, "region", loc.ID, "primary", primary.storeID, "hedge", a.storeID, "after", delay)
@@ -450,4 +415,46 @@ func (c *Client) race(ctx context.Context, req *regionRequest, loc cachedRegion,
 			return primary, ctx.Err()
 		}
 	}
+}
+
+// noteHedgeFailure remembers what the store of a failed hedge said, so the
+// selector avoids it: the retry loop sees only the primary's error.
+func (c *Client) noteHedgeFailure(ctx context.Context, a *attempt, err error) {
+	var sb *region.ServerIsBusyError
+	switch {
+	case errors.As(err, &sb):
+		c.stats.get(a.storeID).observeBusy(sb.EstimatedWait)
+	case isUnreachable(ctx, err):
+		c.stats.get(a.storeID).markFailure()
+	}
+}
+
+// hedgeAttempt is the backup attempt of the race: a replica read at a
+// replica neither excluded nor tried yet, its store known, and the hedge
+// allowed by account; nil if there is none or the budget denies it.
+func (c *Client) hedgeAttempt(req *regionRequest, loc cachedRegion, excluded, tried storeSet, account *hedgeBudget) *attempt {
+	h := req.hedger
+	ex := storeSet{}
+	for id := range excluded {
+		ex[id] = struct{}{}
+	}
+	for id := range tried {
+		ex[id] = struct{}{}
+	}
+	sel, ok := c.selector.pick(&loc, ReplicaMixed, false, ex)
+	if !ok {
+		return nil // no other replica: nothing to hedge to
+	}
+	st, ok := c.cache.store(sel.peer.StoreID)
+	if !ok {
+		return nil
+	}
+	if !account.withdraw(h.now()) {
+		h.count(func(s *hedgeCounters) *atomic.Uint64 { return &s.denied })
+		return nil
+	}
+	a := newAttempt(req, loc, sel.peer, true)
+	a.hedge = true
+	a.addr = st.addr
+	return a
 }

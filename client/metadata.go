@@ -128,34 +128,9 @@ func adminCall[T any](c *Client, ctx context.Context, what string, hedge bool, f
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type answer struct {
-		addr string
-		v    T
-		err  error
-	}
-	answers := make(chan answer, len(targets))
+	answers := make(chan adminAnswer[T], len(targets))
 	began := make(map[string]time.Time, len(targets)) // attempts in flight
 	next := 0
-	launch := func() error {
-		addr := targets[next]
-		next++
-		stub, err := c.conns.admin(addr)
-		if err != nil {
-			return err
-		}
-		began[addr] = time.Now()
-		st := c.meta.get(addr)
-		go func() {
-			actx, acancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
-			defer acancel()
-			done := st.start()
-			v, err := fn(actx, stub)
-			// A store that said it knows nothing is alive all the same.
-			done(err == nil || (ctx.Err() == nil && !isUnreachable(ctx, err)), nil)
-			answers <- answer{addr, v, err}
-		}()
-		return nil
-	}
 	hedgeTimer := time.NewTimer(time.Hour)
 	defer hedgeTimer.Stop()
 	var hedgeC <-chan time.Time
@@ -166,6 +141,19 @@ func adminCall[T any](c *Client, ctx context.Context, what string, hedge bool, f
 			hedgeC = hedgeTimer.C
 		}
 	}
+	// launch asks the next target, then arms the hedge for the one after.
+	launch := func() error {
+		addr := targets[next]
+		next++
+		stub, err := c.conns.admin(addr)
+		if err != nil {
+			return err
+		}
+		began[addr] = time.Now()
+		go askAdmin(c, ctx, addr, stub, c.meta.get(addr), fn, answers)
+		armHedge()
+		return nil
+	}
 	var (
 		errs     []error
 		noRegion bool
@@ -175,11 +163,7 @@ func adminCall[T any](c *Client, ctx context.Context, what string, hedge bool, f
 		settle  *time.Timer
 		settleC <-chan time.Time
 	)
-	defer func() {
-		if settle != nil {
-			settle.Stop()
-		}
-	}()
+	defer func() { stopTimer(settle) }()
 	noRegionErr := func() error {
 		return fmt.Errorf("%s: %w: %w", what, errNoRegion, errors.Join(errs...))
 	}
@@ -194,53 +178,31 @@ func adminCall[T any](c *Client, ctx context.Context, what string, hedge bool, f
 			if err := launch(); err != nil {
 				return zero, fmt.Errorf("%s: %w", what, err)
 			}
-			armHedge()
 		}
 		select {
 		case a := <-answers:
 			delete(began, a.addr)
 			if a.err == nil {
-				// Whoever is still silent past its hedge delay lost to a
-				// store asked after it: ask it last for a while.
-				for addr, t := range began {
-					if time.Since(t) >= c.metaDelay(addr) {
-						c.meta.get(addr).markFailure()
-					}
-				}
+				c.demoteLosers(began)
 				c.preferEndpoint(a.addr)
 				return a.v, nil
 			}
 			if f, ok := errors.AsType[finalError](a.err); ok {
 				return zero, fmt.Errorf("%s: %w", what, &storeError{addr: a.addr, err: f.err})
 			}
-			err := a.err
-			if na, ok := errors.AsType[noAnswer](err); ok {
-				noRegion, err = true, na.err
-			} else if isUnreachable(ctx, err) {
-				c.markUnreachable(a.addr)
-			}
-			errs = append(errs, &storeError{addr: a.addr, err: err})
+			err, knowsNothing := c.adminFailure(ctx, a.addr, a.err)
+			noRegion = noRegion || knowsNothing
+			errs = append(errs, err)
 			// Another store at once, rather than after the hedge delay.
 			if next < len(targets) && ctx.Err() == nil {
 				if err := launch(); err != nil {
 					return zero, fmt.Errorf("%s: %w", what, err)
 				}
-				armHedge()
 			}
-			// Every store was asked, the ones that answered know nothing
-			// (they have not applied a split yet), and the rest are
-			// silent: perhaps the one store that does know, stalled or
-			// cut off. Waiting for it up to DialTimeout would hold the
-			// request that long; once each has had gatherGrace (enough
-			// for a healthy store on a loaded machine), the call ends
-			// with errNoRegion and the request retries after a back-off,
-			// with the silent ones asked last.
+			// Every store asked, the ones that answered know nothing, the
+			// rest silent: end after graceLeft.
 			if next == len(targets) && noRegion && len(began) > 0 && settleC == nil {
-				var wait time.Duration
-				for _, t := range began {
-					wait = max(wait, gatherGrace-time.Since(t))
-				}
-				settle = time.NewTimer(max(wait, 0))
+				settle = time.NewTimer(graceLeft(began))
 				settleC = settle.C
 			}
 		case <-settleC:
@@ -253,9 +215,71 @@ func adminCall[T any](c *Client, ctx context.Context, what string, hedge bool, f
 			if err := launch(); err != nil {
 				return zero, fmt.Errorf("%s: %w", what, err)
 			}
-			armHedge()
 		case <-ctx.Done():
 			return zero, fmt.Errorf("%s: no store answered in time: %w", what, errors.Join(append([]error{ctx.Err()}, errs...)...))
 		}
+	}
+}
+
+// adminAnswer is one store's answer to an admin call.
+type adminAnswer[T any] struct {
+	addr string
+	v    T
+	err  error
+}
+
+// askAdmin makes one attempt of an admin call at addr, given DialTimeout,
+// and sends its answer to answers.
+func askAdmin[T any](c *Client, ctx context.Context, addr string, stub kvpb.AdminClient, st *storeStats, fn func(ctx context.Context, a kvpb.AdminClient) (T, error), answers chan<- adminAnswer[T]) {
+	actx, acancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+	defer acancel()
+	done := st.start()
+	v, err := fn(actx, stub)
+	// A store that said it knows nothing is alive all the same.
+	done(err == nil || (ctx.Err() == nil && !isUnreachable(ctx, err)), nil)
+	answers <- adminAnswer[T]{addr, v, err}
+}
+
+// demoteLosers: whoever is still silent past its hedge delay (began says
+// since when) lost to a store asked after it: ask it last for a while.
+func (c *Client) demoteLosers(began map[string]time.Time) {
+	for addr, t := range began {
+		if time.Since(t) >= c.metaDelay(addr) {
+			c.meta.get(addr).markFailure()
+		}
+	}
+}
+
+// adminFailure is the failed answer of addr as a storeError, and whether
+// it said it knows nothing (noAnswer); an unreachable store is marked so.
+func (c *Client) adminFailure(ctx context.Context, addr string, err error) (_ error, knowsNothing bool) {
+	if na, ok := errors.AsType[noAnswer](err); ok {
+		knowsNothing, err = true, na.err
+	} else if isUnreachable(ctx, err) {
+		c.markUnreachable(addr)
+	}
+	return &storeError{addr: addr, err: err}, knowsNothing
+}
+
+// graceLeft is how long until every store still silent (began says since
+// when each was asked) has had gatherGrace. When every store was asked, the
+// ones that answered know nothing (they have not applied a split yet), and
+// the rest are silent (perhaps the one store that does know, stalled or cut
+// off), waiting for them up to DialTimeout would hold the request that
+// long; once each has had gatherGrace (enough for a healthy store on a
+// loaded machine), adminCall ends with errNoRegion and the request retries
+// after a back-off, with the silent ones asked last.
+func graceLeft(began map[string]time.Time) time.Duration {
+	var wait time.Duration
+	for _, t := range began {
+		wait = max(wait, gatherGrace-time.Since(t))
+	}
+	return max(wait, 0)
+}
+
+// stopTimer stops t, if there is one.
+func stopTimer(t *time.Timer) {
+	if t != nil {
+		t.Stop()
 	}
 }

@@ -200,27 +200,13 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
 		defer cancel()
 	}
-	var (
-		bo       backoffer
-		excluded = storeSet{}
-		lastErr  error
-		// notReady is the last refusal of a stale read for its bound
-		// (DataIsNotReady): when the request times out after trying the
-		// leader too, lastErr is the leader's (often a connection error)
-		// and would hide why no replica served it.
-		notReady  error
-		epochErrs int
-		hints     int
-		// declined maps a store this request declined to follow a
-		// NotLeader hint to (it was in its back-off) to when it first
-		// declined, or last saw it fail itself; see deadHintGrace.
-		declined map[uint64]time.Time
-	)
+	r := &retryState{excluded: storeSet{}}
+	var lastErr error
 	for n := 1; ; n++ {
 		if err := ctx.Err(); err != nil {
-			return result{attempts: n - 1}, c.giveUp(req, n-1, err, lastErr, notReady)
+			return result{attempts: n - 1}, c.giveUp(req, n-1, err, lastErr, r.notReady)
 		}
-		wait, a, err := c.tryOnce(ctx, req, excluded)
+		wait, a, err := c.tryOnce(ctx, req, r.excluded)
 		if err == nil {
 			return result{attempts: n, final: a}, nil
 		}
@@ -230,149 +216,14 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 		if lastErr == nil || ctx.Err() == nil {
 			lastErr = err
 		}
-		var (
-			nl *region.NotLeaderError
-			en *region.EpochNotMatchError
-			rn *region.RegionNotFoundError
-			kn *region.KeyNotInRegionError
-			dr *region.DataIsNotReadyError
-			sb *region.ServerIsBusyError
-			fe *fatalError
-			lm *leaderMovedError
-		)
-		var sleep time.Duration
-		switch {
-		case errors.As(err, &fe):
-			return result{attempts: n, final: a}, fmt.Errorf("%s: %w", req.op, fe.err)
-		case wait:
-			sleep = bo.next(boUnreachable)
-		case errors.As(err, &nl):
-			var hint uint64
-			if nl.Leader != nil && nl.Leader.StoreID != a.storeID {
-				hint = nl.Leader.StoreID
-			}
-			// A hint naming a store in its back-off is the follower's
-			// memory of a leader that just failed (it has not timed out
-			// yet): following it would send the request back to a dead
-			// store, so it counts as no hint, and that store stays out of
-			// this request, for deadHintGrace at most. Replicas that still
-			// name it after that hear from it: it leads, whatever our
-			// back-off says (other requests' timeouts, on a loaded store,
-			// keep re-arming it), and the request goes there.
-			deadHint := false
-			if hint != 0 && c.stats.get(hint).failedRecently() {
-				if declined == nil {
-					declined = map[uint64]time.Time{}
-				}
-				first, ok := declined[hint]
-				if !ok {
-					first = time.Now()
-					declined[hint] = first
-				}
-				deadHint = time.Since(first) < deadHintGrace
-			}
-			switch {
-			case hint != 0 && !deadHint && c.cache.updateLeader(a.region.ID, hint):
-				// The hinted store may have failed an earlier attempt of
-				// this request; it is the leader now, so try it again.
-				delete(excluded, hint)
-				// Hints are followed at once, but a cluster whose replicas
-				// disagree about the leader must not be hammered.
-				if hints++; hints > 2 {
-					sleep = bo.next(boNoLeader)
-				}
-			case hint != 0 && !deadHint:
-				// The hinted store hosts no peer we know of: our peer
-				// list is stale (a conf change). Reload the region, after
-				// a pause: the store asked may not have applied the
-				// change either.
-				c.cache.drop(a.region.ID)
-				sleep = bo.next(boRegionMiss)
-			default:
-				if deadHint {
-					excluded[hint] = struct{}{}
-					if len(excluded) >= len(a.region.Peers) {
-						clear(excluded)
-					}
-				}
-				c.cache.switchLeaderFrom(a.region.ID, a.storeID)
-				sleep = bo.next(boNoLeader)
-			}
-		case errors.As(err, &lm):
-			// The leader check found another leader and cut the attempt
-			// short: the cache names it already. Not a failure of the
-			// store left behind (it is alive, just no longer leading).
-			if hints++; hints > 2 {
-				sleep = bo.next(boNoLeader)
-			}
-		case errors.As(err, &en):
-			// As TiKV's client: a store that knows newer regions has
-			// given them, and the request goes there at once. A store
-			// behind the cache (it has not applied the split or conf
-			// change the cache learned from another) is asked again
-			// after a back-off: it will catch up.
-			if c.cache.onEpochNotMatch(a.region, en.Current, a.storeID) {
-				sleep = bo.next(boRegionMiss)
-			} else if epochErrs++; epochErrs > 1 {
-				sleep = bo.next(boRegionMiss)
-			}
-		case errors.As(err, &rn):
-			// The store does not host the region (yet: a split it has
-			// not applied, a replica being added; or any more: one
-			// removed). It is no answer: reload the region; a replica
-			// read asks another replica in this request (a leader-bound
-			// attempt goes where the reloaded region's leader is).
-			c.cache.drop(a.region.ID)
-			if a.replicaRead {
-				excluded[a.storeID] = struct{}{}
-				if len(excluded) >= len(a.region.Peers) {
-					clear(excluded)
-				}
-			}
-			sleep = bo.next(boRegionMiss)
-		case errors.As(err, &kn):
-			c.cache.drop(a.region.ID)
-			sleep = bo.next(boRegionMiss)
-		case errors.As(err, &dr):
-			notReady = err
-			excluded[a.storeID] = struct{}{}
-			if len(excluded) >= len(a.region.Peers) {
-				// Every replica refused: wait for safe points to advance,
-				// then go round again.
-				clear(excluded)
-				sleep = bo.next(boNotReady)
-			}
-		case errors.As(err, &sb):
-			c.stats.get(a.storeID).observeBusy(sb.EstimatedWait)
-			excluded[a.storeID] = struct{}{}
-			req.busyAvoid = true
-			if len(excluded) >= len(a.region.Peers) {
-				clear(excluded)
-				req.busyAvoid, req.noBusy = false, true
-			}
-		case isUnreachable(ctx, err):
-			c.stats.get(a.storeID).markFailure()
-			// Failed for this request itself: hints to it are declined
-			// for a grace from now.
-			if declined == nil {
-				declined = map[uint64]time.Time{}
-			}
-			declined[a.storeID] = time.Now()
-			excluded[a.storeID] = struct{}{}
-			if req.write || req.policy.Replica == ReplicaLeader {
-				c.cache.switchLeaderFrom(a.region.ID, a.storeID)
-			}
-			if len(excluded) >= len(a.region.Peers) {
-				clear(excluded)
-			}
-			c.conns.resetBackoff(a.addr)
-			sleep = bo.next(boUnreachable)
-		case ctx.Err() != nil:
+		sleep, again, ferr := c.afterFailure(ctx, req, r, wait, a, err)
+		if ferr != nil {
+			return result{attempts: n, final: a}, ferr
+		}
+		if !again {
 			// The attempt failed because the request's own deadline ended;
 			// the loop's check reports it.
 			continue
-		default:
-			return result{attempts: n, final: a}, fmt.Errorf("%s: %w", req.op, err)
 		}
 		if c.log.Enabled(ctx, slog.LevelDebug) {
 			attrs := []any{"op", req.op, "attempt", n, "sleep", sleep, "err", err}
@@ -390,10 +241,194 @@ func (c *Client) send(ctx context.Context, req *regionRequest) (result, error) {
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return result{attempts: n}, c.giveUp(req, n, ctx.Err(), lastErr, notReady)
+				return result{attempts: n}, c.giveUp(req, n, ctx.Err(), lastErr, r.notReady)
 			}
 		}
 	}
+}
+
+// retryState is what a request's retry loop carries from one attempt to
+// the next.
+type retryState struct {
+	bo       backoffer
+	excluded storeSet
+	// notReady is the last refusal of a stale read for its bound
+	// (DataIsNotReady): when the request times out after trying the
+	// leader too, lastErr is the leader's (often a connection error)
+	// and would hide why no replica served it.
+	notReady  error
+	epochErrs int
+	hints     int
+	// declined maps a store this request declined to follow a
+	// NotLeader hint to (it was in its back-off) to when it first
+	// declined, or last saw it fail itself; see deadHintGrace.
+	declined map[uint64]time.Time
+}
+
+// exclude keeps store out of the request's next attempts, until every
+// replica of a's region was excluded: then none is.
+func (r *retryState) exclude(store uint64, a *attempt) {
+	r.excluded[store] = struct{}{}
+	if len(r.excluded) >= len(a.region.Peers) {
+		clear(r.excluded)
+	}
+}
+
+// afterFailure acts on the error of attempt a (wait: tryOnce found nothing
+// to send to yet) as send's comment says: it updates the region cache and
+// r, and returns how long to sleep before the next attempt; again false
+// when the request's own deadline ended it (no sleep, no log), or the error
+// to return when retrying cannot fix it.
+func (c *Client) afterFailure(ctx context.Context, req *regionRequest, r *retryState, wait bool, a *attempt, err error) (sleep time.Duration, again bool, _ error) {
+	var (
+		nl *region.NotLeaderError
+		en *region.EpochNotMatchError
+		rn *region.RegionNotFoundError
+		kn *region.KeyNotInRegionError
+		dr *region.DataIsNotReadyError
+		sb *region.ServerIsBusyError
+		fe *fatalError
+		lm *leaderMovedError
+	)
+	switch {
+	case errors.As(err, &fe):
+		return 0, false, fmt.Errorf("%s: %w", req.op, fe.err)
+	case wait:
+		sleep = r.bo.next(boUnreachable)
+	case errors.As(err, &nl):
+		sleep = c.onNotLeader(r, a, nl)
+	case errors.As(err, &lm):
+		// The leader check found another leader and cut the attempt
+		// short: the cache names it already. Not a failure of the
+		// store left behind (it is alive, just no longer leading).
+		if r.hints++; r.hints > 2 {
+			sleep = r.bo.next(boNoLeader)
+		}
+	case errors.As(err, &en):
+		// As TiKV's client: a store that knows newer regions has
+		// given them, and the request goes there at once. A store
+		// behind the cache (it has not applied the split or conf
+		// change the cache learned from another) is asked again
+		// after a back-off: it will catch up.
+		if c.cache.onEpochNotMatch(a.region, en.Current, a.storeID) {
+			sleep = r.bo.next(boRegionMiss)
+		} else if r.epochErrs++; r.epochErrs > 1 {
+			sleep = r.bo.next(boRegionMiss)
+		}
+	case errors.As(err, &rn):
+		// The store does not host the region (yet: a split it has
+		// not applied, a replica being added; or any more: one
+		// removed). It is no answer: reload the region; a replica
+		// read asks another replica in this request (a leader-bound
+		// attempt goes where the reloaded region's leader is).
+		c.cache.drop(a.region.ID)
+		if a.replicaRead {
+			r.exclude(a.storeID, a)
+		}
+		sleep = r.bo.next(boRegionMiss)
+	case errors.As(err, &kn):
+		c.cache.drop(a.region.ID)
+		sleep = r.bo.next(boRegionMiss)
+	case errors.As(err, &dr):
+		r.notReady = err
+		r.excluded[a.storeID] = struct{}{}
+		if len(r.excluded) >= len(a.region.Peers) {
+			// Every replica refused: wait for safe points to advance,
+			// then go round again.
+			clear(r.excluded)
+			sleep = r.bo.next(boNotReady)
+		}
+	case errors.As(err, &sb):
+		c.stats.get(a.storeID).observeBusy(sb.EstimatedWait)
+		r.excluded[a.storeID] = struct{}{}
+		req.busyAvoid = true
+		if len(r.excluded) >= len(a.region.Peers) {
+			clear(r.excluded)
+			req.busyAvoid, req.noBusy = false, true
+		}
+	case isUnreachable(ctx, err):
+		sleep = c.onUnreachable(req, r, a)
+	case ctx.Err() != nil:
+		return 0, false, nil
+	default:
+		return 0, false, fmt.Errorf("%s: %w", req.op, err)
+	}
+	return sleep, true, nil
+}
+
+// onNotLeader follows a NotLeader answer to attempt a: to the hinted
+// leader at once, or after a back-off to the next peer.
+func (c *Client) onNotLeader(r *retryState, a *attempt, nl *region.NotLeaderError) (sleep time.Duration) {
+	var hint uint64
+	if nl.Leader != nil && nl.Leader.StoreID != a.storeID {
+		hint = nl.Leader.StoreID
+	}
+	// A hint naming a store in its back-off is the follower's
+	// memory of a leader that just failed (it has not timed out
+	// yet): following it would send the request back to a dead
+	// store, so it counts as no hint, and that store stays out of
+	// this request, for deadHintGrace at most. Replicas that still
+	// name it after that hear from it: it leads, whatever our
+	// back-off says (other requests' timeouts, on a loaded store,
+	// keep re-arming it), and the request goes there.
+	deadHint := false
+	if hint != 0 && c.stats.get(hint).failedRecently() {
+		if r.declined == nil {
+			r.declined = map[uint64]time.Time{}
+		}
+		first, ok := r.declined[hint]
+		if !ok {
+			first = time.Now()
+			r.declined[hint] = first
+		}
+		deadHint = time.Since(first) < deadHintGrace
+	}
+	switch {
+	case hint != 0 && !deadHint && c.cache.updateLeader(a.region.ID, hint):
+		// The hinted store may have failed an earlier attempt of
+		// this request; it is the leader now, so try it again.
+		delete(r.excluded, hint)
+		// Hints are followed at once, but a cluster whose replicas
+		// disagree about the leader must not be hammered.
+		if r.hints++; r.hints > 2 {
+			sleep = r.bo.next(boNoLeader)
+		}
+	case hint != 0 && !deadHint:
+		// The hinted store hosts no peer we know of: our peer
+		// list is stale (a conf change). Reload the region, after
+		// a pause: the store asked may not have applied the
+		// change either.
+		c.cache.drop(a.region.ID)
+		sleep = r.bo.next(boRegionMiss)
+	default:
+		if deadHint {
+			r.exclude(hint, a)
+		}
+		c.cache.switchLeaderFrom(a.region.ID, a.storeID)
+		sleep = r.bo.next(boNoLeader)
+	}
+	return sleep
+}
+
+// onUnreachable handles an attempt whose store did not answer: the store
+// is marked failed and kept out of this request.
+func (c *Client) onUnreachable(req *regionRequest, r *retryState, a *attempt) time.Duration {
+	c.stats.get(a.storeID).markFailure()
+	// Failed for this request itself: hints to it are declined
+	// for a grace from now.
+	if r.declined == nil {
+		r.declined = map[uint64]time.Time{}
+	}
+	r.declined[a.storeID] = time.Now()
+	r.excluded[a.storeID] = struct{}{}
+	if req.write || req.policy.Replica == ReplicaLeader {
+		c.cache.switchLeaderFrom(a.region.ID, a.storeID)
+	}
+	if len(r.excluded) >= len(a.region.Peers) {
+		clear(r.excluded)
+	}
+	c.conns.resetBackoff(a.addr)
+	return r.bo.next(boUnreachable)
 }
 
 // fatalError marks an error the retry loop must return as is.
@@ -431,13 +466,7 @@ func (c *Client) tryOnce(ctx context.Context, req *regionRequest, excluded store
 		clear(excluded)
 		return true, nil, fmt.Errorf("region %d: no usable replica", loc.ID)
 	}
-	a = &attempt{region: loc, peer: sel.peer, storeID: sel.peer.StoreID, replicaRead: sel.replicaRead && !req.write}
-	if !req.write {
-		a.maxStaleness = req.policy.MaxStaleness
-		if !req.noBusy {
-			a.busyThreshold = req.policy.BusyThreshold
-		}
-	}
+	a = newAttempt(req, loc, sel.peer, sel.replicaRead)
 	st, ok := c.cache.store(a.storeID)
 	if !ok {
 		// A store we have not heard of (added after we loaded the store
@@ -461,6 +490,21 @@ func (c *Client) tryOnce(ctx context.Context, req *regionRequest, excluded store
 		return false, nil, err
 	}
 	return false, a, err
+}
+
+// newAttempt is req's attempt at peer of loc (its address still to be
+// filled in): a read of the replica's own state when replicaRead (never for
+// a write), a read with the policy's staleness bound and busy threshold.
+// tryOnce makes the attempts of the retry loop with it, race the hedges.
+func newAttempt(req *regionRequest, loc cachedRegion, peer region.Peer, replicaRead bool) *attempt {
+	a := &attempt{region: loc, peer: peer, storeID: peer.StoreID, replicaRead: replicaRead && !req.write}
+	if !req.write {
+		a.maxStaleness = req.policy.MaxStaleness
+		if !req.noBusy {
+			a.busyThreshold = req.policy.BusyThreshold
+		}
+	}
+	return a
 }
 
 // runAttempt sends one attempt to the store a names and classifies its

@@ -134,24 +134,8 @@ func startEtcd(ctx context.Context, cfg EtcdConfig) (_ *Etcd, err error) {
 		}
 	}()
 
-	if cfg.Topology != nil {
-		if err := cfg.Topology.Validate(); err != nil {
-			return nil, fmt.Errorf("etcd cluster: %w", err)
-		}
-		c.topo = cfg.Topology
-		c.stores = cfg.Topology.Stores()
-		if len(c.stores) == 0 {
-			return nil, errors.New("etcd cluster: the topology has no store")
-		}
-		for _, s := range c.stores {
-			z, _ := cfg.Topology.ZoneOf(s)
-			c.zones = append(c.zones, z)
-		}
-		cfg.Members = len(c.stores)
-	} else {
-		for i := range cfg.Members {
-			c.stores = append(c.stores, uint64(i+1))
-		}
+	if cfg.Members, err = c.placeMembers(cfg); err != nil {
+		return nil, err
 	}
 
 	// The members' ports stay reserved (bound) until the members start:
@@ -185,20 +169,7 @@ func startEtcd(ctx context.Context, cfg EtcdConfig) (_ *Etcd, err error) {
 	release()
 	for i := range cfg.Members {
 		name := c.memberName(i)
-		args := []string{
-			"--name", name,
-			"--data-dir", filepath.Join(c.dir, name),
-			"--listen-client-urls", clientURL(i),
-			"--advertise-client-urls", clientURL(i),
-			"--listen-peer-urls", peerURL(i),
-			"--initial-advertise-peer-urls", advertised[i],
-			"--initial-cluster", strings.Join(initial, ","),
-			"--initial-cluster-token", "hedgekv-bench",
-			"--initial-cluster-state", "new",
-			"--logger", "zap",
-			"--log-outputs", "stderr",
-			"--log-level", "warn",
-		}
+		args := c.memberArgs(i, clientURL(i), peerURL(i), advertised[i], initial)
 		m, err := startEtcdMember(cfg.Binary, name, args, filepath.Join(c.dir, name+".log"))
 		if err != nil {
 			return nil, err
@@ -214,6 +185,51 @@ func startEtcd(ctx context.Context, cfg EtcdConfig) (_ *Etcd, err error) {
 		return nil, errors.New("etcd cluster: the members elected a leader without a byte crossing the simulated WAN")
 	}
 	return c, nil
+}
+
+// placeMembers gives the cluster its members (their store ids) and their
+// zones: the topology's, or cfg.Members stores without zones. It returns
+// the number of members.
+func (c *Etcd) placeMembers(cfg EtcdConfig) (int, error) {
+	if cfg.Topology == nil {
+		for i := range cfg.Members {
+			c.stores = append(c.stores, uint64(i+1))
+		}
+		return cfg.Members, nil
+	}
+	if err := cfg.Topology.Validate(); err != nil {
+		return 0, fmt.Errorf("etcd cluster: %w", err)
+	}
+	c.topo = cfg.Topology
+	c.stores = cfg.Topology.Stores()
+	if len(c.stores) == 0 {
+		return 0, errors.New("etcd cluster: the topology has no store")
+	}
+	for _, s := range c.stores {
+		z, _ := cfg.Topology.ZoneOf(s)
+		c.zones = append(c.zones, z)
+	}
+	return len(c.stores), nil
+}
+
+// memberArgs are the etcd flags of member i, listening on clientURL and
+// peerURL, reached by the others at advertised, in the initial cluster.
+func (c *Etcd) memberArgs(i int, clientURL, peerURL, advertised string, initial []string) []string {
+	name := c.memberName(i)
+	return []string{
+		"--name", name,
+		"--data-dir", filepath.Join(c.dir, name),
+		"--listen-client-urls", clientURL,
+		"--advertise-client-urls", clientURL,
+		"--listen-peer-urls", peerURL,
+		"--initial-advertise-peer-urls", advertised,
+		"--initial-cluster", strings.Join(initial, ","),
+		"--initial-cluster-token", "hedgekv-bench",
+		"--initial-cluster-state", "new",
+		"--logger", "zap",
+		"--log-outputs", "stderr",
+		"--log-level", "warn",
+	}
 }
 
 // memberName is member i's name: m<store id>.

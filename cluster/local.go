@@ -93,23 +93,8 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (_ *Local, err error) {
 		logger = MinLevel(nil, slog.LevelWarn)
 	}
 	c := &Local{dir: cfg.Dir}
-	if cfg.Topology != nil {
-		if err := cfg.Topology.Validate(); err != nil {
-			return nil, fmt.Errorf("local cluster: %w", err)
-		}
-		c.ids = cfg.Topology.Stores()
-		for _, id := range c.ids {
-			z, _ := cfg.Topology.ZoneOf(id)
-			c.zones = append(c.zones, z)
-		}
-		if len(c.ids) == 0 {
-			return nil, errors.New("local cluster: the topology has no store")
-		}
-	} else {
-		for i, z := range cfg.Zones {
-			c.ids = append(c.ids, uint64(i+1))
-			c.zones = append(c.zones, z)
-		}
+	if err := c.placeStores(cfg); err != nil {
+		return nil, err
 	}
 	if c.dir == "" {
 		if c.dir, err = os.MkdirTemp("", "hedgekv-bench-cluster-*"); err != nil {
@@ -161,36 +146,10 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (_ *Local, err error) {
 		}
 	}
 	for i, id := range c.ids {
-		sc := raftstore.Config{
-			StoreID:       id,
-			Zone:          c.zones[i],
-			DataDir:       filepath.Join(c.dir, fmt.Sprintf("store%d", id)),
-			InitialStores: c.ids,
-			NoSync:        cfg.NoSync,
-			Logger:        logger,
-
-			FollowerLeases:        cfg.FollowerLeases,
-			FollowerLeaseDuration: cfg.FollowerLeaseDuration,
-		}
-		if cfg.DisableBalancing {
-			sc.BalanceInterval = -1
-		}
-		if cfg.DisableSplit {
-			sc.SplitCheckInterval = -1
-		}
-		peers := make(map[uint64]string, n)
-		for _, p := range c.ids {
-			peers[p] = upstream[p]
-			if c.net != nil && p != id {
-				peers[p] = c.net.Addr(c.zones[i], p)
-			}
-		}
-		scfg := server.Config{Store: sc, Listener: lis[i], Peers: peers, AllowFaults: cfg.AllowFaults}
+		scfg := c.serverConfig(cfg, i, logger, upstream)
+		scfg.Listener = lis[i]
 		if cfg.StatusHTTP {
 			scfg.StatusListener = statusLis[i]
-		}
-		if c.net != nil {
-			scfg.ZoneAddrs = c.net.ZoneAddrs(id)
 		}
 		srv, err := server.New(scfg)
 		if err != nil {
@@ -210,6 +169,66 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (_ *Local, err error) {
 		return nil, errors.New("local cluster: regions elected leaders without a byte crossing the simulated WAN (stores dialled each other directly)")
 	}
 	return c, nil
+}
+
+// placeStores gives the cluster its stores and their zones: the
+// topology's, or stores 1..N one per zone of cfg.Zones.
+func (c *Local) placeStores(cfg LocalConfig) error {
+	if cfg.Topology != nil {
+		if err := cfg.Topology.Validate(); err != nil {
+			return fmt.Errorf("local cluster: %w", err)
+		}
+		c.ids = cfg.Topology.Stores()
+		for _, id := range c.ids {
+			z, _ := cfg.Topology.ZoneOf(id)
+			c.zones = append(c.zones, z)
+		}
+		if len(c.ids) == 0 {
+			return errors.New("local cluster: the topology has no store")
+		}
+	} else {
+		for i, z := range cfg.Zones {
+			c.ids = append(c.ids, uint64(i+1))
+			c.zones = append(c.zones, z)
+		}
+	}
+	return nil
+}
+
+// serverConfig is the configuration of the i-th store (its listeners still
+// to be set): its peers at upstream, or behind the WAN through the links
+// from its zone.
+func (c *Local) serverConfig(cfg LocalConfig, i int, logger *slog.Logger, upstream map[uint64]string) server.Config {
+	id := c.ids[i]
+	sc := raftstore.Config{
+		StoreID:       id,
+		Zone:          c.zones[i],
+		DataDir:       filepath.Join(c.dir, fmt.Sprintf("store%d", id)),
+		InitialStores: c.ids,
+		NoSync:        cfg.NoSync,
+		Logger:        logger,
+
+		FollowerLeases:        cfg.FollowerLeases,
+		FollowerLeaseDuration: cfg.FollowerLeaseDuration,
+	}
+	if cfg.DisableBalancing {
+		sc.BalanceInterval = -1
+	}
+	if cfg.DisableSplit {
+		sc.SplitCheckInterval = -1
+	}
+	peers := make(map[uint64]string, len(c.ids))
+	for _, p := range c.ids {
+		peers[p] = upstream[p]
+		if c.net != nil && p != id {
+			peers[p] = c.net.Addr(c.zones[i], p)
+		}
+	}
+	scfg := server.Config{Store: sc, Peers: peers, AllowFaults: cfg.AllowFaults}
+	if c.net != nil {
+		scfg.ZoneAddrs = c.net.ZoneAddrs(id)
+	}
+	return scfg
 }
 
 // Network is the simulated WAN the stores run behind, nil without one.

@@ -250,10 +250,17 @@ func New(cfg Config) (*Server, error) {
 		store.SetClusterView(cp.ClusterView())
 	}
 
+	s.grpc = s.newGRPCServer(store)
+	return s, nil
+}
+
+// newGRPCServer is the store's gRPC server, its interceptors and options
+// set and the KV, Admin and Raft services registered on it.
+func (s *Server) newGRPCServer(store *raftstore.Store) *grpc.Server {
 	stallUnary, stallStream := s.faults.stallInterceptors()
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
-		grpc.ChainUnaryInterceptor(unaryInterceptor(s.metrics, logger, &s.inflight), adminGuard(cfg.DisableAdmin), stallUnary),
+		grpc.ChainUnaryInterceptor(unaryInterceptor(s.metrics, s.logger, &s.inflight), adminGuard(s.cfg.DisableAdmin), stallUnary),
 		grpc.ChainStreamInterceptor(stallStream),
 		// Peers ping every 10s to find half-open raft streams; allow it.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
@@ -263,14 +270,14 @@ func New(cfg Config) (*Server, error) {
 		// 15% of a follower's CPU under YCSB).
 		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
 	}
-	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(cfg.TLS.serverCredentials()))
+	if s.cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(s.cfg.TLS.serverCredentials()))
 	}
-	s.grpc = grpc.NewServer(opts...)
-	kvpb.RegisterKVServer(s.grpc, &kvService{store: store, load: s.load, metrics: s.metrics, faults: s.faults})
-	kvpb.RegisterAdminServer(s.grpc, s.admin)
-	kvpb.RegisterRaftServer(s.grpc, s.raft)
-	return s, nil
+	g := grpc.NewServer(opts...)
+	kvpb.RegisterKVServer(g, &kvService{store: store, load: s.load, metrics: s.metrics, faults: s.faults})
+	kvpb.RegisterAdminServer(g, s.admin)
+	kvpb.RegisterRaftServer(g, s.raft)
+	return g
 }
 
 // Start is StartContext without a caller's context.

@@ -187,20 +187,9 @@ Workloads: a (50% read, 50% update), b (95/5), c (read only), d (read latest,
 			if records <= 0 || ops <= 0 || threads <= 0 {
 				return usagef("--records, --ops and --threads must be positive")
 			}
-			wl := splitList(workloads)
-			if len(wl) == 0 {
-				return usagef("--workload is empty")
-			}
-			for _, w := range wl {
-				if _, err := bench.WorkloadProperties(w); err != nil {
-					return usageError{err}
-				}
-			}
-			rl := splitList(reads)
-			for _, r := range rl {
-				if _, err := client.ParseReplicaPolicy(r); err != nil {
-					return usageError{fmt.Errorf("--read: %w", err)}
-				}
+			wl, rl := splitList(workloads), splitList(reads)
+			if err := checkYCSBLists(wl, rl); err != nil {
+				return err
 			}
 			extra, err := parseProps(props)
 			if err != nil {
@@ -249,6 +238,25 @@ Workloads: a (50% read, 50% update), b (95/5), c (read only), d (read latest,
 	f.BoolVar(&fresh, "fresh", false, "replace OUT/ycsb/results.json instead of merging into it")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve the benchmark clients' hedging counters (hedgekv_client_hedge*) on http://ADDR/metrics while the runs last")
 	return cmd
+}
+
+// checkYCSBLists says whether every workload (--workload, at least one)
+// and read policy (--read) named is one.
+func checkYCSBLists(workloads, reads []string) error {
+	if len(workloads) == 0 {
+		return usagef("--workload is empty")
+	}
+	for _, w := range workloads {
+		if _, err := bench.WorkloadProperties(w); err != nil {
+			return usageError{err}
+		}
+	}
+	for _, r := range reads {
+		if _, err := client.ParseReplicaPolicy(r); err != nil {
+			return usageError{fmt.Errorf("--read: %w", err)}
+		}
+	}
+	return nil
 }
 
 func newBenchPeerEtcdCmd() *cobra.Command {
