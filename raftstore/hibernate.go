@@ -22,7 +22,9 @@ import (
 //     awake; a woken leader's next heartbeat wakes the followers.
 //  4. A store that goes down cannot wake anyone, so the liveness loop
 //     wakes the peers whose leader sits on a store the ClusterView reports
-//     down; they tick, time out and elect a new leader.
+//     down; they tick, time out and elect a new leader. On a store being
+//     removed it wakes every peer, so that one removed while asleep asks
+//     whether it is still a member.
 //
 // Not ticking only delays elections, never hastens them, so the lease
 // rules (lease.go) are unaffected: a hibernating follower never campaigns.
@@ -127,19 +129,25 @@ func (s *Store) livenessLoop() {
 		stores := s.view.Stores(ctx)
 		cancel()
 		down := map[uint64]bool{}
+		removing := false
 		for _, st := range stores {
 			if !st.Up {
 				down[st.ID] = true
 			}
+			removing = removing || (st.ID == s.cfg.StoreID && st.Removing)
 		}
-		if len(down) == 0 {
+		if len(down) == 0 && !removing {
 			continue
 		}
 		peers := s.allPeers()
 		for _, p := range peers {
 			p.mu.Lock()
 			lp := p.leaderPeerLocked()
-			if p.hibernating && lp != nil && down[lp.StoreID] {
+			// On a store being removed every replica must go: one whose
+			// removal it never heard of would sleep through it, so wake
+			// them all to tick and, with no leader heard, ask whether they
+			// are still members (membership.go, stale checks).
+			if p.hibernating && (removing || (lp != nil && down[lp.StoreID])) {
 				p.hibernating = false
 				p.idleTicks = 0
 			}
