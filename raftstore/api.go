@@ -4,79 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/raft/v3/raftpb"
 )
-
-// Config configures one Store.
-type Config struct {
-	StoreID uint64
-	Zone    string
-	// DataDir holds the store's single bbolt file (store.db).
-	DataDir string
-	// InitialStores lists the stores that bootstrap region 1 (covering the
-	// whole key space) when the engine is empty. Peer i of region 1 lives on
-	// InitialStores[i] and has Raft ID InitialStores[i].
-	InitialStores []uint64
-
-	TickInterval     time.Duration // default 50ms
-	ElectionTicks    int           // default 10
-	HeartbeatTicks   int           // default 2
-	LeaseDriftMargin float64       // fraction of the election timeout given up for clock drift; default 0.1
-	// FollowerLeases lets followers hold read leases and serve
-	// linearizable reads locally with no round trip (followerlease.go).
-	// Every store of a cluster must agree on it: a leader with it off
-	// neither grants nor caps, and one with it on defers its first commits.
-	FollowerLeases bool
-	// FollowerLeaseDuration is the longest follower lease a leader grants
-	// (default, and at most: the leader lease, (ElectionTicks-2) ticks less
-	// the drift margin). Writes wait at most this long for a holder that
-	// stopped acking, and a new leader holds its first commit back for it.
-	FollowerLeaseDuration time.Duration
-	// FollowerLeaseStores, if set, are the only stores granted leases.
-	FollowerLeaseStores []uint64
-	// LogGCThreshold: compact a region's raft log once more than this many
-	// applied entries sit in it. Default 5000; tests use tiny values.
-	LogGCThreshold uint64
-	// MaxClockOffset is the most the stores' wall clocks may disagree; it
-	// is added to every staleness bound. Default 50ms.
-	MaxClockOffset time.Duration
-	// Automatic split: every SplitCheckInterval (negative disables), a leader
-	// splits a region holding more than SplitMaxKeys keys or SplitMaxBytes
-	// bytes (0: no limit) at its middle. Defaults: 10s, 0 keys, 64 MiB.
-	SplitCheckInterval time.Duration
-	SplitMaxKeys       uint64
-	SplitMaxBytes      uint64
-	// Balancing: every BalanceInterval (negative disables; default 5s) a
-	// store moves leaders and replicas toward an even spread, using the
-	// ClusterView. A store down longer than MaxStoreDownTime (default
-	// 30s) has its replicas replaced on other stores.
-	BalanceInterval  time.Duration
-	MaxStoreDownTime time.Duration
-	// MaxReplicas is how many voters each region keeps. Default 3.
-	MaxReplicas int
-	// DedupWindow is how many log entries a region remembers applied
-	// request IDs for, so that retried writes apply once. Default 100000: at
-	// 5,000 writes a second that outlasts a client's 10s retry deadline twice.
-	DedupWindow uint64
-	// HibernateAfter: a region idle this long stops ticking until traffic
-	// arrives (hibernate.go). Default 10s; negative disables.
-	HibernateAfter time.Duration
-	// Clock reads the time for everything a lease or a staleness bound is
-	// measured with (default time.Now). Tests give stores skewed clocks.
-	Clock func() time.Time
-	// SnapshotSendRate bounds the bytes per second this store's snapshot
-	// sends read, all of them together (0: DefaultSnapshotSendRate, 64
-	// MiB/s; negative: no limit), so that moving a region leaves the
-	// network and disk to foreground traffic.
-	SnapshotSendRate int64
-	// NoSync skips fsync on bbolt commits (tests only; loses durability).
-	NoSync bool
-	Logger *slog.Logger
-}
 
 // Message is a raft message addressed to one region's peer on another store.
 type Message struct {

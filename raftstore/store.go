@@ -72,53 +72,6 @@ type Store struct {
 	stopOnce sync.Once
 }
 
-// setDefaults fills the zero fields of c with their defaults. It only
-// fills zeros: a value that is wrong is Validate's to refuse, never
-// replaced here, so an operator's mistake cannot turn silently into a
-// setting they did not ask for.
-func (c *Config) setDefaults() {
-	if c.TickInterval == 0 {
-		c.TickInterval = 50 * time.Millisecond
-	}
-	if c.ElectionTicks == 0 {
-		c.ElectionTicks = 10
-	}
-	if c.HeartbeatTicks == 0 {
-		c.HeartbeatTicks = 2
-	}
-	if c.LeaseDriftMargin == 0 {
-		c.LeaseDriftMargin = 0.1
-	}
-	if c.LogGCThreshold == 0 {
-		c.LogGCThreshold = 5000
-	}
-	if c.SplitCheckInterval == 0 {
-		c.SplitCheckInterval = 10 * time.Second
-	}
-	if c.SplitMaxBytes == 0 && c.SplitMaxKeys == 0 {
-		c.SplitMaxBytes = 64 << 20
-	}
-	if c.DedupWindow == 0 {
-		c.DedupWindow = 100000
-	}
-	if c.MaxClockOffset == 0 {
-		c.MaxClockOffset = 50 * time.Millisecond
-	}
-	c.balanceDefaults()
-	if c.HibernateAfter == 0 {
-		c.HibernateAfter = 10 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Clock == nil {
-		c.Clock = time.Now
-	}
-	if c.SnapshotSendRate == 0 {
-		c.SnapshotSendRate = DefaultSnapshotSendRate
-	}
-}
-
 // now is the store's clock: leases, read batches and safe points are timed
 // on it.
 func (s *Store) now() time.Time { return s.cfg.Clock() }
