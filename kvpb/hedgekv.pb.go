@@ -79,6 +79,74 @@ func (ReadMode) EnumDescriptor() ([]byte, []int) {
 	return file_hedgekv_proto_rawDescGZIP(), []int{0}
 }
 
+// NoticeKind names what a notice says (raftstore.NoticeKind, same numbers).
+type NoticeKind int32
+
+const (
+	NoticeKind_NOTICE_KIND_UNSPECIFIED   NoticeKind = 0
+	NoticeKind_NOTICE_KIND_HIBERNATE     NoticeKind = 1 // leader: stop ticking (commit: its commit index)
+	NoticeKind_NOTICE_KIND_WAKE          NoticeKind = 2 // follower: wake up, leader
+	NoticeKind_NOTICE_KIND_LEASE_REQUEST NoticeKind = 3 // follower: grant me a read lease (lease: instance, seq)
+	NoticeKind_NOTICE_KIND_LEASE_GRANT   NoticeKind = 4 // leader: a read lease (lease: the request answered, commit, length)
+	NoticeKind_NOTICE_KIND_LEASE_REVOKE  NoticeKind = 5 // leader: your read lease ends now
+	NoticeKind_NOTICE_KIND_RENEW         NoticeKind = 6 // follower: renew your lease, I need fresh safe points
+	NoticeKind_NOTICE_KIND_TOMBSTONE     NoticeKind = 7 // a member: you were removed, destroy yourself
+	NoticeKind_NOTICE_KIND_STALE_CHECK   NoticeKind = 8 // follower unled for long: am I still a member?
+)
+
+// Enum value maps for NoticeKind.
+var (
+	NoticeKind_name = map[int32]string{
+		0: "NOTICE_KIND_UNSPECIFIED",
+		1: "NOTICE_KIND_HIBERNATE",
+		2: "NOTICE_KIND_WAKE",
+		3: "NOTICE_KIND_LEASE_REQUEST",
+		4: "NOTICE_KIND_LEASE_GRANT",
+		5: "NOTICE_KIND_LEASE_REVOKE",
+		6: "NOTICE_KIND_RENEW",
+		7: "NOTICE_KIND_TOMBSTONE",
+		8: "NOTICE_KIND_STALE_CHECK",
+	}
+	NoticeKind_value = map[string]int32{
+		"NOTICE_KIND_UNSPECIFIED":   0,
+		"NOTICE_KIND_HIBERNATE":     1,
+		"NOTICE_KIND_WAKE":          2,
+		"NOTICE_KIND_LEASE_REQUEST": 3,
+		"NOTICE_KIND_LEASE_GRANT":   4,
+		"NOTICE_KIND_LEASE_REVOKE":  5,
+		"NOTICE_KIND_RENEW":         6,
+		"NOTICE_KIND_TOMBSTONE":     7,
+		"NOTICE_KIND_STALE_CHECK":   8,
+	}
+)
+
+func (x NoticeKind) Enum() *NoticeKind {
+	p := new(NoticeKind)
+	*p = x
+	return p
+}
+
+func (x NoticeKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NoticeKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_hedgekv_proto_enumTypes[1].Descriptor()
+}
+
+func (NoticeKind) Type() protoreflect.EnumType {
+	return &file_hedgekv_proto_enumTypes[1]
+}
+
+func (x NoticeKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NoticeKind.Descriptor instead.
+func (NoticeKind) EnumDescriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{1}
+}
+
 type Epoch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ConfVer       uint64                 `protobuf:"varint,1,opt,name=conf_ver,json=confVer,proto3" json:"conf_ver,omitempty"`
@@ -3159,23 +3227,23 @@ func (*FaultResponse) Descriptor() ([]byte, []int) {
 	return file_hedgekv_proto_rawDescGZIP(), []int{51}
 }
 
-// RaftMessage is one etcd-io/raft message addressed to a region's peer.
+// RaftMessage is one message addressed to a region's peer: an etcd-io/raft
+// message (message), or a notice (notice) that raftstore handles beside
+// raft, never stepping it into raft. Exactly one of the two is set.
 type RaftMessage struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RegionId  uint64                 `protobuf:"varint,1,opt,name=region_id,json=regionId,proto3" json:"region_id,omitempty"`
 	FromStore uint64                 `protobuf:"varint,2,opt,name=from_store,json=fromStore,proto3" json:"from_store,omitempty"`
 	ToStore   uint64                 `protobuf:"varint,3,opt,name=to_store,json=toStore,proto3" json:"to_store,omitempty"`
-	Message   []byte                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"` // raftpb.Message, marshalled
+	Message   []byte                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"` // raftpb.Message, marshalled; empty with a notice
 	// safe_point rides on a leaseholder's heartbeats: every write acknowledged
 	// before safe_point_time_unix_nano has index <= safe_point_commit.
 	SafePoint *SafePoint `protobuf:"bytes,5,opt,name=safe_point,json=safePoint,proto3" json:"safe_point,omitempty"`
-	// lease rides on follower-lease notices: a follower's request (seq), a
-	// leader's grant (seq answered, its commit index, the lease length).
-	Lease *LeaseMsg `protobuf:"bytes,6,opt,name=lease,proto3" json:"lease,omitempty"`
 	// from_conf_ver is the sender's region epoch conf_ver (0: unknown): a
 	// member that has applied more conf changes and does not list the
 	// sending peer knows it was removed, and tells it to destroy itself.
-	FromConfVer   uint64 `protobuf:"varint,7,opt,name=from_conf_ver,json=fromConfVer,proto3" json:"from_conf_ver,omitempty"`
+	FromConfVer   uint64  `protobuf:"varint,7,opt,name=from_conf_ver,json=fromConfVer,proto3" json:"from_conf_ver,omitempty"`
+	Notice        *Notice `protobuf:"bytes,8,opt,name=notice,proto3" json:"notice,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3245,18 +3313,105 @@ func (x *RaftMessage) GetSafePoint() *SafePoint {
 	return nil
 }
 
-func (x *RaftMessage) GetLease() *LeaseMsg {
-	if x != nil {
-		return x.Lease
-	}
-	return nil
-}
-
 func (x *RaftMessage) GetFromConfVer() uint64 {
 	if x != nil {
 		return x.FromConfVer
 	}
 	return 0
+}
+
+func (x *RaftMessage) GetNotice() *Notice {
+	if x != nil {
+		return x.Notice
+	}
+	return nil
+}
+
+// Notice is a side-channel message between two peers of a region
+// (raftstore/notice.go): peer IDs and the sender's term as in raft's
+// messages; commit and lease only for the kinds that use them.
+type Notice struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          NoticeKind             `protobuf:"varint,1,opt,name=kind,proto3,enum=hedgekv.NoticeKind" json:"kind,omitempty"`
+	From          uint64                 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            uint64                 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
+	Term          uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	Commit        uint64                 `protobuf:"varint,5,opt,name=commit,proto3" json:"commit,omitempty"`
+	Lease         *LeaseMsg              `protobuf:"bytes,6,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Notice) Reset() {
+	*x = Notice{}
+	mi := &file_hedgekv_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Notice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Notice) ProtoMessage() {}
+
+func (x *Notice) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Notice.ProtoReflect.Descriptor instead.
+func (*Notice) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *Notice) GetKind() NoticeKind {
+	if x != nil {
+		return x.Kind
+	}
+	return NoticeKind_NOTICE_KIND_UNSPECIFIED
+}
+
+func (x *Notice) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *Notice) GetTo() uint64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *Notice) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *Notice) GetCommit() uint64 {
+	if x != nil {
+		return x.Commit
+	}
+	return 0
+}
+
+func (x *Notice) GetLease() *LeaseMsg {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
 }
 
 type LeaseMsg struct {
@@ -3274,7 +3429,7 @@ type LeaseMsg struct {
 
 func (x *LeaseMsg) Reset() {
 	*x = LeaseMsg{}
-	mi := &file_hedgekv_proto_msgTypes[53]
+	mi := &file_hedgekv_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3286,7 +3441,7 @@ func (x *LeaseMsg) String() string {
 func (*LeaseMsg) ProtoMessage() {}
 
 func (x *LeaseMsg) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[53]
+	mi := &file_hedgekv_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3299,7 +3454,7 @@ func (x *LeaseMsg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseMsg.ProtoReflect.Descriptor instead.
 func (*LeaseMsg) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{53}
+	return file_hedgekv_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *LeaseMsg) GetSeq() uint64 {
@@ -3341,7 +3496,7 @@ type SafePoint struct {
 
 func (x *SafePoint) Reset() {
 	*x = SafePoint{}
-	mi := &file_hedgekv_proto_msgTypes[54]
+	mi := &file_hedgekv_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3353,7 +3508,7 @@ func (x *SafePoint) String() string {
 func (*SafePoint) ProtoMessage() {}
 
 func (x *SafePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[54]
+	mi := &file_hedgekv_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3366,7 +3521,7 @@ func (x *SafePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SafePoint.ProtoReflect.Descriptor instead.
 func (*SafePoint) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{54}
+	return file_hedgekv_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SafePoint) GetTerm() uint64 {
@@ -3399,7 +3554,7 @@ type RaftMessageBatch struct {
 
 func (x *RaftMessageBatch) Reset() {
 	*x = RaftMessageBatch{}
-	mi := &file_hedgekv_proto_msgTypes[55]
+	mi := &file_hedgekv_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3411,7 +3566,7 @@ func (x *RaftMessageBatch) String() string {
 func (*RaftMessageBatch) ProtoMessage() {}
 
 func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[55]
+	mi := &file_hedgekv_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3424,7 +3579,7 @@ func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatch.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatch) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{55}
+	return file_hedgekv_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RaftMessageBatch) GetMsgs() []*RaftMessage {
@@ -3447,7 +3602,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_hedgekv_proto_msgTypes[56]
+	mi := &file_hedgekv_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3459,7 +3614,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[56]
+	mi := &file_hedgekv_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3472,7 +3627,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{56}
+	return file_hedgekv_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SnapshotChunk) GetHeader() *RaftMessage {
@@ -3497,7 +3652,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_hedgekv_proto_msgTypes[57]
+	mi := &file_hedgekv_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3509,7 +3664,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[57]
+	mi := &file_hedgekv_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3522,7 +3677,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{57}
+	return file_hedgekv_proto_rawDescGZIP(), []int{58}
 }
 
 var File_hedgekv_proto protoreflect.FileDescriptor
@@ -3757,7 +3912,7 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\vstall_nanos\x18\x03 \x01(\x03R\n" +
 	"stallNanos\x12\x14\n" +
 	"\x05clear\x18\x04 \x01(\bR\x05clear\"\x0f\n" +
-	"\rFaultResponse\"\xfe\x01\n" +
+	"\rFaultResponse\"\x84\x02\n" +
 	"\vRaftMessage\x12\x1b\n" +
 	"\tregion_id\x18\x01 \x01(\x04R\bregionId\x12\x1d\n" +
 	"\n" +
@@ -3765,9 +3920,16 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\bto_store\x18\x03 \x01(\x04R\atoStore\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\fR\amessage\x121\n" +
 	"\n" +
-	"safe_point\x18\x05 \x01(\v2\x12.hedgekv.SafePointR\tsafePoint\x12'\n" +
-	"\x05lease\x18\x06 \x01(\v2\x11.hedgekv.LeaseMsgR\x05lease\x12\"\n" +
-	"\rfrom_conf_ver\x18\a \x01(\x04R\vfromConfVer\"w\n" +
+	"safe_point\x18\x05 \x01(\v2\x12.hedgekv.SafePointR\tsafePoint\x12\"\n" +
+	"\rfrom_conf_ver\x18\a \x01(\x04R\vfromConfVer\x12'\n" +
+	"\x06notice\x18\b \x01(\v2\x0f.hedgekv.NoticeR\x06noticeJ\x04\b\x06\x10\a\"\xaa\x01\n" +
+	"\x06Notice\x12'\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x13.hedgekv.NoticeKindR\x04kind\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\x04R\x02to\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12\x16\n" +
+	"\x06commit\x18\x05 \x01(\x04R\x06commit\x12'\n" +
+	"\x05lease\x18\x06 \x01(\v2\x11.hedgekv.LeaseMsgR\x05lease\"w\n" +
 	"\bLeaseMsg\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x16\n" +
 	"\x06commit\x18\x02 \x01(\x04R\x06commit\x12%\n" +
@@ -3788,7 +3950,18 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x0fREAD_MODE_LEASE\x10\x01\x12\x18\n" +
 	"\x14READ_MODE_READ_INDEX\x10\x02\x12\x13\n" +
 	"\x0fREAD_MODE_STALE\x10\x03\x12\x1c\n" +
-	"\x18READ_MODE_FOLLOWER_LEASE\x10\x042\x99\x02\n" +
+	"\x18READ_MODE_FOLLOWER_LEASE\x10\x04*\x83\x02\n" +
+	"\n" +
+	"NoticeKind\x12\x1b\n" +
+	"\x17NOTICE_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15NOTICE_KIND_HIBERNATE\x10\x01\x12\x14\n" +
+	"\x10NOTICE_KIND_WAKE\x10\x02\x12\x1d\n" +
+	"\x19NOTICE_KIND_LEASE_REQUEST\x10\x03\x12\x1b\n" +
+	"\x17NOTICE_KIND_LEASE_GRANT\x10\x04\x12\x1c\n" +
+	"\x18NOTICE_KIND_LEASE_REVOKE\x10\x05\x12\x15\n" +
+	"\x11NOTICE_KIND_RENEW\x10\x06\x12\x19\n" +
+	"\x15NOTICE_KIND_TOMBSTONE\x10\a\x12\x1b\n" +
+	"\x17NOTICE_KIND_STALE_CHECK\x10\b2\x99\x02\n" +
 	"\x02KV\x120\n" +
 	"\x03Get\x12\x13.hedgekv.GetRequest\x1a\x14.hedgekv.GetResponse\x12?\n" +
 	"\bBatchGet\x12\x18.hedgekv.BatchGetRequest\x1a\x19.hedgekv.BatchGetResponse\x123\n" +
@@ -3826,167 +3999,171 @@ func file_hedgekv_proto_rawDescGZIP() []byte {
 	return file_hedgekv_proto_rawDescData
 }
 
-var file_hedgekv_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_hedgekv_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_hedgekv_proto_goTypes = []any{
 	(ReadMode)(0),                  // 0: hedgekv.ReadMode
-	(*Epoch)(nil),                  // 1: hedgekv.Epoch
-	(*Peer)(nil),                   // 2: hedgekv.Peer
-	(*Region)(nil),                 // 3: hedgekv.Region
-	(*RegionError)(nil),            // 4: hedgekv.RegionError
-	(*NotLeader)(nil),              // 5: hedgekv.NotLeader
-	(*EpochNotMatch)(nil),          // 6: hedgekv.EpochNotMatch
-	(*RegionNotFound)(nil),         // 7: hedgekv.RegionNotFound
-	(*KeyNotInRegion)(nil),         // 8: hedgekv.KeyNotInRegion
-	(*DataIsNotReady)(nil),         // 9: hedgekv.DataIsNotReady
-	(*ServerIsBusy)(nil),           // 10: hedgekv.ServerIsBusy
-	(*ReadContext)(nil),            // 11: hedgekv.ReadContext
-	(*WriteContext)(nil),           // 12: hedgekv.WriteContext
-	(*ReadInfo)(nil),               // 13: hedgekv.ReadInfo
-	(*Load)(nil),                   // 14: hedgekv.Load
-	(*KvPair)(nil),                 // 15: hedgekv.KvPair
-	(*GetRequest)(nil),             // 16: hedgekv.GetRequest
-	(*GetResponse)(nil),            // 17: hedgekv.GetResponse
-	(*BatchGetRequest)(nil),        // 18: hedgekv.BatchGetRequest
-	(*BatchGetResponse)(nil),       // 19: hedgekv.BatchGetResponse
-	(*ScanRequest)(nil),            // 20: hedgekv.ScanRequest
-	(*ScanResponse)(nil),           // 21: hedgekv.ScanResponse
-	(*PutRequest)(nil),             // 22: hedgekv.PutRequest
-	(*PutResponse)(nil),            // 23: hedgekv.PutResponse
-	(*DeleteRequest)(nil),          // 24: hedgekv.DeleteRequest
-	(*DeleteResponse)(nil),         // 25: hedgekv.DeleteResponse
-	(*StatusRequest)(nil),          // 26: hedgekv.StatusRequest
-	(*RegionInfo)(nil),             // 27: hedgekv.RegionInfo
-	(*StatusResponse)(nil),         // 28: hedgekv.StatusResponse
-	(*StoresRequest)(nil),          // 29: hedgekv.StoresRequest
-	(*Store)(nil),                  // 30: hedgekv.Store
-	(*ZoneAddresses)(nil),          // 31: hedgekv.ZoneAddresses
-	(*StoresResponse)(nil),         // 32: hedgekv.StoresResponse
-	(*RegionsRequest)(nil),         // 33: hedgekv.RegionsRequest
-	(*RegionsResponse)(nil),        // 34: hedgekv.RegionsResponse
-	(*TransferLeaderRequest)(nil),  // 35: hedgekv.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 36: hedgekv.TransferLeaderResponse
-	(*SplitRequest)(nil),           // 37: hedgekv.SplitRequest
-	(*SplitResponse)(nil),          // 38: hedgekv.SplitResponse
-	(*AddPeerRequest)(nil),         // 39: hedgekv.AddPeerRequest
-	(*AddPeerResponse)(nil),        // 40: hedgekv.AddPeerResponse
-	(*RemovePeerRequest)(nil),      // 41: hedgekv.RemovePeerRequest
-	(*RemovePeerResponse)(nil),     // 42: hedgekv.RemovePeerResponse
-	(*JoinRequest)(nil),            // 43: hedgekv.JoinRequest
-	(*RemoveStoreRequest)(nil),     // 44: hedgekv.RemoveStoreRequest
-	(*RemoveStoreResponse)(nil),    // 45: hedgekv.RemoveStoreResponse
-	(*JoinResponse)(nil),           // 46: hedgekv.JoinResponse
-	(*RegionDigestRequest)(nil),    // 47: hedgekv.RegionDigestRequest
-	(*RegionDigestResponse)(nil),   // 48: hedgekv.RegionDigestResponse
-	(*RegionDumpRequest)(nil),      // 49: hedgekv.RegionDumpRequest
-	(*RegionDumpResponse)(nil),     // 50: hedgekv.RegionDumpResponse
-	(*FaultRequest)(nil),           // 51: hedgekv.FaultRequest
-	(*FaultResponse)(nil),          // 52: hedgekv.FaultResponse
-	(*RaftMessage)(nil),            // 53: hedgekv.RaftMessage
-	(*LeaseMsg)(nil),               // 54: hedgekv.LeaseMsg
-	(*SafePoint)(nil),              // 55: hedgekv.SafePoint
-	(*RaftMessageBatch)(nil),       // 56: hedgekv.RaftMessageBatch
-	(*SnapshotChunk)(nil),          // 57: hedgekv.SnapshotChunk
-	(*Done)(nil),                   // 58: hedgekv.Done
-	nil,                            // 59: hedgekv.StatusResponse.PeersEntry
-	nil,                            // 60: hedgekv.StatusResponse.ZoneAddressesEntry
-	nil,                            // 61: hedgekv.Store.ZoneAddressesEntry
-	nil,                            // 62: hedgekv.ZoneAddresses.AddressesEntry
-	nil,                            // 63: hedgekv.JoinRequest.ZoneAddressesEntry
-	nil,                            // 64: hedgekv.JoinResponse.PeersEntry
-	nil,                            // 65: hedgekv.JoinResponse.ZoneAddressesEntry
+	(NoticeKind)(0),                // 1: hedgekv.NoticeKind
+	(*Epoch)(nil),                  // 2: hedgekv.Epoch
+	(*Peer)(nil),                   // 3: hedgekv.Peer
+	(*Region)(nil),                 // 4: hedgekv.Region
+	(*RegionError)(nil),            // 5: hedgekv.RegionError
+	(*NotLeader)(nil),              // 6: hedgekv.NotLeader
+	(*EpochNotMatch)(nil),          // 7: hedgekv.EpochNotMatch
+	(*RegionNotFound)(nil),         // 8: hedgekv.RegionNotFound
+	(*KeyNotInRegion)(nil),         // 9: hedgekv.KeyNotInRegion
+	(*DataIsNotReady)(nil),         // 10: hedgekv.DataIsNotReady
+	(*ServerIsBusy)(nil),           // 11: hedgekv.ServerIsBusy
+	(*ReadContext)(nil),            // 12: hedgekv.ReadContext
+	(*WriteContext)(nil),           // 13: hedgekv.WriteContext
+	(*ReadInfo)(nil),               // 14: hedgekv.ReadInfo
+	(*Load)(nil),                   // 15: hedgekv.Load
+	(*KvPair)(nil),                 // 16: hedgekv.KvPair
+	(*GetRequest)(nil),             // 17: hedgekv.GetRequest
+	(*GetResponse)(nil),            // 18: hedgekv.GetResponse
+	(*BatchGetRequest)(nil),        // 19: hedgekv.BatchGetRequest
+	(*BatchGetResponse)(nil),       // 20: hedgekv.BatchGetResponse
+	(*ScanRequest)(nil),            // 21: hedgekv.ScanRequest
+	(*ScanResponse)(nil),           // 22: hedgekv.ScanResponse
+	(*PutRequest)(nil),             // 23: hedgekv.PutRequest
+	(*PutResponse)(nil),            // 24: hedgekv.PutResponse
+	(*DeleteRequest)(nil),          // 25: hedgekv.DeleteRequest
+	(*DeleteResponse)(nil),         // 26: hedgekv.DeleteResponse
+	(*StatusRequest)(nil),          // 27: hedgekv.StatusRequest
+	(*RegionInfo)(nil),             // 28: hedgekv.RegionInfo
+	(*StatusResponse)(nil),         // 29: hedgekv.StatusResponse
+	(*StoresRequest)(nil),          // 30: hedgekv.StoresRequest
+	(*Store)(nil),                  // 31: hedgekv.Store
+	(*ZoneAddresses)(nil),          // 32: hedgekv.ZoneAddresses
+	(*StoresResponse)(nil),         // 33: hedgekv.StoresResponse
+	(*RegionsRequest)(nil),         // 34: hedgekv.RegionsRequest
+	(*RegionsResponse)(nil),        // 35: hedgekv.RegionsResponse
+	(*TransferLeaderRequest)(nil),  // 36: hedgekv.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 37: hedgekv.TransferLeaderResponse
+	(*SplitRequest)(nil),           // 38: hedgekv.SplitRequest
+	(*SplitResponse)(nil),          // 39: hedgekv.SplitResponse
+	(*AddPeerRequest)(nil),         // 40: hedgekv.AddPeerRequest
+	(*AddPeerResponse)(nil),        // 41: hedgekv.AddPeerResponse
+	(*RemovePeerRequest)(nil),      // 42: hedgekv.RemovePeerRequest
+	(*RemovePeerResponse)(nil),     // 43: hedgekv.RemovePeerResponse
+	(*JoinRequest)(nil),            // 44: hedgekv.JoinRequest
+	(*RemoveStoreRequest)(nil),     // 45: hedgekv.RemoveStoreRequest
+	(*RemoveStoreResponse)(nil),    // 46: hedgekv.RemoveStoreResponse
+	(*JoinResponse)(nil),           // 47: hedgekv.JoinResponse
+	(*RegionDigestRequest)(nil),    // 48: hedgekv.RegionDigestRequest
+	(*RegionDigestResponse)(nil),   // 49: hedgekv.RegionDigestResponse
+	(*RegionDumpRequest)(nil),      // 50: hedgekv.RegionDumpRequest
+	(*RegionDumpResponse)(nil),     // 51: hedgekv.RegionDumpResponse
+	(*FaultRequest)(nil),           // 52: hedgekv.FaultRequest
+	(*FaultResponse)(nil),          // 53: hedgekv.FaultResponse
+	(*RaftMessage)(nil),            // 54: hedgekv.RaftMessage
+	(*Notice)(nil),                 // 55: hedgekv.Notice
+	(*LeaseMsg)(nil),               // 56: hedgekv.LeaseMsg
+	(*SafePoint)(nil),              // 57: hedgekv.SafePoint
+	(*RaftMessageBatch)(nil),       // 58: hedgekv.RaftMessageBatch
+	(*SnapshotChunk)(nil),          // 59: hedgekv.SnapshotChunk
+	(*Done)(nil),                   // 60: hedgekv.Done
+	nil,                            // 61: hedgekv.StatusResponse.PeersEntry
+	nil,                            // 62: hedgekv.StatusResponse.ZoneAddressesEntry
+	nil,                            // 63: hedgekv.Store.ZoneAddressesEntry
+	nil,                            // 64: hedgekv.ZoneAddresses.AddressesEntry
+	nil,                            // 65: hedgekv.JoinRequest.ZoneAddressesEntry
+	nil,                            // 66: hedgekv.JoinResponse.PeersEntry
+	nil,                            // 67: hedgekv.JoinResponse.ZoneAddressesEntry
 }
 var file_hedgekv_proto_depIdxs = []int32{
-	1,  // 0: hedgekv.Region.epoch:type_name -> hedgekv.Epoch
-	2,  // 1: hedgekv.Region.peers:type_name -> hedgekv.Peer
-	5,  // 2: hedgekv.RegionError.not_leader:type_name -> hedgekv.NotLeader
-	6,  // 3: hedgekv.RegionError.epoch_not_match:type_name -> hedgekv.EpochNotMatch
-	7,  // 4: hedgekv.RegionError.region_not_found:type_name -> hedgekv.RegionNotFound
-	8,  // 5: hedgekv.RegionError.key_not_in_region:type_name -> hedgekv.KeyNotInRegion
-	9,  // 6: hedgekv.RegionError.data_is_not_ready:type_name -> hedgekv.DataIsNotReady
-	10, // 7: hedgekv.RegionError.server_is_busy:type_name -> hedgekv.ServerIsBusy
-	2,  // 8: hedgekv.NotLeader.leader:type_name -> hedgekv.Peer
-	3,  // 9: hedgekv.EpochNotMatch.current_regions:type_name -> hedgekv.Region
-	1,  // 10: hedgekv.ReadContext.region_epoch:type_name -> hedgekv.Epoch
-	1,  // 11: hedgekv.WriteContext.region_epoch:type_name -> hedgekv.Epoch
+	2,  // 0: hedgekv.Region.epoch:type_name -> hedgekv.Epoch
+	3,  // 1: hedgekv.Region.peers:type_name -> hedgekv.Peer
+	6,  // 2: hedgekv.RegionError.not_leader:type_name -> hedgekv.NotLeader
+	7,  // 3: hedgekv.RegionError.epoch_not_match:type_name -> hedgekv.EpochNotMatch
+	8,  // 4: hedgekv.RegionError.region_not_found:type_name -> hedgekv.RegionNotFound
+	9,  // 5: hedgekv.RegionError.key_not_in_region:type_name -> hedgekv.KeyNotInRegion
+	10, // 6: hedgekv.RegionError.data_is_not_ready:type_name -> hedgekv.DataIsNotReady
+	11, // 7: hedgekv.RegionError.server_is_busy:type_name -> hedgekv.ServerIsBusy
+	3,  // 8: hedgekv.NotLeader.leader:type_name -> hedgekv.Peer
+	4,  // 9: hedgekv.EpochNotMatch.current_regions:type_name -> hedgekv.Region
+	2,  // 10: hedgekv.ReadContext.region_epoch:type_name -> hedgekv.Epoch
+	2,  // 11: hedgekv.WriteContext.region_epoch:type_name -> hedgekv.Epoch
 	0,  // 12: hedgekv.ReadInfo.mode:type_name -> hedgekv.ReadMode
-	11, // 13: hedgekv.GetRequest.context:type_name -> hedgekv.ReadContext
-	13, // 14: hedgekv.GetResponse.read_info:type_name -> hedgekv.ReadInfo
-	14, // 15: hedgekv.GetResponse.load:type_name -> hedgekv.Load
-	11, // 16: hedgekv.BatchGetRequest.context:type_name -> hedgekv.ReadContext
-	15, // 17: hedgekv.BatchGetResponse.pairs:type_name -> hedgekv.KvPair
-	13, // 18: hedgekv.BatchGetResponse.read_info:type_name -> hedgekv.ReadInfo
-	14, // 19: hedgekv.BatchGetResponse.load:type_name -> hedgekv.Load
-	11, // 20: hedgekv.ScanRequest.context:type_name -> hedgekv.ReadContext
-	15, // 21: hedgekv.ScanResponse.pairs:type_name -> hedgekv.KvPair
-	13, // 22: hedgekv.ScanResponse.read_info:type_name -> hedgekv.ReadInfo
-	14, // 23: hedgekv.ScanResponse.load:type_name -> hedgekv.Load
-	12, // 24: hedgekv.PutRequest.context:type_name -> hedgekv.WriteContext
-	12, // 25: hedgekv.DeleteRequest.context:type_name -> hedgekv.WriteContext
-	3,  // 26: hedgekv.RegionInfo.region:type_name -> hedgekv.Region
-	2,  // 27: hedgekv.RegionInfo.leader:type_name -> hedgekv.Peer
-	27, // 28: hedgekv.StatusResponse.regions:type_name -> hedgekv.RegionInfo
-	59, // 29: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
-	60, // 30: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
-	61, // 31: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
-	62, // 32: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
-	30, // 33: hedgekv.StoresResponse.stores:type_name -> hedgekv.Store
-	27, // 34: hedgekv.RegionsResponse.regions:type_name -> hedgekv.RegionInfo
-	3,  // 35: hedgekv.SplitResponse.left:type_name -> hedgekv.Region
-	3,  // 36: hedgekv.SplitResponse.right:type_name -> hedgekv.Region
-	63, // 37: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
-	64, // 38: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
-	65, // 39: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
-	3,  // 40: hedgekv.RegionDigestResponse.region:type_name -> hedgekv.Region
-	15, // 41: hedgekv.RegionDumpResponse.pairs:type_name -> hedgekv.KvPair
-	55, // 42: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
-	54, // 43: hedgekv.RaftMessage.lease:type_name -> hedgekv.LeaseMsg
-	53, // 44: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
-	53, // 45: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
-	31, // 46: hedgekv.JoinResponse.ZoneAddressesEntry.value:type_name -> hedgekv.ZoneAddresses
-	16, // 47: hedgekv.KV.Get:input_type -> hedgekv.GetRequest
-	18, // 48: hedgekv.KV.BatchGet:input_type -> hedgekv.BatchGetRequest
-	20, // 49: hedgekv.KV.Scan:input_type -> hedgekv.ScanRequest
-	22, // 50: hedgekv.KV.Put:input_type -> hedgekv.PutRequest
-	24, // 51: hedgekv.KV.Delete:input_type -> hedgekv.DeleteRequest
-	26, // 52: hedgekv.Admin.Status:input_type -> hedgekv.StatusRequest
-	29, // 53: hedgekv.Admin.Stores:input_type -> hedgekv.StoresRequest
-	33, // 54: hedgekv.Admin.Regions:input_type -> hedgekv.RegionsRequest
-	35, // 55: hedgekv.Admin.TransferLeader:input_type -> hedgekv.TransferLeaderRequest
-	37, // 56: hedgekv.Admin.Split:input_type -> hedgekv.SplitRequest
-	39, // 57: hedgekv.Admin.AddPeer:input_type -> hedgekv.AddPeerRequest
-	41, // 58: hedgekv.Admin.RemovePeer:input_type -> hedgekv.RemovePeerRequest
-	43, // 59: hedgekv.Admin.Join:input_type -> hedgekv.JoinRequest
-	44, // 60: hedgekv.Admin.RemoveStore:input_type -> hedgekv.RemoveStoreRequest
-	51, // 61: hedgekv.Admin.Fault:input_type -> hedgekv.FaultRequest
-	47, // 62: hedgekv.Admin.RegionDigest:input_type -> hedgekv.RegionDigestRequest
-	49, // 63: hedgekv.Admin.RegionDump:input_type -> hedgekv.RegionDumpRequest
-	56, // 64: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
-	57, // 65: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
-	17, // 66: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
-	19, // 67: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
-	21, // 68: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
-	23, // 69: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
-	25, // 70: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
-	28, // 71: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
-	32, // 72: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
-	34, // 73: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
-	36, // 74: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
-	38, // 75: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
-	40, // 76: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
-	42, // 77: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
-	46, // 78: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
-	45, // 79: hedgekv.Admin.RemoveStore:output_type -> hedgekv.RemoveStoreResponse
-	52, // 80: hedgekv.Admin.Fault:output_type -> hedgekv.FaultResponse
-	48, // 81: hedgekv.Admin.RegionDigest:output_type -> hedgekv.RegionDigestResponse
-	50, // 82: hedgekv.Admin.RegionDump:output_type -> hedgekv.RegionDumpResponse
-	58, // 83: hedgekv.Raft.Stream:output_type -> hedgekv.Done
-	58, // 84: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
-	66, // [66:85] is the sub-list for method output_type
-	47, // [47:66] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	12, // 13: hedgekv.GetRequest.context:type_name -> hedgekv.ReadContext
+	14, // 14: hedgekv.GetResponse.read_info:type_name -> hedgekv.ReadInfo
+	15, // 15: hedgekv.GetResponse.load:type_name -> hedgekv.Load
+	12, // 16: hedgekv.BatchGetRequest.context:type_name -> hedgekv.ReadContext
+	16, // 17: hedgekv.BatchGetResponse.pairs:type_name -> hedgekv.KvPair
+	14, // 18: hedgekv.BatchGetResponse.read_info:type_name -> hedgekv.ReadInfo
+	15, // 19: hedgekv.BatchGetResponse.load:type_name -> hedgekv.Load
+	12, // 20: hedgekv.ScanRequest.context:type_name -> hedgekv.ReadContext
+	16, // 21: hedgekv.ScanResponse.pairs:type_name -> hedgekv.KvPair
+	14, // 22: hedgekv.ScanResponse.read_info:type_name -> hedgekv.ReadInfo
+	15, // 23: hedgekv.ScanResponse.load:type_name -> hedgekv.Load
+	13, // 24: hedgekv.PutRequest.context:type_name -> hedgekv.WriteContext
+	13, // 25: hedgekv.DeleteRequest.context:type_name -> hedgekv.WriteContext
+	4,  // 26: hedgekv.RegionInfo.region:type_name -> hedgekv.Region
+	3,  // 27: hedgekv.RegionInfo.leader:type_name -> hedgekv.Peer
+	28, // 28: hedgekv.StatusResponse.regions:type_name -> hedgekv.RegionInfo
+	61, // 29: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
+	62, // 30: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
+	63, // 31: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
+	64, // 32: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
+	31, // 33: hedgekv.StoresResponse.stores:type_name -> hedgekv.Store
+	28, // 34: hedgekv.RegionsResponse.regions:type_name -> hedgekv.RegionInfo
+	4,  // 35: hedgekv.SplitResponse.left:type_name -> hedgekv.Region
+	4,  // 36: hedgekv.SplitResponse.right:type_name -> hedgekv.Region
+	65, // 37: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
+	66, // 38: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
+	67, // 39: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
+	4,  // 40: hedgekv.RegionDigestResponse.region:type_name -> hedgekv.Region
+	16, // 41: hedgekv.RegionDumpResponse.pairs:type_name -> hedgekv.KvPair
+	57, // 42: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
+	55, // 43: hedgekv.RaftMessage.notice:type_name -> hedgekv.Notice
+	1,  // 44: hedgekv.Notice.kind:type_name -> hedgekv.NoticeKind
+	56, // 45: hedgekv.Notice.lease:type_name -> hedgekv.LeaseMsg
+	54, // 46: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
+	54, // 47: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
+	32, // 48: hedgekv.JoinResponse.ZoneAddressesEntry.value:type_name -> hedgekv.ZoneAddresses
+	17, // 49: hedgekv.KV.Get:input_type -> hedgekv.GetRequest
+	19, // 50: hedgekv.KV.BatchGet:input_type -> hedgekv.BatchGetRequest
+	21, // 51: hedgekv.KV.Scan:input_type -> hedgekv.ScanRequest
+	23, // 52: hedgekv.KV.Put:input_type -> hedgekv.PutRequest
+	25, // 53: hedgekv.KV.Delete:input_type -> hedgekv.DeleteRequest
+	27, // 54: hedgekv.Admin.Status:input_type -> hedgekv.StatusRequest
+	30, // 55: hedgekv.Admin.Stores:input_type -> hedgekv.StoresRequest
+	34, // 56: hedgekv.Admin.Regions:input_type -> hedgekv.RegionsRequest
+	36, // 57: hedgekv.Admin.TransferLeader:input_type -> hedgekv.TransferLeaderRequest
+	38, // 58: hedgekv.Admin.Split:input_type -> hedgekv.SplitRequest
+	40, // 59: hedgekv.Admin.AddPeer:input_type -> hedgekv.AddPeerRequest
+	42, // 60: hedgekv.Admin.RemovePeer:input_type -> hedgekv.RemovePeerRequest
+	44, // 61: hedgekv.Admin.Join:input_type -> hedgekv.JoinRequest
+	45, // 62: hedgekv.Admin.RemoveStore:input_type -> hedgekv.RemoveStoreRequest
+	52, // 63: hedgekv.Admin.Fault:input_type -> hedgekv.FaultRequest
+	48, // 64: hedgekv.Admin.RegionDigest:input_type -> hedgekv.RegionDigestRequest
+	50, // 65: hedgekv.Admin.RegionDump:input_type -> hedgekv.RegionDumpRequest
+	58, // 66: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
+	59, // 67: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
+	18, // 68: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
+	20, // 69: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
+	22, // 70: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
+	24, // 71: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
+	26, // 72: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
+	29, // 73: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
+	33, // 74: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
+	35, // 75: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
+	37, // 76: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
+	39, // 77: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
+	41, // 78: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
+	43, // 79: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
+	47, // 80: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
+	46, // 81: hedgekv.Admin.RemoveStore:output_type -> hedgekv.RemoveStoreResponse
+	53, // 82: hedgekv.Admin.Fault:output_type -> hedgekv.FaultResponse
+	49, // 83: hedgekv.Admin.RegionDigest:output_type -> hedgekv.RegionDigestResponse
+	51, // 84: hedgekv.Admin.RegionDump:output_type -> hedgekv.RegionDumpResponse
+	60, // 85: hedgekv.Raft.Stream:output_type -> hedgekv.Done
+	60, // 86: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
+	68, // [68:87] is the sub-list for method output_type
+	49, // [49:68] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_hedgekv_proto_init() }
@@ -3999,8 +4176,8 @@ func file_hedgekv_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hedgekv_proto_rawDesc), len(file_hedgekv_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   65,
+			NumEnums:      2,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -10,16 +10,19 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// Message is a raft message addressed to one region's peer on another store.
+// Message is a raft message, or a notice, addressed to one region's peer
+// on another store.
 type Message struct {
 	RegionID  uint64
 	FromStore uint64
 	ToStore   uint64
-	Msg       raftpb.Message
+	// Msg is the raft message; unused (zero) when Notice is set.
+	Msg raftpb.Message
+	// Notice, if set, is what m carries instead of a raft message: one of
+	// raftstore's own notices, handled beside raft (notice.go).
+	Notice *Notice
 	// SafePoint rides on a leaseholder's heartbeats (see stale.go).
 	SafePoint *SafePoint
-	// Lease rides on follower-lease notices (followerlease.go).
-	Lease *LeaseMsg
 	// FromConfVer is the sending peer's region epoch conf version (0:
 	// unknown). A member that has applied more conf changes and does not
 	// list the sender answers with a tombstone (membership.go).
@@ -36,7 +39,7 @@ type SafePoint struct {
 	Time   time.Time
 }
 
-// Transport carries raft messages between stores. Implementations batch per
+// Transport carries raft messages and notices between stores. Implementations batch per
 // target store. Send must not block the Ready loop on the network.
 type Transport interface {
 	// Send queues m for delivery to m.ToStore. Delivery is best effort:

@@ -1,7 +1,8 @@
 // Package raftstore is one process's Store: the region Peers it hosts, each
 // an etcd-io/raft RawNode, on one bbolt engine; the Ready loop; apply;
-// snapshots; ReadIndex, the leader lease and follower read; and the
-// Transport that carries raft messages between stores.
+// snapshots; ReadIndex, the leader lease and follower read; typed
+// notices beside raft messages (notice.go); and the Transport that
+// carries both between stores (message.go routes what arrives).
 //
 // # The Ready loop
 //

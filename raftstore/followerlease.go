@@ -50,28 +50,6 @@ import (
 // Follower leases live in memory only: a restarted follower holds none, and
 // a restarted leader is no longer leader.
 
-// LeaseMsg is what a follower-lease notice carries beside its raft
-// message: Instance and Seq name the request a grant answers (the asking
-// peer instance's identity, instance.go, and its request number, which
-// restarts with every instance); a grant also carries the leader's commit
-// index and the lease length.
-type LeaseMsg struct {
-	Instance uint64
-	Seq      uint64
-	Commit   uint64
-	Duration time.Duration
-}
-
-var (
-	leaseReqCtx    = []byte("hedgekv:lease-req")
-	leaseGrantCtx  = []byte("hedgekv:lease-grant")
-	leaseRevokeCtx = []byte("hedgekv:lease-revoke")
-)
-
-func isLeaseNotice(m raftpb.Message) bool {
-	return isNotice(m, leaseReqCtx) || isNotice(m, leaseGrantCtx) || isNotice(m, leaseRevokeCtx)
-}
-
 // leaseReqRing is how many recent requests a follower remembers the send
 // time of; a grant answering an older one is ignored.
 const leaseReqRing = 8
@@ -165,33 +143,34 @@ func (s *Store) mayHoldLease(storeID uint64) bool {
 // follower has no lease or less than three quarters of one left (a grant
 // answers a tick or more later, and a lease that runs out sends reads to
 // ReadIndex); at most one per tick.
-func (p *Peer) leaseRequestLocked(now time.Time) (raftpb.Message, *LeaseMsg, bool) {
+func (p *Peer) leaseRequestLocked(now time.Time) (Notice, bool) {
 	s := p.store
 	if !s.cfg.FollowerLeases || !p.initialized || p.removed {
-		return raftpb.Message{}, nil, false
+		return Notice{}, false
 	}
 	st := p.rn.BasicStatus()
 	if st.RaftState != raft.StateFollower || st.Lead == 0 || !s.mayHoldLease(s.cfg.StoreID) {
-		return raftpb.Message{}, nil, false
+		return Notice{}, false
 	}
 	h := p.fl.held
 	if h.term == st.Term && h.leader == st.Lead && h.until.Sub(now) > s.followerLeaseDuration()*3/4 {
-		return raftpb.Message{}, nil, false
+		return Notice{}, false
 	}
 	if !p.fl.reqs.last.IsZero() && now.Sub(p.fl.reqs.last) < s.cfg.TickInterval {
-		return raftpb.Message{}, nil, false
+		return Notice{}, false
 	}
 	p.fl.reqs.seq++
 	seq := p.fl.reqs.seq
 	p.fl.reqs.sent[seq%leaseReqRing] = now
 	p.fl.reqs.last = now
-	return raftpb.Message{Type: raftpb.MsgHeartbeatResp, From: p.id, To: st.Lead, Term: st.Term, Context: leaseReqCtx},
-		&LeaseMsg{Instance: p.instance, Seq: seq}, true
+	return Notice{Kind: NoticeLeaseRequest, From: p.id, To: st.Lead, Term: st.Term,
+		Lease: &LeaseMsg{Instance: p.instance, Seq: seq}}, true
 }
 
 // onLeaseGrantLocked takes a grant from the leader of the current term.
-func (p *Peer) onLeaseGrantLocked(m raftpb.Message, lm *LeaseMsg, now time.Time) {
+func (p *Peer) onLeaseGrantLocked(m *Notice, now time.Time) {
 	s := p.store
+	lm := m.Lease
 	st := p.rn.BasicStatus()
 	if !s.cfg.FollowerLeases || lm == nil || st.RaftState != raft.StateFollower || m.Term != st.Term || m.From != st.Lead {
 		return
@@ -283,36 +262,37 @@ func (g *grantTable) capLocked(now time.Time) uint64 {
 // leader may make one: it holds its own lease (so no transfer is under
 // way and it has applied an entry of its term, which also means its
 // deferral is over), and the follower's store may hold leases.
-func (p *Peer) onLeaseRequestLocked(m raftpb.Message, lm *LeaseMsg, now time.Time) (raftpb.Message, *LeaseMsg, bool) {
+func (p *Peer) onLeaseRequestLocked(m *Notice, now time.Time) (Notice, bool) {
 	s := p.store
+	lm := m.Lease
 	if !s.cfg.FollowerLeases || lm == nil {
-		return raftpb.Message{}, nil, false
+		return Notice{}, false
 	}
 	st := p.rn.BasicStatus()
 	if st.RaftState != raft.StateLeader || m.Term != st.Term || m.From == p.id {
-		return raftpb.Message{}, nil, false
+		return Notice{}, false
 	}
 	// A follower asking for a lease is a reader: keep our own lease warm,
 	// as a forwarded ReadIndex would.
 	p.readsSinceRenew = true
 	if !p.leaseValidLocked(now) {
-		return raftpb.Message{}, nil, false
+		return Notice{}, false
 	}
 	peer, ok := p.region.PeerByID(m.From)
 	if !ok || !s.mayHoldLease(peer.StoreID) {
-		return raftpb.Message{}, nil, false
+		return Notice{}, false
 	}
 	d := min(s.followerLeaseDuration(), p.lease.until.Sub(now))
 	if d < s.cfg.TickInterval {
-		return raftpb.Message{}, nil, false // not worth a grant; the lease renews soon
+		return Notice{}, false // not worth a grant; the lease renews soon
 	}
 	g := p.grantsForTermLocked(st.Term, st.Commit, now)
 	if g.noRenew[m.From] {
-		return raftpb.Message{}, nil, false
+		return Notice{}, false
 	}
 	if len(p.region.Voters()) < 2 {
 		// A single voter commits without any ack to cap: no leases.
-		return raftpb.Message{}, nil, false
+		return Notice{}, false
 	}
 	rec, valid := g.holders[m.From]
 	valid = valid && now.Before(rec.until)
@@ -323,7 +303,7 @@ func (p *Peer) onLeaseRequestLocked(m raftpb.Message, lm *LeaseMsg, now time.Tim
 		full := p.rn.Status()
 		pr, ok := full.Progress[m.From]
 		if !ok {
-			return raftpb.Message{}, nil, false
+			return Notice{}, false
 		}
 		if _, known := g.acks[m.From]; !known {
 			// Raft's match is a lower bound of the truth (it may be a
@@ -350,8 +330,8 @@ func (p *Peer) onLeaseRequestLocked(m raftpb.Message, lm *LeaseMsg, now time.Tim
 		rec.until = until
 	}
 	g.holders[m.From] = rec
-	return raftpb.Message{Type: raftpb.MsgHeartbeat, From: p.id, To: m.From, Term: st.Term, Context: leaseGrantCtx},
-		&LeaseMsg{Instance: lm.Instance, Seq: lm.Seq, Commit: rec.commit, Duration: d}, true
+	return Notice{Kind: NoticeLeaseGrant, From: p.id, To: m.From, Term: st.Term,
+		Lease: &LeaseMsg{Instance: lm.Instance, Seq: lm.Seq, Commit: rec.commit, Duration: d}}, true
 }
 
 // capAckLocked lowers a follower's append ack to what may be stepped now,
@@ -444,23 +424,23 @@ func (p *Peer) removedHolderUntilLocked(cc raftpb.ConfChangeV2, now time.Time) t
 // revokeNoticesLocked returns a revoke notice for every valid holder, sent
 // when a transfer starts: the holders stop serving at once rather than at
 // expiry (the new leader's deferral is what makes either safe).
-func (p *Peer) revokeNoticesLocked(now time.Time) []raftpb.Message {
+func (p *Peer) revokeNoticesLocked(now time.Time) []Notice {
 	g := &p.fl.grants
 	st := p.rn.BasicStatus()
 	if g.term != st.Term {
 		return nil
 	}
-	var out []raftpb.Message
+	var out []Notice
 	for id, h := range g.holders {
 		if now.Before(h.until) {
-			out = append(out, raftpb.Message{Type: raftpb.MsgHeartbeat, From: p.id, To: id, Term: st.Term, Context: leaseRevokeCtx})
+			out = append(out, Notice{Kind: NoticeLeaseRevoke, From: p.id, To: id, Term: st.Term})
 		}
 	}
 	return out
 }
 
 // onLeaseRevokeLocked: the leader of the current term revoked our lease.
-func (p *Peer) onLeaseRevokeLocked(m raftpb.Message) {
+func (p *Peer) onLeaseRevokeLocked(m *Notice) {
 	if h := p.fl.held; h.term == m.Term && h.leader == m.From {
 		p.revokeFollowerLeaseLocked()
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
-	"go.etcd.io/raft/v3/raftpb"
 )
 
 // BenchmarkRead compares lease reads on the leader with ReadIndex reads on
@@ -34,11 +33,11 @@ func BenchmarkRead(b *testing.B) {
 			s, _ := c.Store(target)
 			var msgs atomic.Int64
 			var mu sync.Mutex
-			byType := map[raftpb.MessageType]int{}
+			byType := map[string]int{}
 			c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
 				msgs.Add(1)
 				mu.Lock()
-				byType[m.Msg.Type]++
+				byType[m.TypeName()]++
 				mu.Unlock()
 				return false, 0
 			}))

@@ -1,12 +1,10 @@
 package raftstore
 
 import (
-	"bytes"
 	"context"
 	"time"
 
 	"go.etcd.io/raft/v3"
-	"go.etcd.io/raft/v3/raftpb"
 )
 
 // Hibernation: a region with no traffic stops ticking, so a store can host
@@ -28,18 +26,9 @@ import (
 //
 // Not ticking only delays elections, never hastens them, so the lease
 // rules (lease.go) are unaffected: a hibernating follower never campaigns.
-var (
-	hibernateCtx = []byte("hedgekv:hibernate")
-	wakeCtx      = []byte("hedgekv:wake")
-)
-
-func isNotice(m raftpb.Message, ctx []byte) bool {
-	return (m.Type == raftpb.MsgHeartbeat || m.Type == raftpb.MsgHeartbeatResp) && bytes.Equal(m.Context, ctx)
-}
-
 // activityLocked records traffic on the peer and wakes it. It returns a
 // wake notice for the leader when a hibernating follower wakes.
-func (p *Peer) activityLocked() *raftpb.Message {
+func (p *Peer) activityLocked() *Notice {
 	p.idleTicks = 0
 	if !p.hibernating {
 		return nil
@@ -49,7 +38,7 @@ func (p *Peer) activityLocked() *raftpb.Message {
 	if st.RaftState == raft.StateLeader || st.Lead == 0 {
 		return nil
 	}
-	return &raftpb.Message{Type: raftpb.MsgHeartbeatResp, From: p.id, To: st.Lead, Term: st.Term, Context: wakeCtx}
+	return &Notice{Kind: NoticeWake, From: p.id, To: st.Lead, Term: st.Term}
 }
 
 // touch records activity from a request and sends a wake notice if needed.
@@ -58,13 +47,13 @@ func (s *Store) touch(p *Peer) {
 	wake := p.activityLocked()
 	p.mu.Unlock()
 	if wake != nil {
-		s.sendNow(p, *wake)
+		s.sendNotice(p, *wake)
 	}
 }
 
 // maybeHibernateLocked is step 1, called on every tick of a leader. It
 // returns the notices to send.
-func (p *Peer) maybeHibernateLocked() []raftpb.Message {
+func (p *Peer) maybeHibernateLocked() []Notice {
 	limit := p.store.hibernateTicks()
 	if limit <= 0 || p.idleTicks < limit || !p.isLeaderLocked() {
 		return nil
@@ -83,10 +72,10 @@ func (p *Peer) maybeHibernateLocked() []raftpb.Message {
 	}
 	p.hibernating = true
 	p.revokeLeaseLocked() // it would lapse unrenewed anyway
-	var notices []raftpb.Message
+	var notices []Notice
 	for _, pr := range p.region.Peers {
 		if pr.ID != p.id {
-			notices = append(notices, raftpb.Message{Type: raftpb.MsgHeartbeat, From: p.id, To: pr.ID, Term: st.Term, Commit: st.Commit, Context: hibernateCtx})
+			notices = append(notices, Notice{Kind: NoticeHibernate, From: p.id, To: pr.ID, Term: st.Term, Commit: st.Commit})
 		}
 	}
 	return notices
@@ -95,7 +84,7 @@ func (p *Peer) maybeHibernateLocked() []raftpb.Message {
 // onHibernateNoticeLocked is step 2. A follower not caught up asks its
 // leader to stay awake (returned): otherwise it would time out waiting for
 // heartbeats that no longer come and start an election.
-func (p *Peer) onHibernateNoticeLocked(m raftpb.Message) *raftpb.Message {
+func (p *Peer) onHibernateNoticeLocked(m *Notice) *Notice {
 	// Raft's own view of the leader: p.lead lags it by a Ready round.
 	st := p.rn.BasicStatus()
 	if m.From != st.Lead || m.Term != st.Term {
@@ -105,7 +94,7 @@ func (p *Peer) onHibernateNoticeLocked(m raftpb.Message) *raftpb.Message {
 		p.hibernating = true
 		return nil
 	}
-	return &raftpb.Message{Type: raftpb.MsgHeartbeatResp, From: p.id, To: m.From, Term: st.Term, Context: wakeCtx}
+	return &Notice{Kind: NoticeWake, From: p.id, To: m.From, Term: st.Term}
 }
 
 func (s *Store) hibernateTicks() int {

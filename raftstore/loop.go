@@ -109,13 +109,11 @@ func (s *Store) tick() {
 	readTimeout := 2 * time.Duration(s.cfg.ElectionTicks) * s.cfg.TickInterval
 	peers := s.allPeers()
 	ticked, flush := peers[:0], false
-	type leaseReq struct {
-		p  *Peer
-		m  raftpb.Message
-		lm *LeaseMsg
+	type notice struct {
+		p *Peer
+		n Notice
 	}
-	var leaseReqs []leaseReq
-	var staleChecks []leaseReq
+	var leaseReqs, staleChecks []notice
 	for _, p := range peers {
 		p.mu.Lock()
 		if p.hibernating {
@@ -124,23 +122,23 @@ func (s *Store) tick() {
 		}
 		// Decide before ticking: a tick may emit heartbeats, and a heartbeat
 		// arriving after the notice would wake the follower again.
-		if notices := p.maybeHibernateLocked(); notices != nil {
+		if hib := p.maybeHibernateLocked(); hib != nil {
 			p.mu.Unlock()
-			s.send(p, notices)
+			s.queueNotices(p, hib)
 			flush = true
 			continue
 		}
 		p.rn.Tick()
 		p.idleTicks++
-		for _, m := range p.staleChecksLocked(now) {
-			staleChecks = append(staleChecks, leaseReq{p: p, m: m})
+		for _, n := range p.staleChecksLocked(now) {
+			staleChecks = append(staleChecks, notice{p, n})
 		}
 		p.expireReadsLocked(now, readTimeout)
 		if s.cfg.FollowerLeases {
 			// Follower: ask for (or renew) a lease. Leader: step the acks
 			// a holder's expiry or the end of the deferral released.
-			if m, lm, ok := p.leaseRequestLocked(now); ok {
-				leaseReqs = append(leaseReqs, leaseReq{p, m, lm})
+			if n, ok := p.leaseRequestLocked(now); ok {
+				leaseReqs = append(leaseReqs, notice{p, n})
 			}
 			p.restepAcksLocked(now)
 		}
@@ -148,10 +146,10 @@ func (s *Store) tick() {
 		ticked = append(ticked, p)
 	}
 	for _, r := range leaseReqs {
-		s.sendNotice(r.p, r.m, r.lm)
+		s.sendNotice(r.p, r.n)
 	}
 	for _, r := range staleChecks {
-		s.sendNow(r.p, r.m)
+		s.sendNotice(r.p, r.n)
 	}
 	if s.sweepAt.IsZero() || now.After(s.sweepAt) {
 		s.sweepAt = now.Add(time.Second)
@@ -595,18 +593,18 @@ func (s *Store) publishShape(rp *readyPeer) error {
 	}
 	r := p.region.Clone()
 	leader := p.isLeaderLocked()
-	var tombstones []raftpb.Message
+	var tombstones []*Notice
 	if leader {
 		// A removed peer never learns that the entry removing it committed:
 		// the leader stops replicating to it at once. Tell it directly.
 		for _, gone := range rp.removedPeers {
-			tombstones = append(tombstones, tombstoneMsg(p.id, gone.ID, p.rn.BasicStatus().Term))
+			tombstones = append(tombstones, tombstoneNotice(p.id, gone.ID, p.rn.BasicStatus().Term))
 		}
 	}
 	p.mu.Unlock()
 	for i, gone := range rp.removedPeers {
 		if i < len(tombstones) {
-			s.trans.Send(&Message{RegionID: r.ID, FromStore: s.cfg.StoreID, ToStore: gone.StoreID, Msg: tombstones[i]})
+			s.trans.Send(&Message{RegionID: r.ID, FromStore: s.cfg.StoreID, ToStore: gone.StoreID, Notice: tombstones[i]})
 		}
 	}
 	if rp.snapApplied || rp.regionChanged {

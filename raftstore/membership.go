@@ -1,7 +1,6 @@
 package raftstore
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -29,23 +28,16 @@ func tombstoneKey(regionID, peerID uint64) []byte {
 	return binary.BigEndian.AppendUint64(stateKey(regionID, suffixTombstone), peerID)
 }
 
-// A tombstone is how a leader tells a peer it removed to destroy itself.
-// It travels as a raft heartbeat with a marker context so that every
-// transport carries it unchanged; the receiving store intercepts it before
-// raft sees it.
-var tombstoneCtx = []byte("hedgekv:tombstone")
-
-func tombstoneMsg(from, to, term uint64) raftpb.Message {
-	return raftpb.Message{Type: raftpb.MsgHeartbeat, From: from, To: to, Term: term, Context: tombstoneCtx}
-}
-
-func isTombstone(m raftpb.Message) bool {
-	return m.Type == raftpb.MsgHeartbeat && bytes.Equal(m.Context, tombstoneCtx)
+// A tombstone (NoticeTombstone) is how a leader tells a peer it removed to
+// destroy itself; the receiving store handles it before any other check
+// (HandleRaftMessage), and never creates a peer for one.
+func tombstoneNotice(from, to, term uint64) *Notice {
+	return &Notice{Kind: NoticeTombstone, From: from, To: to, Term: term}
 }
 
 // handleTombstone destroys the addressed peer if it is the one removed and
 // the sender's term is not older than what the peer has seen.
-func (s *Store) handleTombstone(p *Peer, m raftpb.Message) error {
+func (s *Store) handleTombstone(p *Peer, m *Notice) error {
 	p.mu.Lock()
 	stale := m.To != p.id || m.Term < p.rn.BasicStatus().Term
 	p.mu.Unlock()
@@ -66,14 +58,15 @@ func (s *Store) handleTombstone(p *Peer, m raftpb.Message) error {
 // version. nil: m is not from such a peer. Called under p.mu, on every
 // inbound message: the common case costs two comparisons.
 func (p *Peer) tombstoneForStaleLocked(m *Message, self uint64) *Message {
-	if m.FromConfVer == 0 || m.Msg.From == 0 || !p.initialized || p.removed || m.FromConfVer >= p.region.Epoch.ConfVer {
+	from := m.FromPeer()
+	if m.FromConfVer == 0 || from == 0 || !p.initialized || p.removed || m.FromConfVer >= p.region.Epoch.ConfVer {
 		return nil
 	}
-	if _, member := p.region.PeerByID(m.Msg.From); member {
+	if _, member := p.region.PeerByID(from); member {
 		return nil
 	}
-	t := tombstoneMsg(p.id, m.Msg.From, p.rn.BasicStatus().Term)
-	return &Message{RegionID: p.regionID, FromStore: self, ToStore: m.FromStore, Msg: t, FromConfVer: p.region.Epoch.ConfVer}
+	t := tombstoneNotice(p.id, from, p.rn.BasicStatus().Term)
+	return &Message{RegionID: p.regionID, FromStore: self, ToStore: m.FromStore, Notice: t, FromConfVer: p.region.Epoch.ConfVer}
 }
 
 // A removed peer that never learned of its removal can also be one that
@@ -87,8 +80,8 @@ func (p *Peer) tombstoneForStaleLocked(m *Message, self uint64) *Message {
 // So a follower that has heard no leader for staleCheckTicks asks its
 // region's other peers, once per election timeout, with a notice that
 // carries its conf version: a member that no longer lists it answers with
-// a tombstone; any other member ignores it.
-var staleCheckCtx = []byte("hedgekv:stale-check")
+// a tombstone; any other member ignores it. That notice is a
+// NoticeStaleCheck.
 
 // staleCheckAfter is how long a follower goes without hearing a leader
 // before it asks: two election timeouts.
@@ -98,7 +91,7 @@ func (s *Store) staleCheckAfter() time.Duration {
 
 // staleChecksLocked returns the notices a follower sends to ask whether
 // it is still a member, if it is time to.
-func (p *Peer) staleChecksLocked(now time.Time) []raftpb.Message {
+func (p *Peer) staleChecksLocked(now time.Time) []Notice {
 	if !p.initialized || p.removed || p.hibernating {
 		return nil
 	}
@@ -115,18 +108,24 @@ func (p *Peer) staleChecksLocked(now time.Time) []raftpb.Message {
 		return nil
 	}
 	p.staleChecked = now
-	var out []raftpb.Message
+	var out []Notice
 	for _, pr := range p.region.Peers {
 		if pr.ID != p.id {
-			out = append(out, raftpb.Message{Type: raftpb.MsgHeartbeatResp, From: p.id, To: pr.ID, Term: st.Term, Context: staleCheckCtx})
+			out = append(out, Notice{Kind: NoticeStaleCheck, From: p.id, To: pr.ID, Term: st.Term})
 		}
 	}
 	return out
 }
 
 // noteLeaderLocked records that m shows a live leader to this peer.
-func (p *Peer) noteLeaderLocked(m raftpb.Message, now time.Time) {
-	switch m.Type {
+func (p *Peer) noteLeaderLocked(m *Message, now time.Time) {
+	if m.Notice != nil {
+		if m.Notice.Kind.fromLeader() {
+			p.leaderSeen = now
+		}
+		return
+	}
+	switch m.Msg.Type {
 	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
 		p.leaderSeen = now
 	}
@@ -136,15 +135,13 @@ func (p *Peer) noteLeaderLocked(m raftpb.Message, now time.Time) {
 // region's leader (appends, heartbeats, snapshots). Other messages (votes
 // from a region we don't know) are refused: they don't need us.
 func (s *Store) maybeCreatePeer(m *Message) (*Peer, error) {
-	switch m.Msg.Type {
-	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
-	default:
+	if !m.createsPeer() {
 		return nil, &region.RegionNotFoundError{RegionID: m.RegionID}
 	}
 	var hs raftpb.HardState
 	err := s.eng.db.View(func(tx *bbolt.Tx) error {
 		st := tx.Bucket(bucketRaftState)
-		if st.Get(tombstoneKey(m.RegionID, m.Msg.To)) != nil {
+		if st.Get(tombstoneKey(m.RegionID, m.ToPeer())) != nil {
 			return &region.RegionNotFoundError{RegionID: m.RegionID}
 		}
 		// A vote this peer cast before a restart still binds it.
@@ -166,15 +163,15 @@ func (s *Store) maybeCreatePeer(m *Message) (*Peer, error) {
 	// createPeer checks again under its lock: a split may start the real
 	// peer in between, and a placeholder must not replace it.
 	r := region.Region{ID: m.RegionID, Peers: []region.Peer{
-		{ID: m.Msg.To, StoreID: s.cfg.StoreID},
-		{ID: m.Msg.From, StoreID: m.FromStore},
+		{ID: m.ToPeer(), StoreID: s.cfg.StoreID},
+		{ID: m.FromPeer(), StoreID: m.FromStore},
 	}}
 	p, err := s.createPeer(persistedPeer{region: r, hard: hs})
 	if err != nil {
 		return nil, fmt.Errorf("create peer for region %d: %w", m.RegionID, err)
 	}
-	if p.id == m.Msg.To && !p.isInitialized() {
-		s.log.Info("created uninitialized peer", "region", m.RegionID, "peer", m.Msg.To, "from_store", m.FromStore)
+	if p.id == m.ToPeer() && !p.isInitialized() {
+		s.log.Info("created uninitialized peer", "region", m.RegionID, "peer", m.ToPeer(), "from_store", m.FromStore)
 	}
 	return p, nil
 }

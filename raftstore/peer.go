@@ -98,7 +98,7 @@ const maxSenders = 16
 // learnSenderLocked remembers the store of m's sender when the region does
 // not list it, so that raft's answers to it can be addressed.
 func (p *Peer) learnSenderLocked(m *Message) {
-	from := m.Msg.From
+	from := m.FromPeer()
 	if from == 0 || m.FromStore == 0 || from == p.id {
 		return
 	}

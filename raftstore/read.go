@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
-	"go.etcd.io/raft/v3/raftpb"
 )
 
 // route finds the peer a request is for and checks its epoch and key.
@@ -182,7 +181,7 @@ func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions, keys
 	}
 	if opts.MaxStaleness > 0 {
 		bound, err := p.staleReadLocked(now, opts.MaxStaleness)
-		var nudge *raftpb.Message
+		var nudge *Notice
 		if err != nil || bound > opts.MaxStaleness/2 {
 			nudge = p.nudgeLeaderLocked(now)
 		}
@@ -190,14 +189,14 @@ func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions, keys
 			r := p.staleAnswerLocked(&info, bound)
 			p.mu.Unlock()
 			if nudge != nil {
-				s.sendNow(p, *nudge)
+				s.sendNotice(p, *nudge)
 			}
 			return info, r, nil
 		}
 		if !leader {
 			p.mu.Unlock()
 			if nudge != nil {
-				s.sendNow(p, *nudge)
+				s.sendNotice(p, *nudge)
 			}
 			return info, region.Region{}, err
 		}

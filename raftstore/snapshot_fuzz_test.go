@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/bbolt"
@@ -247,30 +248,33 @@ func equalKV(a, b map[string]string) bool {
 // FuzzHandleRaftMessage: a raft message exactly as the gRPC transport hands
 // it to the store (server/raft_service.go: pb.RaftMessage.message bytes
 // unmarshalled into a raftpb.Message; for the Snapshot RPC the reassembled
-// data in place of the snapshot's). The store holds region 1 with its peer
+// data in place of the snapshot's), or, when kind is not 0, a notice of
+// that kind made of the message's fields. The store holds region 1 with its peer
 // 1; the message goes to region 1 but never to peer 1, so it runs every
 // check HandleRaftMessage makes before stepping raft (tombstones, notices,
 // placeholders, the MsgSnap validation) without stepping raft itself,
 // which trusts its peers and panics on inconsistent input by design.
 func FuzzHandleRaftMessage(f *testing.F) {
 	snaps := snapshotSeeds(f)
-	add := func(m raftpb.Message, data []byte) {
+	addNotice := func(m raftpb.Message, data []byte, kind NoticeKind) {
 		b, err := m.Marshal()
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(b, data)
+		f.Add(b, data, byte(kind))
 	}
+	add := func(m raftpb.Message, data []byte) { addNotice(m, data, 0) }
 	add(raftpb.Message{Type: raftpb.MsgSnap, From: 2, To: 3, Term: 6, Snapshot: &raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{Index: 10, Term: 6}}}, snaps[0])
 	add(raftpb.Message{Type: raftpb.MsgSnap, From: 2, To: 3, Term: 6, Snapshot: &raftpb.Snapshot{Data: snaps[1]}}, nil)
 	add(raftpb.Message{Type: raftpb.MsgSnap, From: 2, To: 3, Term: 6, Snapshot: &raftpb.Snapshot{}}, snaps[5])
 	add(raftpb.Message{Type: raftpb.MsgSnap, From: 2, To: 3, Term: 6}, nil) // no snapshot at all
 	add(raftpb.Message{Type: raftpb.MsgApp, From: 2, To: 3, Term: 6, Index: 5, LogTerm: 5, Entries: []raftpb.Entry{{Term: 6, Index: 6, Data: command{op: opPut, id: 1, key: []byte("k")}.encode()}}}, nil)
-	add(raftpb.Message{Type: raftpb.MsgHeartbeat, From: 2, To: 3, Term: 6, Context: tombstoneCtx}, nil)
-	add(raftpb.Message{Type: raftpb.MsgHeartbeat, From: 2, To: 3, Term: 6, Context: leaseReqCtx}, nil)
-	add(raftpb.Message{Type: raftpb.MsgHeartbeatResp, From: 2, To: 3, Term: 6, Context: hibernateCtx}, nil)
+	addNotice(raftpb.Message{From: 2, To: 3, Term: 6}, nil, NoticeTombstone)
+	addNotice(raftpb.Message{From: 2, To: 3, Term: 6, Index: 1}, nil, NoticeLeaseRequest)
+	addNotice(raftpb.Message{From: 2, To: 3, Term: 6, Commit: 4}, nil, NoticeHibernate)
+	addNotice(raftpb.Message{From: 2, To: 3, Term: 6}, nil, maxNoticeKind+1)
 	add(raftpb.Message{Type: raftpb.MsgVote, From: 2, To: 3, Term: 7, Index: 9, LogTerm: 6}, nil)
-	f.Add([]byte{0xff, 0xff}, []byte(nil))
+	f.Add([]byte{0xff, 0xff}, []byte(nil), byte(0))
 
 	s, err := NewStore(Config{StoreID: 1, DataDir: f.TempDir(), InitialStores: []uint64{1}, NoSync: true}, nil)
 	if err != nil {
@@ -282,7 +286,7 @@ func FuzzHandleRaftMessage(f *testing.F) {
 		f.Fatal("region 1 not bootstrapped")
 	}
 
-	f.Fuzz(func(t *testing.T, msg, snapData []byte) {
+	f.Fuzz(func(t *testing.T, msg, snapData []byte, kind byte) {
 		var m raftpb.Message
 		if err := m.Unmarshal(msg); err != nil {
 			return // the server refuses it with InvalidArgument
@@ -293,8 +297,16 @@ func FuzzHandleRaftMessage(f *testing.F) {
 		if m.Snapshot != nil && len(snapData) > 0 {
 			m.Snapshot.Data = snapData
 		}
-		err := s.HandleRaftMessage(&Message{RegionID: 1, FromStore: 2, ToStore: 1, Msg: m})
-		if m.Type == raftpb.MsgSnap && err == nil {
+		in := &Message{RegionID: 1, FromStore: 2, ToStore: 1, Msg: m}
+		if kind != 0 {
+			n := &Notice{Kind: NoticeKind(kind), From: m.From, To: m.To, Term: m.Term, Commit: m.Commit}
+			if n.Kind.isLease() {
+				n.Lease = &LeaseMsg{Seq: m.Index, Commit: m.Commit, Duration: time.Duration(m.LogTerm)}
+			}
+			in = &Message{RegionID: 1, FromStore: 2, ToStore: 1, Notice: n}
+		}
+		err := s.HandleRaftMessage(in)
+		if kind == 0 && m.Type == raftpb.MsgSnap && err == nil {
 			t.Fatalf("MsgSnap to peer %d (the region's peer is %d) accepted", m.To, p.id)
 		}
 		if _, ok := s.peer(1); !ok {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/raft/v3"
-	"go.etcd.io/raft/v3/raftpb"
 )
 
 // Bounded-staleness reads.
@@ -105,12 +104,11 @@ func (p *Peer) staleReadLocked(now time.Time, maxStaleness time.Duration) (time.
 // follower therefore nudges its leader when a stale read finds its newest
 // safe point past half the read's bound (or too old): the leader treats
 // the nudge as a read (it wakes, renews its lease with one heartbeat
-// round, and its next heartbeats carry safe points again).
-var renewCtx = []byte("hedgekv:renew")
+// round, and its next heartbeats carry safe points again): a NoticeRenew.
 
 // nudgeLeaderLocked returns the nudge to send to the leader, at most one
 // every quarter lease.
-func (p *Peer) nudgeLeaderLocked(now time.Time) *raftpb.Message {
+func (p *Peer) nudgeLeaderLocked(now time.Time) *Notice {
 	st := p.rn.BasicStatus()
 	if st.RaftState == raft.StateLeader || st.Lead == 0 {
 		return nil
@@ -119,12 +117,12 @@ func (p *Peer) nudgeLeaderLocked(now time.Time) *raftpb.Message {
 		return nil
 	}
 	p.lastNudge = now
-	return &raftpb.Message{Type: raftpb.MsgHeartbeatResp, From: p.id, To: st.Lead, Term: st.Term, Context: renewCtx}
+	return &Notice{Kind: NoticeRenew, From: p.id, To: st.Lead, Term: st.Term}
 }
 
 // onNudgeLocked: a follower needs fresh safe points; renew the lease as a
 // read would.
-func (p *Peer) onNudgeLocked(m raftpb.Message) {
+func (p *Peer) onNudgeLocked(m *Notice) {
 	p.activityLocked()
 	if p.isLeaderLocked() && m.Term == p.rn.BasicStatus().Term {
 		p.readsSinceRenew = true

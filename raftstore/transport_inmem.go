@@ -54,11 +54,30 @@ func OneWayFilter(from, to uint64) Filter {
 	return FilterFunc(func(m *Message) (bool, time.Duration) { return m.FromStore == from && m.ToStore == to, 0 })
 }
 
-// MsgTypeFilter restricts inner to messages of the given raft types.
+// MsgTypeFilter restricts inner to raft messages of the given types (no
+// notice is one).
 func MsgTypeFilter(inner Filter, types ...raftpb.MessageType) Filter {
 	return FilterFunc(func(m *Message) (bool, time.Duration) {
+		if m.Notice != nil {
+			return false, 0
+		}
 		for _, t := range types {
 			if m.Msg.Type == t {
+				return inner.Apply(m)
+			}
+		}
+		return false, 0
+	})
+}
+
+// NoticeKindFilter restricts inner to notices of the given kinds.
+func NoticeKindFilter(inner Filter, kinds ...NoticeKind) Filter {
+	return FilterFunc(func(m *Message) (bool, time.Duration) {
+		if m.Notice == nil {
+			return false, 0
+		}
+		for _, k := range kinds {
+			if m.Notice.Kind == k {
 				return inner.Apply(m)
 			}
 		}
@@ -134,22 +153,27 @@ type inmemTransport struct {
 
 func (t *inmemTransport) Send(m *Message) {
 	// Copy through the wire format now: the caller may reuse m.
-	data, err := m.Msg.Marshal()
-	if err != nil {
-		return
-	}
 	c := &Message{RegionID: m.RegionID, FromStore: m.FromStore, ToStore: m.ToStore, FromConfVer: m.FromConfVer}
 	if m.SafePoint != nil {
 		sp := *m.SafePoint
 		sp.Time = time.Unix(0, sp.Time.UnixNano()) // wall clock only, as on a wire
 		c.SafePoint = &sp
 	}
-	if m.Lease != nil {
-		l := *m.Lease
-		c.Lease = &l
-	}
-	if err := c.Msg.Unmarshal(data); err != nil {
-		return
+	if n := m.Notice; n != nil {
+		nc := *n
+		if n.Lease != nil {
+			l := *n.Lease
+			nc.Lease = &l
+		}
+		c.Notice = &nc
+	} else {
+		data, err := m.Msg.Marshal()
+		if err != nil {
+			return
+		}
+		if err := c.Msg.Unmarshal(data); err != nil {
+			return
+		}
 	}
 	t.mu.Lock()
 	t.queue = append(t.queue, c)
@@ -183,7 +207,7 @@ func (n *InmemNetwork) deliver(from uint64, m *Message) {
 			if m.Msg.Type == raftpb.MsgSnap {
 				src.ReportSnapshot(m, false)
 			}
-			src.ReportUnreachable(m.RegionID, m.Msg.To)
+			src.ReportUnreachable(m.RegionID, m.ToPeer())
 		}
 		return
 	}

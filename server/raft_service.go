@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -221,8 +220,17 @@ func (s *raftService) decode(rm *kvpb.RaftMessage) (*raftstore.Message, error) {
 	if sp := rm.GetSafePoint(); sp != nil {
 		m.SafePoint = &raftstore.SafePoint{Term: sp.GetTerm(), Commit: sp.GetCommit(), Time: time.Unix(0, sp.GetTimeUnixNano())}
 	}
-	if l := rm.GetLease(); l != nil {
-		m.Lease = &raftstore.LeaseMsg{Instance: l.GetInstance(), Seq: l.GetSeq(), Commit: l.GetCommit(), Duration: time.Duration(min(l.GetDurationNanos(), uint64(math.MaxInt64)))}
+	if pn := rm.GetNotice(); pn != nil {
+		// A notice is carried instead of a raft message, never with one.
+		if len(rm.GetMessage()) > 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "raft message of region %d carries both a raft message and a notice", rm.GetRegionId())
+		}
+		n, ok := noticeFromPB(pn)
+		if !ok {
+			return nil, status.Errorf(codes.InvalidArgument, "notice of region %d has an unknown kind %d", rm.GetRegionId(), pn.GetKind())
+		}
+		m.Notice = n
+		return m, nil
 	}
 	if err := m.Msg.Unmarshal(rm.GetMessage()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "decode raft message of region %d: %v", rm.GetRegionId(), err)
@@ -243,8 +251,8 @@ func (s *raftService) deliver(rm *kvpb.RaftMessage, snap bool, snapData []byte) 
 		return err
 	}
 	if snap {
-		if m.Msg.Type != raftpb.MsgSnap || m.Msg.Snapshot == nil {
-			return status.Errorf(codes.InvalidArgument, "snapshot header is a %s, not a MsgSnap", m.Msg.Type)
+		if m.Notice != nil || m.Msg.Type != raftpb.MsgSnap || m.Msg.Snapshot == nil {
+			return status.Errorf(codes.InvalidArgument, "snapshot header is a %s, not a MsgSnap", m.TypeName())
 		}
 		m.Msg.Snapshot.Data = snapData
 	}
@@ -256,7 +264,7 @@ func (s *raftService) deliver(rm *kvpb.RaftMessage, snap bool, snapData []byte) 
 			return toStatus(fmt.Errorf("apply snapshot of region %d: %w", m.RegionID, err))
 		}
 		s.logger.Debug("raft message refused", "region", m.RegionID, "from_store", m.FromStore,
-			"type", m.Msg.Type.String(), "err", err)
+			"type", m.TypeName(), "err", err)
 	}
 	return nil
 }

@@ -138,11 +138,11 @@ func (t *transport) Send(m *raftstore.Message) {
 	if m.ToStore == t.selfID {
 		// The store routes local peers itself; a message to ourselves is a
 		// bug upstream, and looping it back would hide it.
-		t.logger.Debug("dropping raft message addressed to this store", "region", m.RegionID, "type", m.Msg.Type.String())
+		t.logger.Debug("dropping raft message addressed to this store", "region", m.RegionID, "type", m.TypeName())
 		t.dropped(m)
 		return
 	}
-	if m.Msg.Type == raftpb.MsgSnap {
+	if m.Notice == nil && m.Msg.Type == raftpb.MsgSnap {
 		t.sendSnapshotAsync(m)
 		return
 	}
@@ -160,7 +160,7 @@ func (t *transport) SendNow(m *raftstore.Message) {
 		t.metrics.raftDropped.Inc()
 		return
 	}
-	if m == nil || m.ToStore == t.selfID || m.Msg.Type == raftpb.MsgSnap {
+	if m == nil || m.ToStore == t.selfID || (m.Notice == nil && m.Msg.Type == raftpb.MsgSnap) {
 		t.Send(m)
 		t.Flush()
 		return
@@ -519,7 +519,7 @@ type peerSender struct {
 func (p *peerSender) enqueue(m *raftstore.Message) {
 	p.mu.Lock()
 	if len(p.queue) >= p.t.opts.queueSize {
-		p.unreachable[peerKey{m.RegionID, m.Msg.To}] = struct{}{}
+		p.unreachable[peerKey{m.RegionID, m.ToPeer()}] = struct{}{}
 		p.mu.Unlock()
 		p.t.metrics.raftDropped.Inc()
 		p.signal()
@@ -589,11 +589,17 @@ func (p *peerSender) send(msgs []*raftstore.Message) {
 	inBatch := msgs[:0:0]
 	size := 0
 	for i, m := range msgs {
-		data, err := m.Msg.Marshal()
-		if err != nil {
-			p.t.logger.Error("encode raft message", "region", m.RegionID, "type", m.Msg.Type.String(), "err", err)
-			p.drop(msgs[i : i+1])
-			continue
+		var data []byte
+		var notice *kvpb.Notice
+		if m.Notice != nil {
+			notice = noticeToPB(m.Notice)
+		} else {
+			var err error
+			if data, err = m.Msg.Marshal(); err != nil {
+				p.t.logger.Error("encode raft message", "region", m.RegionID, "type", m.Msg.Type.String(), "err", err)
+				p.drop(msgs[i : i+1])
+				continue
+			}
 		}
 		if len(batch.Msgs) > 0 && size+len(data) > p.t.opts.maxBatchBytes {
 			if err := p.writeBatch(batch); err != nil {
@@ -604,12 +610,9 @@ func (p *peerSender) send(msgs []*raftstore.Message) {
 			p.t.metrics.raftSent.Add(float64(len(inBatch)))
 			batch, inBatch, size = &kvpb.RaftMessageBatch{}, inBatch[:0], 0
 		}
-		rm := &kvpb.RaftMessage{RegionId: m.RegionID, FromStore: p.t.selfID, ToStore: m.ToStore, Message: data, FromConfVer: m.FromConfVer}
+		rm := &kvpb.RaftMessage{RegionId: m.RegionID, FromStore: p.t.selfID, ToStore: m.ToStore, Message: data, FromConfVer: m.FromConfVer, Notice: notice}
 		if sp := m.SafePoint; sp != nil {
 			rm.SafePoint = &kvpb.SafePoint{Term: sp.Term, Commit: sp.Commit, TimeUnixNano: sp.Time.UnixNano()}
-		}
-		if l := m.Lease; l != nil {
-			rm.Lease = &kvpb.LeaseMsg{Instance: l.Instance, Seq: l.Seq, Commit: l.Commit, DurationNanos: uint64(max(l.Duration, 0))}
 		}
 		batch.Msgs = append(batch.Msgs, rm)
 		inBatch = append(inBatch, m)
@@ -649,7 +652,7 @@ func (p *peerSender) drop(msgs []*raftstore.Message) {
 	p.t.metrics.raftDropped.Add(float64(len(msgs)))
 	seen := make(map[peerKey]struct{}, len(msgs))
 	for _, m := range msgs {
-		k := peerKey{m.RegionID, m.Msg.To}
+		k := peerKey{m.RegionID, m.ToPeer()}
 		if _, ok := seen[k]; ok {
 			continue
 		}

@@ -111,6 +111,51 @@ func appMsg(region, from, to uint64, payload string) *raftstore.Message {
 	}}
 }
 
+// TestTransportCarriesNotices: notices travel in the stream batch beside
+// raft messages, in order, with their kind, peers, term, commit and lease
+// intact, and no raft message made of them.
+func TestTransportCarriesNotices(t *testing.T) {
+	lis := listen(t)
+	recv := &fakeHandler{}
+	startRaftServer(t, lis, 2, recv)
+	tr := newTestTransport(t, 1, map[uint64]string{2: lis.Addr().String()}, fastTransportOptions(), &fakeHandler{})
+
+	grant := &raftstore.Notice{Kind: raftstore.NoticeLeaseGrant, From: 11, To: 12, Term: 3,
+		Lease: &raftstore.LeaseMsg{Instance: 7, Seq: 2, Commit: 9, Duration: 450 * time.Millisecond}}
+	hib := &raftstore.Notice{Kind: raftstore.NoticeHibernate, From: 11, To: 12, Term: 3, Commit: 9}
+	sent := []*raftstore.Message{
+		{RegionID: 1, FromStore: 1, ToStore: 2, Notice: grant, FromConfVer: 4},
+		appMsg(1, 11, 12, "x"),
+		{RegionID: 1, FromStore: 1, ToStore: 2, Notice: hib, FromConfVer: 4},
+	}
+	for _, m := range sent {
+		tr.Send(m)
+	}
+	tr.Flush()
+	waitFor(t, 5*time.Second, "3 messages delivered", func() bool { return len(recv.received()) == len(sent) })
+	got := recv.received()
+	for i, want := range sent {
+		m := got[i]
+		if want.Notice == nil {
+			if m.Notice != nil || m.Msg.Type != raftpb.MsgApp {
+				t.Fatalf("message %d = %+v, want the MsgApp", i, m)
+			}
+			continue
+		}
+		if m.Notice == nil || m.Msg.Type != 0 || m.FromConfVer != 4 {
+			t.Fatalf("message %d = %+v, want notice %+v", i, m, want.Notice)
+		}
+		n, w := *m.Notice, *want.Notice
+		if (n.Lease == nil) != (w.Lease == nil) || (n.Lease != nil && *n.Lease != *w.Lease) {
+			t.Fatalf("notice %d lease %+v, want %+v", i, n.Lease, w.Lease)
+		}
+		n.Lease, w.Lease = nil, nil
+		if n != w {
+			t.Fatalf("notice %d = %+v, want %+v", i, n, w)
+		}
+	}
+}
+
 // TestTransportBatchesRegions: messages of several regions queued before
 // one Flush reach the other store in one stream batch, intact and in order.
 func TestTransportBatchesRegions(t *testing.T) {

@@ -214,8 +214,13 @@ func FuzzRaftDeliver(f *testing.F) {
 	f.Add(rm(&kvpb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 3, Message: app}), false, []byte(nil), false) // another store's
 	f.Add(rm(&kvpb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: app[:len(app)/2]}), false, []byte(nil), false)
 	f.Add(rm(&kvpb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Message: app,
-		SafePoint: &kvpb.SafePoint{Term: 3, Commit: 5, TimeUnixNano: math.MinInt64},
-		Lease:     &kvpb.LeaseMsg{Seq: 1, Commit: 5, DurationNanos: math.MaxUint64}}), false, []byte(nil), false)
+		SafePoint: &kvpb.SafePoint{Term: 3, Commit: 5, TimeUnixNano: math.MinInt64}}), false, []byte(nil), false)
+	grant := &kvpb.Notice{Kind: kvpb.NoticeKind_NOTICE_KIND_LEASE_GRANT, From: 2, To: 1, Term: 3,
+		Lease: &kvpb.LeaseMsg{Seq: 1, Commit: 5, DurationNanos: math.MaxUint64}}
+	f.Add(rm(&kvpb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Notice: grant}), false, []byte(nil), false)
+	f.Add(rm(&kvpb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Notice: grant, Message: app}), false, []byte(nil), false) // both
+	f.Add(rm(&kvpb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Notice: grant}), true, []byte("x"), false)                // a notice as a snapshot header
+	f.Add(rm(&kvpb.RaftMessage{RegionId: 1, FromStore: 2, ToStore: 1, Notice: &kvpb.Notice{Kind: 99}}), false, []byte(nil), false)
 	f.Add([]byte{0x0a, 0xff}, false, []byte(nil), false)
 
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -233,7 +238,14 @@ func FuzzRaftDeliver(f *testing.F) {
 
 		var m raftpb.Message
 		decodeErr := m.Unmarshal(in.GetMessage())
-		bad := in.GetToStore() != 1 || decodeErr != nil || (isSnap && (m.Type != raftpb.MsgSnap || m.Snapshot == nil))
+		pn := in.GetNotice()
+		if pn != nil {
+			decodeErr = nil
+			if len(in.GetMessage()) > 0 || !raftstore.NoticeKind(pn.GetKind()).Valid() || pn.GetKind() < 0 || pn.GetKind() > 255 {
+				decodeErr = errors.New("not a notice")
+			}
+		}
+		bad := in.GetToStore() != 1 || decodeErr != nil || (isSnap && (pn != nil || m.Type != raftpb.MsgSnap || m.Snapshot == nil))
 		if bad {
 			if len(h.got) != 0 {
 				t.Fatalf("a bad message (to store %d, decode %v) reached the store", in.GetToStore(), decodeErr)
@@ -251,14 +263,19 @@ func FuzzRaftDeliver(f *testing.F) {
 		if got.RegionID != in.GetRegionId() || got.FromStore != in.GetFromStore() || got.ToStore != 1 {
 			t.Fatalf("envelope %+v became %+v", &in, got)
 		}
-		if got.Msg.Type != m.Type || got.Msg.From != m.From || got.Msg.To != m.To || got.Msg.Term != m.Term || len(got.Msg.Entries) != len(m.Entries) {
+		if pn != nil {
+			n := got.Notice
+			if n == nil || int32(n.Kind) != int32(pn.GetKind()) || n.From != pn.GetFrom() || n.To != pn.GetTo() || n.Term != pn.GetTerm() || n.Commit != pn.GetCommit() {
+				t.Fatalf("notice %v became %+v", pn, n)
+			}
+			if l := pn.GetLease(); l != nil && (n.Lease == nil || n.Lease.Duration < 0 || n.Lease.Seq != l.GetSeq() || n.Lease.Instance != l.GetInstance()) {
+				t.Fatalf("lease %v became %+v", l, n.Lease)
+			}
+		} else if got.Notice != nil || got.Msg.Type != m.Type || got.Msg.From != m.From || got.Msg.To != m.To || got.Msg.Term != m.Term || len(got.Msg.Entries) != len(m.Entries) {
 			t.Fatalf("message %v became %v", m, got.Msg)
 		}
 		if isSnap && !bytes.Equal(got.Msg.Snapshot.Data, snapData) {
 			t.Fatalf("snapshot data of %d bytes became %d", len(snapData), len(got.Msg.Snapshot.Data))
-		}
-		if l := in.GetLease(); l != nil && (got.Lease == nil || got.Lease.Duration < 0) {
-			t.Fatalf("lease %v became %+v", l, got.Lease)
 		}
 		if (in.GetSafePoint() != nil) != (got.SafePoint != nil) {
 			t.Fatalf("safe point %v became %+v", in.GetSafePoint(), got.SafePoint)

@@ -393,19 +393,18 @@ var _ = Describe("follower lease expiry", func() {
 	})
 })
 
-// isLeaseRevoke matches a follower-lease revoke notice.
-func isLeaseRevoke(m *raftstore.Message) bool {
-	return m.Msg.Type == raftpb.MsgHeartbeat && string(m.Msg.Context) == "hedgekv:lease-revoke"
+// isNotice matches a notice of kind k.
+func isNotice(m *raftstore.Message, k raftstore.NoticeKind) bool {
+	return m.Notice != nil && m.Notice.Kind == k
 }
+
+// isLeaseRevoke matches a follower-lease revoke notice.
+func isLeaseRevoke(m *raftstore.Message) bool { return isNotice(m, raftstore.NoticeLeaseRevoke) }
 
 // isLeaseGrant and isLeaseRequest match follower-lease notices.
-func isLeaseGrant(m *raftstore.Message) bool {
-	return m.Msg.Type == raftpb.MsgHeartbeat && string(m.Msg.Context) == "hedgekv:lease-grant"
-}
+func isLeaseGrant(m *raftstore.Message) bool { return isNotice(m, raftstore.NoticeLeaseGrant) }
 
-func isLeaseRequest(m *raftstore.Message) bool {
-	return m.Msg.Type == raftpb.MsgHeartbeatResp && string(m.Msg.Context) == "hedgekv:lease-req"
-}
+func isLeaseRequest(m *raftstore.Message) bool { return isNotice(m, raftstore.NoticeLeaseRequest) }
 
 var _ = Describe("follower lease grants", func() {
 	// The grant answers one request of one peer instance. Request numbers
@@ -437,10 +436,10 @@ var _ = Describe("follower lease grants", func() {
 			}
 			if m.ToStore == h && isLeaseGrant(m) {
 				mu.Lock()
-				if held == nil && m.Lease != nil {
-					cp := *m
-					l := *m.Lease
-					cp.Lease = &l
+				if held == nil && m.Notice.Lease != nil {
+					cp, n := *m, *m.Notice
+					l := *n.Lease
+					n.Lease, cp.Notice = &l, &n
 					held, heldAt = &cp, time.Now()
 					cut.Store(true)
 				}
@@ -454,9 +453,9 @@ var _ = Describe("follower lease grants", func() {
 				return true, 0
 			}
 			if m.FromStore == h && isLeaseRequest(m) {
-				if third.Load() && m.Lease != nil {
+				if third.Load() && m.Notice.Lease != nil {
 					select {
-					case requests <- m.Lease.Seq:
+					case requests <- m.Notice.Lease.Seq:
 					default:
 					}
 				}
@@ -486,14 +485,14 @@ var _ = Describe("follower lease grants", func() {
 		for {
 			select {
 			case seq := <-requests:
-				if seq >= grant.Lease.Seq {
+				if seq >= grant.Notice.Lease.Seq {
 					break wait
 				}
 			case <-deadline:
 				Fail("H's third instance never sent the request number the held grant answers")
 			}
 		}
-		GinkgoWriter.Printf("delivering the grant for request %d, %v after it was made\n", grant.Lease.Seq, time.Since(grantAt).Round(time.Millisecond))
+		GinkgoWriter.Printf("delivering the grant for request %d, %v after it was made\n", grant.Notice.Lease.Seq, time.Since(grantAt).Round(time.Millisecond))
 		_ = mustStore(c, h).HandleRaftMessage(grant)
 
 		// The write commits once the leader's record of H runs out.

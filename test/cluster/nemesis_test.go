@@ -542,9 +542,9 @@ func (n *nemesis) restartHolderLateGrant(r region.Region, leader, h uint64) {
 	asked := make(chan time.Time, 1)
 	heal := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
 		switch {
-		case m.ToStore == h && m.Msg.Type == raftpb.MsgHeartbeat && string(m.Msg.Context) == "hedgekv:lease-grant":
+		case m.ToStore == h && isLeaseGrant(m):
 			return false, delay
-		case m.FromStore == h && m.Msg.Type == raftpb.MsgHeartbeatResp && string(m.Msg.Context) == "hedgekv:lease-req":
+		case m.FromStore == h && isLeaseRequest(m):
 			if phase.CompareAndSwap(1, 2) {
 				asked <- time.Now()
 				return false, 0

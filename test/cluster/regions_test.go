@@ -307,7 +307,10 @@ var _ = Describe("regions", func() {
 			}
 			// Entries pass, but no commit index beyond what it had.
 			m.Msg.Commit = min(m.Msg.Commit, committed)
-			return m.Msg.Type == raftpb.MsgHeartbeat && string(m.Msg.Context) == "hedgekv:tombstone", 0
+			if m.Notice != nil {
+				m.Notice.Commit = min(m.Notice.Commit, committed)
+			}
+			return m.Notice != nil && m.Notice.Kind == raftstore.NoticeTombstone, 0
 		}))
 		Expect(mustStore(c, leader).RemovePeer(ctx, 1, victim)).To(Succeed())
 		r, _ := c.RegionOf(key(0))
