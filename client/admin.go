@@ -194,12 +194,23 @@ func regionInfoFromPB(info *kvpb.RegionInfo) RegionInfo {
 }
 
 // Stores returns the cluster's stores, sorted by id, as the first store to
-// answer reports them, gathered anew for this call (ctl's listings must not
-// show a store that just came back as down) rather than from its view.
+// answer reports them from its view (at most about a second old).
 func (c *Client) Stores(ctx context.Context) ([]StoreInfo, error) {
+	return c.stores(ctx, false)
+}
+
+// StoresFresh is Stores gathered anew by the answering store for this call:
+// what an operator's listing wants (a store that just came back must not
+// show as down), at the price of asking every store, and waiting up to the
+// view's timeout for one that is cut off.
+func (c *Client) StoresFresh(ctx context.Context) ([]StoreInfo, error) {
+	return c.stores(ctx, true)
+}
+
+func (c *Client) stores(ctx context.Context, fresh bool) ([]StoreInfo, error) {
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	stores, err := c.storeList(ctx, true)
+	stores, err := c.storeList(ctx, fresh)
 	if err != nil {
 		return nil, err
 	}

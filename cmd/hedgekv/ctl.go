@@ -47,7 +47,7 @@ func newCtlStoresCmd(a *app) *cobra.Command {
 				return err
 			}
 			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
-				stores, err := cli.Stores(ctx)
+				stores, err := cli.StoresFresh(ctx)
 				if err != nil {
 					return err
 				}
@@ -86,7 +86,7 @@ func (f *regionsFlags) print(ctx context.Context, a *app, cli *client.Client, re
 		}
 		return writeRegionsJSON(a.stdout, regions)
 	}
-	stores, err := cli.Stores(ctx)
+	stores, err := cli.StoresFresh(ctx)
 	if err != nil {
 		return fmt.Errorf("list stores (to mark down replicas): %w", err)
 	}
@@ -189,7 +189,7 @@ problem is one line on stdout; a cluster that is not healthy exits 1.
 				return err
 			}
 			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
-				stores, err := cli.Stores(ctx)
+				stores, err := cli.StoresFresh(ctx)
 				if err != nil {
 					return err
 				}
@@ -475,7 +475,7 @@ func waitStoreRemoved(ctx context.Context, out io.Writer, cli *client.Client, st
 				last = left
 			}
 			if left == 0 {
-				stores, err := cli.Stores(ctx)
+				stores, err := cli.StoresFresh(ctx)
 				if err == nil {
 					if i := slices.IndexFunc(stores, func(s client.StoreInfo) bool { return s.ID == storeID }); i >= 0 && stores[i].Removed {
 						fmt.Fprintf(out, "OK: store %d is removed: it may be stopped and its data deleted\n", storeID)
@@ -523,7 +523,7 @@ func newCtlMembershipCmd(a *app, name, short string, do func(ctx context.Context
 				return err
 			}
 			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
-				stores, err := cli.Stores(ctx)
+				stores, err := cli.StoresFresh(ctx)
 				if err != nil {
 					return err
 				}
