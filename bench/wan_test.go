@@ -48,8 +48,10 @@ func TestFollowerReadDCTiny(t *testing.T) {
 			if r.LocalShare != 0 || !strings.HasPrefix(r.ServedBy, "store 1 (dc-a) 100%") {
 				t.Errorf("leader-remote served by %s", r.ServedBy)
 			}
-			// Ten rows of ~1 KB crossed the WAN per scan.
-			if *row.WANBytesPerOp < 10*1000 {
+			// Up to ten rows of ~1 KB crossed the WAN per scan: fewer when
+			// a scan starts within ten keys of the end of the 60 records
+			// (uniform starts: 9.25 rows on average), so at least half.
+			if *row.WANBytesPerOp < 5*1000 {
 				t.Errorf("leader-remote: %v WAN bytes per scan of ten 1 KB rows", *row.WANBytesPerOp)
 			}
 		case "follower-local":
