@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -93,11 +92,9 @@ type Etcd struct {
 }
 
 type etcdMember struct {
+	*child
 	name    string
-	cmd     *exec.Cmd
 	logPath string
-	exited  chan struct{}
-	err     error // set before exited is closed
 }
 
 // StartEtcd starts cfg.Members etcd processes forming one cluster on
@@ -285,26 +282,18 @@ func startEtcdMember(binary, name string, args []string, logPath string) (*etcdM
 	if err != nil {
 		return nil, fmt.Errorf("etcd member %s: %w", name, err)
 	}
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// No ETCD_* settings of ours may leak into the members.
+	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "ETCD_") {
-			cmd.Env = append(cmd.Env, kv)
+			env = append(env, kv)
 		}
 	}
-	setChildAttrs(cmd)
-	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
-		return nil, fmt.Errorf("etcd member %s: start %s: %w", name, binary, err)
+	r, err := startChild(binary, args, env, logFile)
+	if err != nil {
+		return nil, fmt.Errorf("etcd member %s: %w", name, err)
 	}
-	m := &etcdMember{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
-	go func() {
-		m.err = cmd.Wait()
-		_ = logFile.Close()
-		close(m.exited)
-	}()
-	return m, nil
+	return &etcdMember{child: r, name: name, logPath: logPath}, nil
 }
 
 func (c *Etcd) waitReady(ctx context.Context, timeout time.Duration) error {
@@ -361,34 +350,14 @@ func (c *Etcd) ready(ctx context.Context, cli *clientv3.Client) error {
 // benchmark cluster's data is disposable) and removes a temporary data
 // directory. Safe to call more than once.
 func (c *Etcd) Stop() {
-	for _, m := range c.members {
-		select {
-		case <-m.exited:
-			continue
-		default:
-		}
-		_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	runs := make([]*child, len(c.members))
+	names := make(map[*child]string, len(c.members))
+	for i, m := range c.members {
+		runs[i], names[m.child] = m.child, m.name
 	}
-	deadline := time.NewTimer(2 * time.Second)
-	defer deadline.Stop()
-	expired := false
-	for _, m := range c.members {
-		if !expired {
-			select {
-			case <-m.exited:
-				continue
-			case <-deadline.C:
-				expired = true
-			}
-		}
-		select {
-		case <-m.exited:
-		default:
-			c.logger.Debug("etcd member still running 2s after SIGTERM; killing it", "member", m.name)
-			_ = m.cmd.Process.Kill()
-			<-m.exited
-		}
-	}
+	stopChildren(runs, 2*time.Second, func(r *child) {
+		c.logger.Debug("etcd member still running 2s after SIGTERM; killing it", "member", names[r])
+	})
 	c.members = nil
 	for _, f := range c.fronts {
 		f.close()

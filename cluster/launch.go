@@ -3,7 +3,8 @@
 // behind the simulated WAN (local.go), stores as processes of the hedgekv
 // binary (proc.go), and an etcd cluster for the comparisons (etcd.go, with
 // the peer fronts that put its members behind the WAN in etcdpeerfront.go).
-// This file holds what they share: ports, directories, logs.
+// This file holds what they share: ports, directories, logs, and the
+// child processes of the last two.
 package cluster
 
 import (
@@ -13,7 +14,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // startRetryingPorts returns what start returns, calling it again (up to
@@ -64,6 +68,75 @@ func reservePorts(n int) (ports []int, release func(), err error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, release, nil
+}
+
+// child is one process a cluster started: a store or an etcd member.
+type child struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error // set before exited is closed
+}
+
+// startChild starts binary with args, its output going to logFile (closed
+// once it exits, or at once if it cannot start), with env (nil: ours).
+func startChild(binary string, args []string, env []string, logFile *os.File) (*child, error) {
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = env
+	// Killed with us if this process dies without stopping it.
+	setChildAttrs(cmd)
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", binary, err)
+	}
+	r := &child{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		r.err = cmd.Wait()
+		_ = logFile.Close()
+		close(r.exited)
+	}()
+	return r, nil
+}
+
+func (r *child) running() bool {
+	if r == nil {
+		return false
+	}
+	select {
+	case <-r.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stopChildren sends every running child SIGTERM and waits until all have
+// exited, killing (SIGKILL) those still running once grace has passed,
+// each after telling killing.
+func stopChildren(cs []*child, grace time.Duration, killing func(*child)) {
+	for _, r := range cs {
+		if r.running() {
+			_ = r.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	expired := false
+	for _, r := range cs {
+		if !expired {
+			select {
+			case <-r.exited:
+				continue
+			case <-deadline.C:
+				expired = true
+			}
+		}
+		if r.running() {
+			killing(r)
+			_ = r.cmd.Process.Kill()
+			<-r.exited
+		}
+	}
 }
 
 // tail returns the last n lines of a file.

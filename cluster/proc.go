@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -75,26 +74,7 @@ type storeProc struct {
 	id      uint64
 	args    []string
 	logPath string
-	run     *procRun
-}
-
-// procRun is one process of a store.
-type procRun struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-	err    error // set before exited is closed
-}
-
-func (r *procRun) running() bool {
-	if r == nil {
-		return false
-	}
-	select {
-	case <-r.exited:
-		return false
-	default:
-		return true
-	}
+	run     *child
 }
 
 // StartProcesses starts one server process per zone, stores 1..N
@@ -193,30 +173,20 @@ func (c *Processes) launch(p *storeProc) error {
 	if err != nil {
 		return fmt.Errorf("store %d: %w", p.id, err)
 	}
-	cmd := exec.Command(c.binary, p.args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Killed with us if this process dies without stopping it.
-	setChildAttrs(cmd)
-	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
-		return fmt.Errorf("store %d: start %s: %w", p.id, c.binary, err)
+	r, err := startChild(c.binary, p.args, nil, logFile)
+	if err != nil {
+		return fmt.Errorf("store %d: %w", p.id, err)
 	}
-	r := &procRun{cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		r.err = cmd.Wait()
-		_ = logFile.Close()
-		close(r.exited)
-	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stopped {
 		// Stop ran meanwhile and will not see this process: end it here.
-		_ = cmd.Process.Kill()
+		_ = r.cmd.Process.Kill()
 		<-r.exited
 		return fmt.Errorf("store %d: the cluster was stopped", p.id)
 	}
 	p.run = r
-	c.pids = append(c.pids, cmd.Process.Pid)
+	c.pids = append(c.pids, r.cmd.Process.Pid)
 	return nil
 }
 
@@ -247,7 +217,7 @@ func (c *Processes) LogPath(store uint64) string {
 }
 
 // proc returns a store and its current process (nil if none).
-func (c *Processes) proc(store uint64) (*storeProc, *procRun) {
+func (c *Processes) proc(store uint64) (*storeProc, *child) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if i := slices.Index(c.ids, store); i >= 0 && i < len(c.procs) && c.procs[i] != nil {
@@ -363,16 +333,9 @@ func (c *Processes) StopStore(store uint64, grace time.Duration) error {
 	if !r.running() {
 		return nil
 	}
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-r.exited:
-	case <-t.C:
+	stopChildren([]*child{r}, grace, func(*child) {
 		c.logger.Warn("store still running after SIGTERM; killing it", "store", store, "grace", grace)
-		_ = r.cmd.Process.Kill()
-		<-r.exited
-	}
+	})
 	return nil
 }
 
@@ -557,7 +520,7 @@ func (c *Processes) WaitSettled(ctx context.Context, regionID uint64) (uint64, e
 // a temporary directory. Safe to call more than once and concurrently.
 func (c *Processes) Stop() {
 	c.mu.Lock()
-	var runs []*procRun
+	var runs []*child
 	for _, p := range c.procs {
 		if p != nil && p.run != nil {
 			runs = append(runs, p.run)
@@ -570,29 +533,9 @@ func (c *Processes) Stop() {
 	for _, cc := range admins {
 		_ = cc.Close()
 	}
-	for _, r := range runs {
-		if r.running() {
-			_ = r.cmd.Process.Signal(syscall.SIGTERM)
-		}
-	}
-	deadline := time.NewTimer(3 * time.Second)
-	defer deadline.Stop()
-	expired := false
-	for _, r := range runs {
-		if !expired {
-			select {
-			case <-r.exited:
-				continue
-			case <-deadline.C:
-				expired = true
-			}
-		}
-		if r.running() {
-			c.logger.Debug("store still running 3s after SIGTERM; killing it", "pid", r.cmd.Process.Pid)
-			_ = r.cmd.Process.Kill()
-			<-r.exited
-		}
-	}
+	stopChildren(runs, 3*time.Second, func(r *child) {
+		c.logger.Debug("store still running 3s after SIGTERM; killing it", "pid", r.cmd.Process.Pid)
+	})
 	if c.ownDir && c.dir != "" {
 		_ = os.RemoveAll(c.dir)
 		c.dir = ""
