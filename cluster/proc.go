@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,7 +40,13 @@ type ProcessesConfig struct {
 	// --split-max-bytes), to stores that Join later too.
 	ExtraArgs []string
 	// LogLevel of the servers (default warn).
-	LogLevel     string
+	LogLevel string
+	// Ports, if set, are the stores' ports, two per store: store i's gRPC
+	// port is Ports[2i], its status port Ports[2i+1]. Default: free ports
+	// the kernel picks, which one of its outgoing connections may take
+	// while a killed store is down; a caller that restarts stores can pick
+	// ports outside that range instead.
+	Ports        []int
 	ReadyTimeout time.Duration // default 30s
 	Logger       *slog.Logger
 }
@@ -119,7 +127,12 @@ func startProcesses(ctx context.Context, cfg ProcessesConfig) (_ *Processes, err
 		}
 	}()
 	n := len(cfg.Zones)
-	ports, release, err := reservePorts(2 * n)
+	ports, release, err := cfg.Ports, func() {}, error(nil)
+	if len(ports) == 0 {
+		ports, release, err = reservePorts(2 * n)
+	} else if len(ports) != 2*n {
+		err = fmt.Errorf("%d ports for %d stores, want %d", len(ports), n, 2*n)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("process cluster: %w", err)
 	}
@@ -261,6 +274,19 @@ func (c *Processes) Kill(store uint64) error {
 // directory and waits until every store agrees on every region's leader
 // and has applied its commit index.
 func (c *Processes) Restart(ctx context.Context, store uint64) error {
+	if err := c.Start(store); err != nil {
+		return err
+	}
+	if _, err := c.WaitSettled(ctx, 0); err != nil {
+		return fmt.Errorf("process cluster: after restarting store %d: %w", store, err)
+	}
+	return nil
+}
+
+// Start starts a stopped store again with the same flags and data
+// directory, and returns at once (Restart then waits for the whole cluster
+// to settle; WaitReady waits for this store alone).
+func (c *Processes) Start(store uint64) error {
 	p, r := c.proc(store)
 	if p == nil {
 		return fmt.Errorf("process cluster: no store %d", store)
@@ -271,10 +297,50 @@ func (c *Processes) Restart(ctx context.Context, store uint64) error {
 	if err := c.launch(p); err != nil {
 		return fmt.Errorf("process cluster: restart: %w", err)
 	}
-	if _, err := c.WaitSettled(ctx, 0); err != nil {
-		return fmt.Errorf("process cluster: after restarting store %d: %w", store, err)
-	}
 	return nil
+}
+
+// WaitReady waits until a store's /readyz answers 200: it has caught up
+// (every region it hosts knows a leader and has applied what it knows
+// committed). It fails at once if the store's process exits.
+func (c *Processes) WaitReady(ctx context.Context, store uint64) error {
+	addr := c.StatusAddr(store)
+	if addr == "" {
+		return fmt.Errorf("process cluster: no store %d", store)
+	}
+	hc := http.Client{Timeout: 2 * time.Second}
+	last := "no answer yet"
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if p, r := c.proc(store); p == nil || !r.running() {
+			return fmt.Errorf("process cluster: store %d is not running (%v)", store, c.ExitErr(store))
+		}
+		resp, err := hc.Get("http://" + addr + "/readyz")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(body)))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("process cluster: store %d not ready (last: %s): %w", store, last, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// ExitErr is what a store's last process exited with: nil while it runs
+// or after a clean exit (as after a graceful stop).
+func (c *Processes) ExitErr(store uint64) error {
+	_, r := c.proc(store)
+	if r.running() || r == nil {
+		return nil
+	}
+	return r.err
 }
 
 // Join starts store id (one no store has had) in zone as a new process
