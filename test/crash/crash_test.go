@@ -1,9 +1,9 @@
 // Package crash kills stores with kill -9 under write load, again and
 // again, and then checks that no acknowledged write was lost and that every
 // store's bbolt file passes bbolt's own consistency check (Tx.Check, what
-// `bbolt check` runs). Three `hedgekv server` processes are started by
-// scripts/cluster.sh on free ports; CRASH_KILLS (default 10; 50 for the
-// reliability figures) sets how many kills.
+// `bbolt check` runs). Three `hedgekv server` processes are started by the
+// cluster package's process launcher on free ports; CRASH_KILLS (default
+// 10; 50 for the reliability figures) sets how many kills.
 package crash
 
 import (
@@ -23,100 +23,152 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/cluster"
 	"github.com/hedgekv/hedgekv/test/testbin"
 )
 
-const scriptTimeout = 90 * time.Second
+// readyTimeout bounds the start of the cluster and each restart of a store.
+const readyTimeout = 60 * time.Second
 
 func TestKillUnderWriteLoad(t *testing.T) {
 	kills := 10
 	if v, err := strconv.Atoi(os.Getenv("CRASH_KILLS")); err == nil && v > 0 {
 		kills = v
 	}
-	b, err := testbin.Locate("hedgekv-crash-bin-")
-	if err != nil {
-		t.Fatalf("crash setup: %v", err)
-	}
-	defer b.Close()
-	block, err := testbin.FreeBlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	env := append(append(os.Environ(), "BIN="+b.Path, "CLUSTER_DIR="+dir), block.Env()...)
-	env = append(env, "FAULTS=0", "TICK=", "START_TIMEOUT=60")
-	script := func(args ...string) testbin.Result {
-		return testbin.ClusterScript(b.RepoRoot, scriptTimeout, env, args...)
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			script("stop")
-		}
-	})
-	if r := script("start"); r.Err != nil {
-		t.Fatalf("cluster.sh start: %v", r)
-	}
+	c := startStores(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	cli, err := client.New(ctx, client.Config{Endpoints: block.GRPCAddrs, RequestTimeout: 3 * time.Second})
+	cli, err := client.New(ctx, client.Config{Endpoints: c.Endpoints, RequestTimeout: 3 * time.Second})
 	cancel()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cli.Close()
 
-	// Writers: every key is written once, with its own value; a write is
-	// recorded only once acknowledged.
-	var (
-		mu     sync.Mutex
-		acked  = map[string]string{}
-		failed atomic.Int64
-		stop   = make(chan struct{})
-		wg     sync.WaitGroup
-	)
-	for w := range 4 {
-		wg.Go(func() {
-			for n := 0; n < 1_000_000; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key, val := fmt.Sprintf("crash/%d/%06d", w, n), fmt.Sprintf("v%d.%d", w, n)
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				err := cli.Put(ctx, []byte(key), []byte(val))
-				cancel()
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				mu.Lock()
-				acked[key] = val
-				mu.Unlock()
-			}
-		})
-	}
+	w := startWriters(cli, 4)
+	defer w.stop() // also when a restart fails
+	killAndRestart(t, c, kills)
+	w.stop()
 
+	lost := w.lostWrites(t, cli)
+	t.Logf("%d kill -9s under write load: %d writes acknowledged, %d not (timed out or refused), %d acknowledged writes lost",
+		kills, len(w.acked), w.failed.Load(), lost)
+	if len(w.acked) == 0 {
+		t.Fatal("no write was acknowledged")
+	}
+	checkReplayed(t, c, kills)
+
+	// Every store's file passes bbolt's consistency check.
+	c.Stop()
+	for _, s := range c.StoreIDs() {
+		if err := checkBolt(filepath.Join(c.DataDir(s), "store.db")); err != nil {
+			t.Errorf("store %d: %v", s, err)
+		}
+	}
+}
+
+// startStores starts three stores on free ports below the ephemeral range
+// (a killed store's port stays free until its restart), data and logs in a
+// directory of the test's, kept after the stores stop for the bbolt check.
+func startStores(t *testing.T) *cluster.Processes {
+	t.Helper()
+	b, err := testbin.Locate("hedgekv-crash-bin-")
+	if err != nil {
+		t.Fatalf("crash setup: %v", err)
+	}
+	t.Cleanup(b.Close)
+	ports, err := testbin.FreePorts(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	// Info: the log says when a restart replayed the round log.
+	c, err := cluster.StartProcesses(ctx, cluster.ProcessesConfig{
+		Binary: b.Path, Dir: t.TempDir(), LogLevel: "info", Ports: ports, ReadyTimeout: readyTimeout,
+	})
+	if err != nil {
+		t.Fatalf("start the stores: %v", err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// writers write every key once, with its own value; a write is recorded
+// only once acknowledged.
+type writers struct {
+	mu     sync.Mutex
+	acked  map[string]string
+	failed atomic.Int64
+	done   chan struct{}
+	wg     sync.WaitGroup
+	stop   func() // ends the writers and waits for them; more than once is fine
+}
+
+func startWriters(cli *client.Client, n int) *writers {
+	w := &writers{acked: map[string]string{}, done: make(chan struct{})}
+	w.stop = sync.OnceFunc(func() {
+		close(w.done)
+		w.wg.Wait()
+	})
+	for i := range n {
+		w.wg.Go(func() { w.write(cli, i) })
+	}
+	return w
+}
+
+func (w *writers) write(cli *client.Client, id int) {
+	for n := 0; n < 1_000_000; n++ {
+		select {
+		case <-w.done:
+			return
+		default:
+		}
+		key, val := fmt.Sprintf("crash/%d/%06d", id, n), fmt.Sprintf("v%d.%d", id, n)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err := cli.Put(ctx, []byte(key), []byte(val))
+		cancel()
+		if err != nil {
+			w.failed.Add(1)
+			continue
+		}
+		w.mu.Lock()
+		w.acked[key] = val
+		w.mu.Unlock()
+	}
+}
+
+// killAndRestart kills a random store with kill -9, kills times, and
+// starts it again, waiting until it is ready (has caught up) each time.
+func killAndRestart(t *testing.T, c *cluster.Processes, kills int) {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	for i := range kills {
-		store := 1 + rng.IntN(3)
-		if r := script("kill", strconv.Itoa(store)); r.Err != nil {
-			t.Fatalf("kill %d (store %d): %v", i, store, r)
+		store := uint64(1 + rng.IntN(3))
+		if err := c.Kill(store); err != nil {
+			t.Fatalf("kill %d (store %d): %v", i, store, err)
 		}
 		time.Sleep(time.Duration(100+rng.IntN(400)) * time.Millisecond)
-		if r := script("restart", strconv.Itoa(store)); r.Err != nil {
-			t.Fatalf("restart %d (store %d): %v", i, store, r)
+		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+		err := c.Start(store)
+		if err == nil {
+			err = c.WaitReady(ctx, store)
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("restart %d (store %d): %v; its log ends with:\n%s", i, store, err, logTail(c.LogPath(store), 20))
 		}
 		time.Sleep(time.Duration(200+rng.IntN(400)) * time.Millisecond)
 	}
-	close(stop)
-	wg.Wait()
+}
 
-	// Every acknowledged write is there, read linearizably.
-	mu.Lock()
-	defer mu.Unlock()
+// lostWrites reads every acknowledged write back, linearizably, and
+// returns how many are missing or wrong (the first ten fail the test).
+func (w *writers) lostWrites(t *testing.T, cli *client.Client) int {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	lost := 0
-	for key, want := range acked {
+	for key, want := range w.acked {
 		var got []byte
 		var err error
 		for try := 0; try < 5; try++ {
@@ -134,35 +186,30 @@ func TestKillUnderWriteLoad(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d kill -9s under write load: %d writes acknowledged, %d not (timed out or refused), %d acknowledged writes lost",
-		kills, len(acked), failed.Load(), lost)
-	if len(acked) == 0 {
-		t.Fatal("no write was acknowledged")
-	}
-	// A restart after a kill goes back to the last checkpoint and replays
-	// the round log after it (raftstore/checkpoint.go); the kills above
-	// must have exercised that path, not only clean checkpoints.
+	return lost
+}
+
+// checkReplayed: a restart after a kill goes back to the last checkpoint
+// and replays the round log after it (raftstore/checkpoint.go); the kills
+// must have exercised that path, not only clean checkpoints.
+func checkReplayed(t *testing.T, c *cluster.Processes, kills int) {
+	t.Helper()
 	replays := 0
-	for s := 1; s <= 3; s++ {
-		b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("store%d.log", s)))
+	for _, s := range c.StoreIDs() {
+		b, _ := os.ReadFile(c.LogPath(s))
 		replays += strings.Count(string(b), "replayed the round log")
 	}
 	t.Logf("restarts that replayed WAL records after the checkpoint: %d", replays)
 	if kills >= 10 && replays == 0 {
 		t.Error("no restart replayed the round log: the recovery path went untested")
 	}
+}
 
-	// Every store's file passes bbolt's consistency check.
-	if r := script("stop"); r.Err != nil {
-		t.Fatalf("cluster.sh stop: %v", r)
-	}
-	stopped = true
-	for s := 1; s <= 3; s++ {
-		path := filepath.Join(dir, fmt.Sprintf("store%d", s), "store.db")
-		if err := checkBolt(path); err != nil {
-			t.Errorf("store %d: %v", s, err)
-		}
-	}
+// logTail is the last n lines of the file at path.
+func logTail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // checkBolt runs bbolt's consistency check on the file at path.
