@@ -1,10 +1,10 @@
 // Package rolling restarts every store of a running cluster, one at a
 // time, under read and write load, and requires that not one request
 // fails: a store stopped with SIGTERM hands the regions it leads to other
-// stores and finishes its requests before it exits, and `cluster.sh
-// restart N` waits until the restarted store's /readyz says it caught up
-// before the next store goes down. Three `hedgekv server` processes are
-// started by scripts/cluster.sh on free ports.
+// stores and finishes its requests before it exits, and the next store
+// goes down only once the restarted one's /readyz says it caught up. Three
+// `hedgekv server` processes are started by the cluster package's process
+// launcher on free ports.
 //
 // No failed request alone cannot tell a graceful stop from an abrupt one:
 // the operations have 5 s deadlines and the client retries, so a kill -9
@@ -28,7 +28,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -38,11 +37,16 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/cluster"
 	"github.com/hedgekv/hedgekv/test/testbin"
 )
 
 const (
-	scriptTimeout = 90 * time.Second
+	// readyTimeout bounds the start of the cluster and each restart.
+	readyTimeout = 60 * time.Second
+	// stopGrace is how long a stopping store may take after SIGTERM
+	// before it is killed (and the graceful restart fails).
+	stopGrace = 15 * time.Second
 	// opTimeout is each operation's deadline: long enough to ride out a
 	// leader change and a retry or two, far shorter than the restarts.
 	opTimeout = 5 * time.Second
@@ -156,174 +160,18 @@ func (ph *phase) report(t *testing.T) {
 }
 
 func TestRollingRestartFailsNoRequest(t *testing.T) {
-	b, err := testbin.Locate("hedgekv-rolling-bin-")
-	if err != nil {
-		t.Fatalf("rolling setup: %v", err)
-	}
-	defer b.Close()
-	block, err := testbin.FreeBlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	env := append(append(os.Environ(), "BIN="+b.Path, "CLUSTER_DIR="+dir), block.Env()...)
-	// BALANCE=1s: the balancer spreads the leaders (and gives a restarted
-	// store some back) within the test, so most stores stop as leaders
-	// of several regions (leadSome sees to the others).
-	env = append(env, "FAULTS=0", "TICK=", "START_TIMEOUT=60", "STOP_TIMEOUT=15", "BALANCE=1s")
-	script := func(args ...string) testbin.Result {
-		return testbin.ClusterScript(b.RepoRoot, scriptTimeout, env, args...)
-	}
-	t.Cleanup(func() {
-		if r := script("stop"); r.Err != nil {
-			t.Errorf("cluster.sh stop: %v", r)
-		}
-	})
-	if r := script("start"); r.Err != nil {
-		t.Fatalf("cluster.sh start: %v", r)
-	}
-	for i, addr := range block.StatusAddrs {
-		waitReady(t, i+1, addr)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	cli, err := client.New(ctx, client.Config{Endpoints: block.GRPCAddrs, RequestTimeout: opTimeout})
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	// Four regions, so that a stopping store usually leads several and
-	// hands them over at once; the balancer spreads their leaders.
-	for _, at := range []string{"rolling/1", "rolling/2", "rolling/3"} {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, _, err := cli.Split(ctx, []byte(at))
-		cancel()
-		if err != nil {
-			t.Fatalf("split at %s: %v", at, err)
-		}
-	}
-	c := &cluster{cli: cli, statusAddrs: block.StatusAddrs}
+	c := startStores(t)
 	regions := c.regionCount(t)
-
-	// Writers write each key once, with its own value; readers read keys
-	// already acknowledged, from the leader and from followers (ReadIndex),
-	// and check the value. Nothing may fail, and nothing may read wrong.
-	var (
-		ph     = &phases{cur: &phase{name: "graceful rolling restart"}}
-		mu     sync.Mutex
-		acked  []string // keys; key i's value is value(key)
-		stop   = make(chan struct{})
-		wg     sync.WaitGroup
-		value  = func(key string) string { return "v:" + key }
-		halted atomic.Bool
-	)
-	stopped := func() bool {
-		select {
-		case <-stop:
-			return true
-		default:
-			return false
-		}
-	}
-	halt := func() {
-		if halted.CompareAndSwap(false, true) {
-			close(stop)
-			wg.Wait()
-		}
-	}
-	defer halt()
-	for w := range writers {
-		wg.Go(func() {
-			for n := 0; !stopped(); n++ {
-				key := fmt.Sprintf("rolling/%d/%07d", w, n)
-				p := ph.begin()
-				ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-				start := time.Now()
-				err := cli.Put(ctx, []byte(key), []byte(value(key)))
-				p.writes.took(time.Since(start))
-				cancel()
-				if err != nil {
-					p.writes.fail(fmt.Sprintf("put %s: %v", key, err))
-				} else {
-					p.writes.ok.Add(1)
-					mu.Lock()
-					acked = append(acked, key)
-					mu.Unlock()
-				}
-				p.running.Done()
-			}
-		})
-	}
-	for r := range readers {
-		policy := client.ReadPolicy{Replica: client.ReplicaLeader}
-		if r%2 == 1 {
-			policy.Replica = client.ReplicaFollower
-		}
-		sess := cli.Session(policy)
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(r), uint64(time.Now().UnixNano())))
-			for !stopped() {
-				mu.Lock()
-				n := len(acked)
-				var key string
-				if n > 0 {
-					key = acked[rng.IntN(n)]
-				}
-				mu.Unlock()
-				if key == "" {
-					time.Sleep(5 * time.Millisecond)
-					continue
-				}
-				p := ph.begin()
-				ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-				start := time.Now()
-				got, err := sess.Get(ctx, []byte(key))
-				p.reads.took(time.Since(start))
-				cancel()
-				switch {
-				case err != nil:
-					p.reads.fail(fmt.Sprintf("get %s (%s): %v", key, policy.Replica, err))
-				case string(got) != value(key):
-					p.reads.fail(fmt.Sprintf("get %s (%s) = %q, want %q", key, policy.Replica, got, value(key)))
-				default:
-					p.reads.ok.Add(1)
-				}
-				p.running.Done()
-			}
-		})
-	}
-
-	// restart restarts store n with the cluster.sh commands given, store
-	// n leading at least one region when it goes down, and returns the
-	// leaderships the stores took from just before until settle after.
-	restart := func(t *testing.T, n int, graceful bool, cmds ...string) window {
-		t.Helper()
-		c.leadSome(t, n)
-		before := c.scrape(t)
-		start, ops := time.Now(), ph.current().ops()
-		for _, cmd := range cmds {
-			r := script(strings.Fields(cmd)...)
-			if r.Err != nil {
-				t.Fatalf("cluster.sh %s: %v", cmd, r)
-			}
-			if graceful && strings.Contains(r.Stderr+r.Stdout, "SIGKILL") {
-				t.Errorf("cluster.sh %s: store %d needed SIGKILL to stop:\n%s", cmd, n, r)
-			}
-		}
-		t.Logf("store %d: %s: ready again in %v (%d operations meanwhile)", n, strings.Join(cmds, ", "),
-			time.Since(start).Round(time.Millisecond), ph.current().ops()-ops)
-		time.Sleep(settle)
-		w := c.window(n, before, c.scrape(t))
-		t.Logf("store %d led %d regions when stopped; from then until %v after it was ready, the stores took %d leaderships by transfer, %d by election",
-			n, w.led, settle, w.transfers, w.elections)
-		return w
-	}
-
+	ld := startLoad(c.cli)
+	defer ld.halt()
+	// Load on every region, and a few balance rounds to spread the
+	// leaders, before the first store goes down.
+	ld.waitOps(t, 100)
 	time.Sleep(3 * time.Second)
+
 	t.Run("graceful", func(t *testing.T) {
 		for n := 1; n <= 3; n++ {
-			w := restart(t, n, true, fmt.Sprintf("restart %d", n))
+			w := c.restart(t, ld.ph, n, true)
 			// Every region store n led went to another store by a
 			// handover: not one election anywhere, and some transfer.
 			if w.elections != 0 {
@@ -333,36 +181,17 @@ func TestRollingRestartFailsNoRequest(t *testing.T) {
 				t.Errorf("restarting store %d, which led %d regions: %d leaderships taken by transfer, want at least %d", n, w.led, w.transfers, w.led)
 			}
 		}
-		graceful := ph.current()
-		ph.next(t, "abrupt control")
+		graceful := ld.ph.current()
+		ld.ph.next(t, "abrupt control")
 		graceful.report(t)
-
-		// Each store says it stopped gracefully, once, having handed over
-		// every region it led and let every request in flight finish.
-		for n := 1; n <= 3; n++ {
-			log, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("store%d.log", n)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			stops, handovers := strings.Count(string(log), "server stopped"), strings.Count(string(log), "shutdown: leaderships handed over")
-			switch {
-			case stops != 1:
-				t.Errorf("store %d's log shows %d graceful stops, want 1", n, stops)
-			case handovers != 1:
-				t.Errorf("store %d's log shows %d handovers of its leaderships, want 1 (it led a region when stopped)", n, handovers)
-			case strings.Contains(string(log), "leadership not handed over"):
-				t.Errorf("store %d stopped without handing over a leadership", n)
-			case !strings.Contains(stoppedLine(string(log)), " requests_unfinished=0"):
-				t.Errorf("store %d's drain cut requests in flight: %q", n, stoppedLine(string(log)))
-			}
-		}
+		c.checkStoppedGracefully(t)
 	})
 
 	// The control: the same restart, abrupt. Store 1 leads a region and is
 	// killed; the region waits out an election timeout and elects a new
 	// leader. The check must see it, or it proves nothing above.
 	t.Run("abrupt control", func(t *testing.T) {
-		w := restart(t, 1, false, "kill 1", "restart 1")
+		w := c.restart(t, ld.ph, 1, false)
 		if w.elections < 1 {
 			t.Errorf("store 1 was killed leading %d regions, yet no leadership was taken by election: the check cannot tell an abrupt stop from a graceful one", w.led)
 		} else {
@@ -371,26 +200,208 @@ func TestRollingRestartFailsNoRequest(t *testing.T) {
 		// Requests may fail here or not (the client retries past an
 		// election timeout): that is why the graceful test cannot rest on
 		// them alone. Only logged.
-		halt()
-		ctl := ph.current()
+		ld.halt()
+		ctl := ld.ph.current()
 		t.Logf("%s: %d writes and %d reads succeeded, %d writes and %d reads failed; slowest write %v, slowest read %v",
 			ctl.name, ctl.writes.ok.Load(), ctl.reads.ok.Load(), ctl.writes.failed.Load(), ctl.reads.failed.Load(),
 			ctl.writes.max.Round(time.Millisecond), ctl.reads.max.Round(time.Millisecond))
 	})
-	halt()
+	ld.halt()
 
 	// No split happened meanwhile (a split-born region's first leader is
 	// elected, which the check would take for a lost leadership).
 	if n := c.regionCount(t); n != regions {
 		t.Errorf("%d regions at the end, %d at the start: a split during the test", n, regions)
 	}
-	// Every acknowledged write reads back, linearizably.
-	mu.Lock()
-	defer mu.Unlock()
-	lost := 0
-	for _, key := range acked {
+	ld.readBack(t)
+	for i, addr := range c.statusAddrs {
+		if code, body := httpGet("http://" + addr + "/healthz"); code != http.StatusOK {
+			t.Errorf("store %d /healthz = %d %q", i+1, code, body)
+		}
+	}
+}
+
+// startStores starts three stores on free ports below the ephemeral range
+// (a stopped store's port stays free until its restart), waits until each
+// is ready, and splits the key space into four regions, so that a
+// stopping store usually leads several and hands them over at once.
+func startStores(t *testing.T) *stores {
+	t.Helper()
+	b, err := testbin.Locate("hedgekv-rolling-bin-")
+	if err != nil {
+		t.Fatalf("rolling setup: %v", err)
+	}
+	t.Cleanup(b.Close)
+	ports, err := testbin.FreePorts(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	// Info: the test reads the stores' shutdown lines. A balancer every
+	// second spreads the leaders (and gives a restarted store some back)
+	// within the test, so most stores stop as leaders of several regions
+	// (leadSome sees to the others).
+	procs, err := cluster.StartProcesses(ctx, cluster.ProcessesConfig{
+		Binary: b.Path, Dir: t.TempDir(), LogLevel: "info", BalanceInterval: time.Second,
+		Ports: ports, ReadyTimeout: readyTimeout,
+	})
+	if err != nil {
+		t.Fatalf("start the stores: %v", err)
+	}
+	t.Cleanup(procs.Stop)
+	for _, id := range procs.StoreIDs() {
+		if err := procs.WaitReady(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	cli, err := client.New(cctx, client.Config{Endpoints: procs.Endpoints, RequestTimeout: opTimeout})
+	ccancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	for _, at := range []string{"rolling/1", "rolling/2", "rolling/3"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, _, err := cli.Split(ctx, []byte(at))
+		cancel()
+		if err != nil {
+			t.Fatalf("split at %s: %v", at, err)
+		}
+	}
+	return &stores{procs: procs, cli: cli, statusAddrs: procs.StatusAddrs}
+}
+
+// load is the writers and readers. Writers write each key once, with its
+// own value; readers read keys already acknowledged, from the leader and
+// from followers (ReadIndex), and check the value. Nothing may fail, and
+// nothing may read wrong.
+type load struct {
+	cli   *client.Client
+	ph    *phases
+	mu    sync.Mutex
+	acked []string // keys; each one's value is value(key)
+	done  chan struct{}
+	wg    sync.WaitGroup
+	// halt stops the load and waits for it; more than once is fine.
+	halt func()
+}
+
+func value(key string) string { return "v:" + key }
+
+func startLoad(cli *client.Client) *load {
+	ld := &load{cli: cli, ph: &phases{cur: &phase{name: "graceful rolling restart"}}, done: make(chan struct{})}
+	ld.halt = sync.OnceFunc(func() {
+		close(ld.done)
+		ld.wg.Wait()
+	})
+	for w := range writers {
+		ld.wg.Go(func() { ld.write(w) })
+	}
+	for r := range readers {
+		policy := client.ReadPolicy{Replica: client.ReplicaLeader}
+		if r%2 == 1 {
+			policy.Replica = client.ReplicaFollower
+		}
+		ld.wg.Go(func() { ld.read(cli.Session(policy), policy.Replica, r) })
+	}
+	return ld
+}
+
+func (ld *load) stopped() bool {
+	select {
+	case <-ld.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (ld *load) write(w int) {
+	for n := 0; !ld.stopped(); n++ {
+		key := fmt.Sprintf("rolling/%d/%07d", w, n)
+		p := ld.ph.begin()
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		got, err := cli.Get(ctx, []byte(key))
+		start := time.Now()
+		err := ld.cli.Put(ctx, []byte(key), []byte(value(key)))
+		p.writes.took(time.Since(start))
+		cancel()
+		if err != nil {
+			p.writes.fail(fmt.Sprintf("put %s: %v", key, err))
+		} else {
+			p.writes.ok.Add(1)
+			ld.mu.Lock()
+			ld.acked = append(ld.acked, key)
+			ld.mu.Unlock()
+		}
+		p.running.Done()
+	}
+}
+
+// randomAcked is a key already acknowledged, "" if none is yet.
+func (ld *load) randomAcked(rng *rand.Rand) string {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	if len(ld.acked) == 0 {
+		return ""
+	}
+	return ld.acked[rng.IntN(len(ld.acked))]
+}
+
+func (ld *load) read(sess *client.Session, replica client.ReplicaPolicy, r int) {
+	rng := rand.New(rand.NewPCG(uint64(r), uint64(time.Now().UnixNano())))
+	for !ld.stopped() {
+		key := ld.randomAcked(rng)
+		if key == "" {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		p := ld.ph.begin()
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		start := time.Now()
+		got, err := sess.Get(ctx, []byte(key))
+		p.reads.took(time.Since(start))
+		cancel()
+		switch {
+		case err != nil:
+			p.reads.fail(fmt.Sprintf("get %s (%s): %v", key, replica, err))
+		case string(got) != value(key):
+			p.reads.fail(fmt.Sprintf("get %s (%s) = %q, want %q", key, replica, got, value(key)))
+		default:
+			p.reads.ok.Add(1)
+		}
+		p.running.Done()
+	}
+}
+
+// waitOps waits (at most 30 s) until the current phase has seen at least
+// n successful writes and n successful reads.
+func (ld *load) waitOps(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p := ld.ph.current()
+		w, r := p.writes.ok.Load(), p.reads.ok.Load()
+		if w >= n && r >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the load has not started: %d writes, %d reads after 30s", w, r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// readBack reads every acknowledged write back, linearizably.
+func (ld *load) readBack(t *testing.T) {
+	t.Helper()
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	lost := 0
+	for _, key := range ld.acked {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		got, err := ld.cli.Get(ctx, []byte(key))
 		cancel()
 		if err != nil || string(got) != value(key) {
 			if lost++; lost <= 10 {
@@ -399,12 +410,7 @@ func TestRollingRestartFailsNoRequest(t *testing.T) {
 		}
 	}
 	if lost > 0 {
-		t.Errorf("%d of %d acknowledged writes do not read back", lost, len(acked))
-	}
-	for i, addr := range block.StatusAddrs {
-		if code, body := httpGet("http://" + addr + "/healthz"); code != http.StatusOK {
-			t.Errorf("store %d /healthz = %d %q", i+1, code, body)
-		}
+		t.Errorf("%d of %d acknowledged writes do not read back", lost, len(ld.acked))
 	}
 }
 
@@ -422,10 +428,76 @@ type counts struct {
 	led, transfers, elections int
 }
 
-// cluster reads the stores' state for the test.
-type cluster struct {
+// stores are the store processes and what the test reads of their state.
+type stores struct {
+	procs       *cluster.Processes
 	cli         *client.Client
 	statusAddrs []string
+}
+
+// restart restarts store n, gracefully (SIGTERM: it must exit cleanly
+// within stopGrace) or not (kill -9), store n leading at least one region
+// when it goes down, and waits until it is ready again. It returns the
+// leaderships the stores took from just before until settle after.
+func (c *stores) restart(t *testing.T, ph *phases, n int, graceful bool) window {
+	t.Helper()
+	id := uint64(n)
+	c.leadSome(t, n)
+	before := c.scrape(t)
+	start, ops := time.Now(), ph.current().ops()
+	how := "kill -9, restart"
+	if graceful {
+		how = "graceful restart"
+		if err := c.procs.StopStore(id, stopGrace); err != nil {
+			t.Fatalf("stop store %d: %v", n, err)
+		}
+		if err := c.procs.ExitErr(id); err != nil {
+			t.Errorf("store %d did not exit cleanly within %v of SIGTERM: %v", n, stopGrace, err)
+		}
+	} else if err := c.procs.Kill(id); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if err := c.procs.Start(id); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.procs.WaitReady(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("store %d: %s: ready again in %v (%d operations meanwhile)", n, how,
+		time.Since(start).Round(time.Millisecond), ph.current().ops()-ops)
+	// Paces the test: the window that counts elections runs until settle
+	// after the restart.
+	time.Sleep(settle)
+	w := c.window(n, before, c.scrape(t))
+	t.Logf("store %d led %d regions when stopped; from then until %v after it was ready, the stores took %d leaderships by transfer, %d by election",
+		n, w.led, settle, w.transfers, w.elections)
+	return w
+}
+
+// checkStoppedGracefully: each store says it stopped gracefully, once,
+// having handed over every region it led and let every request in flight
+// finish.
+func (c *stores) checkStoppedGracefully(t *testing.T) {
+	t.Helper()
+	for _, id := range c.procs.StoreIDs() {
+		log, err := os.ReadFile(c.procs.LogPath(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stops, handovers := strings.Count(string(log), "server stopped"), strings.Count(string(log), "shutdown: leaderships handed over")
+		switch {
+		case stops != 1:
+			t.Errorf("store %d's log shows %d graceful stops, want 1", id, stops)
+		case handovers != 1:
+			t.Errorf("store %d's log shows %d handovers of its leaderships, want 1 (it led a region when stopped)", id, handovers)
+		case strings.Contains(string(log), "leadership not handed over"):
+			t.Errorf("store %d stopped without handing over a leadership", id)
+		case !strings.Contains(stoppedLine(string(log)), " requests_unfinished=0"):
+			t.Errorf("store %d's drain cut requests in flight: %q", id, stoppedLine(string(log)))
+		}
+	}
 }
 
 var (
@@ -435,7 +507,7 @@ var (
 )
 
 // scrape reads every store's leadership counters from /metrics.
-func (c *cluster) scrape(t *testing.T) []counts {
+func (c *stores) scrape(t *testing.T) []counts {
 	t.Helper()
 	out := make([]counts, len(c.statusAddrs))
 	for i, addr := range c.statusAddrs {
@@ -463,7 +535,7 @@ func (c *cluster) scrape(t *testing.T) []counts {
 
 // window sums what the stores took between two scrapes around store n's
 // restart: the others' counters went on, n's started again from zero.
-func (c *cluster) window(n int, before, after []counts) window {
+func (c *stores) window(n int, before, after []counts) window {
 	w := window{led: before[n-1].led}
 	for i := range after {
 		d := after[i]
@@ -481,7 +553,7 @@ func (c *cluster) window(n int, before, after []counts) window {
 // handed one from the store that leads the most. (The balancer moves a
 // leadership only to a store that leads two fewer, so it never takes a
 // store's last one.)
-func (c *cluster) leadSome(t *testing.T, n int) {
+func (c *stores) leadSome(t *testing.T, n int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -521,7 +593,7 @@ func (c *cluster) leadSome(t *testing.T, n int) {
 }
 
 // regionCount is how many regions the cluster has.
-func (c *cluster) regionCount(t *testing.T) int {
+func (c *stores) regionCount(t *testing.T) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
@@ -540,22 +612,6 @@ func stoppedLine(log string) string {
 		}
 	}
 	return ""
-}
-
-// waitReady waits for store n's /readyz to answer 200.
-func waitReady(t *testing.T, n int, addr string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, body := httpGet("http://" + addr + "/readyz")
-		if code == http.StatusOK {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("store %d /readyz = %d %q after 30s", n, code, body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // httpGet answers code and body, or 0 and the error.
