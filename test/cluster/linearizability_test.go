@@ -200,9 +200,11 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 					if !ok || !up {
 						break
 					}
-					v, found, _, err := s.Get(ctx, raftstore.ReadOptions{RegionID: reg.ID, Epoch: reg.Epoch, ReplicaRead: true}, []byte(key))
+					v, found, info, err := s.Get(ctx, raftstore.ReadOptions{RegionID: reg.ID, Epoch: reg.Epoch, ReplicaRead: true}, []byte(key))
 					if err == nil {
-						h.Add(porcupine.Operation{ClientId: cl, Input: kvInput{Key: key, Mode: "follower"}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: h.Now()})
+						// How it was served, for whoever reads a failing history.
+						mode := fmt.Sprintf("follower: %s on store %d", info.Mode, info.StoreID)
+						h.Add(porcupine.Operation{ClientId: cl, Input: kvInput{Key: key, Mode: mode}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: h.Now()})
 					} else if region.IsRegionError(err) && crng.IntN(2) == 0 {
 						// Half the time refresh at once; otherwise keep the
 						// stale epoch a while, as a slow client would.
@@ -213,7 +215,7 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 			}
 		}()
 	}
-	faults := &faultLog{}
+	faults := &faultLog{now: h.Now}
 	nem := &nemesis{c: c, run: run, rng: rng, stop: stop, log: faults, h: h, clocks: skews}
 	nemesisDone := make(chan struct{})
 	go func() {

@@ -36,6 +36,9 @@ type faultLog struct {
 	mu     sync.Mutex
 	list   []string
 	byKind map[string]int
+	// now, if set, stamps each fault with the history's clock (ms), so a
+	// failing history's operations can be set beside the faults.
+	now func() int64
 }
 
 func (f *faultLog) add(kind, format string, a ...any) {
@@ -46,7 +49,11 @@ func (f *faultLog) add(kind, format string, a ...any) {
 	}
 	f.byKind[kind]++
 	if len(f.list) < 300 {
-		f.list = append(f.list, kind+": "+fmt.Sprintf(format, a...))
+		at := ""
+		if f.now != nil {
+			at = fmt.Sprintf("@%dms ", f.now()/int64(time.Millisecond))
+		}
+		f.list = append(f.list, at+kind+": "+fmt.Sprintf(format, a...))
 	}
 }
 
