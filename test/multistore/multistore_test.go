@@ -24,6 +24,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,6 +88,50 @@ func runMain(m *testing.M) int {
 func TestKillStoreOfFive(t *testing.T) {
 	testStart := time.Now()
 	c := newCluster(t)
+	endpoints := c.startFive()
+	t.Logf("stores 4 and 5 joined after %v", time.Since(testStart).Round(time.Millisecond))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cli, err := client.New(ctx, client.Config{Endpoints: endpoints})
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	defer cli.Close()
+
+	acks := newAcked()
+	c.writeAndSplit(ctx, cli, acks)
+	t.Logf("%d keys written, split into %d regions, after %v", numKeys, numRegions, time.Since(testStart).Round(time.Millisecond))
+	c.waitSpread()
+
+	t.Logf("balancer so far: %s", c.balancerActions())
+	w := startWriter(ctx, cli, acks)
+	defer w.halt() // also when the test fails half-way
+	w.waitAcked(t, 20)
+	victim := c.killBusiestLeader(w)
+	c.waitRepaired(victim, w.killed())
+
+	w.halt()
+	acks.mu.Lock()
+	t.Logf("writer: %d writes acked after the kill, %d failed (last error: %v); slowest acknowledged put %v",
+		len(w.afterKill), acks.failed, acks.lastErr, acks.slowest.Round(time.Millisecond))
+	acks.mu.Unlock()
+	if len(w.afterKill) == 0 {
+		t.Errorf("no write was acknowledged after store %d was killed", victim)
+	}
+
+	verifyReads(ctx, t, c, cli, acks)
+	t.Logf("balancer in all: %s", c.balancerActions())
+	t.Logf("%d acknowledged writes read back; whole test %v", len(acks.kv), time.Since(testStart).Round(time.Millisecond))
+	c.checkAlive()
+}
+
+// startFive starts stores 1-3, which bootstrap the cluster, waits until
+// region 1 has a leader, then stores 4 and 5, which join it, and waits
+// until all five are up. It returns their gRPC addresses.
+func (c *cluster) startFive() []string {
+	t := c.t
+	t.Helper()
 	addrs := freeAddrs(t, 10)
 	zones := []string{"dc-a", "dc-b", "dc-c", "dc-a", "dc-b"}
 	all := make([]*store, 5)
@@ -126,19 +171,14 @@ func TestKillStoreOfFive(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("stores 4 and 5 joined after %v", time.Since(testStart).Round(time.Millisecond))
+	return addrs[:5]
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cli, err := client.New(ctx, client.Config{Endpoints: addrs[:5]})
-	if err != nil {
-		t.Fatalf("client: %v", err)
-	}
-	defer cli.Close()
-
-	// A few hundred keys, then eight regions split at keys spread evenly
-	// over them.
-	acks := newAcked()
+// writeAndSplit writes numKeys keys, then splits the key space into
+// numRegions regions at keys spread evenly over them.
+func (c *cluster) writeAndSplit(ctx context.Context, cli *client.Client, acks *acked) {
+	t := c.t
+	t.Helper()
 	var wg sync.WaitGroup
 	for w := range 8 {
 		wg.Go(func() {
@@ -160,16 +200,20 @@ func TestKillStoreOfFive(t *testing.T) {
 			t.Fatalf("ctl split %s: %v", k, r)
 		}
 	}
-	t.Logf("%d keys written, split into %d regions, after %v", numKeys, numRegions, time.Since(testStart).Round(time.Millisecond))
+}
 
-	// The balancers spread the 24 replicas over the five stores. The spread
-	// must hold for settleFor without a region moving (a snapshot of a
-	// move in progress can look balanced), and the stores' own region
-	// counts (ctl stores) must agree with the regions' peer lists.
+// waitSpread waits until the balancers have spread the 24 replicas over
+// the five stores. The spread must hold for settleFor without a region
+// moving (a snapshot of a move in progress can look balanced), and the
+// stores' own region counts (ctl stores) must agree with the regions'
+// peer lists.
+func (c *cluster) waitSpread() {
+	t := c.t
+	t.Helper()
 	var settled []regionJSON
 	var since time.Time
 	allIDs := []uint64{1, 2, 3, 4, 5}
-	took = c.waitUntil("replicas spread over five stores", balanceBudget, 300*time.Millisecond, func() error {
+	took := c.waitUntil("replicas spread over five stores", balanceBudget, 300*time.Millisecond, func() error {
 		rs, err := c.regions()
 		if err == nil {
 			err = checkVoters(rs, numRegions, nil)
@@ -199,51 +243,100 @@ func TestKillStoreOfFive(t *testing.T) {
 	if ss, err := c.storesJSON(); err == nil {
 		t.Logf("ctl stores: %+v", ss)
 	}
+}
 
-	t.Logf("balancer so far: %s", c.balancerActions())
-	stopWriter := make(chan struct{})
-	var writerWG sync.WaitGroup
-	haltWriter := sync.OnceFunc(func() { close(stopWriter); writerWG.Wait() })
-	defer haltWriter()     // also when the test fails half-way
-	var afterKill []string // keys acked after the kill
-	var killedAt time.Time
-	var killMu sync.Mutex
-	writerWG.Go(func() {
+// writer writes in the background over every region, through the kill,
+// and keeps the keys acknowledged after it.
+type writer struct {
+	acks      *acked
+	done      chan struct{}
+	wg        sync.WaitGroup
+	halt      func() // stops the writer and waits for it; more than once is fine
+	mu        sync.Mutex
+	killedAt  time.Time
+	afterKill []string // keys acked after the kill
+	written   atomic.Int64
+}
+
+func startWriter(ctx context.Context, cli *client.Client, acks *acked) *writer {
+	w := &writer{acks: acks, done: make(chan struct{})}
+	w.halt = sync.OnceFunc(func() {
+		close(w.done)
+		w.wg.Wait()
+	})
+	w.wg.Go(func() {
 		for i := 0; ; i++ {
 			select {
-			case <-stopWriter:
+			case <-w.done:
 				return
 			default:
 			}
 			// Spread over every region: k0037/w00001, k0074/w00002, ...
 			k := fmt.Sprintf("%s/w%05d", key(i*37%numKeys), i)
 			if acks.put(ctx, cli, k, fmt.Sprintf("w%d", i)) == nil {
-				killMu.Lock()
-				if !killedAt.IsZero() {
-					afterKill = append(afterKill, k)
+				w.written.Add(1)
+				w.mu.Lock()
+				if !w.killedAt.IsZero() {
+					w.afterKill = append(w.afterKill, k)
 				}
-				killMu.Unlock()
+				w.mu.Unlock()
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	})
-	time.Sleep(300 * time.Millisecond)
+	return w
+}
 
-	// Kill the store leading the most regions right now: it holds
-	// replicas, and its regions must elect new leaders.
+// waitAcked waits (at most 10 s) until the writer has had n writes
+// acknowledged, so that the kill lands on a running load.
+func (w *writer) waitAcked(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for w.written.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the writer has %d writes acknowledged after 10s, want %d", w.written.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// kill marks the moment of the kill; killed returns it.
+func (w *writer) kill() {
+	w.mu.Lock()
+	w.killedAt = time.Now()
+	w.mu.Unlock()
+}
+
+func (w *writer) killed() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.killedAt
+}
+
+// killBusiestLeader kills (kill -9) the store leading the most regions
+// right now: it holds replicas, and its regions must elect new leaders.
+func (c *cluster) killBusiestLeader(w *writer) uint64 {
+	t := c.t
+	t.Helper()
 	rs, err := c.regions()
 	if err != nil {
 		t.Fatal(err)
 	}
 	victim, led := busiestLeader(rs)
-	bad := map[uint64]bool{victim: true}
 	t.Logf("killing store %d (kill -9), which leads %d of %d regions and holds %d replicas",
 		victim, led, len(rs), replicaCounts(rs)[victim])
-	killMu.Lock()
-	killedAt = time.Now()
-	killMu.Unlock()
+	w.kill()
 	c.kill(victim)
+	return victim
+}
 
+// waitRepaired waits until every region is led by a live store (within
+// leaderBudget of the kill) and then has three voters on live stores
+// (within repairBudget).
+func (c *cluster) waitRepaired(victim uint64, killedAt time.Time) {
+	t := c.t
+	t.Helper()
+	bad := map[uint64]bool{victim: true}
 	c.waitUntil("every region led by a live store", leaderBudget, 100*time.Millisecond, func() error {
 		rs, err := c.regions()
 		if err != nil {
@@ -276,18 +369,13 @@ func TestKillStoreOfFive(t *testing.T) {
 	for _, r := range repaired {
 		t.Logf("  %v", r)
 	}
+}
 
-	haltWriter()
-	acks.mu.Lock()
-	t.Logf("writer: %d writes acked after the kill, %d failed (last error: %v); slowest acknowledged put %v",
-		len(afterKill), acks.failed, acks.lastErr, acks.slowest.Round(time.Millisecond))
-	acks.mu.Unlock()
-	if len(afterKill) == 0 {
-		t.Errorf("no write was acknowledged after store %d was killed", victim)
-	}
-
-	// Every acknowledged write reads back: a scan of the whole key space
-	// from the leaders, a Get of each key, and follower reads of a sample.
+// verifyReads: every acknowledged write reads back, by a scan of the whole
+// key space from the leaders, a Get of each key, follower reads of a
+// sample, and the CLI against the live stores only.
+func verifyReads(ctx context.Context, t *testing.T, c *cluster, cli *client.Client, acks *acked) {
+	t.Helper()
 	verifyAcked(ctx, t, cli, acks)
 	fol := cli.Session(client.ReadPolicy{Replica: client.ReplicaFollower})
 	n := 0
@@ -302,16 +390,12 @@ func TestKillStoreOfFive(t *testing.T) {
 			t.Errorf("follower read of %s = %q, %v; want %q", k, got, err, v)
 		}
 	}
-	// And through the CLI, against the live stores only.
 	for _, k := range []string{key(0), key(numKeys / 2), key(numKeys - 1)} {
 		r := c.cli("get", k)
 		if want := acks.kv[k]; r.Err != nil || strings.TrimSuffix(r.Stdout, "\n") != want {
 			t.Errorf("CLI get %s: %v, want %q", k, r, want)
 		}
 	}
-	t.Logf("balancer in all: %s", c.balancerActions())
-	t.Logf("%d acknowledged writes read back; whole test %v", len(acks.kv), time.Since(testStart).Round(time.Millisecond))
-	c.checkAlive()
 }
 
 // verifyAcked reads every acknowledged key back, by Get and by one scan of
