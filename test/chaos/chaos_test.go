@@ -187,7 +187,6 @@ func TestChaos(t *testing.T) {
 	ccancel()
 
 	ops := h.Ops()
-	end := h.Now() + 1
 	var reads, writes, unknown int
 	for i := range ops {
 		in := ops[i].Input.(kvmodel.Input)
@@ -197,13 +196,14 @@ func TestChaos(t *testing.T) {
 			reads++
 		}
 		if ops[i].Return == -1 {
-			ops[i].Return = end
 			unknown++
 		}
 	}
+	recorded := len(ops)
+	ops = kvmodel.Prepare(ops, h.Now()+1)
 	res, info := porcupine.CheckOperationsVerbose(kvmodel.Model, ops, 2*time.Minute)
 	linearizable := res == porcupine.Ok
-	t.Logf("operations: %d (%d reads: %s; %d writes, %d of unknown outcome)", len(ops), reads, modes, writes, unknown)
+	t.Logf("operations: %d (%d reads: %s; %d writes, %d of unknown outcome)", recorded, reads, modes, writes, unknown)
 	t.Logf("faults: %s", nem.faults)
 	t.Logf("failures by kind: %s", fails)
 	earlyOps := early.list()

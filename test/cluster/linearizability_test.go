@@ -228,13 +228,10 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 	wg.Wait()
 	<-nemesisDone
 
-	ops := h.Ops()
-	end := h.Now() + 1
+	recorded := h.Ops()
+	ops := kvmodel.Prepare(recorded, h.Now()+1)
 	reads := 0
 	for i := range ops {
-		if ops[i].Return == -1 {
-			ops[i].Return = end
-		}
 		if !ops[i].Input.(kvInput).Put {
 			reads++
 		}
@@ -246,7 +243,7 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 		}
 	}
 	GinkgoWriter.Printf("seed %d (tick %v, dedup window %d, follower leases %v): %d operations (%d reads, %d by probes, %d follower-lease reads on the stores up now) in %v, %d regions, %s\n",
-		seed, run.tick, run.dedupWindow, run.followerLeases, len(ops), reads, nem.probes, leaseReads, duration, len(c.Regions()), faults.summary())
+		seed, run.tick, run.dedupWindow, run.followerLeases, len(recorded), reads, nem.probes, leaseReads, duration, len(c.Regions()), faults.summary())
 	Expect(reads).To(BeNumerically(">", 20), "too few successful reads to check anything")
 
 	res, info := porcupine.CheckOperationsVerbose(kvModel, ops, 60*time.Second)
