@@ -592,7 +592,7 @@ func (s *Store) publishShape(rp *readyPeer) error {
 		p.initialized = true
 	}
 	r := p.region.Clone()
-	leader := p.isLeaderLocked()
+	leader, lead := p.isLeaderLocked(), p.lead
 	var tombstones []*Notice
 	if leader {
 		// A removed peer never learns that the entry removing it committed:
@@ -617,6 +617,9 @@ func (s *Store) publishShape(rp *readyPeer) error {
 	for _, c := range rp.created {
 		if err := s.startSplitPeer(c.region, c.hard, leader); err != nil {
 			return err
+		}
+		if !leader {
+			s.answerSplitCampaign(c, lead)
 		}
 	}
 	return nil

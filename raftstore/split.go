@@ -8,6 +8,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/bbolt"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // Split divides the region holding key at key, through a raft admin
@@ -193,4 +194,35 @@ func (e *engine) splitKey(r region.Region, maxKeys, maxBytes uint64, stop <-chan
 		return size, samples[n-1].key, true
 	}
 	return size, nil, false
+}
+
+// answerSplitCampaign runs on a follower of the parent region once it has
+// started c, the new region's peer here. The new region's peer on the
+// parent leader's store campaigned when its store applied the split
+// (startSplitPeer), and its pre-vote often reached this store before this
+// store applied the split: a store refuses votes for a region it does not
+// know, and raft asks again only after a randomized election timeout
+// (0.5-1 s at the defaults), the new region taking no writes meanwhile
+// (issue 18). TiKV keeps such a first vote and hands it to the peer the
+// split creates; here the request is rebuilt, since the split fixes it:
+// every split-born peer starts from the same log (raftInitTerm,
+// raftInitIndex), so the candidate's first pre-vote is for raftInitTerm+1
+// from there. It takes the inbound path the original would have taken, so
+// raft grants or refuses it by the usual rules (a pre-vote changes no
+// state), and a grant reaches the candidate now. A candidate that is not
+// campaigning (a duplicate answer, or leadership moved) ignores it.
+func (s *Store) answerSplitCampaign(c createdRegion, parentLead uint64) {
+	r := c.region
+	cand, ok := r.PeerByID(parentLead) // split-born peers keep their parent's peer IDs
+	self, mine := r.PeerOnStore(s.cfg.StoreID)
+	// A later term or a vote came from a placeholder here, which was
+	// there to answer the candidate itself.
+	if !ok || !mine || cand.StoreID == s.cfg.StoreID || cand.IsLearner || self.IsLearner || c.hard.Term != raftInitTerm || c.hard.Vote != 0 {
+		return
+	}
+	m := &Message{RegionID: r.ID, FromStore: cand.StoreID, ToStore: s.cfg.StoreID, FromConfVer: r.Epoch.ConfVer,
+		Msg: raftpb.Message{Type: raftpb.MsgPreVote, From: cand.ID, To: self.ID, Term: raftInitTerm + 1, LogTerm: raftInitTerm, Index: raftInitIndex}}
+	if err := s.HandleRaftMessage(m); err != nil {
+		s.log.Debug("split: answering the new region's campaign failed", "region", r.ID, "err", err)
+	}
 }
