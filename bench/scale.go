@@ -135,8 +135,15 @@ type ScalePhase struct {
 	FailedByOp  map[string]int64  `json:"failed_by_op,omitempty"`
 	FirstErrors map[string]string `json:"first_errors,omitempty"`
 	YCSBErrors  map[string]int64  `json:"ycsb_errors,omitempty"`
-	Elapsed     float64           `json:"elapsed_s"`
-	Err         string            `json:"error,omitempty"`
+	// Splits are the automatic splits during the phase, each with the
+	// slowest call around it; SplitBaselineP99Ms is the p99 of the calls
+	// away from every split (of all of them if SplitBaselineAll: too few
+	// were away).
+	Splits             []ScaleSplit `json:"splits,omitempty"`
+	SplitBaselineP99Ms float64      `json:"split_baseline_p99_ms,omitempty"`
+	SplitBaselineAll   bool         `json:"split_baseline_all,omitempty"`
+	Elapsed            float64      `json:"elapsed_s"`
+	Err                string       `json:"error,omitempty"`
 }
 
 // StoreMem is a store process's memory (/proc/PID/status), in bytes.
@@ -256,6 +263,8 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleResult, error) {
 	c, err := cluster.StartProcesses(ctx, cluster.ProcessesConfig{
 		Binary: cfg.Binary, Dir: cfg.Dir, BalanceInterval: cfg.BalanceInterval, ExtraArgs: extra,
 		ReadyTimeout: time.Minute, Logger: cfg.Logger,
+		// Info: the splits' times come from the stores' logs.
+		LogLevel: "info",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("scale: %w", err)
@@ -382,6 +391,7 @@ func (st *scaleState) load(ctx context.Context) error {
 	st.own = own
 	st.db = &scaleDB{inner: own}
 	rec := newIntervalRec(st.res.started, cfg.Interval, cfg.StallThreshold)
+	rec.keepSpans = true
 	st.db.rec.Store(rec)
 
 	label := fmt.Sprintf("load %d records", cfg.Records)
@@ -431,6 +441,7 @@ func (st *scaleState) load(ctx context.Context) error {
 		st.res.Load = st.phase("load", r.Load, rec, end, begin)
 		st.prog.Printf("scale: loaded %d records in %v (%.0f/s), %d failed, %d stalls over %v",
 			r.Load.Row.Ops-r.Load.Row.Failed, r.Load.Elapsed.Round(time.Second), r.Load.Row.QPS, r.Load.Row.Failed, rec.stalls, cfg.StallThreshold)
+		st.splitsDuring(st.res.Load, rec, begin, end)
 	}
 	if err != nil {
 		if st.res.Load != nil {
@@ -510,6 +521,7 @@ func (st *scaleState) move(ctx context.Context) {
 	st.prog.Step(fmt.Sprintf("join store %d, remove store %d", mv.Joined, mv.Removed), 0, cfg.MoveTimeout)
 
 	rec := newIntervalRec(st.res.started, cfg.Interval, cfg.StallThreshold)
+	rec.keepSpans = true
 	st.db.rec.Store(rec)
 	stopLoad := make(chan struct{})
 	stopSample := make(chan struct{})

@@ -64,6 +64,10 @@ type intervalRec struct {
 	worst    []ScaleStall
 	failed   map[string]int64
 	firstErr map[string]string
+	// spans, kept if keepSpans, are every call, for the splits' windows
+	// (scale_splits.go): 16 bytes a call.
+	keepSpans bool
+	spans     []opSpan
 
 	logicalBytes atomic.Int64 // keys and values of successful inserts
 }
@@ -83,6 +87,9 @@ func (r *intervalRec) record(op, key string, begin time.Time, err error) {
 		r.buckets = append(r.buckets, &intervalBucket{hist: newHist()})
 	}
 	b := r.buckets[i]
+	if r.keepSpans {
+		r.spans = append(r.spans, opSpan{begin: begin.Sub(r.start), lat: lat})
+	}
 	if err != nil {
 		b.failed++
 		r.failed[op]++

@@ -97,6 +97,7 @@ func (st *scaleState) report() string {
 	st.writePhase(&b, res.Load)
 	fmt.Fprintf(&b, "\n### Splits\n\nRegions: **%d** before the load, **%d** right after it (%d splits), %d at the end of the scenario.\n",
 		res.RegionsBefore, res.RegionsAfterLoad, res.RegionsAfterLoad-res.RegionsBefore, res.RegionsEnd)
+	writeSplits(&b, res.Load)
 
 	st.writeMove(&b)
 
