@@ -250,105 +250,163 @@ func prime(ctx context.Context, cli *client.Client, w *workload) {
 	}
 }
 
-// runWorkload runs writers, readers and scanners against cli until stop is
-// closed. Every error reaches w; so does every read that returns older
-// data than was acknowledged before the read began. Every key must have
-// been primed.
-func runWorkload(cli *client.Client, sess *client.Session, w *workload, stop <-chan struct{}) *sync.WaitGroup {
-	var wg sync.WaitGroup
-	stopped := func() bool {
-		select {
-		case <-stop:
-			return true
-		default:
-			return false
-		}
+// loops runs goroutines until halted, or until the spec ends.
+type loops struct {
+	stop chan struct{}
+	halt func() // more than once is fine
+	wg   sync.WaitGroup
+}
+
+// startLoops returns loops that are halted and waited for when the spec
+// ends, if not before.
+func startLoops() *loops {
+	ls := &loops{stop: make(chan struct{})}
+	ls.halt = sync.OnceFunc(func() { close(ls.stop) })
+	DeferCleanup(ls.haltAndWait)
+	return ls
+}
+
+func (ls *loops) stopped() bool {
+	select {
+	case <-ls.stop:
+		return true
+	default:
+		return false
 	}
+}
+
+// run calls body again and again, in a goroutine of its own, until halted.
+func (ls *loops) run(body func()) {
+	ls.wg.Go(func() {
+		for !ls.stopped() {
+			body()
+		}
+	})
+}
+
+// every calls body every period, in a goroutine of its own, until halted.
+func (ls *loops) every(period time.Duration, body func()) {
+	ls.wg.Go(func() {
+		for {
+			select {
+			case <-ls.stop:
+				return
+			case <-time.After(period):
+			}
+			body()
+		}
+	})
+}
+
+func (ls *loops) haltAndWait() {
+	ls.halt()
+	ls.wg.Wait()
+}
+
+// firstErrs is errs cut to its first n, and a line for the rest.
+func firstErrs(errs []error, n int) []error {
+	if len(errs) > n {
+		return append(errs[:n:n], fmt.Errorf("... and %d more", len(errs)-n))
+	}
+	return errs
+}
+
+// runWorkload runs writers, readers and scanners against cli on ls. Every
+// error reaches w; so does every read that returns older data than was
+// acknowledged before the read began. Every key must have been primed.
+func runWorkload(cli *client.Client, sess *client.Session, w *workload, ls *loops) {
 	// Writers: each owns keysPerWriter keys and overwrites them in turn with
 	// increasing sequence numbers.
 	for wr := range clientWriters {
-		wg.Go(func() {
-			for seq := 1; !stopped(); seq++ {
-				k := clientKey(wr, seq%keysPerWriter)
-				ctx, cancel := context.WithTimeout(context.Background(), clientOpTimeout)
-				err := cli.Put(ctx, []byte(k), []byte(clientValue(k, seq)))
-				cancel()
-				w.ops.Add(1)
-				w.mu.Lock()
-				if err != nil {
-					w.errs = append(w.errs, fmt.Errorf("put %s #%d: %w", k, seq, err))
-				} else {
-					w.acked[k] = seq
-				}
-				w.mu.Unlock()
+		seq := 0
+		ls.run(func() {
+			seq++
+			k := clientKey(wr, seq%keysPerWriter)
+			ctx, cancel := context.WithTimeout(context.Background(), clientOpTimeout)
+			err := cli.Put(ctx, []byte(k), []byte(clientValue(k, seq)))
+			cancel()
+			w.ops.Add(1)
+			w.mu.Lock()
+			if err != nil {
+				w.errs = append(w.errs, fmt.Errorf("put %s #%d: %w", k, seq, err))
+			} else {
+				w.acked[k] = seq
 			}
+			w.mu.Unlock()
 		})
 	}
 	// Readers: Get (under the session's policy) of a key, which must be
 	// at least as new as what was acknowledged before the read began.
 	for r := range 3 {
-		wg.Go(func() {
-			for i := r; !stopped(); i += 7 {
-				k := clientKey(i%clientWriters, i%keysPerWriter)
-				floor := w.ackedSeq(k)
-				ctx, cancel := context.WithTimeout(context.Background(), clientOpTimeout)
-				v, info, err := sess.GetWithInfo(ctx, []byte(k))
-				cancel()
-				w.ops.Add(1)
-				switch {
-				case errors.Is(err, client.ErrNotFound):
-					w.fail(fmt.Errorf("get %s: not found, but #%d was acknowledged before", k, floor))
-					continue
-				case err != nil:
-					w.fail(fmt.Errorf("get %s: %w", k, err))
-					continue
-				}
-				count(&w.modes, string(info.Mode))
-				count(&w.served, fmt.Sprintf("store %d %s", info.StoreID, info.Mode))
-				if seq, err := parseSeq(k, v); err != nil {
-					w.fail(fmt.Errorf("get %s: %w", k, err))
-				} else if seq < floor {
-					w.fail(fmt.Errorf("get %s: stale read #%d, #%d was acknowledged before it began (served by store %d, %s)", k, seq, floor, info.StoreID, info.Mode))
-				}
-			}
+		i := r
+		ls.run(func() {
+			k := clientKey(i%clientWriters, i%keysPerWriter)
+			i += 7
+			w.checkGet(sess, k)
 		})
 	}
 	// Scanners: the whole key space, across every region; every key
 	// acknowledged before the scan began is there, at least that new.
 	for range 2 {
-		wg.Go(func() {
-			for !stopped() {
-				floor := w.snapshot()
-				ctx, cancel := context.WithTimeout(context.Background(), clientOpTimeout)
-				kvs, err := sess.Scan(ctx, []byte("ck/"), []byte("ck0"), 0)
-				cancel()
-				w.ops.Add(1)
-				if err != nil {
-					w.fail(fmt.Errorf("scan: %w", err))
-					continue
-				}
-				seen := map[string]bool{}
-				for i, kv := range kvs {
-					k := string(kv.Key)
-					if i > 0 && k <= string(kvs[i-1].Key) {
-						w.fail(fmt.Errorf("scan: %q after %q", k, kvs[i-1].Key))
-					}
-					seen[k] = true
-					if seq, err := parseSeq(k, kv.Value); err != nil {
-						w.fail(fmt.Errorf("scan: %w", err))
-					} else if seq < floor[k] {
-						w.fail(fmt.Errorf("scan: stale %s #%d, #%d was acknowledged before the scan began", k, seq, floor[k]))
-					}
-				}
-				for k := range floor {
-					if !seen[k] {
-						w.fail(fmt.Errorf("scan: acknowledged key %s missing", k))
-					}
-				}
-			}
-		})
+		ls.run(func() { w.checkScan(sess) })
 	}
-	return &wg
+}
+
+// checkGet reads k under sess's policy: it must be there, at least as new
+// as what was acknowledged before the read began.
+func (w *workload) checkGet(sess *client.Session, k string) {
+	floor := w.ackedSeq(k)
+	ctx, cancel := context.WithTimeout(context.Background(), clientOpTimeout)
+	v, info, err := sess.GetWithInfo(ctx, []byte(k))
+	cancel()
+	w.ops.Add(1)
+	switch {
+	case errors.Is(err, client.ErrNotFound):
+		w.fail(fmt.Errorf("get %s: not found, but #%d was acknowledged before", k, floor))
+		return
+	case err != nil:
+		w.fail(fmt.Errorf("get %s: %w", k, err))
+		return
+	}
+	count(&w.modes, string(info.Mode))
+	count(&w.served, fmt.Sprintf("store %d %s", info.StoreID, info.Mode))
+	if seq, err := parseSeq(k, v); err != nil {
+		w.fail(fmt.Errorf("get %s: %w", k, err))
+	} else if seq < floor {
+		w.fail(fmt.Errorf("get %s: stale read #%d, #%d was acknowledged before it began (served by store %d, %s)", k, seq, floor, info.StoreID, info.Mode))
+	}
+}
+
+// checkScan scans the whole key space under sess's policy: in order, every
+// key acknowledged before the scan began there, at least that new.
+func (w *workload) checkScan(sess *client.Session) {
+	floor := w.snapshot()
+	ctx, cancel := context.WithTimeout(context.Background(), clientOpTimeout)
+	kvs, err := sess.Scan(ctx, []byte("ck/"), []byte("ck0"), 0)
+	cancel()
+	w.ops.Add(1)
+	if err != nil {
+		w.fail(fmt.Errorf("scan: %w", err))
+		return
+	}
+	seen := map[string]bool{}
+	for i, kv := range kvs {
+		k := string(kv.Key)
+		if i > 0 && k <= string(kvs[i-1].Key) {
+			w.fail(fmt.Errorf("scan: %q after %q", k, kvs[i-1].Key))
+		}
+		seen[k] = true
+		if seq, err := parseSeq(k, kv.Value); err != nil {
+			w.fail(fmt.Errorf("scan: %w", err))
+		} else if seq < floor[k] {
+			w.fail(fmt.Errorf("scan: stale %s #%d, #%d was acknowledged before the scan began", k, seq, floor[k]))
+		}
+	}
+	for k := range floor {
+		if !seen[k] {
+			w.fail(fmt.Errorf("scan: acknowledged key %s missing", k))
+		}
+	}
 }
 
 // readyClient opens a client on c and waits until a write succeeds, so
@@ -365,15 +423,19 @@ func readyClient(ctx context.Context, c *serverCluster) *client.Client {
 	return cli
 }
 
-// startWorkload runs the workload (reads under policy) until halt is
-// called, or until the spec ends; wait on wg after halt.
-func startWorkload(cli *client.Client, policy client.ReadPolicy, w *workload) (halt func(), wg *sync.WaitGroup) {
-	stop := make(chan struct{})
-	var once sync.Once
-	halt = func() { once.Do(func() { close(stop) }) }
-	wg = runWorkload(cli, cli.Session(policy), w, stop)
-	DeferCleanup(func() { halt(); wg.Wait() })
-	return halt, wg
+// startWorkload runs the workload (reads under policy) until halted, or
+// until the spec ends.
+func startWorkload(cli *client.Client, policy client.ReadPolicy, w *workload) *loops {
+	ls := startLoops()
+	runWorkload(cli, cli.Session(policy), w, ls)
+	return ls
+}
+
+// waitOps waits until the workload has done n more operations than now.
+func (w *workload) waitOps(n int64) {
+	GinkgoHelper()
+	want := w.ops.Load() + n
+	Eventually(w.ops.Load).WithTimeout(10 * time.Second).Should(BeNumerically(">=", want))
 }
 
 // ---------------------------------------------------------------- events
@@ -382,8 +444,8 @@ func startWorkload(cli *client.Client, policy client.ReadPolicy, w *workload) (h
 // four, transfers every region's leadership, starts store 4, moves one
 // region's replica from a follower's store to store 4 and another
 // region's from its leader's store, and transfers leaders again. Every
-// step is bounded by ctx.
-func reshape(ctx context.Context, c *serverCluster, cli *client.Client, pause time.Duration) {
+// step is bounded by ctx, and followed by pause of the workload w alone.
+func reshape(ctx context.Context, c *serverCluster, cli *client.Client, w *workload, pause time.Duration) {
 	GinkgoHelper()
 	// Each change gets stepTimeout of its own, so a stuck one fails fast.
 	stepCtx := func() context.Context {
@@ -395,6 +457,7 @@ func reshape(ctx context.Context, c *serverCluster, cli *client.Client, pause ti
 		GinkgoWriter.Printf("%s: %s\n", time.Now().Format("15:04:05.000"), what)
 		time.Sleep(pause)
 	}
+	w.waitOps(50)
 	step("workload running")
 	for _, at := range []string{"ck/2", "ck/1", "ck/3"} {
 		_, _, err := cli.Split(stepCtx(), []byte(at))
@@ -503,20 +566,15 @@ var _ = Describe("client", func() {
 		cli := readyClient(ctx, c)
 		w := &workload{acked: map[string]int{}}
 		prime(ctx, cli, w)
-		halt, wg := startWorkload(cli, policy, w)
+		ls := startWorkload(cli, policy, w)
 
 		start := time.Now()
-		reshape(ctx, c, cli, 300*time.Millisecond)
-		halt()
-		wg.Wait()
+		reshape(ctx, c, cli, w, 300*time.Millisecond)
+		ls.haltAndWait()
 		GinkgoWriter.Printf("%d client operations in %v; read modes %v; reads served %v\n",
 			w.ops.Load(), time.Since(start).Round(time.Millisecond), counts(&w.modes), counts(&w.served))
 
-		errs := w.errors()
-		if len(errs) > 20 {
-			errs = append(errs[:20], fmt.Errorf("... and %d more", len(errs)-20))
-		}
-		Expect(errs).To(BeEmpty(), "errors surfaced to the client goroutines")
+		Expect(firstErrs(w.errors(), 20)).To(BeEmpty(), "errors surfaced to the client goroutines")
 
 		// Every acknowledged write reads back, from the leaders and under
 		// the session's policy.
@@ -585,7 +643,7 @@ var _ = Describe("store removal", func() {
 
 		w := &workload{acked: map[string]int{}}
 		prime(ctx, cli, w)
-		halt, wg := startWorkload(cli, client.ReadPolicy{Replica: client.ReplicaFollower}, w)
+		ls := startWorkload(cli, client.ReadPolicy{Replica: client.ReplicaFollower}, w)
 
 		start := time.Now()
 		already, err := cli.RemoveStore(ctx, 4)
@@ -606,9 +664,8 @@ var _ = Describe("store removal", func() {
 			return nil
 		}).WithContext(ctx).WithTimeout(40 * time.Second).Should(Succeed())
 		drained := time.Since(start)
-		time.Sleep(300 * time.Millisecond) // the workload runs on after the drain
-		halt()
-		wg.Wait()
+		w.waitOps(50) // the workload runs on after the drain
+		ls.haltAndWait()
 		GinkgoWriter.Printf("store 4 drained in %v; %d client operations; read modes %v; reads served %v\n",
 			drained.Round(time.Millisecond), w.ops.Load(), counts(&w.modes), counts(&w.served))
 		Expect(w.errors()).To(BeEmpty(), "errors surfaced to the client goroutines")

@@ -111,36 +111,13 @@ func (l *loadRun) ackedKey(r *rand.Rand) string {
 }
 
 // runLoad inserts new keys from loadWriters goroutines and reads back
-// acknowledged ones from loadReaders (leader and follower reads) until
-// stop is closed.
-func runLoad(cli *client.Client, l *loadRun, stop <-chan struct{}) *sync.WaitGroup {
-	var wg sync.WaitGroup
-	stopped := func() bool {
-		select {
-		case <-stop:
-			return true
-		default:
-			return false
-		}
-	}
+// acknowledged ones from loadReaders (leader and follower reads) on ls.
+func runLoad(cli *client.Client, l *loadRun, ls *loops) {
 	for w := range loadWriters {
-		wg.Go(func() {
-			for i := 0; !stopped(); i++ {
-				k := loadKey(w, i)
-				ctx, cancel := context.WithTimeout(context.Background(), loadOpTimeout)
-				begin := time.Now()
-				err := cli.Put(ctx, []byte(k), loadValue(k))
-				cancel()
-				l.done("insert "+k, begin)
-				l.ops.Add(1)
-				if err != nil {
-					l.fail(fmt.Errorf("insert %s after %v: %w", k, time.Since(begin).Round(time.Millisecond), err))
-					continue
-				}
-				l.mu.Lock()
-				l.acked = append(l.acked, k)
-				l.mu.Unlock()
-			}
+		i := 0
+		ls.run(func() {
+			l.insert(cli, loadKey(w, i))
+			i++
 		})
 	}
 	// Half the readers read from followers (ReadIndex): a follower that
@@ -151,106 +128,104 @@ func runLoad(cli *client.Client, l *loadRun, stop <-chan struct{}) *sync.WaitGro
 		if r%2 == 1 {
 			get = follower.Get
 		}
-		wg.Go(func() {
-			rnd := rand.New(rand.NewPCG(uint64(r), 18))
-			for !stopped() {
-				k := l.ackedKey(rnd)
-				if k == "" {
-					time.Sleep(10 * time.Millisecond)
-					continue
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), loadOpTimeout)
-				begin := time.Now()
-				v, err := get(ctx, []byte(k))
-				cancel()
-				l.done(fmt.Sprintf("read %s (reader %d)", k, r), begin)
-				l.ops.Add(1)
-				l.reads.Add(1)
-				switch {
-				case err != nil:
-					l.fail(fmt.Errorf("read %s after %v: %w", k, time.Since(begin).Round(time.Millisecond), err))
-				case string(v) != string(loadValue(k)):
-					l.fail(fmt.Errorf("read %s: wrong value (%d bytes)", k, len(v)))
-				}
+		rnd := rand.New(rand.NewPCG(uint64(r), 18))
+		ls.run(func() {
+			k := l.ackedKey(rnd)
+			if k == "" {
+				time.Sleep(10 * time.Millisecond) // nothing acknowledged yet
+				return
 			}
+			l.readBack(get, k, r)
 		})
 	}
-	return &wg
 }
 
-// churn moves leaders and replicas at random until stop is closed:
-// admin calls that lose a race with a split or the balancer just fail,
-// which is fine; only the load's operations count.
-func churn(cli *client.Client, stop <-chan struct{}, moves *atomic.Int64) *sync.WaitGroup {
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		rnd := rand.New(rand.NewPCG(18, 1))
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(150 * time.Millisecond):
+func (l *loadRun) insert(cli *client.Client, k string) {
+	ctx, cancel := context.WithTimeout(context.Background(), loadOpTimeout)
+	begin := time.Now()
+	err := cli.Put(ctx, []byte(k), loadValue(k))
+	cancel()
+	l.done("insert "+k, begin)
+	l.ops.Add(1)
+	if err != nil {
+		l.fail(fmt.Errorf("insert %s after %v: %w", k, time.Since(begin).Round(time.Millisecond), err))
+		return
+	}
+	l.mu.Lock()
+	l.acked = append(l.acked, k)
+	l.mu.Unlock()
+}
+
+func (l *loadRun) readBack(get func(context.Context, []byte) ([]byte, error), k string, reader int) {
+	ctx, cancel := context.WithTimeout(context.Background(), loadOpTimeout)
+	begin := time.Now()
+	v, err := get(ctx, []byte(k))
+	cancel()
+	l.done(fmt.Sprintf("read %s (reader %d)", k, reader), begin)
+	l.ops.Add(1)
+	l.reads.Add(1)
+	switch {
+	case err != nil:
+		l.fail(fmt.Errorf("read %s after %v: %w", k, time.Since(begin).Round(time.Millisecond), err))
+	case string(v) != string(loadValue(k)):
+		l.fail(fmt.Errorf("read %s: wrong value (%d bytes)", k, len(v)))
+	}
+}
+
+// churn moves leaders and replicas at random on ls: admin calls that lose
+// a race with a split or the balancer just fail, which is fine; only the
+// load's operations count.
+func churn(cli *client.Client, ls *loops, moves *atomic.Int64) {
+	rnd := rand.New(rand.NewPCG(18, 1))
+	ls.every(150*time.Millisecond, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		regions, err := cli.Regions(ctx)
+		if err != nil || len(regions) == 0 {
+			return
+		}
+		r := regions[rnd.IntN(len(regions))]
+		var voters, others []uint64
+		for _, p := range r.Region.Voters() {
+			if p.StoreID != r.LeaderStoreID {
+				voters = append(voters, p.StoreID)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			regions, err := cli.Regions(ctx)
-			if err != nil || len(regions) == 0 {
-				cancel()
-				continue
+		}
+		for _, s := range []uint64{1, 2, 3, 4} {
+			if _, ok := r.Region.PeerOnStore(s); !ok {
+				others = append(others, s)
 			}
-			r := regions[rnd.IntN(len(regions))]
-			var voters, others []uint64
-			for _, p := range r.Region.Voters() {
-				if p.StoreID != r.LeaderStoreID {
-					voters = append(voters, p.StoreID)
-				}
+		}
+		switch {
+		case rnd.IntN(3) > 0 && len(voters) > 0:
+			if cli.TransferLeader(ctx, r.Region.ID, voters[rnd.IntN(len(voters))]) == nil {
+				moves.Add(1)
 			}
-			for _, s := range []uint64{1, 2, 3, 4} {
-				if _, ok := r.Region.PeerOnStore(s); !ok {
-					others = append(others, s)
-				}
+		case len(others) > 0 && len(voters) > 0:
+			// A follower's replica to a store without one.
+			to, from := others[rnd.IntN(len(others))], voters[rnd.IntN(len(voters))]
+			if cli.AddPeer(ctx, r.Region.ID, to) == nil && cli.RemovePeer(ctx, r.Region.ID, from) == nil {
+				moves.Add(1)
 			}
-			switch {
-			case rnd.IntN(3) > 0 && len(voters) > 0:
-				if cli.TransferLeader(ctx, r.Region.ID, voters[rnd.IntN(len(voters))]) == nil {
-					moves.Add(1)
-				}
-			case len(others) > 0 && len(voters) > 0:
-				// A follower's replica to a store without one.
-				to, from := others[rnd.IntN(len(others))], voters[rnd.IntN(len(voters))]
-				if cli.AddPeer(ctx, r.Region.ID, to) == nil && cli.RemovePeer(ctx, r.Region.ID, from) == nil {
-					moves.Add(1)
-				}
-			}
-			cancel()
 		}
 	})
-	return &wg
 }
 
 // stallStores stalls a store at a time (Client.Fault: it answers
 // nothing, raft included, as in a long GC pause or a slow split apply in
-// its Ready loop) for stall, every period, until stop is closed.
-func stallStores(cli *client.Client, stores func() []uint64, stall, period time.Duration, stop <-chan struct{}, n *atomic.Int64) *sync.WaitGroup {
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		rnd := rand.New(rand.NewPCG(18, 2))
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(period):
-			}
-			ids := stores()
-			id := ids[rnd.IntN(len(ids))]
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if cli.Fault(ctx, id, client.Fault{Stall: stall}) == nil {
-				n.Add(1)
-				GinkgoWriter.Printf("%s: store %d stalls for %v\n", time.Now().Format("15:04:05.000"), id, stall)
-			}
-			cancel()
+// its Ready loop) for stall, every period, on ls.
+func stallStores(cli *client.Client, stores func() []uint64, stall, period time.Duration, ls *loops, n *atomic.Int64) {
+	rnd := rand.New(rand.NewPCG(18, 2))
+	ls.every(period, func() {
+		ids := stores()
+		id := ids[rnd.IntN(len(ids))]
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if cli.Fault(ctx, id, client.Fault{Stall: stall}) == nil {
+			n.Add(1)
+			GinkgoWriter.Printf("%s: store %d stalls for %v\n", time.Now().Format("15:04:05.000"), id, stall)
 		}
 	})
-	return &wg
 }
 
 var _ = Describe("client under a load while regions split", func() {
@@ -266,12 +241,10 @@ var _ = Describe("client under a load while regions split", func() {
 		cli := readyClient(ctx, c)
 
 		l := &loadRun{}
-		stop := make(chan struct{})
-		var once sync.Once
-		halt := func() { once.Do(func() { close(stop) }) }
-		wg := runLoad(cli, l, stop)
+		ls := startLoops()
+		runLoad(cli, l, ls)
 		var moves, stalls atomic.Int64
-		cwg := churn(cli, stop, &moves)
+		churn(cli, ls, &moves)
 		// A separate client stalls the stores, so that its calls to a
 		// stalled store do not count against the load's client.
 		admin, err := client.New(ctx, client.Config{Endpoints: c.endpoints()})
@@ -284,12 +257,12 @@ var _ = Describe("client under a load while regions split", func() {
 			}
 			return []uint64{1, 2, 3}
 		}
-		swg := stallStores(admin, stores, time.Second, 2500*time.Millisecond, stop, &stalls)
-		DeferCleanup(func() { halt(); wg.Wait(); cwg.Wait(); swg.Wait() })
+		stallStores(admin, stores, time.Second, 2500*time.Millisecond, ls, &stalls)
 
 		start := time.Now()
-		time.Sleep(3 * time.Second)
-		// A store joins under the load: the balancer moves replicas to it.
+		// A store joins under the load, once the regions have begun to
+		// split: the balancer moves replicas to it.
+		Eventually(func() int { return len(c.leaders()) }).WithTimeout(loadMax).Should(BeNumerically(">=", 2))
 		jctx, jcancel := context.WithTimeout(ctx, stepTimeout)
 		c.join(jctx, 4, 2)
 		jcancel()
@@ -304,10 +277,7 @@ var _ = Describe("client under a load while regions split", func() {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		halt()
-		wg.Wait()
-		cwg.Wait()
-		swg.Wait()
+		ls.haltAndWait()
 
 		regions, err := cli.Regions(ctx)
 		Expect(err).NotTo(HaveOccurred())
@@ -325,12 +295,9 @@ var _ = Describe("client under a load while regions split", func() {
 		for _, s := range l.slow {
 			GinkgoWriter.Printf("  slow: %s\n", s)
 		}
-		errs := slices.Clone(l.errs)
+		errs := firstErrs(slices.Clone(l.errs), 20)
 		acked := slices.Clone(l.acked)
 		l.mu.Unlock()
-		if len(errs) > 20 {
-			errs = append(errs[:20], fmt.Errorf("... and %d more", len(errs)-20))
-		}
 		Expect(errs).To(BeEmpty(), "operations failed under the load")
 		Expect(len(regions)).To(BeNumerically(">=", loadRegions), "the regions did not split on their own")
 		Expect(on4).To(BeNumerically(">", 0), "no replica moved to store 4")
