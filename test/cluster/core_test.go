@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -78,10 +79,11 @@ var _ = Describe("replicated core", func() {
 			val        string
 		}
 		var (
-			mu    sync.Mutex
-			reads []read
-			stop  = make(chan struct{})
-			wg    sync.WaitGroup
+			mu       sync.Mutex
+			reads    []read
+			attempts atomic.Int64
+			stop     = make(chan struct{})
+			wg       sync.WaitGroup
 		)
 		wg.Add(1)
 		go func() {
@@ -92,6 +94,7 @@ var _ = Describe("replicated core", func() {
 					return
 				default:
 				}
+				attempts.Add(1)
 				start := time.Now()
 				rctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 				v, _, _, err := oldStore.Get(rctx, raftstore.ReadOptions{}, []byte("x"))
@@ -121,7 +124,9 @@ var _ = Describe("replicated core", func() {
 			return mustStore(c, newLeader).Put(ctxFor(time.Second), raftstore.WriteOptions{}, []byte("x"), []byte("new"))
 		}).WithTimeout(10 * time.Second).Should(Succeed())
 		acked := time.Now()
-		time.Sleep(300 * time.Millisecond) // let the reader try the old leader some more
+		// The reader tries the old leader some more after the write.
+		tried := attempts.Load()
+		Eventually(attempts.Load).WithTimeout(5 * time.Second).Should(BeNumerically(">=", tried+3))
 		close(stop)
 		wg.Wait()
 

@@ -22,8 +22,12 @@ var _ = Describe("disk failure", func() {
 		}
 		victim, _ := c.Leader(1)
 		s := mustStore(c, victim)
-		// Let a heartbeat round stamp a safe point for the stale read below.
-		time.Sleep(100 * time.Millisecond)
+		// A heartbeat round has stamped a safe point for the stale read
+		// below once a follower serves one (the leader keeps its own).
+		Eventually(func() error {
+			_, _, _, err := readOn(c, otherThan(c, victim)[0], raftstore.ReadOptions{MaxStaleness: 10 * time.Second}, "k1", time.Second)
+			return err
+		}).WithTimeout(5 * time.Second).Should(Succeed())
 		s.InjectDiskFailure(errors.New("write store.db: no space left on device"))
 
 		// The next write's round fails on the victim; the others elect a

@@ -200,13 +200,26 @@ var _ = Describe("follower read", func() {
 				}
 			}()
 		}
-		time.Sleep(50 * time.Millisecond)
+		// servedSince counts the reads served that started after t.
+		servedSince := func(t time.Time) int {
+			mu.Lock()
+			defer mu.Unlock()
+			n := 0
+			for _, r := range results {
+				if r.start.After(t) {
+					n++
+				}
+			}
+			return n
+		}
+		// The readers are running (their batches in flight) before the transfer.
+		Eventually(servedSince).WithArguments(time.Time{}).WithTimeout(5 * time.Second).Should(BeNumerically(">=", 8))
 		Expect(oldStore.TransferLeader(ctxFor(5*time.Second), 1, target)).To(Succeed())
 		Eventually(func() error {
 			return mustStore(c, target).Put(ctxFor(time.Second), raftstore.WriteOptions{}, []byte("x"), []byte("after"))
 		}).WithTimeout(5 * time.Second).Should(Succeed())
 		acked := time.Now()
-		time.Sleep(200 * time.Millisecond)
+		Eventually(servedSince).WithArguments(acked).WithTimeout(5 * time.Second).Should(BeNumerically(">=", 8))
 		close(stop)
 		wg.Wait()
 		mu.Lock()

@@ -38,10 +38,11 @@ var _ = Describe("regions", func() {
 		c := startCluster(raftstoretest.Options{})
 		ctx := ctxFor(60 * time.Second)
 		var (
-			wg     sync.WaitGroup
-			acked  sync.Map
-			failed atomic.Int64
-			stop   = make(chan struct{})
+			wg      sync.WaitGroup
+			acked   sync.Map
+			written atomic.Int64 // acknowledged puts
+			failed  atomic.Int64
+			stop    = make(chan struct{})
 		)
 		for w := range 4 {
 			wg.Add(1)
@@ -60,14 +61,20 @@ var _ = Describe("regions", func() {
 						continue
 					}
 					acked.Store(string(k), v)
+					written.Add(1)
 				}
 			}()
 		}
+		// Writes land before, between and after the splits.
+		moreWrites := func() {
+			want := written.Load() + 20
+			Eventually(written.Load).WithTimeout(10 * time.Second).Should(BeNumerically(">=", want))
+		}
 		for _, at := range []int{500, 250, 750, 125, 875} {
-			time.Sleep(50 * time.Millisecond)
+			moreWrites()
 			Expect(c.Split(ctx, key(at))).To(Succeed())
 		}
-		time.Sleep(100 * time.Millisecond)
+		moreWrites()
 		close(stop)
 		wg.Wait()
 		Expect(failed.Load()).To(BeZero(), "a caller saw a write rejected")
