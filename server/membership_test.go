@@ -234,18 +234,44 @@ func TestWithStoreJoinAndMembership(t *testing.T) {
 	for i := range 20 {
 		put(ctx, t, c, 1, fmt.Sprintf("k%02d", i), fmt.Sprintf("v%02d", i))
 	}
+	j := joinStore4(ctx, t, c)
 
-	// Store 4 knows only store 2's address.
+	// Joining with a live store's id is refused, and changes nothing.
+	if _, err := c.admin(t, 1).Join(ctx, &kvpb.JoinRequest{StoreId: 2, Address: deadAddr(t)}); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("join as live store 2: %v, want AlreadyExists", err)
+	}
+	if got := c.server(1).Peers(); !maps.Equal(got, j.book) {
+		t.Errorf("address book after a refused join %v", got)
+	}
+
+	addReplicaOn4(ctx, t, c)
+	removeFollowerReplica(ctx, t, c)
+	removeLeaderReplica(ctx, t, c)
+	j.restart(ctx, t, c)
+}
+
+// joined is store 4, joined to a running cluster.
+type joined struct {
+	cfg  Config
+	dir  string
+	addr string
+	book map[uint64]string // every store's address book once it joined
+}
+
+// joinStore4 starts store 4 knowing only store 2's address, and checks
+// that every store knows it and that it holds no region yet.
+func joinStore4(ctx context.Context, t *testing.T, c *testCluster) *joined {
+	t.Helper()
 	dir4 := t.TempDir()
 	lis4 := listen(t)
-	addr4 := lis4.Addr().String()
-	cfg4 := Config{
+	j := &joined{dir: dir4, addr: lis4.Addr().String()}
+	j.cfg = Config{
 		Store:            raftstore.Config{StoreID: 4, Zone: "dc-d", DataDir: dir4, NoSync: true, TickInterval: 10 * time.Millisecond, ElectionTicks: 40, Logger: testLogger(t)},
 		Listener:         lis4,
 		Join:             []string{c.server(2).Addr()},
 		DisableBalancing: true,
 	}
-	s4, err := New(cfg4)
+	s4, err := New(j.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,11 +279,11 @@ func TestWithStoreJoinAndMembership(t *testing.T) {
 	if err := s4.Start(); err != nil {
 		t.Fatalf("start joining store: %v", err)
 	}
-	want := maps.Clone(c.peers)
-	want[4] = addr4
+	j.book = maps.Clone(c.peers)
+	j.book[4] = j.addr
 	for i, s := range c.servers {
-		if got := s.Peers(); !maps.Equal(got, want) {
-			t.Errorf("store %d's address book %v, want %v", i+1, got, want)
+		if got := s.Peers(); !maps.Equal(got, j.book) {
+			t.Errorf("store %d's address book %v, want %v", i+1, got, j.book)
 		}
 	}
 	if len(s4.Store().Regions()) != 0 {
@@ -270,27 +296,23 @@ func TestWithStoreJoinAndMembership(t *testing.T) {
 	if n := len(stores.GetStores()); n != 4 {
 		t.Fatalf("stores %v", stores)
 	}
-	if s := stores.GetStores()[3]; s.GetId() != 4 || !s.GetUp() || s.GetZone() != "dc-d" || s.GetAddress() != addr4 || s.GetRegionCount() != 0 {
+	if s := stores.GetStores()[3]; s.GetId() != 4 || !s.GetUp() || s.GetZone() != "dc-d" || s.GetAddress() != j.addr || s.GetRegionCount() != 0 {
 		t.Errorf("store 4 as listed: %v", s)
 	}
+	return j
+}
 
-	// Joining with a live store's id is refused, and changes nothing.
-	if _, err := c.admin(t, 1).Join(ctx, &kvpb.JoinRequest{StoreId: 2, Address: deadAddr(t)}); status.Code(err) != codes.AlreadyExists {
-		t.Errorf("join as live store 2: %v, want AlreadyExists", err)
-	}
-	if got := c.server(1).Peers(); !maps.Equal(got, want) {
-		t.Errorf("address book after a refused join %v", got)
-	}
-
-	// Region 1 gains a replica on store 4.
+// addReplicaOn4: region 1 gains a voter on store 4, which then serves
+// follower reads of old and new writes.
+func addReplicaOn4(ctx context.Context, t *testing.T, c *testCluster) {
+	t.Helper()
 	if err := c.onLeader(t, 1, func(a kvpb.AdminClient) error {
 		_, err := a.AddPeer(ctx, &kvpb.AddPeerRequest{RegionId: 1, StoreId: 4})
 		return err
 	}); err != nil {
 		t.Fatalf("add peer on store 4: %v", err)
 	}
-	leader := c.leaderOf(t, 1)
-	r, _ := regionOn(c.server(leader), 1)
+	r, _ := regionOn(c.server(c.leaderOf(t, 1)), 1)
 	if v, l := peerStores(r.Region); !slices.Equal(v, []uint64{1, 2, 3, 4}) || len(l) != 0 {
 		t.Fatalf("region 1 after add peer: voters %v learners %v", v, l)
 	}
@@ -302,8 +324,13 @@ func TestWithStoreJoinAndMembership(t *testing.T) {
 	if v, err := replicaRead(ctx, t, c, 4, "after-add"); err != nil || v != "yes" {
 		t.Errorf("follower read on store 4 of a later write = %q, %v", v, err)
 	}
+}
 
-	// Remove a follower's replica (not store 4's).
+// removeFollowerReplica removes a follower's replica of region 1 (not
+// store 4's): the store drops it, and the region keeps serving.
+func removeFollowerReplica(ctx context.Context, t *testing.T, c *testCluster) {
+	t.Helper()
+	leader := c.leaderOf(t, 1)
 	var victim uint64
 	for _, id := range []uint64{1, 2, 3} {
 		if id != leader {
@@ -317,7 +344,7 @@ func TestWithStoreJoinAndMembership(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("remove peer on store %d: %v", victim, err)
 	}
-	r, _ = regionOn(c.server(c.leaderOf(t, 1)), 1)
+	r, _ := regionOn(c.server(c.leaderOf(t, 1)), 1)
 	if _, ok := r.Region.PeerOnStore(victim); ok || len(r.Region.Peers) != 3 {
 		t.Fatalf("region 1 after removing store %d: %s", victim, r.Region.String())
 	}
@@ -329,11 +356,15 @@ func TestWithStoreJoinAndMembership(t *testing.T) {
 	if v, err := replicaRead(ctx, t, c, 4, "after-remove"); err != nil || v != "still" {
 		t.Errorf("follower read on store 4 after the removal = %q, %v", v, err)
 	}
+}
 
-	// Remove the leader's own replica: it hands leadership away first and
-	// answers NotLeader naming the new leader, where the removal succeeds.
-	leader = c.leaderOf(t, 1)
-	_, err = c.admin(t, leader).RemovePeer(ctx, &kvpb.RemovePeerRequest{RegionId: 1, StoreId: leader})
+// removeLeaderReplica removes the leader's own replica of region 1: it
+// hands leadership away first and answers NotLeader naming the new
+// leader, where the removal succeeds.
+func removeLeaderReplica(ctx context.Context, t *testing.T, c *testCluster) {
+	t.Helper()
+	leader := c.leaderOf(t, 1)
+	_, err := c.admin(t, leader).RemovePeer(ctx, &kvpb.RemovePeerRequest{RegionId: 1, StoreId: leader})
 	var nl *region.NotLeaderError
 	if !errors.As(kvpb.RegionErrorFromStatus(err).ToError(), &nl) {
 		t.Fatalf("removing the leader's own replica: %v, want NotLeader", err)
@@ -347,7 +378,7 @@ func TestWithStoreJoinAndMembership(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("remove the old leader's replica at the new leader: %v", err)
 	}
-	r, _ = regionOn(c.server(c.leaderOf(t, 1)), 1)
+	r, _ := regionOn(c.server(c.leaderOf(t, 1)), 1)
 	if v, _ := peerStores(r.Region); len(v) != 2 || !slices.Contains(v, 4) || slices.Contains(v, leader) {
 		t.Fatalf("region 1 after removing the old leader %d: %s", leader, r.Region.String())
 	}
@@ -355,22 +386,27 @@ func TestWithStoreJoinAndMembership(t *testing.T) {
 	if v, err := replicaRead(ctx, t, c, 4, "two-left"); err != nil || v != "ok" {
 		t.Errorf("read on store 4 with two replicas left = %q, %v", v, err)
 	}
+}
 
-	// Store 4 restarts: its address book is on disk, so it starts at once
-	// even though its only join address is dead now.
-	if data, err := os.ReadFile(filepath.Join(dir4, "peers.json")); err != nil || !strings.Contains(string(data), addr4) {
+// restart restarts store 4: its address book is on disk, so it starts at
+// once even though its only join address is dead now.
+func (j *joined) restart(ctx context.Context, t *testing.T, c *testCluster) {
+	t.Helper()
+	if data, err := os.ReadFile(filepath.Join(j.dir, "peers.json")); err != nil || !strings.Contains(string(data), j.addr) {
 		t.Fatalf("peers.json: %q, %v", data, err)
 	}
-	s4.Stop()
+	c.servers[3].Stop()
 	var lis net.Listener
 	waitFor(t, 5*time.Second, "store 4's port free again", func() bool {
-		lis, err = net.Listen("tcp", addr4)
+		var err error
+		lis, err = net.Listen("tcp", j.addr)
 		return err == nil
 	})
-	cfg4.Listener = lis
-	cfg4.Join = []string{deadAddr(t)}
-	cfg4.JoinTimeout = time.Second
-	s4, err = New(cfg4)
+	cfg := j.cfg
+	cfg.Listener = lis
+	cfg.Join = []string{deadAddr(t)}
+	cfg.JoinTimeout = time.Second
+	s4, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,8 +418,8 @@ func TestWithStoreJoinAndMembership(t *testing.T) {
 	if d := time.Since(start); d > 500*time.Millisecond {
 		t.Errorf("restart took %v: it tried to join again", d)
 	}
-	if got := s4.Peers(); !maps.Equal(got, want) {
-		t.Errorf("restarted store 4's address book %v, want %v", got, want)
+	if got := s4.Peers(); !maps.Equal(got, j.book) {
+		t.Errorf("restarted store 4's address book %v, want %v", got, j.book)
 	}
 	waitFor(t, 15*time.Second, "store 4 serving again after its restart", func() bool {
 		v, err := replicaRead(ctx, t, c, 4, "two-left")
@@ -430,23 +466,20 @@ func TestWithStoreJoinFails(t *testing.T) {
 	}
 }
 
-// TestWithStoreMembershipValidation: bad Split, AddPeer, RemovePeer and
-// Join requests get their codes and change nothing.
-func TestWithStoreMembershipValidation(t *testing.T) {
-	c := startQuietCluster(t, 1)
-	kv := c.kv(t, 1)
-	admin := c.admin(t, 1)
-	ctx := testCtx(t)
-	if _, err := kv.Put(ctx, &kvpb.PutRequest{Key: []byte("k0"), Value: []byte("v0")}); err != nil {
-		t.Fatalf("put: %v", err)
-	}
+// badRequest is a request that must be refused with code, with a region
+// error detail or not.
+type badRequest struct {
+	name         string
+	call         func() error
+	code         codes.Code
+	regionDetail bool
+}
+
+// badMembershipRequests are Split, AddPeer, RemovePeer and Join requests
+// that a one-store cluster holding region 1 must refuse.
+func badMembershipRequests(ctx context.Context, admin kvpb.AdminClient) []badRequest {
 	bigKey := bytes.Repeat([]byte("k"), MaxKeySize+1)
-	cases := []struct {
-		name         string
-		call         func() error
-		code         codes.Code
-		regionDetail bool
-	}{
+	return []badRequest{
 		{"split empty key", func() error { _, err := admin.Split(ctx, &kvpb.SplitRequest{}); return err }, codes.InvalidArgument, false},
 		{"split big key", func() error { _, err := admin.Split(ctx, &kvpb.SplitRequest{Key: bigKey}); return err }, codes.InvalidArgument, false},
 		{"add peer region 0", func() error {
@@ -506,7 +539,19 @@ func TestWithStoreMembershipValidation(t *testing.T) {
 			return err
 		}, codes.AlreadyExists, false},
 	}
-	for _, tc := range cases {
+}
+
+// TestWithStoreMembershipValidation: bad Split, AddPeer, RemovePeer and
+// Join requests get their codes and change nothing.
+func TestWithStoreMembershipValidation(t *testing.T) {
+	c := startQuietCluster(t, 1)
+	kv := c.kv(t, 1)
+	admin := c.admin(t, 1)
+	ctx := testCtx(t)
+	if _, err := kv.Put(ctx, &kvpb.PutRequest{Key: []byte("k0"), Value: []byte("v0")}); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	for _, tc := range badMembershipRequests(ctx, admin) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
 			if got := status.Code(err); got != tc.code {

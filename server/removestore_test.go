@@ -42,67 +42,119 @@ func TestWithStoreRemoveStore(t *testing.T) {
 		put(ctx, t, c, 1, fmt.Sprintf("k%02d", i), fmt.Sprintf("v%02d", i))
 	}
 	for _, k := range []string{"k10", "k20", "k30"} {
-		// On the leader of the region holding k, whichever store that is.
-		waitFor(t, 15*time.Second, "split at "+k, func() bool {
-			for _, srv := range c.servers {
-				for _, rs := range srv.Store().Regions() {
-					if rs.IsLeader && rs.Region.Contains([]byte(k)) {
-						if string(rs.Region.StartKey) == k {
-							return true // an earlier attempt split it
-						}
-						_, err := c.admin(t, srv.Store().ID()).Split(ctx, &kvpb.SplitRequest{Key: []byte(k)})
-						return err == nil
-					}
-				}
-			}
-			return false
-		})
-	}
-
-	// placement is what store 1 sees: region id -> the stores of its voters,
-	// and which store leads it.
-	placement := func() (map[uint64][]uint64, map[uint64]uint64) {
-		voters, leaders := map[uint64][]uint64{}, map[uint64]uint64{}
-		for _, s := range c.servers {
-			for _, rs := range s.Store().Regions() {
-				if rs.IsLeader {
-					v, _ := peerStores(rs.Region)
-					voters[rs.Region.ID], leaders[rs.Region.ID] = v, s.Store().ID()
-				}
-			}
-		}
-		return voters, leaders
-	}
-	onStore4 := func() int {
-		voters, leaders := placement()
-		n := 0
-		for id, v := range voters {
-			for _, s := range v {
-				if s == 4 {
-					n++
-				}
-			}
-			if leaders[id] == 4 {
-				n++
-			}
-		}
-		return n
+		c.splitAt(ctx, t, k)
 	}
 	waitFor(t, 30*time.Second, "four regions of three voters, some on store 4", func() bool {
-		voters, _ := placement()
-		if len(voters) != 4 {
+		return c.fourRegionsOfThree() && c.onStore(4) > 0
+	})
+
+	removeStore4(ctx, t, c)
+	waitFor(t, 60*time.Second, "no replica or leadership on store 4", func() bool {
+		return c.fourRegionsOfThree() && c.onStore(4) == 0 && len(c.server(4).Store().Regions()) == 0
+	})
+	waitFor(t, 10*time.Second, "store 1's view to list store 4 removed", func() bool {
+		st, err := c.admin(t, 1).Stores(ctx, &kvpb.StoresRequest{})
+		if err != nil {
 			return false
 		}
-		for _, v := range voters {
-			if len(v) != 3 {
+		for _, s := range st.GetStores() {
+			if (s.GetId() == 4) != (s.GetRemoving() && s.GetRemoved()) {
 				return false
 			}
 		}
-		return onStore4() > 0
+		return true
 	})
+	for i := range numKeys {
+		c.checkValue(ctx, t, fmt.Sprintf("k%02d", i), fmt.Sprintf("v%02d", i))
+	}
+	if _, err := c.admin(t, 1).Join(ctx, &kvpb.JoinRequest{StoreId: 4, Address: deadAddr(t)}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("join as removed store 4: %v, want FailedPrecondition", err)
+	}
 
-	// Store 1 alone hears of it (forwarded: it does not pass it on); the
-	// others learn it from store 1's Status.
+	// Each leader reports its region's size once it has counted it:
+	// ten keys of three bytes with values of three.
+	waitFor(t, 10*time.Second, "every leader to report its region's size", func() bool {
+		n := 0
+		for _, s := range c.servers {
+			for _, rs := range s.Store().Regions() {
+				if rs.IsLeader && rs.SizeKnown && rs.ApproximateKeys == 10 && rs.ApproximateBytes == 60 {
+					n++
+				}
+			}
+		}
+		return n == 4
+	})
+}
+
+// splitAt splits the region holding k at k, on its leader, whichever
+// store that is.
+func (c *testCluster) splitAt(ctx context.Context, t *testing.T, k string) {
+	t.Helper()
+	waitFor(t, 15*time.Second, "split at "+k, func() bool {
+		for _, srv := range c.servers {
+			for _, rs := range srv.Store().Regions() {
+				if rs.IsLeader && rs.Region.Contains([]byte(k)) {
+					if string(rs.Region.StartKey) == k {
+						return true // an earlier attempt split it
+					}
+					_, err := c.admin(t, srv.Store().ID()).Split(ctx, &kvpb.SplitRequest{Key: []byte(k)})
+					return err == nil
+				}
+			}
+		}
+		return false
+	})
+}
+
+// placement is what the leaders see: region id -> the stores of its
+// voters, and which store leads it.
+func (c *testCluster) placement() (map[uint64][]uint64, map[uint64]uint64) {
+	voters, leaders := map[uint64][]uint64{}, map[uint64]uint64{}
+	for _, s := range c.servers {
+		for _, rs := range s.Store().Regions() {
+			if rs.IsLeader {
+				v, _ := peerStores(rs.Region)
+				voters[rs.Region.ID], leaders[rs.Region.ID] = v, s.Store().ID()
+			}
+		}
+	}
+	return voters, leaders
+}
+
+// onStore counts the voters and leaderships the leaders place on store.
+func (c *testCluster) onStore(store uint64) int {
+	voters, leaders := c.placement()
+	n := 0
+	for id, v := range voters {
+		if slices.Contains(v, store) {
+			n++
+		}
+		if leaders[id] == store {
+			n++
+		}
+	}
+	return n
+}
+
+// fourRegionsOfThree: the leaders lead four regions, of three voters each.
+func (c *testCluster) fourRegionsOfThree() bool {
+	voters, _ := c.placement()
+	if len(voters) != 4 {
+		return false
+	}
+	for _, v := range voters {
+		if len(v) != 3 {
+			return false
+		}
+	}
+	return true
+}
+
+// removeStore4 removes store 4 through store 1 alone (forwarded: it does
+// not pass it on), waits until the others have learnt it from store 1's
+// Status, and checks the removals that must be refused or are done.
+func removeStore4(ctx context.Context, t *testing.T, c *testCluster) {
+	t.Helper()
 	if _, err := c.admin(t, 1).RemoveStore(ctx, &kvpb.RemoveStoreRequest{StoreId: 4, Forwarded: true}); err != nil {
 		t.Fatalf("remove store 4 on store 1: %v", err)
 	}
@@ -125,67 +177,27 @@ func TestWithStoreRemoveStore(t *testing.T) {
 	if _, err := c.admin(t, 2).RemoveStore(ctx, &kvpb.RemoveStoreRequest{StoreId: 9}); status.Code(err) != codes.NotFound {
 		t.Errorf("remove unknown store 9: %v, want NotFound", err)
 	}
+}
 
-	waitFor(t, 60*time.Second, "no replica or leadership on store 4", func() bool {
-		voters, _ := placement()
-		if len(voters) != 4 || onStore4() != 0 {
-			return false
-		}
-		for _, v := range voters {
-			if len(v) != 3 {
-				return false
-			}
-		}
-		return len(c.server(4).Store().Regions()) == 0
-	})
-	waitFor(t, 10*time.Second, "store 1's view to list store 4 removed", func() bool {
-		st, err := c.admin(t, 1).Stores(ctx, &kvpb.StoresRequest{})
-		if err != nil {
-			return false
-		}
-		for _, s := range st.GetStores() {
-			if (s.GetId() == 4) != (s.GetRemoving() && s.GetRemoved()) {
-				return false
-			}
-		}
-		return true
-	})
-
-	for i := range numKeys {
-		k := fmt.Sprintf("k%02d", i)
-		id := uint64(0)
-		for _, rs := range c.server(1).Store().Regions() {
-			if rs.Region.Contains([]byte(k)) {
-				id = rs.Region.ID
-			}
-		}
-		var got *kvpb.GetResponse
-		waitFor(t, 10*time.Second, "read "+k, func() bool {
-			got, err = c.kv(t, c.leaderOf(t, id)).Get(ctx, &kvpb.GetRequest{Key: []byte(k)})
-			return err == nil
-		})
-		if string(got.GetValue()) != fmt.Sprintf("v%02d", i) {
-			t.Errorf("%s = %q after the removal", k, got.GetValue())
+// checkValue reads k at the leader of its region (as store 1 routes it)
+// and wants value.
+func (c *testCluster) checkValue(ctx context.Context, t *testing.T, k, value string) {
+	t.Helper()
+	id := uint64(0)
+	for _, rs := range c.server(1).Store().Regions() {
+		if rs.Region.Contains([]byte(k)) {
+			id = rs.Region.ID
 		}
 	}
-
-	if _, err := c.admin(t, 1).Join(ctx, &kvpb.JoinRequest{StoreId: 4, Address: deadAddr(t)}); status.Code(err) != codes.FailedPrecondition {
-		t.Errorf("join as removed store 4: %v, want FailedPrecondition", err)
-	}
-
-	// Each leader reports its region's size once it has counted it:
-	// ten keys of three bytes with values of three.
-	waitFor(t, 10*time.Second, "every leader to report its region's size", func() bool {
-		n := 0
-		for _, s := range c.servers {
-			for _, rs := range s.Store().Regions() {
-				if rs.IsLeader && rs.SizeKnown && rs.ApproximateKeys == 10 && rs.ApproximateBytes == 60 {
-					n++
-				}
-			}
-		}
-		return n == 4
+	var got *kvpb.GetResponse
+	waitFor(t, 10*time.Second, "read "+k, func() bool {
+		var err error
+		got, err = c.kv(t, c.leaderOf(t, id)).Get(ctx, &kvpb.GetRequest{Key: []byte(k)})
+		return err == nil
 	})
+	if string(got.GetValue()) != value {
+		t.Errorf("%s = %q after the removal", k, got.GetValue())
+	}
 }
 
 // TestWithStoreRemoveDeadStore: removing a store that is down (the usual

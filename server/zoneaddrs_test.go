@@ -103,16 +103,7 @@ func TestWithStoreZoneAddresses(t *testing.T) {
 
 	// Lead from store 1 (dc-a), then replicate a large value: it reaches
 	// the followers through their dc-a forwarders.
-	if err := c.onLeader(t, 1, func(a kvpb.AdminClient) error {
-		_, err := a.TransferLeader(ctx, &kvpb.TransferLeaderRequest{RegionId: 1, ToStoreId: 1})
-		return err
-	}); err != nil {
-		t.Fatalf("transfer leader to store 1: %v", err)
-	}
-	waitFor(t, 15*time.Second, "store 1 leading region 1", func() bool {
-		rs, ok := regionOn(c.server(1), 1)
-		return ok && rs.IsLeader
-	})
+	c.leadFromStore1(ctx, t)
 	value := bytes.Repeat([]byte("x"), 64<<10)
 	up2, up3 := fwd["dc-a"][2].BytesUp(), fwd["dc-a"][3].BytesUp()
 	put(ctx, t, c, 1, "big", string(value))
@@ -136,9 +127,39 @@ func TestWithStoreZoneAddresses(t *testing.T) {
 		}
 	}
 
-	// A client in dc-b, given the direct addresses, reads through the
-	// dc-b forwarders: leader reads from store 1, follower reads (whose
-	// ReadIndex round trip to store 1 crosses the WAN as well).
+	readFromDCB(ctx, t, c, fwd, value)
+	joinStore4InDCB(t, c, fwd)
+	restartStore3Elsewhere(t, c, fwd)
+
+	// A join with a bad zone address is refused.
+	_, err = c.admin(t, 1).Join(ctx, &kvpb.JoinRequest{StoreId: 5, Address: deadAddr(t), ZoneAddresses: map[string]string{"dc-a": "nohostport"}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("join with a bad zone address: %v, want InvalidArgument", err)
+	}
+}
+
+// leadFromStore1 moves region 1's leadership to store 1 and waits until
+// store 1 leads it.
+func (c *testCluster) leadFromStore1(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if err := c.onLeader(t, 1, func(a kvpb.AdminClient) error {
+		_, err := a.TransferLeader(ctx, &kvpb.TransferLeaderRequest{RegionId: 1, ToStoreId: 1})
+		return err
+	}); err != nil {
+		t.Fatalf("transfer leader to store 1: %v", err)
+	}
+	waitFor(t, 15*time.Second, "store 1 leading region 1", func() bool {
+		rs, ok := regionOn(c.server(1), 1)
+		return ok && rs.IsLeader
+	})
+}
+
+// readFromDCB: a client in dc-b, given the stores' direct addresses,
+// reads key "big" (value) through the dc-b forwarders: leader reads from
+// store 1, follower reads (whose ReadIndex round trip to store 1 crosses
+// the WAN as well).
+func readFromDCB(ctx context.Context, t *testing.T, c *testCluster, fwd zoneForwarders, value []byte) {
+	t.Helper()
 	cli, err := client.New(ctx, client.Config{Endpoints: []string{c.peers[1], c.peers[2], c.peers[3]}, Zone: "dc-b", DialTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -172,10 +193,13 @@ func TestWithStoreZoneAddresses(t *testing.T) {
 			t.Errorf("store %d reaches the leader at %s, not through its %s forwarder", peer, got, testZones[peer-1])
 		}
 	}
+}
 
-	// Store 4 joins in dc-b with zone addresses of its own: the stores
-	// reach it at its address for their zone, it reaches them at theirs
-	// for dc-b, from the moment it has joined.
+// joinStore4InDCB: store 4 joins in dc-b with zone addresses of its own:
+// the stores reach it at its address for their zone, it reaches them at
+// theirs for dc-b, from the moment it has joined.
+func joinStore4InDCB(t *testing.T, c *testCluster, fwd zoneForwarders) {
+	t.Helper()
 	lis4 := listen(t)
 	cfg4 := Config{
 		Store:            raftstore.Config{StoreID: 4, Zone: "dc-b", DataDir: t.TempDir(), NoSync: true, TickInterval: 10 * time.Millisecond, ElectionTicks: 40, Logger: testLogger(t)},
@@ -200,14 +224,19 @@ func TestWithStoreZoneAddresses(t *testing.T) {
 			t.Errorf("store %d dials joined store 4 at %s, want its %s forwarder %s", peer, got, testZones[peer-1], want)
 		}
 	}
-	// Store 3 restarts with other zone addresses. It dials the others
-	// through the addresses its book remembers from the start, and the
-	// leader, seeing its raft stream come back, asks it again and moves
-	// to its new dc-a address.
+}
+
+// restartStore3Elsewhere restarts store 3 with other zone addresses. It
+// dials the others through the addresses its book remembers from the
+// start, and the leader, seeing its raft stream come back, asks it again
+// and moves to its new dc-a address.
+func restartStore3Elsewhere(t *testing.T, c *testCluster, fwd zoneForwarders) {
+	t.Helper()
 	cfg3 := c.server(3).cfg
 	c.server(3).Stop()
 	var lis3 net.Listener
 	waitFor(t, 5*time.Second, "store 3's port free again", func() bool {
+		var err error
 		lis3, err = net.Listen("tcp", c.peers[3])
 		return err == nil
 	})
@@ -230,12 +259,6 @@ func TestWithStoreZoneAddresses(t *testing.T) {
 	})
 	if fwd["dc-a"][3].Addr() == oldA3 {
 		t.Fatal("store 3's new dc-a forwarder has the old one's address")
-	}
-
-	// A join with a bad zone address is refused.
-	_, err = c.admin(t, 1).Join(ctx, &kvpb.JoinRequest{StoreId: 5, Address: deadAddr(t), ZoneAddresses: map[string]string{"dc-a": "nohostport"}})
-	if status.Code(err) != codes.InvalidArgument {
-		t.Errorf("join with a bad zone address: %v, want InvalidArgument", err)
 	}
 }
 
@@ -396,8 +419,6 @@ func (c *testCluster) readOn(t *testing.T, id uint64, key string) string {
 // raft traffic through them. Cutting a store's forwarders then still cuts
 // it off: raft never falls back to the listen address.
 func TestWithStoreZoneAddressesRestart(t *testing.T) {
-	// Bounds the time from starting the restarted stores to a write.
-	const restartBudget = 20 * time.Second
 	fwd := zoneForwarders{}
 	c := newClusterWith(t, 3, nil, nil, fwd.tune(t))
 	for _, s := range c.servers {
@@ -412,9 +433,20 @@ func TestWithStoreZoneAddressesRestart(t *testing.T) {
 	})
 	c.writeWithin(t, restartBudget, "k0", []byte("v0"))
 
-	// (a) The WAN is gone: restart without zone addresses. The stores
-	// remember the first forwarders, dead now, and ignore them.
 	dead := fwd.addrs()
+	restartWithoutZoneAddrs(t, c, fwd, dead)
+	fwd2 := restartBehindNewForwarders(t, c, first, dead)
+	cutStore3(t, c, fwd2)
+}
+
+// restartBudget bounds the time from starting restarted stores to a write.
+const restartBudget = 20 * time.Second
+
+// restartWithoutZoneAddrs: (a) the WAN is gone: the stores restart
+// without zone addresses. They remember the first forwarders (dead, their
+// addresses), ignore them and reach each other directly.
+func restartWithoutZoneAddrs(t *testing.T, c *testCluster, fwd zoneForwarders, dead map[string]bool) {
+	t.Helper()
 	c.stopAll()
 	fwd.close()
 	c.reopenAll(t, func(uint64) map[string]string { return nil })
@@ -442,10 +474,14 @@ func TestWithStoreZoneAddressesRestart(t *testing.T) {
 	if !c.dialsAll(direct) {
 		t.Error("(a) a store without zone addresses dials a peer at a zone address")
 	}
+}
 
-	// (b) Behind new forwarders, on addresses no store has seen: each
-	// store starts dialling the dead ones its book remembers, and learns
-	// the new ones at its peers' listen addresses.
+// restartBehindNewForwarders: (b) the stores restart behind new
+// forwarders, on addresses no store has seen: each store starts dialling
+// the dead ones its book remembers (first), and learns the new ones at
+// its peers' listen addresses. It returns the new forwarders.
+func restartBehindNewForwarders(t *testing.T, c *testCluster, first func(self, peer uint64) string, dead map[string]bool) zoneForwarders {
+	t.Helper()
 	fwd2 := zoneForwarders{}
 	c.stopAll()
 	c.reopenAll(t, func(id uint64) map[string]string {
@@ -455,8 +491,8 @@ func TestWithStoreZoneAddressesRestart(t *testing.T) {
 		t.Error("(b) the restarted stores do not start from the (dead) forwarders their books remember")
 	}
 	c.startAll(t)
-	start = time.Now()
-	leader = c.writeWithin(t, restartBudget, "k2", []byte("v2"))
+	start := time.Now()
+	leader := c.writeWithin(t, restartBudget, "k2", []byte("v2"))
 	t.Logf("(b) behind new forwarders: a write %v after the restart", time.Since(start).Round(time.Millisecond))
 	if got := c.readOn(t, leader, "k1"); got != "v1" {
 		t.Errorf("(b) k1 = %q, want v1", got)
@@ -471,35 +507,30 @@ func TestWithStoreZoneAddressesRestart(t *testing.T) {
 	waitFor(t, 10*time.Second, "the value replicated through the new forwarders", func() bool {
 		return fwd2.bytesUp()-up >= 2*int64(len(value))
 	})
+	return fwd2
+}
 
-	// A partition cuts store 3's links (its forwarders and the ones it
-	// dials the others through), not its listen address: store 3 gets no
-	// more raft traffic, and nobody dials it anywhere else.
-	ctx := testCtx(t)
-	if err := c.onLeader(t, 1, func(a kvpb.AdminClient) error {
-		_, err := a.TransferLeader(ctx, &kvpb.TransferLeaderRequest{RegionId: 1, ToStoreId: 1})
-		return err
-	}); err != nil {
-		t.Fatalf("transfer leader to store 1: %v", err)
-	}
-	waitFor(t, 15*time.Second, "store 1 leading region 1", func() bool {
-		rs, ok := regionOn(c.server(1), 1)
-		return ok && rs.IsLeader
-	})
+// cutStore3: a partition cuts store 3's links (its forwarders and the
+// ones it dials the others through), not its listen address: store 3
+// gets no more raft traffic, and nobody dials it anywhere else.
+func cutStore3(t *testing.T, c *testCluster, fwd zoneForwarders) {
+	t.Helper()
+	c.leadFromStore1(testCtx(t), t)
 	for _, zone := range testZones {
-		fwd2[zone][3].Close()
+		fwd[zone][3].Close()
 	}
-	fwd2["dc-c"][1].Close()
-	fwd2["dc-c"][2].Close()
+	fwd["dc-c"][1].Close()
+	fwd["dc-c"][2].Close()
 	time.Sleep(300 * time.Millisecond) // what was in flight lands
 	rs3, _ := regionOn(c.server(3), 1)
 	c.writeWithin(t, restartBudget, "cut", []byte("off"))
+	// Nothing may arrive: a window, not a wait for something to happen.
 	time.Sleep(time.Second)
 	if rs, _ := regionOn(c.server(3), 1); rs.AppliedIndex != rs3.AppliedIndex {
 		t.Errorf("store 3 applied up to %d, from %d, while cut off", rs.AppliedIndex, rs3.AppliedIndex)
 	}
 	for peer := uint64(1); peer <= 2; peer++ {
-		if got, want := transportAddr(c.server(peer), 3), fwd2[testZones[peer-1]][3].Addr(); got != want {
+		if got, want := transportAddr(c.server(peer), 3), fwd[testZones[peer-1]][3].Addr(); got != want {
 			t.Errorf("store %d dials cut-off store 3 at %s, not at its (cut) forwarder %s", peer, got, want)
 		}
 	}
