@@ -66,31 +66,14 @@ func TestKillUnderWriteLoad(t *testing.T) {
 	}
 }
 
-// startStores starts three stores on free ports below the ephemeral range
-// (a killed store's port stays free until its restart), data and logs in a
-// directory of the test's, kept after the stores stop for the bbolt check.
+// startStores starts three stores, data and logs in a directory of the
+// test's, kept after the stores stop for the bbolt check.
 func startStores(t *testing.T) *cluster.Processes {
 	t.Helper()
-	b, err := testbin.Locate("hedgekv-crash-bin-")
-	if err != nil {
-		t.Fatalf("crash setup: %v", err)
-	}
-	t.Cleanup(b.Close)
-	ports, err := testbin.FreePorts(6)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-	defer cancel()
 	// Info: the log says when a restart replayed the round log.
-	c, err := cluster.StartProcesses(ctx, cluster.ProcessesConfig{
-		Binary: b.Path, Dir: t.TempDir(), LogLevel: "info", Ports: ports, ReadyTimeout: readyTimeout,
+	return testbin.StartProcesses(t, "hedgekv-crash-bin-", cluster.ProcessesConfig{
+		Dir: t.TempDir(), LogLevel: "info", ReadyTimeout: readyTimeout,
 	})
-	if err != nil {
-		t.Fatalf("start the stores: %v", err)
-	}
-	t.Cleanup(c.Stop)
-	return c
 }
 
 // writers write every key once, with its own value; a write is recorded

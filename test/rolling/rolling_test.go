@@ -221,35 +221,19 @@ func TestRollingRestartFailsNoRequest(t *testing.T) {
 	}
 }
 
-// startStores starts three stores on free ports below the ephemeral range
-// (a stopped store's port stays free until its restart), waits until each
-// is ready, and splits the key space into four regions, so that a
+// startStores starts three stores, waits until each is ready, and splits the key space into four regions, so that a
 // stopping store usually leads several and hands them over at once.
 func startStores(t *testing.T) *stores {
 	t.Helper()
-	b, err := testbin.Locate("hedgekv-rolling-bin-")
-	if err != nil {
-		t.Fatalf("rolling setup: %v", err)
-	}
-	t.Cleanup(b.Close)
-	ports, err := testbin.FreePorts(6)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-	defer cancel()
 	// Info: the test reads the stores' shutdown lines. A balancer every
 	// second spreads the leaders (and gives a restarted store some back)
 	// within the test, so most stores stop as leaders of several regions
 	// (leadSome sees to the others).
-	procs, err := cluster.StartProcesses(ctx, cluster.ProcessesConfig{
-		Binary: b.Path, Dir: t.TempDir(), LogLevel: "info", BalanceInterval: time.Second,
-		Ports: ports, ReadyTimeout: readyTimeout,
+	procs := testbin.StartProcesses(t, "hedgekv-rolling-bin-", cluster.ProcessesConfig{
+		Dir: t.TempDir(), LogLevel: "info", BalanceInterval: time.Second, ReadyTimeout: readyTimeout,
 	})
-	if err != nil {
-		t.Fatalf("start the stores: %v", err)
-	}
-	t.Cleanup(procs.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
 	for _, id := range procs.StoreIDs() {
 		if err := procs.WaitReady(ctx, id); err != nil {
 			t.Fatal(err)

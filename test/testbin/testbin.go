@@ -4,12 +4,16 @@
 package testbin
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"testing"
 	"time"
+
+	"github.com/hedgekv/hedgekv/cluster"
 )
 
 // Binary is what a multi-process test runs.
@@ -62,4 +66,38 @@ func Locate(tmpPrefix string) (*Binary, error) {
 		return nil, fmt.Errorf("go build ./cmd/hedgekv: %v\n%s", err, out)
 	}
 	return b, nil
+}
+
+// StartProcesses starts a cluster of hedgekv server processes for a test
+// (cluster.StartProcesses with cfg), on free ports below the kernel's
+// ephemeral range unless cfg.Ports names others, so that a stopped or
+// killed store's port stays free until its restart. The binary is found
+// as Locate finds it (tmpPrefix names its build directory); the cluster
+// stops, and the binary goes, when the test ends.
+func StartProcesses(t testing.TB, tmpPrefix string, cfg cluster.ProcessesConfig) *cluster.Processes {
+	t.Helper()
+	b, err := Locate(tmpPrefix)
+	if err != nil {
+		t.Fatalf("test setup: %v", err)
+	}
+	t.Cleanup(b.Close)
+	cfg.Binary = b.Path
+	if len(cfg.Ports) == 0 {
+		n := len(cfg.Zones)
+		if n == 0 {
+			n = 3 // the launcher's default
+		}
+		if cfg.Ports, err = FreePorts(2 * n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	timeout := cmp.Or(cfg.ReadyTimeout, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := cluster.StartProcesses(ctx, cfg)
+	if err != nil {
+		t.Fatalf("start the stores: %v", err)
+	}
+	t.Cleanup(c.Stop)
+	return c
 }
