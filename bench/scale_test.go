@@ -40,7 +40,17 @@ func TestScaleQuick(t *testing.T) {
 		t.Logf("reported error: %s", e)
 	}
 
-	// Every process started has exited.
+	checkScaleProcesses(t, res)
+	checkScaleLoad(t, res)
+	checkScaleMoveAndRestart(t, res)
+	checkScaleMemoryAndDisk(t, res)
+	checkScaleFiles(t, filepath.Join(out, "scale"))
+}
+
+// checkScaleProcesses: every process started (three stores, the joined
+// one, the restart) has exited.
+func checkScaleProcesses(t *testing.T, res *ScaleResult) {
+	t.Helper()
 	if len(res.PIDs) != 5 { // three stores, the joined one, the restart
 		t.Errorf("started %d processes, want 5: %v", len(res.PIDs), res.PIDs)
 	}
@@ -49,9 +59,13 @@ func TestScaleQuick(t *testing.T) {
 			t.Errorf("server process %d still exists after the run (kill 0: %v)", pid, err)
 		}
 	}
+}
 
-	// The load: every record attempted is counted, ok or failed, and the
-	// three counts of failures agree.
+// checkScaleLoad: every record attempted is counted, ok or failed, the
+// three counts of failures agree, the regions split, and the logical bytes
+// are the records'.
+func checkScaleLoad(t *testing.T, res *ScaleResult) {
+	t.Helper()
 	load := res.Load
 	if load == nil || load.Row.Ops != 20000 {
 		t.Fatalf("load row %+v, want 20000 operations (ok + failed)", load)
@@ -73,7 +87,12 @@ func TestScaleQuick(t *testing.T) {
 	if want := int64(20000 * 1000); res.LogicalBytes+load.Row.Failed*1200 < want || res.LogicalBytes > want*12/10 {
 		t.Errorf("logical bytes %d for 20000 records of 1000 bytes", res.LogicalBytes)
 	}
+}
 
+// checkScaleMoveAndRestart: the store was removed, its data moved, and
+// the restarted store was ready within a minute, its raft log read.
+func checkScaleMoveAndRestart(t *testing.T, res *ScaleResult) {
+	t.Helper()
 	mv := res.MoveInfo
 	if !mv.Done {
 		t.Errorf("store %d not removed: %s", mv.Removed, mv.Err)
@@ -87,7 +106,11 @@ func TestScaleQuick(t *testing.T) {
 	if rs.Err == "" && !hasBucket(rs.Buckets, "raftlog") {
 		t.Errorf("no raftlog bucket read: %+v", rs.Buckets)
 	}
+}
 
+// checkScaleMemoryAndDisk: every store's memory and disk figures are sane.
+func checkScaleMemoryAndDisk(t *testing.T, res *ScaleResult) {
+	t.Helper()
 	if len(res.Mem) == 0 || len(res.Disk) == 0 {
 		t.Fatalf("memory %v, disk %v", res.Mem, res.Disk)
 	}
@@ -104,9 +127,12 @@ func TestScaleQuick(t *testing.T) {
 			t.Errorf("disk %+v", d)
 		}
 	}
+}
 
-	// report.md has every section; results.json the contract's fields.
-	dir := filepath.Join(out, "scale")
+// checkScaleFiles: report.md has every section; results.json the
+// contract's fields; the details and plots are there.
+func checkScaleFiles(t *testing.T, dir string) {
+	t.Helper()
 	report, err := os.ReadFile(filepath.Join(dir, "report.md"))
 	if err != nil {
 		t.Fatal(err)
