@@ -89,9 +89,22 @@ func TestAgainstLocalCluster(t *testing.T) {
 	}
 	defer db.Close()
 
-	rec := func(i int) map[string][]byte {
-		return map[string][]byte{"field0": fmt.Appendf(nil, "a%d", i), "field1": fmt.Appendf(nil, "b%d", i)}
-	}
+	checkReadsAndUpdates(ctx, t, db)
+	checkScans(ctx, t, db)
+	checkBatchesAndDeletes(ctx, t, db)
+	runSmallYCSB(ctx, t, stores.Endpoints)
+	checkHedgeMetrics(ctx, t, stores.Endpoints)
+}
+
+// rec is record i: two fields.
+func rec(i int) map[string][]byte {
+	return map[string][]byte{"field0": fmt.Appendf(nil, "a%d", i), "field1": fmt.Appendf(nil, "b%d", i)}
+}
+
+// checkReadsAndUpdates inserts records k00-k09 of table t (and one of a
+// neighbouring table), reads them whole and by field, and updates one.
+func checkReadsAndUpdates(ctx context.Context, t *testing.T, db *ycsbdb.DB) {
+	t.Helper()
 	for i := range 10 {
 		if err := db.Insert(ctx, "t", fmt.Sprintf("k%02d", i), rec(i)); err != nil {
 			t.Fatal(err)
@@ -123,7 +136,11 @@ func TestAgainstLocalCluster(t *testing.T) {
 	if err := db.Update(ctx, "t", "nope", rec(0)); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("update missing: %v", err)
 	}
+}
 
+// checkScans scans table t, in one call and in pages.
+func checkScans(ctx context.Context, t *testing.T, db *ycsbdb.DB) {
+	t.Helper()
 	scan, err := db.Scan(ctx, "t", "k05", 3, nil)
 	if err != nil || len(scan) != 3 || string(scan[0]["field0"]) != "a5" || string(scan[2]["field0"]) != "a7" {
 		t.Fatalf("scan: %q %v", scan, err)
@@ -134,7 +151,12 @@ func TestAgainstLocalCluster(t *testing.T) {
 	if err != nil || len(scan) != 5 || string(scan[4]["field0"]) != "a9" || len(scan[0]) != 1 {
 		t.Fatalf("paged scan to the end of the table: %q %v", scan, err)
 	}
+}
 
+// checkBatchesAndDeletes: batch reads, inserts, updates and deletes, and
+// a delete.
+func checkBatchesAndDeletes(ctx context.Context, t *testing.T, db *ycsbdb.DB) {
+	t.Helper()
 	batch, err := db.BatchRead(ctx, "t", []string{"k01", "missing", "k02"}, nil)
 	if err != nil || len(batch) != 3 || string(batch[0]["field0"]) != "a1" || batch[1] != nil || string(batch[2]["field1"]) != "b2" {
 		t.Fatalf("batch read: %q %v", batch, err)
@@ -157,12 +179,16 @@ func TestAgainstLocalCluster(t *testing.T) {
 	if _, err := db.Read(ctx, "t", "k00", nil); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("read after delete: %v", err)
 	}
+}
 
-	// A small YCSB run through go-ycsb's registry, as the CLI does it.
+// runSmallYCSB runs a small YCSB workload through go-ycsb's registry, as
+// the CLI does it.
+func runSmallYCSB(ctx context.Context, t *testing.T, endpoints []string) {
+	t.Helper()
 	res, err := bench.Run(ctx, bench.Spec{
 		DB: ycsbdb.Name,
 		Properties: map[string]string{
-			ycsbdb.PropEndpoints: stores.Endpoints[0] + "," + stores.Endpoints[1] + "," + stores.Endpoints[2],
+			ycsbdb.PropEndpoints: endpoints[0] + "," + endpoints[1] + "," + endpoints[2],
 			ycsbdb.PropRead:      "follower",
 		},
 		Workload: "a", Records: 100, Ops: 300, Threads: 4, Load: true, Run: true,
@@ -174,10 +200,14 @@ func TestAgainstLocalCluster(t *testing.T) {
 	if res.Load.Row.Failed != 0 || res.Run.Row.Failed != 0 || res.Run.Row.Ops != 300 {
 		t.Fatalf("ycsb: load %+v run %+v (%s)", res.Load.Row, res.Run.Row, res.Run.Total.FirstErr)
 	}
+}
 
-	// A hedging client's counters are on ycsbdb.Metrics while it is open.
+// checkHedgeMetrics: a hedging client's counters are on ycsbdb.Metrics
+// while it is open.
+func checkHedgeMetrics(ctx context.Context, t *testing.T, endpoints []string) {
+	t.Helper()
 	hedged, err := ycsbdb.Open(ctx, ycsbdb.Options{
-		Endpoints:      stores.Endpoints,
+		Endpoints:      endpoints,
 		Read:           client.ReadPolicy{Replica: client.ReplicaLeader, Hedge: client.HedgeAfter(time.Millisecond)},
 		DialTimeout:    5 * time.Second,
 		RequestTimeout: 10 * time.Second,
