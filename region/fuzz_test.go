@@ -57,66 +57,10 @@ func FuzzSplitThenLookup(f *testing.F) {
 		if len(probes) > maxInput {
 			probes = probes[:maxInput]
 		}
-		var tr Tree
-		root := Region{ID: 1, Epoch: Epoch{ConfVer: 1, Version: 1}, Peers: []Peer{{ID: 1, StoreID: 1}, {ID: 2, StoreID: 2}}}
-		tr.Insert(root)
-		nextID := uint64(2)
-		nextPeer := uint64(100)
 		splitKeys := decodeKeys(splits)
-		splitsDone := 0
-		for _, k := range splitKeys {
-			parent, ok := tr.Lookup(k)
-			if !ok {
-				t.Fatalf("Lookup(%q) found nothing in a tree that should cover everything", k)
-			}
-			peerIDs := []uint64{nextPeer, nextPeer + 1}
-			left, right, err := Split(parent, k, nextID, peerIDs)
-			wantErr := len(k) == 0 || bytes.Equal(k, parent.StartKey)
-			if (err != nil) != wantErr {
-				t.Fatalf("Split(%v, %q) err = %v, want error %v", parent.String(), k, err, wantErr)
-			}
-			if err != nil {
-				continue
-			}
-			checkSplit(t, parent, k, nextID, peerIDs, left, right)
-			nextID++
-			nextPeer += 2
-			splitsDone++
-			if removed := tr.Insert(left); len(removed) != 1 || removed[0].ID != parent.ID {
-				t.Fatalf("Insert(left) removed %v, want [%d]", ids(removed), parent.ID)
-			}
-			if removed := tr.Insert(right); len(removed) != 0 {
-				t.Fatalf("Insert(right) removed %v, want none", ids(removed))
-			}
-		}
-
+		tr, splitsDone := splitAll(t, splitKeys)
 		all := tr.All()
-		if len(all) != splitsDone+1 || tr.Len() != len(all) {
-			t.Fatalf("%d regions after %d splits (Len %d)", len(all), splitsDone, tr.Len())
-		}
-		// Contiguous cover of (-inf, +inf).
-		if len(all[0].StartKey) != 0 {
-			t.Fatalf("first region starts at %q, want -inf", all[0].StartKey)
-		}
-		if len(all[len(all)-1].EndKey) != 0 {
-			t.Fatalf("last region ends at %q, want +inf", all[len(all)-1].EndKey)
-		}
-		seen := map[uint64]bool{}
-		for i, r := range all {
-			if seen[r.ID] {
-				t.Fatalf("duplicate region id %d", r.ID)
-			}
-			seen[r.ID] = true
-			if len(r.EndKey) > 0 && bytes.Compare(r.StartKey, r.EndKey) >= 0 {
-				t.Fatalf("empty or inverted region %v", r.String())
-			}
-			if i > 0 && !bytes.Equal(all[i-1].EndKey, r.StartKey) {
-				t.Fatalf("gap or overlap between %v and %v", all[i-1].String(), r.String())
-			}
-			if int(r.Epoch.Version) < 1 || int(r.Epoch.Version) > 1+splitsDone {
-				t.Fatalf("region %d has version %d after %d splits", r.ID, r.Epoch.Version, splitsDone)
-			}
-		}
+		checkTiling(t, all, splitsDone)
 
 		// Every probe key lies in exactly one region, and Lookup finds it.
 		var keys [][]byte
@@ -129,21 +73,97 @@ func FuzzSplitThenLookup(f *testing.F) {
 			keys = append(keys, probesFor(r.EndKey)...)
 		}
 		for _, k := range keys {
-			var in []uint64
-			for _, r := range all {
-				if r.Contains(k) {
-					in = append(in, r.ID)
-				}
-			}
-			if len(in) != 1 {
-				t.Fatalf("key %q is in %d regions %v, want exactly 1", k, len(in), in)
-			}
-			got, ok := tr.Lookup(k)
-			if !ok || got.ID != in[0] {
-				t.Fatalf("Lookup(%q) = %d, %v; linear scan says %d", k, got.ID, ok, in[0])
-			}
+			checkLookup(t, &tr, all, k)
 		}
 	})
+}
+
+// splitAll splits one full-range region at each key in turn (in whichever
+// region holds it), checking each split and the tree's bookkeeping, and
+// returns the tree and how many splits succeeded.
+func splitAll(t *testing.T, splitKeys [][]byte) (Tree, int) {
+	var tr Tree
+	root := Region{ID: 1, Epoch: Epoch{ConfVer: 1, Version: 1}, Peers: []Peer{{ID: 1, StoreID: 1}, {ID: 2, StoreID: 2}}}
+	tr.Insert(root)
+	nextID := uint64(2)
+	nextPeer := uint64(100)
+	splitsDone := 0
+	for _, k := range splitKeys {
+		parent, ok := tr.Lookup(k)
+		if !ok {
+			t.Fatalf("Lookup(%q) found nothing in a tree that should cover everything", k)
+		}
+		peerIDs := []uint64{nextPeer, nextPeer + 1}
+		left, right, err := Split(parent, k, nextID, peerIDs)
+		wantErr := len(k) == 0 || bytes.Equal(k, parent.StartKey)
+		if (err != nil) != wantErr {
+			t.Fatalf("Split(%v, %q) err = %v, want error %v", parent.String(), k, err, wantErr)
+		}
+		if err != nil {
+			continue
+		}
+		checkSplit(t, parent, k, nextID, peerIDs, left, right)
+		nextID++
+		nextPeer += 2
+		splitsDone++
+		if removed := tr.Insert(left); len(removed) != 1 || removed[0].ID != parent.ID {
+			t.Fatalf("Insert(left) removed %v, want [%d]", ids(removed), parent.ID)
+		}
+		if removed := tr.Insert(right); len(removed) != 0 {
+			t.Fatalf("Insert(right) removed %v, want none", ids(removed))
+		}
+	}
+	if tr.Len() != splitsDone+1 {
+		t.Fatalf("%d regions after %d splits", tr.Len(), splitsDone)
+	}
+	return tr, splitsDone
+}
+
+// checkTiling: the regions, in order, cover (-inf, +inf) without a gap
+// or an overlap, with distinct ids and versions a split count can reach.
+func checkTiling(t *testing.T, all []Region, splitsDone int) {
+	if len(all) != splitsDone+1 {
+		t.Fatalf("%d regions after %d splits", len(all), splitsDone)
+	}
+	if len(all[0].StartKey) != 0 {
+		t.Fatalf("first region starts at %q, want -inf", all[0].StartKey)
+	}
+	if len(all[len(all)-1].EndKey) != 0 {
+		t.Fatalf("last region ends at %q, want +inf", all[len(all)-1].EndKey)
+	}
+	seen := map[uint64]bool{}
+	for i, r := range all {
+		if seen[r.ID] {
+			t.Fatalf("duplicate region id %d", r.ID)
+		}
+		seen[r.ID] = true
+		if len(r.EndKey) > 0 && bytes.Compare(r.StartKey, r.EndKey) >= 0 {
+			t.Fatalf("empty or inverted region %v", r.String())
+		}
+		if i > 0 && !bytes.Equal(all[i-1].EndKey, r.StartKey) {
+			t.Fatalf("gap or overlap between %v and %v", all[i-1].String(), r.String())
+		}
+		if int(r.Epoch.Version) < 1 || int(r.Epoch.Version) > 1+splitsDone {
+			t.Fatalf("region %d has version %d after %d splits", r.ID, r.Epoch.Version, splitsDone)
+		}
+	}
+}
+
+// checkLookup: k lies in exactly one of the regions, and Lookup finds it.
+func checkLookup(t *testing.T, tr *Tree, all []Region, k []byte) {
+	var in []uint64
+	for _, r := range all {
+		if r.Contains(k) {
+			in = append(in, r.ID)
+		}
+	}
+	if len(in) != 1 {
+		t.Fatalf("key %q is in %d regions %v, want exactly 1", k, len(in), in)
+	}
+	got, ok := tr.Lookup(k)
+	if !ok || got.ID != in[0] {
+		t.Fatalf("Lookup(%q) = %d, %v; linear scan says %d", k, got.ID, ok, in[0])
+	}
 }
 
 // within reports whether k is in [start, end) with empty end = +inf.
