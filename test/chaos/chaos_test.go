@@ -102,11 +102,76 @@ func TestChaos(t *testing.T) {
 	seconds := envInt("CHAOS_SECONDS", 10)
 	seed := uint64(envInt("CHAOS_SEED", int(time.Now().UnixNano()%1000)+1))
 	leases := os.Getenv("CHAOS_FOLLOWER_LEASES") == "1"
+	c := startChaosCluster(t, leases)
+	t.Logf("chaos: seed %d, %ds, follower leases %v, stores %v", seed, seconds, leases, c.direct)
+	defPreload := 24
+	if seconds >= 30 {
+		defPreload = 160
+	}
+	if err := preload(c.direct, envInt("CHAOS_PRELOAD_MB", defPreload), t.Logf); err != nil {
+		t.Fatalf("preload: %v", err)
+	}
+
+	r := runChaos(t, c, seed, time.Duration(seconds)*time.Second)
+	defer r.nem.cli.Close()
+
+	// Replicas agree once the cluster is whole and quiet.
+	cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
+	rep, checkErr := replicacheck.Check(cctx, r.nem.cli, 50*time.Millisecond)
+	ccancel()
+
+	ops := r.h.Ops()
+	reads, writes, unknown := countOps(ops)
+	recorded := len(ops)
+	ops = kvmodel.Prepare(ops, r.h.Now()+1)
+	res, info := porcupine.CheckOperationsVerbose(kvmodel.Model, ops, 2*time.Minute)
+	linearizable := res == porcupine.Ok
+	t.Logf("operations: %d (%d reads: %s; %d writes, %d of unknown outcome)", recorded, reads, r.modes, writes, unknown)
+	t.Logf("faults: %s", r.nem.faults)
+	t.Logf("failures by kind: %s", r.fails)
+	earlyOps := r.early.list()
+	suspects := r.logSlowAndEarly(t, earlyOps)
+	if checkErr != nil {
+		t.Logf("replicas: %v", checkErr)
+	} else {
+		t.Logf("replicas: the replicas of all %d regions agree", len(rep.Agreed))
+	}
+	t.Logf("linearizable: %v", linearizable)
+	if reads < 20 {
+		t.Errorf("only %d successful reads: too few to check anything", reads)
+	}
+	if !linearizable {
+		html := saveHistory(c.root, seed, ops, info)
+		t.Errorf("history is not linearizable (%v); saved to %s and the .json beside it; faults: %s", res, html, strings.Join(r.nem.log, "; "))
+	}
+	if checkErr != nil {
+		t.Errorf("replica check after the run: %v", checkErr)
+	}
+	if len(earlyOps) > 0 {
+		t.Errorf("%d operations failed while their deadline allowed another try: the client let an error through (see \"early:\" above)", len(earlyOps))
+	}
+	// A put or a leader read that a zone reaching two stores, one of
+	// them leading its region since before the cut, waited a second for:
+	// nothing but waiting on the cut-off store (a metadata call, or a
+	// stale cached leader) explains it. Follower and stale reads are only
+	// reported: their replica choice may land on the cut store, which the
+	// read path gives up on after an attempt timeout. Follower leases make
+	// writes wait for a cut-off lease holder's lease to run out.
+	if len(suspects.strict) > 0 && !leases {
+		t.Errorf("%d puts or leader reads took %v or more while the client's zone reached a majority and their region's leader was not cut off", len(suspects.strict), slowOp)
+	}
+}
+
+// startChaosCluster starts three stores behind the default topology with
+// scripts/cluster.sh (faults allowed, follower leases if leases), stopped
+// when the test ends.
+func startChaosCluster(t *testing.T, leases bool) *cluster {
+	t.Helper()
 	b, err := testbin.Locate("hedgekv-chaos-bin-")
 	if err != nil {
 		t.Fatalf("chaos setup: %v", err)
 	}
-	defer b.Close()
+	t.Cleanup(b.Close)
 	block, err := testbin.FreeBlock()
 	if err != nil {
 		t.Fatal(err)
@@ -126,22 +191,25 @@ func TestChaos(t *testing.T) {
 	if r := c.script("start", "--topology", "default"); r.Err != nil {
 		t.Fatalf("cluster.sh start --topology default: %v", r)
 	}
-	t.Logf("chaos: seed %d, %ds, follower leases %v, stores %v", seed, seconds, leases, c.direct)
-	defPreload := 24
-	if seconds >= 30 {
-		defPreload = 160
-	}
-	if err := preload(c.direct, envInt("CHAOS_PRELOAD_MB", defPreload), t.Logf); err != nil {
-		t.Fatalf("preload: %v", err)
-	}
+	return c
+}
 
-	h := kvmodel.NewHistory()
+// chaosRun is what the clients and the nemesis did.
+type chaosRun struct {
+	h            *kvmodel.History
+	fails, modes *counter
+	slow         *slowOps
+	early        *earlyFailures
+	nem          *nemesis // its client stays open for the checks
+}
+
+// runChaos runs the clients and the nemesis for d, then stops them and
+// brings the cluster back whole.
+func runChaos(t *testing.T, c *cluster, seed uint64, d time.Duration) *chaosRun {
+	t.Helper()
+	r := &chaosRun{h: kvmodel.NewHistory(), fails: &counter{}, modes: &counter{}, slow: &slowOps{}, early: &earlyFailures{}}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	fails := &counter{}
-	modes := &counter{}
-	slow := &slowOps{}
-	early := &earlyFailures{}
 	// Nine clients that write and read, and three (one per zone) that only
 	// read: a client whose store is cut off from the leader spends its
 	// writes' deadlines waiting, and a reader keeps asking the cut-off
@@ -156,38 +224,38 @@ func TestChaos(t *testing.T) {
 		}
 		defer cli.Close()
 		readOnly := i >= 9
-		wg.Go(func() { runClient(i, zone, cli, readOnly, seed, h, stop, fails, modes, slow, early) })
+		wg.Go(func() { runClient(i, zone, cli, readOnly, seed, r.h, stop, r.fails, r.modes, r.slow, r.early) })
 	}
 	// One CLI-like client per zone: a new client for every put and get,
 	// with nothing cached, as each `hedgekv put` or `get` is. Their keys
 	// are outside the checked history; what they show is how long
 	// connecting and the metadata lookups take under the faults.
 	for _, zone := range zones {
-		wg.Go(func() { runFreshClient(zone, c.direct, stop, fails, slow, early) })
+		wg.Go(func() { runFreshClient(zone, c.direct, stop, r.fails, r.slow, r.early) })
 	}
-	nem := &nemesis{c: c, rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), stop: stop, faults: &counter{}}
+	r.nem = &nemesis{c: c, rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), stop: stop, faults: &counter{}}
 	ctl, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	nem.cli, err = client.New(ctl, client.Config{Endpoints: c.direct, RequestTimeout: 5 * time.Second})
+	var err error
+	r.nem.cli, err = client.New(ctl, client.Config{Endpoints: c.direct, RequestTimeout: 5 * time.Second})
 	cancel()
 	if err != nil {
+		close(stop)
+		wg.Wait()
 		t.Fatal(err)
 	}
-	defer nem.cli.Close()
 	nemDone := make(chan struct{})
-	go func() { defer close(nemDone); nem.loop() }()
-	time.Sleep(time.Duration(seconds) * time.Second)
+	go func() { defer close(nemDone); r.nem.loop() }()
+	time.Sleep(d) // the run's length
 	close(stop)
 	wg.Wait()
 	<-nemDone
-	nem.recover()
+	r.nem.recover()
+	return r
+}
 
-	// Replicas agree once the cluster is whole and quiet.
-	cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
-	rep, checkErr := replicacheck.Check(cctx, nem.cli, 50*time.Millisecond)
-	ccancel()
-
-	ops := h.Ops()
-	var reads, writes, unknown int
+// countOps counts the reads and writes of a history, and the operations
+// of unknown outcome.
+func countOps(ops []porcupine.Operation) (reads, writes, unknown int) {
 	for i := range ops {
 		in := ops[i].Input.(kvmodel.Input)
 		if in.Put {
@@ -199,14 +267,13 @@ func TestChaos(t *testing.T) {
 			unknown++
 		}
 	}
-	recorded := len(ops)
-	ops = kvmodel.Prepare(ops, h.Now()+1)
-	res, info := porcupine.CheckOperationsVerbose(kvmodel.Model, ops, 2*time.Minute)
-	linearizable := res == porcupine.Ok
-	t.Logf("operations: %d (%d reads: %s; %d writes, %d of unknown outcome)", recorded, reads, modes, writes, unknown)
-	t.Logf("faults: %s", nem.faults)
-	t.Logf("failures by kind: %s", fails)
-	earlyOps := early.list()
+	return reads, writes, unknown
+}
+
+// logSlowAndEarly logs the operations that failed early and the slow ones
+// (those during the partitions that count), and returns the suspects.
+func (r *chaosRun) logSlowAndEarly(t *testing.T, earlyOps []slowRecord) suspects {
+	t.Helper()
 	t.Logf("failed before their deadline (a retryable error surfaced): %d", len(earlyOps))
 	for i, o := range earlyOps {
 		if i == 20 {
@@ -215,55 +282,35 @@ func TestChaos(t *testing.T) {
 		}
 		t.Logf("  early: %s", o)
 	}
-	slowAll, suspects := slow.judge(nem.windows)
+	slowAll, suspects := r.slow.judge(r.nem.windows)
 	fair := 0
-	for _, w := range nem.windows {
+	for _, w := range r.nem.windows {
 		if w.fair {
 			fair++
 		}
 	}
 	t.Logf("slow operations (%v or more, failed ones included): %d; during the %d of %d partitions that began settled, from a zone reaching both other stores, on a region steadily led elsewhere: %d puts and leader reads, %d follower and stale reads",
-		slowOp, slowAll, fair, len(nem.windows), len(suspects.strict), len(suspects.replica))
+		slowOp, slowAll, fair, len(r.nem.windows), len(suspects.strict), len(suspects.replica))
 	for _, o := range suspects.strict {
 		t.Logf("  slow: %s", o)
 	}
-	if checkErr != nil {
-		t.Logf("replicas: %v", checkErr)
-	} else {
-		t.Logf("replicas: the replicas of all %d regions agree", len(rep.Agreed))
+	return suspects
+}
+
+// saveHistory writes a history that is not linearizable, and porcupine's
+// picture of it, under CHAOS_OUT (default test/chaos/failures of the
+// repository at root); it returns the picture's path.
+func saveHistory(root string, seed uint64, ops []porcupine.Operation, info porcupine.LinearizationInfo) string {
+	out := os.Getenv("CHAOS_OUT")
+	if out == "" {
+		out = filepath.Join(root, "test", "chaos", "failures")
 	}
-	t.Logf("linearizable: %v", linearizable)
-	if reads < 20 {
-		t.Errorf("only %d successful reads: too few to check anything", reads)
-	}
-	if !linearizable {
-		out := os.Getenv("CHAOS_OUT")
-		if out == "" {
-			out = filepath.Join(b.RepoRoot, "test", "chaos", "failures")
-		}
-		_ = os.MkdirAll(out, 0o755)
-		html := filepath.Join(out, fmt.Sprintf("chaos-seed-%d.html", seed))
-		_ = porcupine.VisualizePath(kvmodel.Model, info, html)
-		raw, _ := json.MarshalIndent(ops, "", " ")
-		_ = os.WriteFile(filepath.Join(out, fmt.Sprintf("chaos-seed-%d.json", seed)), raw, 0o644)
-		t.Errorf("history is not linearizable (%v); saved to %s and the .json beside it; faults: %s", res, html, strings.Join(nem.log, "; "))
-	}
-	if checkErr != nil {
-		t.Errorf("replica check after the run: %v", checkErr)
-	}
-	if len(earlyOps) > 0 {
-		t.Errorf("%d operations failed while their deadline allowed another try: the client let an error through (see \"early:\" above)", len(earlyOps))
-	}
-	// A put or a leader read that a zone reaching two stores, one of
-	// them leading its region since before the cut, waited a second for:
-	// nothing but waiting on the cut-off store (a metadata call, or a
-	// stale cached leader) explains it. Follower and stale reads are only
-	// reported: their replica choice may land on the cut store, which the
-	// read path gives up on after an attempt timeout. Follower leases make
-	// writes wait for a cut-off lease holder's lease to run out.
-	if len(suspects.strict) > 0 && !leases {
-		t.Errorf("%d puts or leader reads took %v or more while the client's zone reached a majority and their region's leader was not cut off", len(suspects.strict), slowOp)
-	}
+	_ = os.MkdirAll(out, 0o755)
+	html := filepath.Join(out, fmt.Sprintf("chaos-seed-%d.html", seed))
+	_ = porcupine.VisualizePath(kvmodel.Model, info, html)
+	raw, _ := json.MarshalIndent(ops, "", " ")
+	_ = os.WriteFile(filepath.Join(out, fmt.Sprintf("chaos-seed-%d.json", seed)), raw, 0o644)
+	return html
 }
 
 // slowRecord is one operation that took slowOp or more.
