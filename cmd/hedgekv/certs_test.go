@@ -1,49 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the server's log writes while
-// the test runs other commands.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	if err := lis.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
 
 // makeCerts runs hedgekv certs into a new directory and returns it.
 func makeCerts(t *testing.T) string {
@@ -65,7 +31,7 @@ func runServerCmd(t *testing.T, addr string, args ...string) {
 	t.Helper()
 	prev := slog.Default() // the server command replaces it
 	ctx, cancel := context.WithCancel(context.Background())
-	var logs lockedBuffer
+	var logs syncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, append([]string{"server"}, args...), &logs, &logs)
@@ -130,7 +96,7 @@ func TestTLSFlagErrors(t *testing.T) {
 	dir := makeCerts(t)
 	ca, cert, key := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
 	missing := filepath.Join(dir, "missing.pem")
-	serverArgs := []string{"server", "--id", "1", "--peers", "1=" + freeAddr(t), "--data-dir", t.TempDir()}
+	serverArgs := []string{"server", "--id", "1", "--peers", "1=" + closedAddr(t), "--data-dir", t.TempDir()}
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -162,7 +128,7 @@ func TestTLSFlagErrors(t *testing.T) {
 func TestServerTLSCommand(t *testing.T) {
 	dir := makeCerts(t)
 	other := makeCerts(t)
-	addr := freeAddr(t)
+	addr := closedAddr(t)
 	runServerCmd(t, addr, "--id", "1", "--peers", "1="+addr, "--data-dir", t.TempDir(), "--tick", "10ms", "--log-level", "warn",
 		"--disable-admin",
 		"--tls-cert", filepath.Join(dir, "node.pem"), "--tls-key", filepath.Join(dir, "node-key.pem"), "--tls-ca", filepath.Join(dir, "ca.pem"))

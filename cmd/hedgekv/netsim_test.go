@@ -20,7 +20,7 @@ func TestNetsimErrors(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("[[zone]]\nname = \"dc-a\"\nstores = [1]\n[[zone]]\nname = \"dc-b\"\nstores = [2]\n[[link]]\nbetween = [\"dc-a\", \"dc-b\"]\nlatency = \"14\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dead := "127.0.0.1:" + freePort(t) // nothing listens there
+	dead := closedAddr(t)
 	tests := []struct {
 		name string
 		args []string
@@ -61,19 +61,8 @@ func TestNetsimErrors(t *testing.T) {
 	}
 }
 
-// freePort returns a port nothing listens on (for a moment).
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
-}
-
-// syncBuffer is a bytes.Buffer safe to read while a command writes it.
+// syncBuffer is a bytes.Buffer safe to read while a command (or a
+// server) writes it.
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -94,11 +83,42 @@ func (s *syncBuffer) String() string {
 // TestNetsimRun runs "hedgekv netsim" in the foreground against an echo
 // server and drives it with the partition, status and heal subcommands.
 func TestNetsimRun(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n := startNetsim(ctx, t, echoServer(t))
+	lines := strings.Split(strings.TrimSpace(n.stdout.String()), "\n")
+	if len(lines) != 4 || lines[0] != "netsim: 2 zones, 1 stores, 2 links; a partition is a blackhole" ||
+		!strings.HasPrefix(lines[1], "here → store 1: 127.0.0.1:") || !strings.HasSuffix(lines[1], " (nothing added)") ||
+		!strings.HasPrefix(lines[2], "there → store 1: 127.0.0.1:") || !strings.HasSuffix(lines[2], " (5ms one way, 100 Mbit/s)") {
+		t.Errorf("stdout:\n%s", n.stdout.String())
+	}
+
+	ctl := "--control=" + n.control
+	partitionAndHeal(t, ctl)
+
+	cancel() // SIGINT or SIGTERM
+	select {
+	case code := <-n.done:
+		if code != 0 || n.stderr.String() != "" {
+			t.Errorf("netsim exited %d, stderr %q", code, n.stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("netsim did not stop")
+	}
+	if code, _, _ := runCLI(t, "netsim", "status", ctl); code != exitFailure {
+		t.Errorf("status after stop: exit %d", code)
+	}
+}
+
+// echoServer listens on a free port and echoes back what each connection
+// sends, until the test ends; it returns its address.
+func echoServer(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -108,6 +128,21 @@ func TestNetsimRun(t *testing.T) {
 			go func() { _, _ = io.Copy(c, c); c.Close() }()
 		}
 	}()
+	return ln.Addr().String()
+}
+
+// netsimRun is a "hedgekv netsim" running in the foreground.
+type netsimRun struct {
+	control        string // its control address
+	done           chan int
+	stdout, stderr syncBuffer
+}
+
+// startNetsim runs "hedgekv netsim" until ctx ends, store 1 (in zone
+// "here"; zone "there" 5 ms away) at upstream, and waits (at most 10 s)
+// until it prints its control address.
+func startNetsim(ctx context.Context, t *testing.T, upstream string) *netsimRun {
+	t.Helper()
 	topo := filepath.Join(t.TempDir(), "topo.toml")
 	if err := os.WriteFile(topo, []byte(`
 [[zone]]
@@ -121,38 +156,33 @@ bandwidth_mbit = 100
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var stdout, stderr syncBuffer
-	done := make(chan int, 1)
+	n := &netsimRun{done: make(chan int, 1)}
 	go func() {
-		done <- run(ctx, []string{"netsim", "--topology", topo, "--upstream", "1=" + ln.Addr().String(),
-			"--port-base", "0", "--control", "127.0.0.1:0"}, &stdout, &stderr)
+		n.done <- run(ctx, []string{"netsim", "--topology", topo, "--upstream", "1=" + upstream,
+			"--port-base", "0", "--control", "127.0.0.1:0"}, &n.stdout, &n.stderr)
 	}()
-	var control string
-	for deadline := time.Now().Add(10 * time.Second); control == ""; {
-		if _, after, ok := strings.Cut(stdout.String(), "control: "); ok && strings.HasSuffix(after, "\n") {
-			control = strings.TrimSpace(after)
+	for deadline := time.Now().Add(10 * time.Second); n.control == ""; {
+		if _, after, ok := strings.Cut(n.stdout.String(), "control: "); ok && strings.HasSuffix(after, "\n") {
+			n.control = strings.TrimSpace(after)
 		}
 		select {
-		case code := <-done:
-			t.Fatalf("netsim exited %d: %s", code, stderr.String())
+		case code := <-n.done:
+			t.Fatalf("netsim exited %d: %s", code, n.stderr.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no control line; stdout %q stderr %q", stdout.String(), stderr.String())
+			t.Fatalf("no control line; stdout %q stderr %q", n.stdout.String(), n.stderr.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	if len(lines) != 4 || lines[0] != "netsim: 2 zones, 1 stores, 2 links; a partition is a blackhole" ||
-		!strings.HasPrefix(lines[1], "here → store 1: 127.0.0.1:") || !strings.HasSuffix(lines[1], " (nothing added)") ||
-		!strings.HasPrefix(lines[2], "there → store 1: 127.0.0.1:") || !strings.HasSuffix(lines[2], " (5ms one way, 100 Mbit/s)") {
-		t.Errorf("stdout:\n%s", stdout.String())
-	}
+	return n
+}
 
-	ctl := "--control=" + control
+// partitionAndHeal partitions store 1 (blackhole, then disconnect) through
+// the netsim at control flag ctl, checks the status in JSON and as a
+// table, heals, and checks that an unknown store is refused.
+func partitionAndHeal(t *testing.T, ctl string) {
+	t.Helper()
 	expect := func(wantOut string, args ...string) string {
 		t.Helper()
 		code, out, errs := runCLI(t, append(args, ctl)...)
@@ -189,17 +219,4 @@ bandwidth_mbit = 100
 		t.Errorf("partition 2: exit %d, stderr %q", code, errs)
 	}
 	oneLine(t, errs)
-
-	cancel() // SIGINT or SIGTERM
-	select {
-	case code := <-done:
-		if code != 0 || stderr.String() != "" {
-			t.Errorf("netsim exited %d, stderr %q", code, stderr.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("netsim did not stop")
-	}
-	if code, _, _ := runCLI(t, "netsim", "status", ctl); code != exitFailure {
-		t.Errorf("status after stop: exit %d", code)
-	}
 }

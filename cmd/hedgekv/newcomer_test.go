@@ -7,13 +7,10 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hedgekv/hedgekv/client/clienttest"
-	"github.com/hedgekv/hedgekv/raftstore"
-	"github.com/hedgekv/hedgekv/server"
 )
 
 // The tests of issue 21: what a newcomer meets in the first hour.
@@ -157,56 +154,12 @@ func TestUnknownZoneRefused(t *testing.T) {
 	}, ep)
 }
 
-// startThree runs a three-store cluster of real servers in-process on
-// 127.0.0.1, without balancing, and returns its endpoints.
-func startThree(t *testing.T) string {
-	t.Helper()
-	peers := map[uint64]string{}
-	var lis []net.Listener
-	for id := uint64(1); id <= 3; id++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		peers[id] = l.Addr().String()
-		lis = append(lis, l)
-	}
-	var servers []*server.Server
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, s := range servers {
-			wg.Go(s.Stop)
-		}
-		wg.Wait()
-	})
-	for i, l := range lis {
-		srv, err := server.New(server.Config{
-			Store: raftstore.Config{
-				StoreID: uint64(i + 1), InitialStores: []uint64{1, 2, 3}, DataDir: t.TempDir(),
-				NoSync: true, TickInterval: 10 * time.Millisecond, ElectionTicks: 20,
-				Logger: slog.New(slog.DiscardHandler),
-			},
-			Listener:         l,
-			Peers:            peers,
-			DisableBalancing: true,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		servers = append(servers, srv)
-		if err := srv.Start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return peers[1] + "," + peers[2] + "," + peers[3]
-}
-
 // TestStoresViewFreshAfterTransfer: ctl stores right after ctl
 // transfer-leader shows the new leader counts, not the counts of a
 // listing cached before the transfer (issue 21: the view is fresh after a
 // leadership change the asked store has seen).
 func TestStoresViewFreshAfterTransfer(t *testing.T) {
-	ep := "--endpoints=" + startThree(t)
+	ep := "--endpoints=" + startInProcess(t, 3, 3, 20)
 	leaders := func() []uint64 {
 		t.Helper()
 		code, stdout, stderr := runCLI(t, "ctl", "stores", "-w", "json", ep, "--timeout", "5s")

@@ -12,22 +12,25 @@ import (
 	"github.com/hedgekv/hedgekv/server"
 )
 
-// startTwoOfThree runs stores 1 and 2 of a three-store cluster in-process
-// on 127.0.0.1, store 3 (a voter of region 1) down from the start, and
-// store 4 known to every store but down and holding no replica. It
-// returns the endpoints of stores 1 and 2.
-func startTwoOfThree(t *testing.T) string {
+// startInProcess runs stores 1..running of a cluster whose region 1 has
+// voters on stores 1, 2 and 3, in-process on 127.0.0.1 without balancing;
+// stores running+1..known are known to every store but down (nothing
+// listens at their addresses). It returns the running stores' endpoints,
+// comma-separated.
+func startInProcess(t *testing.T, running, known uint64, electionTicks int) string {
 	t.Helper()
 	peers := map[uint64]string{}
 	var lis []net.Listener
-	for id := uint64(1); id <= 4; id++ {
+	var eps []string
+	for id := uint64(1); id <= known; id++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		peers[id] = l.Addr().String()
-		if id <= 2 {
+		if id <= running {
 			lis = append(lis, l)
+			eps = append(eps, peers[id])
 		} else if err := l.Close(); err != nil { // nothing listens there
 			t.Fatal(err)
 		}
@@ -44,8 +47,8 @@ func startTwoOfThree(t *testing.T) string {
 		srv, err := server.New(server.Config{
 			Store: raftstore.Config{
 				StoreID: uint64(i + 1), InitialStores: []uint64{1, 2, 3}, DataDir: t.TempDir(),
-				NoSync: true, TickInterval: 10 * time.Millisecond, ElectionTicks: 40,
-				Logger: slog.New(slog.DiscardHandler), // store 3's raft stream failing is expected
+				NoSync: true, TickInterval: 10 * time.Millisecond, ElectionTicks: electionTicks,
+				Logger: slog.New(slog.DiscardHandler), // a down store's raft stream failing is expected
 			},
 			Listener:         l,
 			Peers:            peers,
@@ -59,14 +62,16 @@ func startTwoOfThree(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	return peers[1] + "," + peers[2]
+	return strings.Join(eps, ",")
 }
 
 // TestCtlTransferLeaderRefused: ctl transfer-leader to a store that is
 // down, does not exist or holds no replica of the region fails at once
 // (not after --timeout), exit 1, with the cause on one line (issue 17).
 func TestCtlTransferLeaderRefused(t *testing.T) {
-	ep := "--endpoints=" + startTwoOfThree(t)
+	// Store 3, a voter of region 1, is down from the start; store 4 is
+	// known to every store but down and holds no replica.
+	ep := "--endpoints=" + startInProcess(t, 2, 4, 40)
 	// Stores 1 and 2 elect a leader of region 1 between them.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
