@@ -591,152 +591,15 @@ func TestContainerCluster(t *testing.T) {
 		c.mustGet(1+(i+2)%stores, all, fmt.Sprintf("docker/k%d", i), fmt.Sprintf("v%d", i), "--read", "follower")
 	}
 
-	// The value the cut-off store must never return once it is overwritten.
-	const key = "docker/cut"
-	c.mustPut(1, all, key, "old")
-	// The balancer may have moved the leader since: ask again, right
-	// before the cut, and make sure the store to be cut off has "old".
-	leader, _ = c.leaderOfRegion1(1, all, leaderWait)
-	cut := leader
-	var majority []int
-	for _, n := range allStores() {
-		if n != cut {
-			majority = append(majority, n)
-		}
-	}
-	majEPs := endpoints(majority...)
-	cutZone := c.zoneOf(cut)
-	c.mustGet(cut, local, key, "old")
-
-	// Cut the leader's container off the network.
-	if r := c.docker("network", "disconnect", c.network, c.ids[cut]); r.err != nil {
-		t.Fatalf("docker network disconnect: %v", r)
-	}
-	cutAt := time.Now()
-	t.Logf("store %d (region 1's leader) disconnected from %s", cut, c.network)
-
-	// The majority elects a leader and takes the write. Once it is
-	// acknowledged, the old leader's lease has run out (a new leader cannot
-	// be elected before it does), so from here on nothing may read "old".
-	took, r, ok := c.untilOK(failoverWait, func() result {
-		return c.cli(majority[0], majEPs, cutOffTimeout, "put", key, "new")
-	})
-	if !ok {
-		t.Fatalf("the majority (stores %v) took no write within %v of the cut: %v", majority, failoverWait, r)
-	}
-	t.Logf("majority took its first write %v after the cut", time.Since(cutAt).Round(time.Millisecond))
-
-	// Ask the cut-off store directly, each read mode that promises
-	// linearizability, and a write, all at once (each takes cutOffTimeout
-	// to fail). Every one must fail; a read returning "old" is a stale
-	// read, and anything succeeding means the cut did not cut.
-	probes := map[string][]string{
-		"leader read":   {"get", key, "-v"},
-		"follower read": {"get", key, "--read", "follower", "-v"},
-		"closest read":  {"get", key, "--read", "closest", "--zone", cutZone, "-v"},
-		"write":         {"put", "docker/cut-write", "from-the-minority"},
-	}
-	probeResults := make(map[string]result, len(probes))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for name, args := range probes {
-		wg.Go(func() {
-			r := c.cli(cut, local, cutOffTimeout, args...)
-			mu.Lock()
-			probeResults[name] = r
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	for name, r := range probeResults {
-		switch {
-		case r.err != nil && !refusedByCLI(r):
-			t.Errorf("cut-off store %d, %s: the probe itself did not run (no answer from the CLI): %v", cut, name, r)
-		case r.err != nil:
-			t.Logf("cut-off store %d, %s: failed as it must (%v): %s", cut, name, r.elapsed.Round(time.Millisecond), firstLine(r.stderr))
-		case r.out() == "old":
-			t.Errorf("STALE: cut-off store %d answered a %s with %q after the majority acknowledged %q: %v", cut, name, "old", "new", r)
-		default:
-			t.Errorf("cut-off store %d: %s succeeded, but it cannot reach a quorum: %v", cut, name, r)
-		}
-	}
-
-	// The majority keeps serving writes and linearizable reads.
-	for i := range 3 {
-		c.mustPut(majority[i%2], majEPs, fmt.Sprintf("docker/during%d", i), fmt.Sprintf("d%d", i))
-	}
-	for i, n := range majority {
-		c.mustGet(n, majEPs, key, "new")
-		c.mustGet(n, majEPs, key, "new", "--read", "follower")
-		c.mustGet(n, majEPs, fmt.Sprintf("docker/during%d", i), fmt.Sprintf("d%d", i))
-	}
-
-	// A bounded-staleness read at the cut-off store: its last safe point
-	// is from before the cut, more than the bound (plus the stores'
-	// assumed 50 ms clock offset) ago, so it must be refused too.
-	if since := time.Since(cutAt); since > 1500*time.Millisecond {
-		r := c.cli(cut, local, cutOffTimeout, "get", key, "--read", "closest", "--zone", cutZone, "--max-staleness", "1s", "-v")
-		switch {
-		case r.err != nil && !refusedByCLI(r):
-			t.Errorf("cut-off store %d, read bounded to 1s of staleness: the probe itself did not run: %v", cut, r)
-		case r.err == nil:
-			t.Errorf("cut-off store %d answered a read bounded to 1s of staleness %v after the cut: %v", cut, since.Round(time.Millisecond), r)
-		default:
-			t.Logf("cut-off store %d, read bounded to 1s of staleness, %v after the cut: failed as it must: %s", cut, since.Round(time.Millisecond), firstLine(r.stderr))
-		}
-	}
-	t.Logf("store %d was cut off for %v", cut, time.Since(cutAt).Round(time.Millisecond))
-
-	// Reconnect it under its old names; its peers dial it by name, and
-	// Docker may give it another address.
-	connect := []string{"network", "connect"}
-	for _, a := range c.aliases[cut] {
-		connect = append(connect, "--alias", a)
-	}
-	if r := c.docker(append(connect, c.network, c.ids[cut])...); r.err != nil {
-		t.Fatalf("docker network connect: %v", r)
-	}
+	p := c.cutLeader(all)
+	c.majorityTakesWrite(p)
+	c.probeCutOff(p)
+	c.majorityServes(p)
+	c.staleReadRefused(p)
+	t.Logf("store %d was cut off for %v", p.cut, time.Since(p.at).Round(time.Millisecond))
+	c.reconnect(p)
 	healedAt := time.Now()
-
-	// It catches up: a linearizable read answered by the store itself (a
-	// client in its zone reading the closest replica) returns the new value.
-	served := fmt.Sprintf("served by store %d ", cut)
-	took, r, ok = c.untilOK(catchUpWait, func() result {
-		r := c.cli(cut, local, cutOffTimeout, "get", key, "--read", "closest", "--zone", cutZone, "-v")
-		switch {
-		case r.err != nil:
-		case r.out() == "old":
-			// Stale: stop retrying, it is checked below.
-		case r.out() != "new":
-			r.err = fmt.Errorf("got %q, want %q", r.out(), "new")
-		case !strings.Contains(r.stderr, served):
-			r.err = fmt.Errorf("answered by another store, not %d", cut)
-		}
-		return r
-	})
-	if r.err == nil && r.out() == "old" {
-		t.Fatalf("STALE: store %d answered a linearizable read with %q after the reconnect: %v", cut, "old", r)
-	}
-	if !ok {
-		t.Fatalf("store %d did not serve the new value within %v of the reconnect: %v", cut, catchUpWait, r)
-	}
-	t.Logf("store %d served the new value %v after the reconnect: %s", cut, took.Round(time.Millisecond), firstLine(r.stderr))
-	for i := range 3 {
-		c.mustGet(cut, local, fmt.Sprintf("docker/during%d", i), fmt.Sprintf("d%d", i), "--read", "closest", "--zone", cutZone)
-	}
-	// The write the cut-off store was asked for was never acknowledged and
-	// never committed: its log entry, if it made one, was from a term the
-	// majority has moved past, and is overwritten.
-	if r := c.cli(cut, all, cliTimeout, "get", "docker/cut-write"); r.err == nil {
-		t.Errorf("the write sent to the cut-off store was applied after all: %v", r)
-	} else if !strings.Contains(r.stderr, "key not found") {
-		t.Errorf("get docker/cut-write: want 'key not found', got %v", r)
-	}
-	// And the whole cluster takes writes through it again.
-	c.mustPut(cut, all, "docker/after", "healed")
-	for _, n := range allStores() {
-		c.mustGet(n, all, "docker/after", "healed")
-	}
+	c.catchesUp(p, all)
 	t.Logf("cluster whole again %v after the reconnect", time.Since(healedAt).Round(time.Millisecond))
 
 	// restart: unless-stopped would hide a store that crashed and came
@@ -748,17 +611,4 @@ func TestContainerCluster(t *testing.T) {
 		}
 	}
 	t.Logf("scenario took %v", time.Since(began).Round(time.Millisecond))
-}
-
-// refusedByCLI tells a request the CLI made and saw fail (it says why, as
-// "hedgekv: ...") from a docker exec that could not run it (the container
-// gone, the exec timed out), which proves nothing about the store.
-func refusedByCLI(r result) bool {
-	var exit *exec.ExitError
-	return errors.As(r.err, &exit) && strings.HasPrefix(r.stderr, "hedgekv: ")
-}
-
-func firstLine(s string) string {
-	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	return s
 }
