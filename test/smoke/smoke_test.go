@@ -319,33 +319,12 @@ func untilOK(start time.Time, giveUp time.Duration, f func(time.Duration) result
 	}
 }
 
-func TestSmoke(t *testing.T) {
-	c := startCluster(t)
-	acked := map[string]string{}
-
-	// Writes, reads, scans.
-	for i := range 10 {
-		c.mustPut(fmt.Sprintf("smoke/k%02d", i), fmt.Sprintf("v%02d", i), acked)
-	}
-	for i := range 10 {
-		c.mustGet(fmt.Sprintf("smoke/k%02d", i), fmt.Sprintf("v%02d", i))
-	}
-	c.checkScan("smoke/", "smoke0", acked)
-	c.checkScan("smoke/k03", "smoke/k07", acked)
-
-	// Delete, and a missing key: `key not found` on stderr, exit 1.
-	c.mustPut("smoke/deleted", "x", map[string]string{})
-	if r := c.cli(cliTimeout, "delete", "smoke/deleted"); r.Err != nil {
-		t.Fatalf("delete: %v", r)
-	}
-	r := c.cli(cliTimeout, "get", "smoke/deleted")
-	var exitErr *exec.ExitError
-	if !errors.As(r.Err, &exitErr) || exitErr.ExitCode() != 1 || !strings.Contains(r.Stderr, "key not found") {
-		t.Fatalf("get of a deleted key: want exit 1 and 'key not found' on stderr, got %v", r)
-	}
-	c.checkScan("smoke/", "smoke0", acked)
-
-	// Kill -9 the store leading region 1.
+// killLeaderAndFailOver kills (kill -9) the store leading region 1 and
+// waits until writes and reads succeed again, within failoverBudget; it
+// returns the killed store.
+func (c *cluster) killLeaderAndFailOver(acked map[string]string) int {
+	t := c.t
+	t.Helper()
 	leader := c.leaderOfRegion1()
 	t.Logf("region 1 is led by store %d; killing it", leader)
 	if r := c.script("kill", strconv.Itoa(leader)); r.Err != nil {
@@ -379,6 +358,36 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("fail-over took %v, want reads and writes back within %v", recovered.Round(time.Millisecond), failoverBudget)
 	}
 	c.mustGet(key, val)
+	return leader
+}
+
+func TestSmoke(t *testing.T) {
+	c := startCluster(t)
+	acked := map[string]string{}
+
+	// Writes, reads, scans.
+	for i := range 10 {
+		c.mustPut(fmt.Sprintf("smoke/k%02d", i), fmt.Sprintf("v%02d", i), acked)
+	}
+	for i := range 10 {
+		c.mustGet(fmt.Sprintf("smoke/k%02d", i), fmt.Sprintf("v%02d", i))
+	}
+	c.checkScan("smoke/", "smoke0", acked)
+	c.checkScan("smoke/k03", "smoke/k07", acked)
+
+	// Delete, and a missing key: `key not found` on stderr, exit 1.
+	c.mustPut("smoke/deleted", "x", map[string]string{})
+	if r := c.cli(cliTimeout, "delete", "smoke/deleted"); r.Err != nil {
+		t.Fatalf("delete: %v", r)
+	}
+	r := c.cli(cliTimeout, "get", "smoke/deleted")
+	var exitErr *exec.ExitError
+	if !errors.As(r.Err, &exitErr) || exitErr.ExitCode() != 1 || !strings.Contains(r.Stderr, "key not found") {
+		t.Fatalf("get of a deleted key: want exit 1 and 'key not found' on stderr, got %v", r)
+	}
+	c.checkScan("smoke/", "smoke0", acked)
+
+	leader := c.killLeaderAndFailOver(acked)
 
 	// More writes while the store is down.
 	for i := range 5 {
