@@ -182,13 +182,8 @@ func (e *engine) checkpointLocked() error {
 }
 
 // checkpointAsync starts a checkpoint whose sync runs off the caller's
-// goroutine (the Ready loop goes on meanwhile), if none is in flight:
-// under e.mu it pins the current state T with a reader and copies T's
-// meta pages; then, outside it, DB.Sync makes T's pages durable (they
-// were written before it started; later commits touch no page of T or of
-// the checkpoint still in force, both pinned), store.ckpt gets T's meta
-// pages, and only then does T's reader replace the old pin and the WAL
-// lose the records T covers. An error is kept for the next round.
+// goroutine (the Ready loop goes on meanwhile), if none is in flight. An
+// error is kept for the next round.
 func (e *engine) checkpointAsync() error {
 	if !e.ckptMu.TryLock() {
 		return nil
@@ -200,52 +195,93 @@ func (e *engine) checkpointAsync() error {
 		e.ckptMu.Unlock()
 		return err
 	}
-	if e.syncMode || e.noSync || e.wal == nil || mmapSize() == 0 || e.fileSize() > int64(mmapSize())-(1<<30) {
+	if !e.offLockCheckpointsLocked() {
 		err := e.checkpointLocked()
 		e.mu.Unlock()
 		e.ckptMu.Unlock()
 		return err
 	}
-	pin, err := e.db.Begin(false)
-	if err != nil {
-		e.mu.Unlock()
-		e.ckptMu.Unlock()
-		return fmt.Errorf("checkpoint: pin: %w", err)
-	}
-	var covered uint64
-	if v := pin.Bucket(bucketMeta).Get(keyWALSeq); len(v) == 8 {
-		covered = binary.BigEndian.Uint64(v)
-	}
-	pages, err := e.readMetaPages()
-	e.ckptAt = time.Now()
+	ck, err := e.beginCheckpointLocked()
 	e.mu.Unlock()
 	if err != nil {
-		pin.Rollback()
 		e.ckptMu.Unlock()
 		return err
 	}
 	go func() {
 		defer e.ckptMu.Unlock()
-		err := e.db.Sync()
-		if err == nil {
-			err = e.writeCheckpointFile(pages)
-		}
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if err != nil {
-			pin.Rollback()
-			e.ckptErr = fmt.Errorf("checkpoint: %w", err)
-			return
-		}
-		if e.pin != nil {
-			e.pin.Rollback()
-		}
-		e.pin = pin
-		e.stats.checkpoints++
-		if err := e.wal.truncate(covered); err != nil {
-			e.ckptErr = fmt.Errorf("checkpoint: %w", err)
+		if err := e.finishCheckpoint(ck); err != nil {
+			e.mu.Lock()
+			e.ckptErr = err
+			e.mu.Unlock()
 		}
 	}()
+	return nil
+}
+
+// offLockCheckpointsLocked reports whether a checkpoint may sync outside
+// e.mu (beginCheckpointLocked): not in sync mode nor about to enter it.
+func (e *engine) offLockCheckpointsLocked() bool {
+	return !e.syncMode && !e.noSync && e.wal != nil && mmapSize() > 0 && e.fileSize() <= int64(mmapSize())-(1<<30)
+}
+
+// pendingCheckpoint is a checkpoint begun under e.mu and finished outside.
+type pendingCheckpoint struct {
+	pin     *bbolt.Tx // a reader on the state T being checkpointed
+	covered uint64    // T's wal_seq
+	pages   []byte    // T's meta pages
+}
+
+// beginCheckpointLocked pins the current state T with a reader and copies
+// its meta pages; finishCheckpoint, outside e.mu, makes T the restore
+// point: DB.Sync makes T's pages durable (they were written before it
+// started; later commits touch no page of T or of the checkpoint still in
+// force, both pinned), store.ckpt gets T's meta pages, and only then does
+// T's reader replace the old pin and the WAL lose the records T covers.
+// e.mu and ckptMu are held.
+func (e *engine) beginCheckpointLocked() (pendingCheckpoint, error) {
+	pin, err := e.db.Begin(false)
+	if err != nil {
+		return pendingCheckpoint{}, fmt.Errorf("checkpoint: pin: %w", err)
+	}
+	ck := pendingCheckpoint{pin: pin}
+	if v := pin.Bucket(bucketMeta).Get(keyWALSeq); len(v) == 8 {
+		ck.covered = binary.BigEndian.Uint64(v)
+	}
+	if ck.pages, err = e.readMetaPages(); err != nil {
+		pin.Rollback()
+		return pendingCheckpoint{}, err
+	}
+	e.ckptAt = time.Now()
+	return ck, nil
+}
+
+// testHookCheckpointSync, if set, runs before a checkpoint begun under
+// e.mu syncs (tests: a slow disk).
+var testHookCheckpointSync func()
+
+// finishCheckpoint: see beginCheckpointLocked. ckptMu is held, e.mu not.
+func (e *engine) finishCheckpoint(ck pendingCheckpoint) error {
+	if testHookCheckpointSync != nil {
+		testHookCheckpointSync()
+	}
+	err := e.db.Sync()
+	if err == nil {
+		err = e.writeCheckpointFile(ck.pages)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err != nil {
+		ck.pin.Rollback()
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if e.pin != nil {
+		e.pin.Rollback()
+	}
+	e.pin = ck.pin
+	e.stats.checkpoints++
+	if err := e.wal.truncate(ck.covered); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
 	return nil
 }
 
@@ -276,16 +312,28 @@ func (e *engine) fileSize() int64 {
 }
 
 // update runs fn in a write transaction outside the Ready loop and returns
-// once it is durable (a checkpoint).
+// once it is durable (a checkpoint). Only the commit holds e.mu: the
+// checkpoint's sync runs outside it, as a background one's does, so the
+// Ready loop's rounds go on meanwhile (a split's ID allocation held every
+// region of its store for 8-23 ms under load).
 func (e *engine) update(fn func(*bbolt.Tx) error) error {
 	e.ckptMu.Lock()
 	defer e.ckptMu.Unlock()
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if err := e.db.Update(fn); err != nil {
+		e.mu.Unlock()
 		return err
 	}
-	return e.checkpointLocked()
+	if !e.offLockCheckpointsLocked() {
+		defer e.mu.Unlock()
+		return e.checkpointLocked()
+	}
+	ck, err := e.beginCheckpointLocked()
+	e.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return e.finishCheckpoint(ck)
 }
 
 // round persists one Ready round: prepare's items as one synced WAL record
