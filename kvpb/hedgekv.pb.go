@@ -3242,10 +3242,14 @@ type RaftMessage struct {
 	// from_conf_ver is the sender's region epoch conf_ver (0: unknown): a
 	// member that has applied more conf changes and does not list the
 	// sending peer knows it was removed, and tells it to destroy itself.
-	FromConfVer   uint64  `protobuf:"varint,7,opt,name=from_conf_ver,json=fromConfVer,proto3" json:"from_conf_ver,omitempty"`
-	Notice        *Notice `protobuf:"bytes,8,opt,name=notice,proto3" json:"notice,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FromConfVer uint64  `protobuf:"varint,7,opt,name=from_conf_ver,json=fromConfVer,proto3" json:"from_conf_ver,omitempty"`
+	Notice      *Notice `protobuf:"bytes,8,opt,name=notice,proto3" json:"notice,omitempty"`
+	// lease_horizon_nanos rides on a MsgTimeoutNow: how long (on the
+	// sender's clock) a follower-lease grant it made may still be valid. The
+	// target, once elected, holds its commits back at least that long.
+	LeaseHorizonNanos int64 `protobuf:"varint,9,opt,name=lease_horizon_nanos,json=leaseHorizonNanos,proto3" json:"lease_horizon_nanos,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RaftMessage) Reset() {
@@ -3325,6 +3329,13 @@ func (x *RaftMessage) GetNotice() *Notice {
 		return x.Notice
 	}
 	return nil
+}
+
+func (x *RaftMessage) GetLeaseHorizonNanos() int64 {
+	if x != nil {
+		return x.LeaseHorizonNanos
+	}
+	return 0
 }
 
 // Notice is a side-channel message between two peers of a region
@@ -3912,7 +3923,7 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\vstall_nanos\x18\x03 \x01(\x03R\n" +
 	"stallNanos\x12\x14\n" +
 	"\x05clear\x18\x04 \x01(\bR\x05clear\"\x0f\n" +
-	"\rFaultResponse\"\x84\x02\n" +
+	"\rFaultResponse\"\xb4\x02\n" +
 	"\vRaftMessage\x12\x1b\n" +
 	"\tregion_id\x18\x01 \x01(\x04R\bregionId\x12\x1d\n" +
 	"\n" +
@@ -3922,7 +3933,8 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\n" +
 	"safe_point\x18\x05 \x01(\v2\x12.hedgekv.SafePointR\tsafePoint\x12\"\n" +
 	"\rfrom_conf_ver\x18\a \x01(\x04R\vfromConfVer\x12'\n" +
-	"\x06notice\x18\b \x01(\v2\x0f.hedgekv.NoticeR\x06noticeJ\x04\b\x06\x10\a\"\xaa\x01\n" +
+	"\x06notice\x18\b \x01(\v2\x0f.hedgekv.NoticeR\x06notice\x12.\n" +
+	"\x13lease_horizon_nanos\x18\t \x01(\x03R\x11leaseHorizonNanosJ\x04\b\x06\x10\a\"\xaa\x01\n" +
 	"\x06Notice\x12'\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x13.hedgekv.NoticeKindR\x04kind\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +

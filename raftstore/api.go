@@ -27,6 +27,10 @@ type Message struct {
 	// unknown). A member that has applied more conf changes and does not
 	// list the sender answers with a tombstone (membership.go).
 	FromConfVer uint64
+	// LeaseHorizon rides on a MsgTimeoutNow: how long, on the sender's
+	// clock, a follower-lease grant it made may still be valid. The target,
+	// once elected, defers its commits at least that long (followerlease.go).
+	LeaseHorizon time.Duration
 }
 
 // SafePoint is a leader's promise, made while it holds a valid lease: every

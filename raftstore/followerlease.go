@@ -45,7 +45,11 @@ import (
 //     once; so every new leader, while follower leases are on, holds its
 //     followers' acks below its first entry for one maximum follower lease
 //     (plus drift): no grant of an earlier term is still valid when
-//     anything of the new term commits (MongoDB's LeaseGuard rule).
+//     anything of the new term commits (MongoDB's LeaseGuard rule). Its
+//     own maximum is not enough when stores run different lease lengths
+//     (election ticks, tick intervals): the MsgTimeoutNow that elects it
+//     carries how long the old leader's grants may still run (its lease
+//     horizon), and the deferral lasts at least that long.
 //
 // Follower leases live in memory only: a restarted follower holds none, and
 // a restarted leader is no longer leader.
@@ -105,7 +109,17 @@ type followerLeaseState struct {
 	reqs    leaseRequests
 	grants  grantTable
 	pending pendingWrites
+	// inherited is when the grants a transferring leader told this peer of
+	// (a MsgTimeoutNow's lease horizon) have surely run out, on this
+	// peer's clock: if elected, it defers its commits until then at least.
+	inherited time.Time
 }
+
+// maxLeaseHorizon bounds the lease horizon a MsgTimeoutNow may ask for: a
+// grant never outlives its leader's lease, which is shorter than an
+// election timeout; a larger value is a peer's bug, and would only stall
+// writes.
+const maxLeaseHorizon = time.Minute
 
 // followerLeaseDuration is the longest lease a leader grants.
 func (s *Store) followerLeaseDuration() time.Duration {
@@ -228,11 +242,15 @@ func (p *Peer) followerLeaseValidLocked(now time.Time) bool {
 func (p *Peer) grantsForTermLocked(term, commit uint64, now time.Time) *grantTable {
 	g := &p.fl.grants
 	if g.term != term {
+		until := now.Add(p.store.followerLeaseDefer())
+		if p.fl.inherited.After(until) {
+			until = p.fl.inherited
+		}
 		*g = grantTable{
 			term:       term,
 			holders:    map[uint64]holderRecord{},
 			acks:       map[uint64]uint64{},
-			deferUntil: now.Add(p.store.followerLeaseDefer()),
+			deferUntil: until,
 			deferCap:   commit,
 			noRenew:    map[uint64]bool{},
 		}
@@ -419,6 +437,37 @@ func (p *Peer) removedHolderUntilLocked(cc raftpb.ConfChangeV2, now time.Time) t
 		}
 	}
 	return until
+}
+
+// grantHorizonLocked is how long, from now on this leader's clock, a grant
+// it made in this term may still be valid: what a MsgTimeoutNow carries,
+// so that the target, once elected, defers its commits past it. (No grant
+// is made once a transfer has begun: leaseValidLocked.)
+func (p *Peer) grantHorizonLocked(now time.Time) time.Duration {
+	g := &p.fl.grants
+	if g.term != p.rn.BasicStatus().Term {
+		return 0
+	}
+	var h time.Duration
+	for _, rec := range g.holders {
+		h = max(h, rec.until.Sub(now))
+	}
+	return h
+}
+
+// inheritGrantsLocked records a MsgTimeoutNow's lease horizon, received
+// now: measured on this peer's clock, which may run slower than the
+// sender's by the drift margin, plus a tick for the grant's delivery.
+func (p *Peer) inheritGrantsLocked(horizon time.Duration, now time.Time) {
+	if horizon <= 0 {
+		return
+	}
+	horizon = min(horizon, maxLeaseHorizon)
+	s := p.store
+	until := now.Add(time.Duration(float64(horizon)*(1+s.cfg.LeaseDriftMargin)) + s.cfg.TickInterval)
+	if until.After(p.fl.inherited) {
+		p.fl.inherited = until
+	}
 }
 
 // revokeNoticesLocked returns a revoke notice for every valid holder, sent

@@ -3,6 +3,7 @@ package raftstore
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/raft/v3"
@@ -171,6 +172,9 @@ func (s *Store) stepLocked(p *Peer, m *Message) error {
 		}
 		return nil
 	}
+	if m.Msg.Type == raftpb.MsgTimeoutNow {
+		p.inheritGrantsLocked(m.LeaseHorizon, now)
+	}
 	holderRose := p.capAckLocked(&m.Msg, now)
 	err := p.rn.Step(m.Msg)
 	if err == nil && m.SafePoint != nil && m.Msg.Type == raftpb.MsgHeartbeat {
@@ -280,6 +284,7 @@ func (s *Store) send(p *Peer, msgs []raftpb.Message) {
 	r := p.region
 	now := s.now()
 	stores := make([]uint64, len(msgs))
+	var horizon time.Duration
 	for i := range msgs {
 		switch msgs[i].Type {
 		case raftpb.MsgHeartbeat:
@@ -288,12 +293,16 @@ func (s *Store) send(p *Peer, msgs []raftpb.Message) {
 			}
 		case raftpb.MsgTimeoutNow:
 			p.onTimeoutNowLocked(now)
+			horizon = p.grantHorizonLocked(now)
 		}
 		stores[i], _ = p.storeOfLocked(msgs[i].To)
 	}
 	p.mu.Unlock()
 	for i := range msgs {
 		m := &Message{RegionID: r.ID, FromStore: s.cfg.StoreID, ToStore: stores[i], Msg: msgs[i], FromConfVer: r.Epoch.ConfVer}
+		if msgs[i].Type == raftpb.MsgTimeoutNow {
+			m.LeaseHorizon = horizon
+		}
 		if stores[i] == 0 {
 			// No store known for the peer: lost. A snapshot must say so,
 			// or raft keeps the follower waiting for it (StateSnapshot)

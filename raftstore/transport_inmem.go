@@ -153,7 +153,7 @@ type inmemTransport struct {
 
 func (t *inmemTransport) Send(m *Message) {
 	// Copy through the wire format now: the caller may reuse m.
-	c := &Message{RegionID: m.RegionID, FromStore: m.FromStore, ToStore: m.ToStore, FromConfVer: m.FromConfVer}
+	c := &Message{RegionID: m.RegionID, FromStore: m.FromStore, ToStore: m.ToStore, FromConfVer: m.FromConfVer, LeaseHorizon: m.LeaseHorizon}
 	if m.SafePoint != nil {
 		sp := *m.SafePoint
 		sp.Time = time.Unix(0, sp.Time.UnixNano()) // wall clock only, as on a wire

@@ -216,7 +216,8 @@ func (s *raftService) decode(rm *kvpb.RaftMessage) (*raftstore.Message, error) {
 	if rm.GetToStore() != s.storeID {
 		return nil, status.Errorf(codes.InvalidArgument, "raft message for store %d arrived at store %d", rm.GetToStore(), s.storeID)
 	}
-	m := &raftstore.Message{RegionID: rm.GetRegionId(), FromStore: rm.GetFromStore(), ToStore: rm.GetToStore(), FromConfVer: rm.GetFromConfVer()}
+	m := &raftstore.Message{RegionID: rm.GetRegionId(), FromStore: rm.GetFromStore(), ToStore: rm.GetToStore(), FromConfVer: rm.GetFromConfVer(),
+		LeaseHorizon: time.Duration(rm.GetLeaseHorizonNanos())}
 	if sp := rm.GetSafePoint(); sp != nil {
 		m.SafePoint = &raftstore.SafePoint{Term: sp.GetTerm(), Commit: sp.GetCommit(), Time: time.Unix(0, sp.GetTimeUnixNano())}
 	}

@@ -611,6 +611,7 @@ func (p *peerSender) send(msgs []*raftstore.Message) {
 			batch, inBatch, size = &kvpb.RaftMessageBatch{}, inBatch[:0], 0
 		}
 		rm := &kvpb.RaftMessage{RegionId: m.RegionID, FromStore: p.t.selfID, ToStore: m.ToStore, Message: data, FromConfVer: m.FromConfVer, Notice: notice}
+		rm.LeaseHorizonNanos = int64(m.LeaseHorizon)
 		if sp := m.SafePoint; sp != nil {
 			rm.SafePoint = &kvpb.SafePoint{Term: sp.Term, Commit: sp.Commit, TimeUnixNano: sp.Time.UnixNano()}
 		}

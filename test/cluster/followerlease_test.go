@@ -204,6 +204,49 @@ var _ = Describe("follower lease expiry", func() {
 		Expect(w.stale.Load()).To(BeZero(), "stale reads on the holder after the transfer")
 	})
 
+	It("ends on a transfer to a store whose own leases are shorter: the new leader defers its commits for the old leader's grants", func() {
+		// Store 3 runs 4 election ticks: its own leader lease, longest
+		// grant and deferral are a fraction of the others' (10 ticks).
+		// Found by the long nemesis (store 3 campaigns sooner there): the
+		// new leader deferred for its own longest grant, 248 ms, while the
+		// holder's grant from the old leader had up to 324 ms to run.
+		opts := leaseOpts()
+		opts.TickInterval = 50 * time.Millisecond
+		opts.StoreElectionTicks = map[uint64]int{3: 4}
+		c := startCluster(opts)
+		ctx := ctxFor(30 * time.Second)
+		Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
+		const oldLeader, holder, target = 1, 2, 3
+		Eventually(func() error {
+			if l, _ := c.Leader(1); l == oldLeader {
+				return nil
+			}
+			l, _ := c.Leader(1)
+			tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			return mustStore(c, l).TransferLeader(tctx, 1, oldLeader)
+		}).WithTimeout(15 * time.Second).Should(Succeed())
+		waitFollowerLease(c, holder, "x")
+
+		c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+			between := (m.FromStore == holder && m.ToStore == target) || (m.FromStore == target && m.ToStore == holder)
+			return between || isLeaseRevoke(m), 0
+		}))
+		w := watchStale(c, holder, follower, "x", "old")
+		Expect(mustStore(c, oldLeader).TransferLeader(ctx, 1, target)).To(Succeed())
+		Eventually(func() error {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			return mustStore(c, target).Put(pctx, raftstore.WriteOptions{}, []byte("x"), []byte("new"))
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+		w.acked.Store(time.Now().UnixNano())
+		time.Sleep(500 * time.Millisecond) // longer than any grant the holder may hold
+		w.halt()
+		Expect(w.reads.Load()).To(BeNumerically(">", 0))
+		Expect(w.stale.Load()).To(BeZero(), "stale reads on the holder after the transfer")
+		Expect(c.FollowerLeaseViolations()).To(BeZero())
+	})
+
 	It("ends on a transfer the holder hears of", func() {
 		c := startCluster(leaseOpts())
 		ctx := ctxFor(20 * time.Second)

@@ -108,6 +108,11 @@ func (cs *clientState) regionFor(c *raftstoretest.Cluster, key string, refresh b
 	return r, ok
 }
 
+// shortLeaseStore runs 6 election ticks to the others' 10: it campaigns
+// sooner, so elections race leases more often, and its own leases (leader
+// lease, longest grant, deferral) are shorter than the others'.
+const shortLeaseStore = 3
+
 // nemesisDuration is how long each seed runs; clockSkew whether stores get
 // skewed clocks (within the drift margin and the max clock offset).
 func runLinearizability(run nemesisRun, duration time.Duration) {
@@ -115,8 +120,8 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	// Clocks skewed within what the lease and the staleness bounds allow
 	// for: a rate off by up to 3% (the lease gives up 10%), an offset of
-	// up to 20ms (MaxClockOffset is 50ms). Store 3 campaigns sooner than
-	// the others, so elections race leases more often.
+	// up to 20ms (MaxClockOffset is 50ms). shortLeaseStore campaigns
+	// sooner than the others, and its own leases are shorter.
 	skews := map[uint64]func() time.Time{}
 	for id := uint64(1); id <= 4; id++ {
 		skews[id] = raftstoretest.SkewedClock(time.Duration(rng.IntN(41)-20)*time.Millisecond, 0.97+rng.Float64()*0.06)
@@ -125,7 +130,7 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 		TickInterval:       run.tick,
 		DedupWindow:        run.dedupWindow,
 		LogGCThreshold:     200,
-		StoreElectionTicks: map[uint64]int{3: 6},
+		StoreElectionTicks: map[uint64]int{shortLeaseStore: 6},
 		Clock:              func(id uint64) func() time.Time { return skews[id] },
 		FollowerLeases:     run.followerLeases,
 	})

@@ -95,6 +95,10 @@ type nemesis struct {
 	clocks map[uint64]func() time.Time // each store's (skewed) clock
 	probes int                         // operations the nemesis itself recorded
 	seq    int
+	// shortLeaseRuns: how often a follower-lease run has moved a
+	// leadership to shortLeaseStore past an unhearing holder
+	// (transferUnheardToShortLease).
+	shortLeaseRuns int
 }
 
 // quietKey is a key no client writes, in a region of its own (split off
@@ -190,8 +194,8 @@ func (n *nemesis) renewLease(leader, regionID uint64, key string) {
 	if !ok {
 		return
 	}
-	ticks := 10 // election ticks; store 3 runs with 6
-	if leader == 3 {
+	ticks := 10 // election ticks; shortLeaseStore runs with 6
+	if leader == shortLeaseStore {
 		ticks = 6
 	}
 	lease := time.Duration(float64(time.Duration(ticks-2)*n.run.tick) * 0.9)
@@ -226,6 +230,17 @@ func (n *nemesis) loop() {
 		}
 		rng.Shuffle(len(followers), func(i, j int) { followers[i], followers[j] = followers[j], followers[i] })
 		hold := time.Duration(200+rng.IntN(400)) * time.Millisecond
+		if n.run.followerLeases && n.shortLeaseRuns < 3 && hasLeader && len(followers) >= 2 {
+			// Every follower-lease run, however short, moves a leadership
+			// to the store with the shorter leases past a holder that hears
+			// nothing of it, three times: whether the holder's grant
+			// outlasts the target's own longest one is a matter of when it
+			// was last renewed.
+			if n.transferUnheardToShortLease(r, leader, followers, hold) {
+				n.shortLeaseRuns++
+			}
+			continue
+		}
 		switch rng.IntN(16) {
 		case 0:
 			if !hasLeader {
@@ -339,6 +354,12 @@ func (n *nemesis) transferUnheard(r region.Region, leader uint64, hasLeader bool
 		return
 	}
 	holder, target := followers[0], followers[1]
+	if holder == shortLeaseStore {
+		// The target with the shorter leases: its own longest grant is
+		// shorter than the old leader's, so only the horizon the old
+		// leader sends with MsgTimeoutNow keeps its deferral long enough.
+		holder, target = target, holder
+	}
 	n.log.add("transfer-unheard", "region %d %d -> %d, store %d hears nothing of it for %v", r.ID, leader, target, holder, hold)
 	heal := n.c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
 		between := (m.FromStore == holder && m.ToStore == target) || (m.FromStore == target && m.ToStore == holder)
@@ -353,6 +374,51 @@ func (n *nemesis) transferUnheard(r region.Region, leader uint64, hasLeader bool
 	}
 	n.probeOn(holder, key, raftstore.ReadOptions{ReplicaRead: true}, "unheard-follower")
 	n.sleep(hold)
+}
+
+// transferUnheardToShortLease is transferUnheard with shortLeaseStore as
+// the target and a holder that has just been granted a lease: the old
+// leader's grant can outlast the target's own longest one. If
+// shortLeaseStore leads r, leadership moves away from it first. It
+// reports whether it ran.
+func (n *nemesis) transferUnheardToShortLease(r region.Region, leader uint64, followers []uint64, hold time.Duration) bool {
+	if leader == shortLeaseStore {
+		s, up := n.c.Store(leader)
+		if !up {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := s.TransferLeader(ctx, r.ID, followers[0])
+		cancel()
+		if err != nil {
+			return false
+		}
+		leader, followers = followers[0], []uint64{followers[1], shortLeaseStore}
+	}
+	holder := followers[0]
+	if holder == shortLeaseStore {
+		holder = followers[1]
+	}
+	if _, ok := r.PeerOnStore(shortLeaseStore); !ok || holder == shortLeaseStore {
+		return false
+	}
+	key, ok := n.keyIn(r)
+	hs, up := n.c.Store(holder)
+	if !ok || !up {
+		return false
+	}
+	// Until the holder reads from a lease (not recorded: a read is a read).
+	for range 50 {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		_, _, info, err := hs.Get(ctx, raftstore.ReadOptions{ReplicaRead: true}, []byte(key))
+		cancel()
+		if err == nil && info.Mode == raftstore.ReadModeFollowerLease {
+			break
+		}
+		n.sleep(10 * time.Millisecond)
+	}
+	n.transferUnheard(r, leader, true, []uint64{holder, shortLeaseStore}, hold)
+	return true
 }
 
 // moveWhileDown moves a follower's replica away while the follower's store
