@@ -62,141 +62,11 @@ var _ = Describe("replicated core", func() {
 		Expect(raftstoretest.Retryable(err)).To(BeTrue(), "got %v", err)
 	})
 
-	It("stops serving reads on an isolated leader before a new leader can commit", func() {
-		c := startCluster(raftstoretest.Options{})
-		ctx := ctxFor(20 * time.Second)
-		Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
-		old, _ := c.Leader(1)
-		oldStore := mustStore(c, old)
-		// Warm the lease so the old leader is serving lease reads when cut off.
-		Eventually(func() raftstore.ReadMode {
-			_, _, info, _ := oldStore.Get(ctx, raftstore.ReadOptions{}, []byte("x"))
-			return info.Mode
-		}).WithTimeout(5 * time.Second).Should(Equal(raftstore.ReadModeLease))
+	It("stops serving reads on an isolated leader before a new leader can commit", isolatedLeaderStopsReading)
 
-		type read struct {
-			start, end time.Time
-			val        string
-		}
-		var (
-			mu       sync.Mutex
-			reads    []read
-			attempts atomic.Int64
-			stop     = make(chan struct{})
-			wg       sync.WaitGroup
-		)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				attempts.Add(1)
-				start := time.Now()
-				rctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-				v, _, _, err := oldStore.Get(rctx, raftstore.ReadOptions{}, []byte("x"))
-				cancel()
-				if err != nil {
-					time.Sleep(time.Millisecond)
-				} else {
-					mu.Lock()
-					reads = append(reads, read{start, time.Now(), string(v)})
-					mu.Unlock()
-				}
-			}
-		}()
+	It("drops the lease before a leadership transfer", leaseDroppedBeforeTransfer)
 
-		c.Net.AddFilter(raftstore.IsolateFilter(old))
-		var newLeader uint64
-		Eventually(func() bool {
-			for _, id := range otherThan(c, old) {
-				if st, ok := c.Status(id, 1); ok && st.IsLeader {
-					newLeader = id
-					return true
-				}
-			}
-			return false
-		}).WithTimeout(10 * time.Second).WithPolling(5 * time.Millisecond).Should(BeTrue())
-		Eventually(func() error {
-			return mustStore(c, newLeader).Put(ctxFor(time.Second), raftstore.WriteOptions{}, []byte("x"), []byte("new"))
-		}).WithTimeout(10 * time.Second).Should(Succeed())
-		acked := time.Now()
-		// The reader tries the old leader some more after the write.
-		tried := attempts.Load()
-		Eventually(attempts.Load).WithTimeout(5 * time.Second).Should(BeNumerically(">=", tried+3))
-		close(stop)
-		wg.Wait()
-
-		mu.Lock()
-		defer mu.Unlock()
-		Expect(reads).NotTo(BeEmpty(), "the old leader served nothing even before the partition")
-		last := reads[len(reads)-1]
-		Expect(last.end.Before(acked)).To(BeTrue(), "old leader served a read ending %v after the new write was acknowledged", last.end.Sub(acked))
-		for _, r := range reads {
-			Expect(r.val).To(Equal("old"))
-		}
-	})
-
-	It("drops the lease before a leadership transfer", func() {
-		c := startCluster(raftstoretest.Options{})
-		ctx := ctxFor(20 * time.Second)
-		Expect(c.Put(ctx, []byte("x"), []byte("1"))).To(Succeed())
-		old, _ := c.Leader(1)
-		oldStore := mustStore(c, old)
-		target := otherThan(c, old)[0]
-		Eventually(func() raftstore.ReadMode {
-			_, _, info, _ := oldStore.Get(ctx, raftstore.ReadOptions{}, []byte("x"))
-			return info.Mode
-		}).WithTimeout(5 * time.Second).Should(Equal(raftstore.ReadModeLease))
-
-		// Hold the transfer half-way: the transferee never gets MsgTimeoutNow.
-		heal := c.Net.AddFilter(raftstore.MsgTypeFilter(raftstore.DropFilter(1), raftpb.MsgTimeoutNow))
-		transferDone := make(chan error, 1)
-		go func() { transferDone <- oldStore.TransferLeader(ctxFor(10*time.Second), 1, target) }()
-		Eventually(func() bool { st, _ := c.Status(old, 1); return st.Transferring }).WithTimeout(2 * time.Second).WithPolling(time.Millisecond).Should(BeTrue())
-
-		// While the transfer is under way nothing may be served from the lease.
-		for range 20 {
-			_, _, info, err := oldStore.Get(ctxFor(time.Second), raftstore.ReadOptions{}, []byte("x"))
-			if err == nil {
-				Expect(info.Mode).NotTo(Equal(raftstore.ReadModeLease))
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-		heal()
-		Eventually(transferDone).WithTimeout(10 * time.Second).Should(Receive(BeNil()))
-		Eventually(func() uint64 { id, _ := c.Leader(1); return id }).WithTimeout(5 * time.Second).Should(Equal(target))
-		v, found, err := c.Get(ctx, []byte("x"))
-		Expect(err).NotTo(HaveOccurred())
-		Expect(found).To(BeTrue())
-		Expect(string(v)).To(Equal("1"))
-	})
-
-	It("catches a far-behind follower up by snapshot", func() {
-		c := startCluster(raftstoretest.Options{LogGCThreshold: 20})
-		ctx := ctxFor(30 * time.Second)
-		leader, _ := c.Leader(1)
-		lagging := otherThan(c, leader)[0]
-		Expect(c.StopStore(lagging)).To(Succeed())
-		for i := range 200 {
-			Expect(c.Put(ctx, fmt.Appendf(nil, "k%03d", i), fmt.Appendf(nil, "v%d", i))).To(Succeed())
-		}
-		Expect(c.StartStore(lagging)).To(Succeed())
-		want, _ := c.Status(leader, 1)
-		Eventually(func() uint64 { st, _ := c.Status(lagging, 1); return st.AppliedIndex }).
-			WithTimeout(10 * time.Second).Should(BeNumerically(">=", want.AppliedIndex))
-		s := mustStore(c, lagging)
-		Expect(s.Stats().SnapshotsApplied).To(BeNumerically(">=", 1))
-		for _, i := range []int{0, 99, 199} {
-			v, found, _, err := s.Get(ctx, raftstore.ReadOptions{ReplicaRead: true}, fmt.Appendf(nil, "k%03d", i))
-			Expect(err).NotTo(HaveOccurred())
-			Expect(found).To(BeTrue())
-			Expect(string(v)).To(Equal(fmt.Sprintf("v%d", i)))
-		}
-	})
+	It("catches a far-behind follower up by snapshot", snapshotCatchesUp)
 
 	It("keeps every acknowledged write across a restart of all stores", func() {
 		c := startCluster(raftstoretest.Options{LogGCThreshold: 50})
@@ -233,3 +103,145 @@ var _ = Describe("replicated core", func() {
 		Eventually(func() uint64 { st, _ := c.Status(leader, 1); return st.LeaderStoreID }).WithTimeout(5 * time.Second).ShouldNot(BeZero())
 	})
 })
+
+// isolatedLeaderStopsReading: a leader cut off from the others serves no read
+// that ends after a new leader has committed a new write.
+func isolatedLeaderStopsReading() {
+	c := startCluster(raftstoretest.Options{})
+	ctx := ctxFor(20 * time.Second)
+	Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
+	old, _ := c.Leader(1)
+	oldStore := mustStore(c, old)
+	// Warm the lease so the old leader is serving lease reads when cut off.
+	Eventually(func() raftstore.ReadMode {
+		_, _, info, _ := oldStore.Get(ctx, raftstore.ReadOptions{}, []byte("x"))
+		return info.Mode
+	}).WithTimeout(5 * time.Second).Should(Equal(raftstore.ReadModeLease))
+
+	type read struct {
+		start, end time.Time
+		val        string
+	}
+	var (
+		mu       sync.Mutex
+		reads    []read
+		attempts atomic.Int64
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			attempts.Add(1)
+			start := time.Now()
+			rctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			v, _, _, err := oldStore.Get(rctx, raftstore.ReadOptions{}, []byte("x"))
+			cancel()
+			if err != nil {
+				time.Sleep(time.Millisecond)
+			} else {
+				mu.Lock()
+				reads = append(reads, read{start, time.Now(), string(v)})
+				mu.Unlock()
+			}
+		}
+	}()
+
+	c.Net.AddFilter(raftstore.IsolateFilter(old))
+	var newLeader uint64
+	Eventually(func() bool {
+		for _, id := range otherThan(c, old) {
+			if st, ok := c.Status(id, 1); ok && st.IsLeader {
+				newLeader = id
+				return true
+			}
+		}
+		return false
+	}).WithTimeout(10 * time.Second).WithPolling(5 * time.Millisecond).Should(BeTrue())
+	Eventually(func() error {
+		return mustStore(c, newLeader).Put(ctxFor(time.Second), raftstore.WriteOptions{}, []byte("x"), []byte("new"))
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+	acked := time.Now()
+	// The reader tries the old leader some more after the write.
+	tried := attempts.Load()
+	Eventually(attempts.Load).WithTimeout(5 * time.Second).Should(BeNumerically(">=", tried+3))
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	Expect(reads).NotTo(BeEmpty(), "the old leader served nothing even before the partition")
+	last := reads[len(reads)-1]
+	Expect(last.end.Before(acked)).To(BeTrue(), "old leader served a read ending %v after the new write was acknowledged", last.end.Sub(acked))
+	for _, r := range reads {
+		Expect(r.val).To(Equal("old"))
+	}
+}
+
+// leaseDroppedBeforeTransfer: a leader serves nothing from its lease while a
+// transfer of its leadership is under way.
+func leaseDroppedBeforeTransfer() {
+	c := startCluster(raftstoretest.Options{})
+	ctx := ctxFor(20 * time.Second)
+	Expect(c.Put(ctx, []byte("x"), []byte("1"))).To(Succeed())
+	old, _ := c.Leader(1)
+	oldStore := mustStore(c, old)
+	target := otherThan(c, old)[0]
+	Eventually(func() raftstore.ReadMode {
+		_, _, info, _ := oldStore.Get(ctx, raftstore.ReadOptions{}, []byte("x"))
+		return info.Mode
+	}).WithTimeout(5 * time.Second).Should(Equal(raftstore.ReadModeLease))
+
+	// Hold the transfer half-way: the transferee never gets MsgTimeoutNow.
+	heal := c.Net.AddFilter(raftstore.MsgTypeFilter(raftstore.DropFilter(1), raftpb.MsgTimeoutNow))
+	transferDone := make(chan error, 1)
+	go func() { transferDone <- oldStore.TransferLeader(ctxFor(10*time.Second), 1, target) }()
+	Eventually(func() bool { st, _ := c.Status(old, 1); return st.Transferring }).WithTimeout(2 * time.Second).WithPolling(time.Millisecond).Should(BeTrue())
+
+	// While the transfer is under way nothing may be served from the lease.
+	for range 20 {
+		_, _, info, err := oldStore.Get(ctxFor(time.Second), raftstore.ReadOptions{}, []byte("x"))
+		if err == nil {
+			Expect(info.Mode).NotTo(Equal(raftstore.ReadModeLease))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	heal()
+	Eventually(transferDone).WithTimeout(10 * time.Second).Should(Receive(BeNil()))
+	Eventually(func() uint64 { id, _ := c.Leader(1); return id }).WithTimeout(5 * time.Second).Should(Equal(target))
+	v, found, err := c.Get(ctx, []byte("x"))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(found).To(BeTrue())
+	Expect(string(v)).To(Equal("1"))
+}
+
+// snapshotCatchesUp: a follower that missed more than the log keeps catches
+// up by snapshot.
+func snapshotCatchesUp() {
+	c := startCluster(raftstoretest.Options{LogGCThreshold: 20})
+	ctx := ctxFor(30 * time.Second)
+	leader, _ := c.Leader(1)
+	lagging := otherThan(c, leader)[0]
+	Expect(c.StopStore(lagging)).To(Succeed())
+	for i := range 200 {
+		Expect(c.Put(ctx, fmt.Appendf(nil, "k%03d", i), fmt.Appendf(nil, "v%d", i))).To(Succeed())
+	}
+	Expect(c.StartStore(lagging)).To(Succeed())
+	want, _ := c.Status(leader, 1)
+	Eventually(func() uint64 { st, _ := c.Status(lagging, 1); return st.AppliedIndex }).
+		WithTimeout(10 * time.Second).Should(BeNumerically(">=", want.AppliedIndex))
+	s := mustStore(c, lagging)
+	Expect(s.Stats().SnapshotsApplied).To(BeNumerically(">=", 1))
+	for _, i := range []int{0, 99, 199} {
+		v, found, _, err := s.Get(ctx, raftstore.ReadOptions{ReplicaRead: true}, fmt.Appendf(nil, "k%03d", i))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(found).To(BeTrue())
+		Expect(string(v)).To(Equal(fmt.Sprintf("v%d", i)))
+	}
+}

@@ -85,47 +85,7 @@ var _ = Describe("follower read", func() {
 		Expect(batches).To(BeNumerically("<", reads/2), "reads did not share ReadIndex rounds")
 	})
 
-	It("never returns the old value on either side once a new leader has committed a new write", func() {
-		c := startCluster(raftstoretest.Options{Stores: 5})
-		ctx := ctxFor(20 * time.Second)
-		Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
-		old, _ := c.Leader(1)
-		rest := otherThan(c, old)
-		oldSide := []uint64{old, rest[0]}
-		newSide := rest[1:]
-		for _, id := range c.IDs() {
-			Eventually(func() uint64 { st, _ := c.Status(id, 1); return st.LeaderStoreID }).WithTimeout(5 * time.Second).Should(Equal(old))
-		}
-		c.Net.AddFilter(raftstore.PartitionFilter(oldSide...))
-		var newLeader uint64
-		Eventually(func() bool {
-			for _, id := range newSide {
-				if st, ok := c.Status(id, 1); ok && st.IsLeader {
-					newLeader = id
-					return true
-				}
-			}
-			return false
-		}).WithTimeout(10 * time.Second).Should(BeTrue())
-		Eventually(func() error {
-			return mustStore(c, newLeader).Put(ctxFor(time.Second), raftstore.WriteOptions{}, []byte("x"), []byte("new"))
-		}).WithTimeout(10 * time.Second).Should(Succeed())
-		// Now through every store, on both sides, for a while.
-		deadline := time.Now().Add(time.Second)
-		served := map[uint64]int{}
-		for time.Now().Before(deadline) {
-			for _, id := range c.IDs() {
-				v, _, _, err := readOn(c, id, raftstore.ReadOptions{ReplicaRead: true}, "x", 50*time.Millisecond)
-				if err == nil {
-					Expect(v).To(Equal("new"), "store %d returned the old value after the new write was acknowledged", id)
-					served[id]++
-				}
-			}
-		}
-		for _, id := range newSide {
-			Expect(served[id]).To(BeNumerically(">", 0), "store %d on the majority side served nothing", id)
-		}
-	})
+	It("never returns the old value on either side once a new leader has committed a new write", noOldValueAfterNewLeaderWrite)
 
 	It("fails fast with a retryable error when the follower knows no leader (etcd#9566)", func() {
 		c := startCluster(raftstoretest.Options{})
@@ -161,79 +121,129 @@ var _ = Describe("follower read", func() {
 			WithTimeout(5 * time.Second).Should(Succeed())
 	})
 
-	It("never batches a read into a ReadIndex issued before a leadership transfer (tikv#4680)", func() {
-		c := startCluster(raftstoretest.Options{})
-		ctx := ctxFor(20 * time.Second)
-		Expect(c.Put(ctx, []byte("x"), []byte("before"))).To(Succeed())
-		old, _ := c.Leader(1)
-		target := otherThan(c, old)[0]
-		oldStore := mustStore(c, old)
-		// Slow heartbeats so ReadIndex batches stay in flight across the transfer.
-		c.Net.AddFilter(raftstore.MsgTypeFilter(raftstore.DelayFilter(20*time.Millisecond, 0), raftpb.MsgHeartbeat, raftpb.MsgHeartbeatResp))
-		var wg sync.WaitGroup
-		type result struct {
-			start time.Time
-			val   string
+	It("never batches a read into a ReadIndex issued before a leadership transfer (tikv#4680)", noReadIndexAcrossTransfer)
+})
+
+// noOldValueAfterNewLeaderWrite: once a new leader has committed a new
+// write, a follower read on either side of the partition never returns the
+// old value.
+func noOldValueAfterNewLeaderWrite() {
+	c := startCluster(raftstoretest.Options{Stores: 5})
+	ctx := ctxFor(20 * time.Second)
+	Expect(c.Put(ctx, []byte("x"), []byte("old"))).To(Succeed())
+	old, _ := c.Leader(1)
+	rest := otherThan(c, old)
+	oldSide := []uint64{old, rest[0]}
+	newSide := rest[1:]
+	for _, id := range c.IDs() {
+		Eventually(func() uint64 { st, _ := c.Status(id, 1); return st.LeaderStoreID }).WithTimeout(5 * time.Second).Should(Equal(old))
+	}
+	c.Net.AddFilter(raftstore.PartitionFilter(oldSide...))
+	var newLeader uint64
+	Eventually(func() bool {
+		for _, id := range newSide {
+			if st, ok := c.Status(id, 1); ok && st.IsLeader {
+				newLeader = id
+				return true
+			}
 		}
-		var mu sync.Mutex
-		var results []result
-		stop := make(chan struct{})
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					start := time.Now()
-					v, _, _, err := readOn(c, old, raftstore.ReadOptions{ReplicaRead: true}, "x", time.Second)
-					if err == nil {
-						mu.Lock()
-						results = append(results, result{start, v})
-						mu.Unlock()
-					} else {
-						time.Sleep(time.Millisecond)
-					}
+		return false
+	}).WithTimeout(10 * time.Second).Should(BeTrue())
+	Eventually(func() error {
+		return mustStore(c, newLeader).Put(ctxFor(time.Second), raftstore.WriteOptions{}, []byte("x"), []byte("new"))
+	}).WithTimeout(10 * time.Second).Should(Succeed())
+	// Now through every store, on both sides, for a while.
+	deadline := time.Now().Add(time.Second)
+	served := map[uint64]int{}
+	for time.Now().Before(deadline) {
+		for _, id := range c.IDs() {
+			v, _, _, err := readOn(c, id, raftstore.ReadOptions{ReplicaRead: true}, "x", 50*time.Millisecond)
+			if err == nil {
+				Expect(v).To(Equal("new"), "store %d returned the old value after the new write was acknowledged", id)
+				served[id]++
+			}
+		}
+	}
+	for _, id := range newSide {
+		Expect(served[id]).To(BeNumerically(">", 0), "store %d on the majority side served nothing", id)
+	}
+}
+
+// noReadIndexAcrossTransfer: a read that starts after a write acknowledged
+// by the new leader is never batched into a ReadIndex the old leader issued
+// before the transfer (tikv#4680).
+func noReadIndexAcrossTransfer() {
+	c := startCluster(raftstoretest.Options{})
+	ctx := ctxFor(20 * time.Second)
+	Expect(c.Put(ctx, []byte("x"), []byte("before"))).To(Succeed())
+	old, _ := c.Leader(1)
+	target := otherThan(c, old)[0]
+	oldStore := mustStore(c, old)
+	// Slow heartbeats so ReadIndex batches stay in flight across the transfer.
+	c.Net.AddFilter(raftstore.MsgTypeFilter(raftstore.DelayFilter(20*time.Millisecond, 0), raftpb.MsgHeartbeat, raftpb.MsgHeartbeatResp))
+	var wg sync.WaitGroup
+	type result struct {
+		start time.Time
+		val   string
+	}
+	var mu sync.Mutex
+	var results []result
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
 				}
-			}()
-		}
-		// servedSince counts the reads served that started after t.
-		servedSince := func(t time.Time) int {
-			mu.Lock()
-			defer mu.Unlock()
-			n := 0
-			for _, r := range results {
-				if r.start.After(t) {
-					n++
+				start := time.Now()
+				v, _, _, err := readOn(c, old, raftstore.ReadOptions{ReplicaRead: true}, "x", time.Second)
+				if err == nil {
+					mu.Lock()
+					results = append(results, result{start, v})
+					mu.Unlock()
+				} else {
+					time.Sleep(time.Millisecond)
 				}
 			}
-			return n
-		}
-		// The readers are running (their batches in flight) before the transfer.
-		Eventually(servedSince).WithArguments(time.Time{}).WithTimeout(5 * time.Second).Should(BeNumerically(">=", 8))
-		Expect(oldStore.TransferLeader(ctxFor(5*time.Second), 1, target)).To(Succeed())
-		Eventually(func() error {
-			return mustStore(c, target).Put(ctxFor(time.Second), raftstore.WriteOptions{}, []byte("x"), []byte("after"))
-		}).WithTimeout(5 * time.Second).Should(Succeed())
-		acked := time.Now()
-		Eventually(servedSince).WithArguments(acked).WithTimeout(5 * time.Second).Should(BeNumerically(">=", 8))
-		close(stop)
-		wg.Wait()
+		}()
+	}
+	// servedSince counts the reads served that started after t.
+	servedSince := func(t time.Time) int {
 		mu.Lock()
 		defer mu.Unlock()
-		late := 0
+		n := 0
 		for _, r := range results {
-			if r.start.After(acked) {
-				late++
-				Expect(r.val).To(Equal("after"), "a read that started after the write was acknowledged saw the old value")
+			if r.start.After(t) {
+				n++
 			}
 		}
-		Expect(late).To(BeNumerically(">", 0))
-	})
-})
+		return n
+	}
+	// The readers are running (their batches in flight) before the transfer.
+	Eventually(servedSince).WithArguments(time.Time{}).WithTimeout(5 * time.Second).Should(BeNumerically(">=", 8))
+	Expect(oldStore.TransferLeader(ctxFor(5*time.Second), 1, target)).To(Succeed())
+	Eventually(func() error {
+		return mustStore(c, target).Put(ctxFor(time.Second), raftstore.WriteOptions{}, []byte("x"), []byte("after"))
+	}).WithTimeout(5 * time.Second).Should(Succeed())
+	acked := time.Now()
+	Eventually(servedSince).WithArguments(acked).WithTimeout(5 * time.Second).Should(BeNumerically(">=", 8))
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	late := 0
+	for _, r := range results {
+		if r.start.After(acked) {
+			late++
+			Expect(r.val).To(Equal("after"), "a read that started after the write was acknowledged saw the old value")
+		}
+	}
+	Expect(late).To(BeNumerically(">", 0))
+}
 
 var _ = Describe("bounded-staleness read", func() {
 	It("keeps serving within the bound while the region has no leader, and never older than the bound", func() {

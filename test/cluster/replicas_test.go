@@ -13,37 +13,18 @@ import (
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
 )
 
+// checkWithin runs the replica check, bounded by d.
+func checkWithin(c *raftstoretest.Cluster, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return c.CheckReplicas(ctx)
+}
+
 // The check every startCluster spec ends with (checkReplicas) must be able
 // to fail: these specs show it catches a replica that diverged behind
 // raft's back and that it refuses to pass without a quiet moment.
 var _ = Describe("replica agreement check", func() {
-	checkWithin := func(c *raftstoretest.Cluster, d time.Duration) error {
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
-		return c.CheckReplicas(ctx)
-	}
-
-	It("agrees on a healthy cluster after writes, deletes and a split", func() {
-		c := startCluster(raftstoretest.Options{})
-		ctx := ctxFor(20 * time.Second)
-		for i := range 200 {
-			Expect(c.Put(ctx, key(i), fmt.Appendf(nil, "v%d", i))).To(Succeed())
-		}
-		Expect(c.Split(ctx, key(100))).To(Succeed())
-		for i := 0; i < 200; i += 7 {
-			Expect(c.Delete(ctx, key(i))).To(Succeed())
-		}
-		Expect(c.Regions()).To(HaveLen(2))
-		everyRegionHasLeader(c)
-		Expect(checkWithin(c, 10*time.Second)).To(Succeed())
-		for _, r := range c.Regions() {
-			for _, id := range c.IDs() {
-				d, err := mustStore(c, id).RegionDigest(r.ID)
-				Expect(err).NotTo(HaveOccurred())
-				Expect(d.Keys).To(BeNumerically(">", 80), "store %d region %d", id, r.ID)
-			}
-		}
-	})
+	It("agrees on a healthy cluster after writes, deletes and a split", agreesWhenHealthy)
 
 	It("checks only the running stores", func() {
 		c := startCluster(raftstoretest.Options{})
@@ -125,3 +106,27 @@ var _ = Describe("replica agreement check", func() {
 		Expect(checkWithin(c, 10*time.Second)).To(Succeed())
 	})
 })
+
+// agreesWhenHealthy: the check passes on a healthy cluster after writes,
+// deletes and a split, every replica holding the keys.
+func agreesWhenHealthy() {
+	c := startCluster(raftstoretest.Options{})
+	ctx := ctxFor(20 * time.Second)
+	for i := range 200 {
+		Expect(c.Put(ctx, key(i), fmt.Appendf(nil, "v%d", i))).To(Succeed())
+	}
+	Expect(c.Split(ctx, key(100))).To(Succeed())
+	for i := 0; i < 200; i += 7 {
+		Expect(c.Delete(ctx, key(i))).To(Succeed())
+	}
+	Expect(c.Regions()).To(HaveLen(2))
+	everyRegionHasLeader(c)
+	Expect(checkWithin(c, 10*time.Second)).To(Succeed())
+	for _, r := range c.Regions() {
+		for _, id := range c.IDs() {
+			d, err := mustStore(c, id).RegionDigest(r.ID)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(d.Keys).To(BeNumerically(">", 80), "store %d region %d", id, r.ID)
+		}
+	}
+}
