@@ -14,48 +14,48 @@ import (
 	"github.com/hedgekv/hedgekv/cluster"
 )
 
-var _ = Describe("replica choice", func() {
-	// readsPerStore runs `clients` independent clients (each its own
-	// client.Client: no shared state), each with two workers reading under
-	// policy for d, and returns how many reads each store served.
-	readsPerStore := func(c *cluster.Local, clients int, policy client.ReadPolicy, keys int, d time.Duration) (map[uint64]int64, int64) {
-		GinkgoHelper()
-		served := map[uint64]*atomic.Int64{}
-		for _, id := range c.StoreIDs() {
-			served[id] = &atomic.Int64{}
-		}
-		var failed atomic.Int64
-		ctx := ctxFor(d + 30*time.Second)
-		deadline := time.Now().Add(d)
-		var wg sync.WaitGroup
-		for i := range clients {
-			cl := newClient(c)
-			s := cl.Session(policy)
-			for w := range 2 {
-				wg.Go(func() {
-					// Bounded in count as well as time.
-					for n := 0; n < 5000 && time.Now().Before(deadline); n++ {
-						key := fmt.Appendf(nil, "p2c-%03d", (i*7+w*3+n)%keys)
-						_, info, err := s.GetWithInfo(ctx, key)
-						if err != nil {
-							failed.Add(1)
-							continue
-						}
-						if n := served[info.StoreID]; n != nil {
-							n.Add(1)
-						}
-					}
-				})
-			}
-		}
-		wg.Wait()
-		out := map[uint64]int64{}
-		for id, n := range served {
-			out[id] = n.Load()
-		}
-		return out, failed.Load()
+// readsPerStore runs `clients` independent clients (each its own
+// client.Client: no shared state), each with two workers reading under
+// policy for d, and returns how many reads each store served.
+func readsPerStore(c *cluster.Local, clients int, policy client.ReadPolicy, keys int, d time.Duration) (map[uint64]int64, int64) {
+	GinkgoHelper()
+	served := map[uint64]*atomic.Int64{}
+	for _, id := range c.StoreIDs() {
+		served[id] = &atomic.Int64{}
 	}
+	var failed atomic.Int64
+	ctx := ctxFor(d + 30*time.Second)
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for i := range clients {
+		cl := newClient(c)
+		s := cl.Session(policy)
+		for w := range 2 {
+			wg.Go(func() {
+				// Bounded in count as well as time.
+				for n := 0; n < 5000 && time.Now().Before(deadline); n++ {
+					key := fmt.Appendf(nil, "p2c-%03d", (i*7+w*3+n)%keys)
+					_, info, err := s.GetWithInfo(ctx, key)
+					if err != nil {
+						failed.Add(1)
+						continue
+					}
+					if n := served[info.StoreID]; n != nil {
+						n.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	out := map[uint64]int64{}
+	for id, n := range served {
+		out[id] = n.Load()
+	}
+	return out, failed.Load()
+}
 
+var _ = Describe("replica choice", func() {
 	It("sends well under a third of sixteen independent clients' reads to a slow store", func() {
 		c := startCluster()
 		cl := newClient(c)
