@@ -511,15 +511,24 @@ const maxTransferLag = 128
 
 // transfereeCaughtUpLocked reports whether peer id is within
 // maxTransferLag entries of this leader's log and not waiting for a
-// snapshot.
+// snapshot. It is polled every half tick while a transfer waits: it walks
+// the progress in place rather than copying it (Status).
 func (p *Peer) transfereeCaughtUpLocked(id uint64) bool {
-	st := p.rn.Status()
-	pr, ok := st.Progress[id]
-	self, okSelf := st.Progress[p.id]
-	if !ok || !okSelf {
+	var target tracker.Progress
+	var selfMatch uint64
+	found, foundSelf := false, false
+	p.rn.WithProgress(func(pid uint64, _ raft.ProgressType, pr tracker.Progress) {
+		switch pid {
+		case id:
+			target, found = pr, true
+		case p.id:
+			selfMatch, foundSelf = pr.Match, true
+		}
+	})
+	if !found || !foundSelf {
 		return false
 	}
-	return pr.State != tracker.StateSnapshot && pr.Match+maxTransferLag >= self.Match
+	return target.State != tracker.StateSnapshot && target.Match+maxTransferLag >= selfMatch
 }
 
 // ErrInvalidRequest marks a request that can never succeed as asked.
