@@ -6,7 +6,6 @@ package multistore
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -239,69 +238,28 @@ func (c *cluster) liveEndpoints() string {
 
 // ---------------------------------------------------------------- CLI
 
-type result = testbin.Result
+type (
+	result     = testbin.Result
+	peerJSON   = testbin.PeerJSON
+	regionJSON = testbin.RegionJSON
+	storeJSON  = testbin.StoreJSON
+)
 
 // cli runs the hedgekv CLI against the live stores.
 func (c *cluster) cli(args ...string) result {
 	return testbin.Run("", cliTimeout, nil, binPath, append(args, "--endpoints", c.liveEndpoints())...)
 }
 
-type peerJSON struct {
-	ID        uint64 `json:"id"`
-	StoreID   uint64 `json:"store_id"`
-	IsLearner bool   `json:"is_learner"`
-}
-
-type regionJSON struct {
-	ID            uint64     `json:"id"`
-	StartKey      string     `json:"start_key"`
-	EndKey        string     `json:"end_key"`
-	Peers         []peerJSON `json:"peers"`
-	LeaderStoreID uint64     `json:"leader_store_id"`
-}
-
-func (r regionJSON) String() string {
-	ps := make([]string, len(r.Peers))
-	for i, p := range r.Peers {
-		ps[i] = fmt.Sprintf("%d@%d", p.ID, p.StoreID)
-		if p.IsLearner {
-			ps[i] += "(L)"
-		}
-	}
-	return fmt.Sprintf("region %d [%q,%q) peers %s leader %d", r.ID, r.StartKey, r.EndKey, strings.Join(ps, ","), r.LeaderStoreID)
-}
-
-type storeJSON struct {
-	ID          uint64 `json:"id"`
-	Address     string `json:"address"`
-	Zone        string `json:"zone"`
-	Up          bool   `json:"up"`
-	LeaderCount uint64 `json:"leader_count"`
-	RegionCount uint64 `json:"region_count"`
-}
-
 func (c *cluster) regions() ([]regionJSON, error) {
-	r := c.cli("ctl", "regions", "--json")
-	if r.Err != nil {
-		return nil, fmt.Errorf("ctl regions --json: %v", r)
-	}
 	var rs []regionJSON
-	if err := json.Unmarshal([]byte(r.Stdout), &rs); err != nil {
-		return nil, fmt.Errorf("ctl regions --json: %v in %q", err, r.Stdout)
-	}
-	return rs, nil
+	err := testbin.DecodeJSON(c.cli("ctl", "regions", "--json"), "ctl regions --json", &rs)
+	return rs, err
 }
 
 func (c *cluster) storesJSON() ([]storeJSON, error) {
-	r := c.cli("ctl", "stores", "--json")
-	if r.Err != nil {
-		return nil, fmt.Errorf("ctl stores --json: %v", r)
-	}
 	var ss []storeJSON
-	if err := json.Unmarshal([]byte(r.Stdout), &ss); err != nil {
-		return nil, fmt.Errorf("ctl stores --json: %v in %q", err, r.Stdout)
-	}
-	return ss, nil
+	err := testbin.DecodeJSON(c.cli("ctl", "stores", "--json"), "ctl stores --json", &ss)
+	return ss, err
 }
 
 // waitUntil polls check every interval until it returns nil, failing the

@@ -1,7 +1,6 @@
 package smoke
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -14,24 +13,10 @@ import (
 )
 
 // storeJSON is one store of `ctl stores --json`.
-type storeJSON struct {
-	ID          uint64 `json:"id"`
-	Up          bool   `json:"up"`
-	RegionCount uint64 `json:"region_count"`
-	Removing    bool   `json:"removing"`
-	Removed     bool   `json:"removed"`
-}
-
 func (c *cluster) stores() ([]storeJSON, error) {
-	r := c.cli(cliTimeout, "ctl", "stores", "--json")
-	if r.Err != nil {
-		return nil, fmt.Errorf("ctl stores --json: %v", r)
-	}
 	var ss []storeJSON
-	if err := json.Unmarshal([]byte(r.Stdout), &ss); err != nil {
-		return nil, fmt.Errorf("ctl stores --json: %v in %q", err, r.Stdout)
-	}
-	return ss, nil
+	err := testbin.DecodeJSON(c.cli(cliTimeout, "ctl", "stores", "--json"), "ctl stores --json", &ss)
+	return ss, err
 }
 
 // waitStores polls ctl stores until ok holds, for at most budget.

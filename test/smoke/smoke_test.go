@@ -9,7 +9,6 @@
 package smoke
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -73,7 +72,11 @@ type cluster struct {
 	endpoints string
 }
 
-type result = testbin.Result
+type (
+	result     = testbin.Result
+	regionJSON = testbin.RegionJSON
+	storeJSON  = testbin.StoreJSON
+)
 
 // run executes name args... in the repository with env, bounded by timeout.
 func run(timeout time.Duration, env []string, name string, args ...string) result {
@@ -221,27 +224,10 @@ func (c *cluster) checkScan(start, end string, acked map[string]string) {
 	}
 }
 
-type regionJSON struct {
-	ID            uint64 `json:"id"`
-	StartKey      string `json:"start_key"`
-	EndKey        string `json:"end_key"`
-	LeaderStoreID uint64 `json:"leader_store_id"`
-	Peers         []struct {
-		ID      uint64 `json:"id"`
-		StoreID uint64 `json:"store_id"`
-	} `json:"peers"`
-}
-
 func (c *cluster) regions() ([]regionJSON, error) {
-	r := c.cli(cliTimeout, "ctl", "regions", "--json")
-	if r.Err != nil {
-		return nil, fmt.Errorf("ctl regions --json: %v", r)
-	}
 	var rs []regionJSON
-	if err := json.Unmarshal([]byte(r.Stdout), &rs); err != nil {
-		return nil, fmt.Errorf("ctl regions --json: %v in %q", err, r.Stdout)
-	}
-	return rs, nil
+	err := testbin.DecodeJSON(c.cli(cliTimeout, "ctl", "regions", "--json"), "ctl regions --json", &rs)
+	return rs, err
 }
 
 // leaderOfRegion1 returns the store leading region 1, waiting (bounded) for
