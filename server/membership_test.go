@@ -475,6 +475,19 @@ type badRequest struct {
 	regionDetail bool
 }
 
+// refused makes the request and fails t unless it is refused with the
+// code, with a region error detail or not as tc says.
+func (tc badRequest) refused(t *testing.T) {
+	t.Helper()
+	err := tc.call()
+	if got := status.Code(err); got != tc.code {
+		t.Fatalf("got %v (%v), want %v", got, err, tc.code)
+	}
+	if re := kvpb.RegionErrorFromStatus(err); (re != nil) != tc.regionDetail {
+		t.Fatalf("region error detail %v, want present=%v", re, tc.regionDetail)
+	}
+}
+
 // badMembershipRequests are Split, AddPeer, RemovePeer and Join requests
 // that a one-store cluster holding region 1 must refuse.
 func badMembershipRequests(ctx context.Context, admin kvpb.AdminClient) []badRequest {
@@ -553,13 +566,7 @@ func TestWithStoreMembershipValidation(t *testing.T) {
 	}
 	for _, tc := range badMembershipRequests(ctx, admin) {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.call()
-			if got := status.Code(err); got != tc.code {
-				t.Fatalf("got %v (%v), want %v", got, err, tc.code)
-			}
-			if re := kvpb.RegionErrorFromStatus(err); (re != nil) != tc.regionDetail {
-				t.Fatalf("region error detail %v, want present=%v", re, tc.regionDetail)
-			}
+			tc.refused(t)
 			if got := scanAll(ctx, t, kv); !maps.Equal(got, map[string]string{"k0": "v0"}) {
 				t.Fatalf("data changed to %v", got)
 			}

@@ -157,12 +157,7 @@ func TestWithStoreValidation(t *testing.T) {
 	for i := range manyKeys {
 		manyKeys[i] = []byte("k0")
 	}
-	cases := []struct {
-		name         string
-		call         func() error
-		code         codes.Code
-		regionDetail bool
-	}{
+	cases := []badRequest{
 		{"get empty key", func() error { _, err := kv.Get(ctx, &kvpb.GetRequest{}); return err }, codes.InvalidArgument, false},
 		{"get big key", func() error { _, err := kv.Get(ctx, &kvpb.GetRequest{Key: bigKey}); return err }, codes.InvalidArgument, false},
 		{"put empty key", func() error { _, err := kv.Put(ctx, &kvpb.PutRequest{Value: []byte("v")}); return err }, codes.InvalidArgument, false},
@@ -214,13 +209,7 @@ func TestWithStoreValidation(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.call()
-			if got := status.Code(err); got != tc.code {
-				t.Fatalf("got %v (%v), want %v", got, err, tc.code)
-			}
-			if re := kvpb.RegionErrorFromStatus(err); (re != nil) != tc.regionDetail {
-				t.Fatalf("region error detail %v, want present=%v", re, tc.regionDetail)
-			}
+			tc.refused(t)
 			if got := scanAll(ctx, t, kv); !maps.Equal(got, want) {
 				t.Fatalf("data changed to %v", got)
 			}

@@ -62,6 +62,21 @@ func (f zoneForwarders) tune(t *testing.T) func(*Config) {
 	}
 }
 
+// startBehindForwarders starts three stores, each advertising its
+// forwarders as its zone addresses, and waits for a leader.
+func startBehindForwarders(t *testing.T) (*testCluster, zoneForwarders) {
+	t.Helper()
+	fwd := zoneForwarders{}
+	c := newClusterWith(t, 3, nil, nil, fwd.tune(t))
+	for _, s := range c.servers {
+		if err := s.Start(); err != nil {
+			t.Fatalf("start: %v", err)
+		}
+	}
+	c.waitLeader(t)
+	return c, fwd
+}
+
 // transportAddr is where s's transport dials store id.
 func transportAddr(s *Server, id uint64) string {
 	s.trans.mu.Lock()
@@ -77,14 +92,7 @@ func transportAddr(s *Server, id uint64) string {
 // through the dc-b forwarders; a store joining later is reached, and
 // reaches the others, the same way.
 func TestWithStoreZoneAddresses(t *testing.T) {
-	fwd := zoneForwarders{}
-	c := newClusterWith(t, 3, nil, nil, fwd.tune(t))
-	for _, s := range c.servers {
-		if err := s.Start(); err != nil {
-			t.Fatalf("start: %v", err)
-		}
-	}
-	c.waitLeader(t)
+	c, fwd := startBehindForwarders(t)
 	ctx := testCtx(t)
 
 	// Every store learns the others' zone addresses from them, without
@@ -419,14 +427,7 @@ func (c *testCluster) readOn(t *testing.T, id uint64, key string) string {
 // raft traffic through them. Cutting a store's forwarders then still cuts
 // it off: raft never falls back to the listen address.
 func TestWithStoreZoneAddressesRestart(t *testing.T) {
-	fwd := zoneForwarders{}
-	c := newClusterWith(t, 3, nil, nil, fwd.tune(t))
-	for _, s := range c.servers {
-		if err := s.Start(); err != nil {
-			t.Fatalf("start: %v", err)
-		}
-	}
-	c.waitLeader(t)
+	c, fwd := startBehindForwarders(t)
 	first := func(self, peer uint64) string { return fwd[testZones[self-1]][peer].Addr() }
 	waitFor(t, 10*time.Second, "every store dialling its peers at their forwarder for its zone", func() bool {
 		return c.dialsAll(first)
