@@ -298,6 +298,18 @@ func addThenRemovePeer() {
 	Expect(c.Put(ctx, key(1000), []byte("after"))).To(Succeed())
 }
 
+// twentyKeys starts a cluster whose region 1 holds keys 0-19, and returns
+// it with the region's leader and one of its followers.
+func twentyKeys(ctx context.Context) (c *raftstoretest.Cluster, leader, follower uint64) {
+	GinkgoHelper()
+	c = startCluster(raftstoretest.Options{})
+	for i := range 20 {
+		Expect(c.Put(ctx, key(i), fmt.Appendf(nil, "%d", i))).To(Succeed())
+	}
+	leader, _ = c.Leader(1)
+	return c, leader, otherThan(c, leader)[0]
+}
+
 // removedWhileDown: a replica removed while its store was down is destroyed
 // once the store is back.
 func removedWhileDown() {
@@ -306,13 +318,8 @@ func removedWhileDown() {
 	// back with its store and must learn of its removal from the
 	// members it contacts, else it holds its data, and is counted as a
 	// replica of its store, for good.
-	c := startCluster(raftstoretest.Options{})
 	ctx := ctxFor(60 * time.Second)
-	for i := range 20 {
-		Expect(c.Put(ctx, key(i), fmt.Appendf(nil, "%d", i))).To(Succeed())
-	}
-	leader, _ := c.Leader(1)
-	victim := otherThan(c, leader)[0]
+	c, leader, victim := twentyKeys(ctx)
 	Expect(c.StopStore(victim)).To(Succeed())
 	Expect(mustStore(c, leader).RemovePeer(ctx, 1, victim)).To(Succeed())
 	Expect(c.Put(ctx, key(100), []byte("after"))).To(Succeed())
@@ -363,13 +370,8 @@ func removedNeverHearingCommit() {
 	// tombstone is lost: the peer holds an unapplied conf change, so
 	// raft will not let it campaign, and it sends nothing a member
 	// could answer with a tombstone. It must ask.
-	c := startCluster(raftstoretest.Options{})
 	ctx := ctxFor(60 * time.Second)
-	for i := range 20 {
-		Expect(c.Put(ctx, key(i), fmt.Appendf(nil, "%d", i))).To(Succeed())
-	}
-	leader, _ := c.Leader(1)
-	victim := otherThan(c, leader)[0]
+	c, leader, victim := twentyKeys(ctx)
 	Eventually(func() bool {
 		l, _ := c.Status(leader, 1)
 		v, _ := c.Status(victim, 1)
