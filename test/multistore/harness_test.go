@@ -8,50 +8,27 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hedgekv/hedgekv/client"
+	launch "github.com/hedgekv/hedgekv/cluster"
 	"github.com/hedgekv/hedgekv/test/testbin"
 )
 
 // ---------------------------------------------------------------- processes
 
-// store is one hedgekv server process.
-type store struct {
-	id      uint64
-	addr    string // gRPC
-	status  string // status HTTP
-	dataDir string
-	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{} // closed when the process has exited
-	exitErr error         // set before done is closed
-	killed  bool          // by the test, on purpose
-}
-
-func (s *store) exited() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// cluster is the set of store processes of one test.
+// cluster is the store processes of one test (started by startFive).
 type cluster struct {
 	t      *testing.T
 	dir    string
+	procs  *launch.Processes
 	mu     sync.Mutex
-	stores map[uint64]*store
+	killed map[uint64]bool // by the test, on purpose
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -59,10 +36,13 @@ func newCluster(t *testing.T) *cluster {
 	if setupErr != nil {
 		t.Fatalf("multistore test setup: %v", setupErr)
 	}
-	c := &cluster{t: t, dir: t.TempDir(), stores: map[uint64]*store{}}
+	c := &cluster{t: t, dir: t.TempDir(), killed: map[uint64]bool{}}
 	// Registered after t.TempDir, so it runs before the directory goes.
 	t.Cleanup(func() {
-		c.killAll()
+		if c.procs == nil {
+			return
+		}
+		c.procs.Stop()
 		if t.Failed() {
 			c.dumpLogs(80)
 		}
@@ -71,84 +51,48 @@ func newCluster(t *testing.T) *cluster {
 	return c
 }
 
-// freeAddrs returns n distinct 127.0.0.1 addresses that were free a moment
-// ago.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	ports, err := testbin.FreePorts(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return testbin.Addrs(ports)
-}
-
-// start launches store s with the common flags plus extra.
-func (c *cluster) start(s *store, zone string, extra ...string) {
+// startFounders starts stores 1..len(zones), which bootstrap the cluster
+// together, one per zone, on free ports, and waits until they agree on
+// region 1's leader.
+func (c *cluster) startFounders(zones []string) {
 	c.t.Helper()
-	s.dataDir = filepath.Join(c.dir, fmt.Sprintf("store%d", s.id))
-	s.logPath = filepath.Join(c.dir, fmt.Sprintf("store%d.log", s.id))
-	args := append([]string{"server",
-		"--id", strconv.FormatUint(s.id, 10),
-		"--listen", s.addr,
-		"--status", s.status,
-		"--zone", zone,
-		"--data-dir", s.dataDir,
-		"--balance-interval", balanceInterval.String(),
-		"--max-store-down-time", maxStoreDownTime.String(),
-	}, extra...)
-	logf, err := os.Create(s.logPath)
+	ports, err := testbin.FreePorts(2 * len(zones))
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	fmt.Fprintf(logf, "=== %s %s\n", binPath, strings.Join(args, " "))
-	cmd := exec.Command(binPath, args...)
-	cmd.Stdout = logf
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		c.t.Fatalf("start store %d: %v", s.id, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c.procs, err = launch.StartProcesses(ctx, launch.ProcessesConfig{
+		Binary: binPath, Dir: c.dir, Zones: zones, Ports: ports, ReadyTimeout: 30 * time.Second,
+		LogLevel:        "info", // the balancer's steps are counted from the logs
+		BalanceInterval: balanceInterval,
+		ExtraArgs:       []string{"--max-store-down-time", maxStoreDownTime.String()},
+	})
+	if err != nil {
+		c.t.Fatalf("start stores 1-%d: %v", len(zones), err)
 	}
-	s.cmd = cmd
-	s.done = make(chan struct{})
-	go func() {
-		s.exitErr = cmd.Wait()
-		logf.Close()
-		close(s.done)
-	}()
-	c.mu.Lock()
-	c.stores[s.id] = s
-	c.mu.Unlock()
-	c.t.Logf("store %d started: pid %d, %s, zone %s", s.id, cmd.Process.Pid, s.addr, zone)
+	for _, id := range c.procs.StoreIDs() {
+		c.t.Logf("store %d started: pid %d, %s, zone %s", id, c.procs.PID(id), c.procs.Endpoints[id-1], zones[id-1])
+	}
+}
+
+// join starts store id in zone, joining the cluster through its stores.
+func (c *cluster) join(id uint64, zone string) {
+	c.t.Helper()
+	if err := c.procs.Join(id, zone); err != nil {
+		c.t.Fatalf("start store %d: %v", id, err)
+	}
+	c.t.Logf("store %d started: pid %d, zone %s", id, c.procs.PID(id), zone)
 }
 
 // kill sends SIGKILL to store id and waits for it to be gone.
 func (c *cluster) kill(id uint64) {
 	c.t.Helper()
-	s := c.stores[id]
-	s.killed = true
-	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil && !s.exited() {
-		c.t.Fatalf("kill -9 store %d: %v", id, err)
-	}
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		c.t.Fatalf("store %d (pid %d) survived kill -9 for 10s", id, s.cmd.Process.Pid)
-	}
-}
-
-func (c *cluster) killAll() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, s := range c.stores {
-		if s.cmd == nil || s.exited() {
-			continue
-		}
-		_ = s.cmd.Process.Kill()
-		select {
-		case <-s.done:
-		case <-time.After(10 * time.Second):
-			c.t.Errorf("store %d (pid %d) still running 10s after SIGKILL", s.id, s.cmd.Process.Pid)
-		}
+	c.killed[id] = true
+	c.mu.Unlock()
+	if err := c.procs.Kill(id); err != nil {
+		c.t.Fatalf("kill -9 store %d: %v", id, err)
 	}
 }
 
@@ -157,22 +101,17 @@ func (c *cluster) checkAlive() {
 	c.t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, s := range c.stores {
-		if !s.killed && s.exited() {
-			c.t.Fatalf("store %d exited unexpectedly: %v (log %s)", s.id, s.exitErr, s.logPath)
+	for _, id := range c.procs.StoreIDs() {
+		if !c.killed[id] && !c.procs.Running(id) {
+			c.t.Fatalf("store %d exited unexpectedly: %v (log %s)", id, c.procs.ExitErr(id), c.procs.LogPath(id))
 		}
 	}
 }
 
 func (c *cluster) dumpLogs(lines int) {
-	ids := make([]uint64, 0, len(c.stores))
-	for id := range c.stores {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		s := c.stores[id]
-		b, err := os.ReadFile(s.logPath)
+	for _, id := range c.procs.StoreIDs() {
+		path := c.procs.LogPath(id)
+		b, err := os.ReadFile(path)
 		if err != nil {
 			continue
 		}
@@ -180,27 +119,29 @@ func (c *cluster) dumpLogs(lines int) {
 		if len(ls) > lines {
 			ls = ls[len(ls)-lines:]
 		}
-		c.t.Logf("--- store %d log (last %d lines of %s) ---\n%s", id, len(ls), s.logPath, strings.Join(ls, "\n"))
+		c.t.Logf("--- store %d log (last %d lines of %s) ---\n%s", id, len(ls), path, strings.Join(ls, "\n"))
 	}
 }
 
 // balancerActions counts, over every store's log, the steps the balancers
-// logged (see raftstore/balance.go).
+// logged ("balancing", with why: see raftstore/balance.go and placement).
 func (c *cluster) balancerActions() string {
-	kinds := []struct{ name, msg string }{
-		{"replica moves", "moving replica to spread regions"},
-		{"leader transfers", "transferring leader to spread leaders"},
-		{"down-store replacements", "replacing replica on down store"},
-		{"missing replicas added", "adding missing replica"},
+	kinds := []struct{ name, why string }{
+		{"replica moves", "spread regions"},
+		{"leader transfers", "spread leaders"},
+		{"down-store replacements", "replica on a down store"},
+		{"missing replicas added", "missing replica"},
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	var out []string
 	for _, k := range kinds {
 		n := 0
-		for _, s := range c.stores {
-			b, _ := os.ReadFile(s.logPath)
-			n += bytes.Count(b, []byte(`msg="`+k.msg+`"`))
+		for _, id := range c.procs.StoreIDs() {
+			b, _ := os.ReadFile(c.procs.LogPath(id))
+			for line := range bytes.Lines(b) {
+				if bytes.Contains(line, []byte("msg=balancing ")) && bytes.Contains(line, []byte(`why="`+k.why+`"`)) {
+					n++
+				}
+			}
 		}
 		out = append(out, fmt.Sprintf("%d %s", n, k.name))
 	}
@@ -211,9 +152,10 @@ func (c *cluster) balancerActions() string {
 // with `go test -artifacts [-outputdir DIR]`.
 func (c *cluster) saveLogs() {
 	dir := c.t.ArtifactDir()
-	for _, s := range c.stores {
-		if b, err := os.ReadFile(s.logPath); err == nil {
-			_ = os.WriteFile(filepath.Join(dir, filepath.Base(s.logPath)), b, 0o644)
+	for _, id := range c.procs.StoreIDs() {
+		path := c.procs.LogPath(id)
+		if b, err := os.ReadFile(path); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, filepath.Base(path)), b, 0o644)
 		}
 	}
 }
@@ -222,16 +164,11 @@ func (c *cluster) saveLogs() {
 func (c *cluster) liveEndpoints() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var ids []uint64
-	for id, s := range c.stores {
-		if !s.killed {
-			ids = append(ids, id)
+	var out []string
+	for i, id := range c.procs.StoreIDs() {
+		if !c.killed[id] {
+			out = append(out, c.procs.Endpoints[i])
 		}
-	}
-	slices.Sort(ids)
-	out := make([]string, len(ids))
-	for i, id := range ids {
-		out[i] = c.stores[id].addr
 	}
 	return strings.Join(out, ",")
 }

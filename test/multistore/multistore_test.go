@@ -132,16 +132,7 @@ func TestKillStoreOfFive(t *testing.T) {
 func (c *cluster) startFive() []string {
 	t := c.t
 	t.Helper()
-	addrs := freeAddrs(t, 10)
-	zones := []string{"dc-a", "dc-b", "dc-c", "dc-a", "dc-b"}
-	all := make([]*store, 5)
-	for i := range all {
-		all[i] = &store{id: uint64(i + 1), addr: addrs[i], status: addrs[5+i]}
-	}
-	peers := fmt.Sprintf("1=%s,2=%s,3=%s", addrs[0], addrs[1], addrs[2])
-	for _, s := range all[:3] {
-		c.start(s, zones[s.id-1], "--peers", peers)
-	}
+	c.startFounders([]string{"dc-a", "dc-b", "dc-c"})
 	took := c.waitUntil("region 1 has a leader", 30*time.Second, 200*time.Millisecond, func() error {
 		rs, err := c.regions()
 		if err != nil {
@@ -151,10 +142,8 @@ func (c *cluster) startFive() []string {
 	})
 	t.Logf("three stores up, region 1 led, after %v", took.Round(time.Millisecond))
 
-	join := strings.Join(addrs[:3], ",")
-	for _, s := range all[3:] {
-		c.start(s, zones[s.id-1], "--join", join)
-	}
+	c.join(4, "dc-a")
+	c.join(5, "dc-b")
 	c.waitUntil("five stores up", 30*time.Second, 200*time.Millisecond, func() error {
 		ss, err := c.storesJSON()
 		if err != nil {
@@ -171,7 +160,7 @@ func (c *cluster) startFive() []string {
 		}
 		return nil
 	})
-	return addrs[:5]
+	return c.procs.Endpoints
 }
 
 // writeAndSplit writes numKeys keys, then splits the key space into
