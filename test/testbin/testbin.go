@@ -1,6 +1,9 @@
-// Package testbin finds the repository and the hedgekv binary for the
-// multi-process tests: $HEDGEKV_BIN if set (make test builds it once),
-// otherwise a fresh `go build` into a temporary directory.
+// Package testbin serves the multi-process tests: it finds the repository
+// and the hedgekv binary ($HEDGEKV_BIN if set, make test builds it once;
+// otherwise a fresh `go build` into a temporary directory), starts stores
+// as processes (StartProcesses, on cluster.Processes), runs commands and
+// scripts/cluster.sh on free ports (cluster.go), and reads the CLI's JSON
+// (ctljson.go).
 package testbin
 
 import (
