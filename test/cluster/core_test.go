@@ -3,8 +3,6 @@ package cluster_test
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -118,40 +116,12 @@ func isolatedLeaderStopsReading() {
 		return info.Mode
 	}).WithTimeout(5 * time.Second).Should(Equal(raftstore.ReadModeLease))
 
-	type read struct {
-		start, end time.Time
-		val        string
-	}
-	var (
-		mu       sync.Mutex
-		reads    []read
-		attempts atomic.Int64
-		stop     = make(chan struct{})
-		wg       sync.WaitGroup
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			attempts.Add(1)
-			start := time.Now()
-			rctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			v, _, _, err := oldStore.Get(rctx, raftstore.ReadOptions{}, []byte("x"))
-			cancel()
-			if err != nil {
-				time.Sleep(time.Millisecond)
-			} else {
-				mu.Lock()
-				reads = append(reads, read{start, time.Now(), string(v)})
-				mu.Unlock()
-			}
-		}
-	}()
+	rs := startReads(1, func() (string, error) {
+		rctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		v, _, _, err := oldStore.Get(rctx, raftstore.ReadOptions{}, []byte("x"))
+		return string(v), err
+	})
 
 	c.Net.AddFilter(raftstore.IsolateFilter(old))
 	var newLeader uint64
@@ -169,13 +139,9 @@ func isolatedLeaderStopsReading() {
 	}).WithTimeout(10 * time.Second).Should(Succeed())
 	acked := time.Now()
 	// The reader tries the old leader some more after the write.
-	tried := attempts.Load()
-	Eventually(attempts.Load).WithTimeout(5 * time.Second).Should(BeNumerically(">=", tried+3))
-	close(stop)
-	wg.Wait()
-
-	mu.Lock()
-	defer mu.Unlock()
+	tried := rs.attempts.Load()
+	Eventually(rs.attempts.Load).WithTimeout(5 * time.Second).Should(BeNumerically(">=", tried+3))
+	reads := rs.halt()
 	Expect(reads).NotTo(BeEmpty(), "the old leader served nothing even before the partition")
 	last := reads[len(reads)-1]
 	Expect(last.end.Before(acked)).To(BeTrue(), "old leader served a read ending %v after the new write was acknowledged", last.end.Sub(acked))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -169,6 +170,75 @@ func noOldValueAfterNewLeaderWrite() {
 	}
 }
 
+// timedRead is a read served in the background: when it started and
+// ended, and what it returned.
+type timedRead struct {
+	start, end time.Time
+	val        string
+}
+
+// backgroundReads are readers calling read again and again until halted,
+// keeping the reads served.
+type backgroundReads struct {
+	mu       sync.Mutex
+	reads    []timedRead
+	attempts atomic.Int64
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	// halt stops the readers, waits for them and returns the reads
+	// served; the spec's end halts them too.
+	halt func() []timedRead
+}
+
+func startReads(readers int, read func() (string, error)) *backgroundReads {
+	b := &backgroundReads{stop: make(chan struct{})}
+	b.halt = sync.OnceValue(func() []timedRead {
+		close(b.stop)
+		b.wg.Wait()
+		return b.reads
+	})
+	for range readers {
+		b.wg.Go(b.readUntilHalted(read))
+	}
+	DeferCleanup(func() { b.halt() })
+	return b
+}
+
+func (b *backgroundReads) readUntilHalted(read func() (string, error)) func() {
+	return func() {
+		for {
+			select {
+			case <-b.stop:
+				return
+			default:
+			}
+			b.attempts.Add(1)
+			start := time.Now()
+			v, err := read()
+			if err != nil {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			b.mu.Lock()
+			b.reads = append(b.reads, timedRead{start, time.Now(), v})
+			b.mu.Unlock()
+		}
+	}
+}
+
+// servedSince counts the reads served that started after t.
+func (b *backgroundReads) servedSince(t time.Time) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, r := range b.reads {
+		if r.start.After(t) {
+			n++
+		}
+	}
+	return n
+}
+
 // noReadIndexAcrossTransfer: a read that starts after a write acknowledged
 // by the new leader is never batched into a ReadIndex the old leader issued
 // before the transfer (tikv#4680).
@@ -181,62 +251,20 @@ func noReadIndexAcrossTransfer() {
 	oldStore := mustStore(c, old)
 	// Slow heartbeats so ReadIndex batches stay in flight across the transfer.
 	c.Net.AddFilter(raftstore.MsgTypeFilter(raftstore.DelayFilter(20*time.Millisecond, 0), raftpb.MsgHeartbeat, raftpb.MsgHeartbeatResp))
-	var wg sync.WaitGroup
-	type result struct {
-		start time.Time
-		val   string
-	}
-	var mu sync.Mutex
-	var results []result
-	stop := make(chan struct{})
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				start := time.Now()
-				v, _, _, err := readOn(c, old, raftstore.ReadOptions{ReplicaRead: true}, "x", time.Second)
-				if err == nil {
-					mu.Lock()
-					results = append(results, result{start, v})
-					mu.Unlock()
-				} else {
-					time.Sleep(time.Millisecond)
-				}
-			}
-		}()
-	}
-	// servedSince counts the reads served that started after t.
-	servedSince := func(t time.Time) int {
-		mu.Lock()
-		defer mu.Unlock()
-		n := 0
-		for _, r := range results {
-			if r.start.After(t) {
-				n++
-			}
-		}
-		return n
-	}
+	rs := startReads(4, func() (string, error) {
+		v, _, _, err := readOn(c, old, raftstore.ReadOptions{ReplicaRead: true}, "x", time.Second)
+		return v, err
+	})
 	// The readers are running (their batches in flight) before the transfer.
-	Eventually(servedSince).WithArguments(time.Time{}).WithTimeout(5 * time.Second).Should(BeNumerically(">=", 8))
+	Eventually(rs.servedSince).WithArguments(time.Time{}).WithTimeout(5 * time.Second).Should(BeNumerically(">=", 8))
 	Expect(oldStore.TransferLeader(ctxFor(5*time.Second), 1, target)).To(Succeed())
 	Eventually(func() error {
 		return mustStore(c, target).Put(ctxFor(time.Second), raftstore.WriteOptions{}, []byte("x"), []byte("after"))
 	}).WithTimeout(5 * time.Second).Should(Succeed())
 	acked := time.Now()
-	Eventually(servedSince).WithArguments(acked).WithTimeout(5 * time.Second).Should(BeNumerically(">=", 8))
-	close(stop)
-	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
+	Eventually(rs.servedSince).WithArguments(acked).WithTimeout(5 * time.Second).Should(BeNumerically(">=", 8))
 	late := 0
-	for _, r := range results {
+	for _, r := range rs.halt() {
 		if r.start.After(acked) {
 			late++
 			Expect(r.val).To(Equal("after"), "a read that started after the write was acknowledged saw the old value")
