@@ -351,12 +351,11 @@ func (c *Etcd) ready(ctx context.Context, cli *clientv3.Client) error {
 // directory. Safe to call more than once.
 func (c *Etcd) Stop() {
 	runs := make([]*child, len(c.members))
-	names := make(map[*child]string, len(c.members))
 	for i, m := range c.members {
-		runs[i], names[m.child] = m.child, m.name
+		runs[i] = m.child
 	}
-	stopChildren(runs, 2*time.Second, func(r *child) {
-		c.logger.Debug("etcd member still running 2s after SIGTERM; killing it", "member", names[r])
+	stopChildren(runs, 2*time.Second, func(i int) {
+		c.logger.Debug("etcd member still running 2s after SIGTERM; killing it", "member", c.members[i].name)
 	})
 	c.members = nil
 	for _, f := range c.fronts {

@@ -112,8 +112,8 @@ func (r *child) running() bool {
 
 // stopChildren sends every running child SIGTERM and waits until all have
 // exited, killing (SIGKILL) those still running once grace has passed,
-// each after telling killing.
-func stopChildren(cs []*child, grace time.Duration, killing func(*child)) {
+// each after telling killing its index in cs.
+func stopChildren(cs []*child, grace time.Duration, killing func(i int)) {
 	for _, r := range cs {
 		if r.running() {
 			_ = r.cmd.Process.Signal(syscall.SIGTERM)
@@ -122,7 +122,7 @@ func stopChildren(cs []*child, grace time.Duration, killing func(*child)) {
 	deadline := time.NewTimer(grace)
 	defer deadline.Stop()
 	expired := false
-	for _, r := range cs {
+	for i, r := range cs {
 		if !expired {
 			select {
 			case <-r.exited:
@@ -132,7 +132,7 @@ func stopChildren(cs []*child, grace time.Duration, killing func(*child)) {
 			}
 		}
 		if r.running() {
-			killing(r)
+			killing(i)
 			_ = r.cmd.Process.Kill()
 			<-r.exited
 		}

@@ -399,7 +399,7 @@ func (c *Processes) StopStore(store uint64, grace time.Duration) error {
 	if !r.running() {
 		return nil
 	}
-	stopChildren([]*child{r}, grace, func(*child) {
+	stopChildren([]*child{r}, grace, func(int) {
 		c.logger.Warn("store still running after SIGTERM; killing it", "store", store, "grace", grace)
 	})
 	return nil
@@ -599,8 +599,8 @@ func (c *Processes) Stop() {
 	for _, cc := range admins {
 		_ = cc.Close()
 	}
-	stopChildren(runs, 3*time.Second, func(r *child) {
-		c.logger.Debug("store still running 3s after SIGTERM; killing it", "pid", r.cmd.Process.Pid)
+	stopChildren(runs, 3*time.Second, func(i int) {
+		c.logger.Debug("store still running 3s after SIGTERM; killing it", "pid", runs[i].cmd.Process.Pid)
 	})
 	if c.ownDir && c.dir != "" {
 		_ = os.RemoveAll(c.dir)
