@@ -113,11 +113,45 @@ func (cs *clientState) regionFor(c *raftstoretest.Cluster, key string, refresh b
 // lease, longest grant, deferral) are shorter than the others'.
 const shortLeaseStore = 3
 
-// nemesisDuration is how long each seed runs; clockSkew whether stores get
-// skewed clocks (within the drift margin and the max clock offset).
+// runLinearizability runs one seed for duration: six clients and the
+// nemesis against four stores, then the history's check.
 func runLinearizability(run nemesisRun, duration time.Duration) {
 	seed := run.seed
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	c, skews := startNemesisCluster(run, rng)
+	h := kvmodel.NewHistory()
+	const clients = 6
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for cl := range clients {
+		wg.Add(1)
+		go func() {
+			defer GinkgoRecover()
+			defer wg.Done()
+			runNemesisClient(c, h, run, cl, stop)
+		}()
+	}
+	faults := &faultLog{now: h.Now}
+	nem := &nemesis{c: c, run: run, rng: rng, stop: stop, log: faults, h: h, clocks: skews}
+	nemesisDone := make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(nemesisDone)
+		nem.loop()
+	}()
+	time.Sleep(duration)
+	close(stop)
+	wg.Wait()
+	<-nemesisDone
+	checkNemesisHistory(c, run, h, nem, faults, duration)
+	// startCluster's cleanup then checks that every region's replicas agree.
+}
+
+// startNemesisCluster starts three stores with skewed clocks, and a fourth
+// without a replica for the nemesis to move replicas to; splits off the
+// quiet key and preloads the data. It returns the stores' clocks.
+func startNemesisCluster(run nemesisRun, rng *rand.Rand) (*raftstoretest.Cluster, map[uint64]func() time.Time) {
+	GinkgoHelper()
 	// Clocks skewed within what the lease and the staleness bounds allow
 	// for: a rate off by up to 3% (the lease gives up 10%), an offset of
 	// up to 20ms (MaxClockOffset is 50ms). shortLeaseStore campaigns
@@ -134,105 +168,94 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 		Clock:              func(id uint64) func() time.Time { return skews[id] },
 		FollowerLeases:     run.followerLeases,
 	})
-	// A fourth store, without a replica at first, for the nemesis to move
-	// replicas to.
 	_, err := c.AddStore()
 	Expect(err).NotTo(HaveOccurred())
 	Expect(c.Split(ctxFor(10*time.Second), []byte(quietSplit))).To(Succeed())
 	preload(c, nemesisPreloadMB())
-	h := kvmodel.NewHistory()
-	keys := nemesisKeys
-	const clients = 6
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for cl := range clients {
-		crng := rand.New(rand.NewPCG(seed+uint64(cl), uint64(cl)))
-		cs := &clientState{cache: map[string]region.Region{}}
-		wg.Add(1)
-		go func() {
-			defer GinkgoRecover()
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := keys[crng.IntN(len(keys))]
-				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-				call := h.Now()
-				switch r := crng.IntN(20); {
-				case r < 6:
-					val := fmt.Sprintf("%d.%d", cl, n)
-					err := c.Put(ctx, []byte(key), []byte(val))
-					in := kvInput{Put: true, Key: key, Value: val}
-					if err != nil {
-						// It may still happen at any later time.
-						h.Add(porcupine.Operation{ClientId: cl, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
-					} else {
-						h.Add(porcupine.Operation{ClientId: cl, Input: in, Call: call, Output: kvOutput{}, Return: h.Now()})
-					}
-				case r < 8:
-					// A write whose acknowledgement is lost: a first attempt
-					// under a tiny deadline, then, after faults had time to
-					// split the region or add a replica, a retry with the same
-					// request ID. One operation from the first call to the
-					// retry's answer.
-					val := fmt.Sprintf("%d.%d", cl, n)
-					id := crng.Uint64() | 1
-					first, cancelFirst := context.WithTimeout(ctx, time.Duration(1+crng.IntN(3))*time.Millisecond)
-					_ = c.PutWithID(first, id, []byte(key), []byte(val))
-					cancelFirst()
-					select {
-					case <-stop:
-					case <-time.After(retryDelay(crng, run)):
-					}
-					retry, cancelRetry := context.WithTimeout(context.Background(), time.Second)
-					err := c.PutWithID(retry, id, []byte(key), []byte(val))
-					cancelRetry()
-					recordRetried(h, cl, key, val, call, err, run.dedupWindow > 0)
-				case r < 13:
-					v, found, err := c.Get(ctx, []byte(key))
-					if err == nil {
-						h.Add(porcupine.Operation{ClientId: cl, Input: kvInput{Key: key, Mode: "leader"}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: h.Now()})
-					}
-				default:
-					// A follower read routed by the client's cache, which may
-					// predate a split or a move.
-					ids := c.IDs()
-					reg, ok := cs.regionFor(c, key, false)
-					s, up := c.Store(ids[crng.IntN(len(ids))])
-					if !ok || !up {
-						break
-					}
-					v, found, info, err := s.Get(ctx, raftstore.ReadOptions{RegionID: reg.ID, Epoch: reg.Epoch, ReplicaRead: true}, []byte(key))
-					if err == nil {
-						// How it was served, for whoever reads a failing history.
-						mode := fmt.Sprintf("follower: %s on store %d", info.Mode, info.StoreID)
-						h.Add(porcupine.Operation{ClientId: cl, Input: kvInput{Key: key, Mode: mode}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: h.Now()})
-					} else if region.IsRegionError(err) && crng.IntN(2) == 0 {
-						// Half the time refresh at once; otherwise keep the
-						// stale epoch a while, as a slow client would.
-						cs.regionFor(c, key, true)
-					}
-				}
-				cancel()
-			}
-		}()
-	}
-	faults := &faultLog{now: h.Now}
-	nem := &nemesis{c: c, run: run, rng: rng, stop: stop, log: faults, h: h, clocks: skews}
-	nemesisDone := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(nemesisDone)
-		nem.loop()
-	}()
-	time.Sleep(duration)
-	close(stop)
-	wg.Wait()
-	<-nemesisDone
+	return c, skews
+}
 
+// runNemesisClient is client cl: puts, puts whose first acknowledgement
+// is lost, leader reads and follower reads routed by its own (possibly
+// stale) region cache, each recorded in h, until stop.
+func runNemesisClient(c *raftstoretest.Cluster, h *kvmodel.History, run nemesisRun, cl int, stop <-chan struct{}) {
+	seed := run.seed
+	keys := nemesisKeys
+	crng := rand.New(rand.NewPCG(seed+uint64(cl), uint64(cl)))
+	cs := &clientState{cache: map[string]region.Region{}}
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		key := keys[crng.IntN(len(keys))]
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		call := h.Now()
+		switch r := crng.IntN(20); {
+		case r < 6:
+			val := fmt.Sprintf("%d.%d", cl, n)
+			err := c.Put(ctx, []byte(key), []byte(val))
+			in := kvInput{Put: true, Key: key, Value: val}
+			if err != nil {
+				// It may still happen at any later time.
+				h.Add(porcupine.Operation{ClientId: cl, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+			} else {
+				h.Add(porcupine.Operation{ClientId: cl, Input: in, Call: call, Output: kvOutput{}, Return: h.Now()})
+			}
+		case r < 8:
+			// A write whose acknowledgement is lost: a first attempt
+			// under a tiny deadline, then, after faults had time to
+			// split the region or add a replica, a retry with the same
+			// request ID. One operation from the first call to the
+			// retry's answer.
+			val := fmt.Sprintf("%d.%d", cl, n)
+			id := crng.Uint64() | 1
+			first, cancelFirst := context.WithTimeout(ctx, time.Duration(1+crng.IntN(3))*time.Millisecond)
+			_ = c.PutWithID(first, id, []byte(key), []byte(val))
+			cancelFirst()
+			select {
+			case <-stop:
+			case <-time.After(retryDelay(crng, run)):
+			}
+			retry, cancelRetry := context.WithTimeout(context.Background(), time.Second)
+			err := c.PutWithID(retry, id, []byte(key), []byte(val))
+			cancelRetry()
+			recordRetried(h, cl, key, val, call, err, run.dedupWindow > 0)
+		case r < 13:
+			v, found, err := c.Get(ctx, []byte(key))
+			if err == nil {
+				h.Add(porcupine.Operation{ClientId: cl, Input: kvInput{Key: key, Mode: "leader"}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: h.Now()})
+			}
+		default:
+			// A follower read routed by the client's cache, which may
+			// predate a split or a move.
+			ids := c.IDs()
+			reg, ok := cs.regionFor(c, key, false)
+			s, up := c.Store(ids[crng.IntN(len(ids))])
+			if !ok || !up {
+				break
+			}
+			v, found, info, err := s.Get(ctx, raftstore.ReadOptions{RegionID: reg.ID, Epoch: reg.Epoch, ReplicaRead: true}, []byte(key))
+			if err == nil {
+				// How it was served, for whoever reads a failing history.
+				mode := fmt.Sprintf("follower: %s on store %d", info.Mode, info.StoreID)
+				h.Add(porcupine.Operation{ClientId: cl, Input: kvInput{Key: key, Mode: mode}, Call: call, Output: kvOutput{Value: string(v), Found: found}, Return: h.Now()})
+			} else if region.IsRegionError(err) && crng.IntN(2) == 0 {
+				// Half the time refresh at once; otherwise keep the
+				// stale epoch a while, as a slow client would.
+				cs.regionFor(c, key, true)
+			}
+		}
+		cancel()
+	}
+}
+
+// checkNemesisHistory checks the recorded history with porcupine and
+// saves it (HTML and JSON under failures/) if it is not linearizable.
+func checkNemesisHistory(c *raftstoretest.Cluster, run nemesisRun, h *kvmodel.History, nem *nemesis, faults *faultLog, duration time.Duration) {
+	GinkgoHelper()
+	seed := run.seed
 	recorded := h.Ops()
 	ops := kvmodel.Prepare(recorded, h.Now()+1)
 	reads := 0
@@ -261,7 +284,6 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("linearizability-seed-%d.json", seed)), raw, 0o644)
 		Fail(fmt.Sprintf("history is %v (not linearizable); saved to %s; %s: %v", res, html, faults.summary(), faults.list))
 	}
-	// startCluster's cleanup then checks that every region's replicas agree.
 }
 
 // retryDelay is how long a client waits before retrying a write whose

@@ -212,110 +212,26 @@ func (n *nemesis) renewLease(leader, regionID uint64, key string) {
 }
 
 func (n *nemesis) loop() {
-	c, rng := n.c, n.rng
 	for {
-		if !n.sleep(time.Duration(100+rng.IntN(200)) * time.Millisecond) {
+		if !n.sleep(time.Duration(100+n.rng.IntN(200)) * time.Millisecond) {
 			return
 		}
-		regions := c.Regions()
-		r := regions[rng.IntN(len(regions))]
-		leader, hasLeader := c.Leader(r.ID)
-		ids := c.IDs()
-		victim := ids[rng.IntN(len(ids))]
-		var followers []uint64
-		for _, pr := range r.Peers {
-			if pr.StoreID != leader && !pr.IsLearner {
-				followers = append(followers, pr.StoreID)
-			}
-		}
-		rng.Shuffle(len(followers), func(i, j int) { followers[i], followers[j] = followers[j], followers[i] })
-		hold := time.Duration(200+rng.IntN(400)) * time.Millisecond
-		if n.run.followerLeases && n.shortLeaseRuns < 3 && hasLeader && len(followers) >= 2 {
+		f := n.pick()
+		if n.run.followerLeases && n.shortLeaseRuns < 3 && f.hasLeader && len(f.followers) >= 2 {
 			// Every follower-lease run, however short, moves a leadership
 			// to the store with the shorter leases past a holder that hears
 			// nothing of it, three times: whether the holder's grant
 			// outlasts the target's own longest one is a matter of when it
 			// was last renewed.
-			if n.transferUnheardToShortLease(r, leader, followers, hold) {
+			if n.transferUnheardToShortLease(f.r, f.leader, f.followers, f.hold) {
 				n.shortLeaseRuns++
 			}
 			continue
 		}
-		switch rng.IntN(16) {
-		case 0:
-			if !hasLeader {
-				continue
-			}
-			n.log.add("partition-leader", "store %d (region %d) for %v", leader, r.ID, hold)
-			heal := c.Net.AddFilter(raftstore.IsolateFilter(leader))
-			n.sleep(hold)
-			heal()
-		case 1:
-			if victim == leader {
-				continue
-			}
-			n.log.add("isolate-follower", "store %d for %v", victim, hold)
-			heal := c.Net.AddFilter(raftstore.IsolateFilter(victim))
-			n.sleep(hold)
-			heal()
-		case 2:
-			if !hasLeader || len(followers) == 0 {
-				continue
-			}
-			if s, ok := c.Store(leader); ok {
-				n.log.add("transfer", "region %d %d -> %d", r.ID, leader, followers[0])
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				_ = s.TransferLeader(ctx, r.ID, followers[0])
-				cancel()
-			}
-		case 3:
-			n.log.add("restart", "store %d", victim)
-			if c.StopStore(victim) == nil {
-				n.sleep(hold)
-				_ = c.StartStore(victim)
-			}
-		case 4:
-			n.log.add("delay", "all messages for %v", hold)
-			heal := c.Net.AddFilter(raftstore.DelayFilter(2*time.Millisecond, 8*time.Millisecond))
-			n.sleep(hold)
-			heal()
-		case 5:
-			n.log.add("drop", "20%% of messages for %v", hold)
-			heal := c.Net.AddFilter(raftstore.DropFilter(0.2))
-			n.sleep(hold)
-			heal()
-		case 6:
-			// Move a follower's replica to a store without one: a learner
-			// catches up by snapshot, is promoted, and the old replica is
-			// removed and its data deleted while reads may still reach it.
-			if to, ok := n.freeStore(r); ok && hasLeader && len(followers) > 0 {
-				n.log.add("move-replica", "region %d %d -> %d", r.ID, followers[0], to)
-				n.move(leader, r.ID, followers[0], to)
-			}
-		case 7:
-			key := splitKeys[rng.IntN(len(splitKeys))]
-			n.log.add("split", "at %q", key)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = c.Split(ctx, []byte(key))
-			cancel()
-		case 8:
-			// A follower lags (no entries, heartbeats only) while the
-			// region splits under it: clients holding the old epoch read
-			// from it, it learns of the split while their reads wait.
-			if len(followers) == 0 {
-				continue
-			}
-			f := followers[0]
-			key := splitKeys[rng.IntN(len(splitKeys))]
-			n.log.add("split-while-lagging", "store %d lags, split at %q, for %v", f, key, hold)
-			heal := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
-				return m.ToStore == f && (m.Msg.Type == raftpb.MsgApp || m.Msg.Type == raftpb.MsgSnap), 0
-			}))
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = c.Split(ctx, []byte(key))
-			cancel()
-			n.sleep(hold)
-			heal()
+		r, leader, hasLeader, followers, hold := f.r, f.leader, f.hasLeader, f.followers, f.hold
+		switch kind := n.rng.IntN(16); kind {
+		case 0, 1, 2, 3, 4, 5, 6, 7, 8:
+			n.plainFault(kind, f)
 		case 9:
 			n.abandonedTransfer(r, leader, hasLeader, followers, hold)
 		case 10:
@@ -338,87 +254,31 @@ func (n *nemesis) loop() {
 	}
 }
 
-// transferUnheard moves a region's leadership while one follower (with
-// follower leases on, a lease holder) hears neither the old leader's
-// revoke notice nor anything of the target's new term: only the new
-// leader holding its first commits back for a lease keeps that follower
-// from answering from a lease that no longer covers every commit. A write
-// through the new leader and reads on the follower are recorded.
-func (n *nemesis) transferUnheard(r region.Region, leader uint64, hasLeader bool, followers []uint64, hold time.Duration) {
-	if !hasLeader || len(followers) < 2 {
-		return
-	}
-	key, ok := n.keyIn(r)
-	s, up := n.c.Store(leader)
-	if !ok || !up {
-		return
-	}
-	holder, target := followers[0], followers[1]
-	if holder == shortLeaseStore {
-		// The target with the shorter leases: its own longest grant is
-		// shorter than the old leader's, so only the horizon the old
-		// leader sends with MsgTimeoutNow keeps its deferral long enough.
-		holder, target = target, holder
-	}
-	n.log.add("transfer-unheard", "region %d %d -> %d, store %d hears nothing of it for %v", r.ID, leader, target, holder, hold)
-	heal := n.c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
-		between := (m.FromStore == holder && m.ToStore == target) || (m.FromStore == target && m.ToStore == holder)
-		return between || (m.ToStore == holder && isLeaseRevoke(m)), 0
-	}))
-	defer heal()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	err := s.TransferLeader(ctx, r.ID, target)
-	cancel()
-	if err != nil {
-		return
-	}
-	n.probeOn(holder, key, raftstore.ReadOptions{ReplicaRead: true}, "unheard-follower")
-	n.sleep(hold)
+// faultPick is what one fault acts on: a region, its leader and voting
+// followers (shuffled), a store, and how long to hold the fault.
+type faultPick struct {
+	r         region.Region
+	leader    uint64
+	hasLeader bool
+	victim    uint64
+	followers []uint64
+	hold      time.Duration
 }
 
-// transferUnheardToShortLease is transferUnheard with shortLeaseStore as
-// the target and a holder that has just been granted a lease: the old
-// leader's grant can outlast the target's own longest one. If
-// shortLeaseStore leads r, leadership moves away from it first. It
-// reports whether it ran.
-func (n *nemesis) transferUnheardToShortLease(r region.Region, leader uint64, followers []uint64, hold time.Duration) bool {
-	if leader == shortLeaseStore {
-		s, up := n.c.Store(leader)
-		if !up {
-			return false
+func (n *nemesis) pick() faultPick {
+	regions := n.c.Regions()
+	f := faultPick{r: regions[n.rng.IntN(len(regions))]}
+	f.leader, f.hasLeader = n.c.Leader(f.r.ID)
+	ids := n.c.IDs()
+	f.victim = ids[n.rng.IntN(len(ids))]
+	for _, pr := range f.r.Peers {
+		if pr.StoreID != f.leader && !pr.IsLearner {
+			f.followers = append(f.followers, pr.StoreID)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := s.TransferLeader(ctx, r.ID, followers[0])
-		cancel()
-		if err != nil {
-			return false
-		}
-		leader, followers = followers[0], []uint64{followers[1], shortLeaseStore}
 	}
-	holder := followers[0]
-	if holder == shortLeaseStore {
-		holder = followers[1]
-	}
-	if _, ok := r.PeerOnStore(shortLeaseStore); !ok || holder == shortLeaseStore {
-		return false
-	}
-	key, ok := n.keyIn(r)
-	hs, up := n.c.Store(holder)
-	if !ok || !up {
-		return false
-	}
-	// Until the holder reads from a lease (not recorded: a read is a read).
-	for range 50 {
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		_, _, info, err := hs.Get(ctx, raftstore.ReadOptions{ReplicaRead: true}, []byte(key))
-		cancel()
-		if err == nil && info.Mode == raftstore.ReadModeFollowerLease {
-			break
-		}
-		n.sleep(10 * time.Millisecond)
-	}
-	n.transferUnheard(r, leader, true, []uint64{holder, shortLeaseStore}, hold)
-	return true
+	n.rng.Shuffle(len(f.followers), func(i, j int) { f.followers[i], f.followers[j] = f.followers[j], f.followers[i] })
+	f.hold = time.Duration(200+n.rng.IntN(400)) * time.Millisecond
+	return f
 }
 
 // moveWhileDown moves a follower's replica away while the follower's store

@@ -1,0 +1,177 @@
+package cluster_test
+
+import (
+	"context"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/region"
+)
+
+// plainFault is one of the nemesis' network, leadership, restart, move and
+// split faults (kinds 0-8), held for f.hold where it lasts.
+func (n *nemesis) plainFault(kind int, f faultPick) {
+	c, rng := n.c, n.rng
+	r, leader, hasLeader, victim, followers, hold := f.r, f.leader, f.hasLeader, f.victim, f.followers, f.hold
+	switch kind {
+	case 0:
+		if !hasLeader {
+			return
+		}
+		n.log.add("partition-leader", "store %d (region %d) for %v", leader, r.ID, hold)
+		heal := c.Net.AddFilter(raftstore.IsolateFilter(leader))
+		n.sleep(hold)
+		heal()
+	case 1:
+		if victim == leader {
+			return
+		}
+		n.log.add("isolate-follower", "store %d for %v", victim, hold)
+		heal := c.Net.AddFilter(raftstore.IsolateFilter(victim))
+		n.sleep(hold)
+		heal()
+	case 2:
+		if !hasLeader || len(followers) == 0 {
+			return
+		}
+		if s, ok := c.Store(leader); ok {
+			n.log.add("transfer", "region %d %d -> %d", r.ID, leader, followers[0])
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = s.TransferLeader(ctx, r.ID, followers[0])
+			cancel()
+		}
+	case 3:
+		n.log.add("restart", "store %d", victim)
+		if c.StopStore(victim) == nil {
+			n.sleep(hold)
+			_ = c.StartStore(victim)
+		}
+	case 4:
+		n.log.add("delay", "all messages for %v", hold)
+		heal := c.Net.AddFilter(raftstore.DelayFilter(2*time.Millisecond, 8*time.Millisecond))
+		n.sleep(hold)
+		heal()
+	case 5:
+		n.log.add("drop", "20%% of messages for %v", hold)
+		heal := c.Net.AddFilter(raftstore.DropFilter(0.2))
+		n.sleep(hold)
+		heal()
+	case 6:
+		// Move a follower's replica to a store without one: a learner
+		// catches up by snapshot, is promoted, and the old replica is
+		// removed and its data deleted while reads may still reach it.
+		if to, ok := n.freeStore(r); ok && hasLeader && len(followers) > 0 {
+			n.log.add("move-replica", "region %d %d -> %d", r.ID, followers[0], to)
+			n.move(leader, r.ID, followers[0], to)
+		}
+	case 7:
+		key := splitKeys[rng.IntN(len(splitKeys))]
+		n.log.add("split", "at %q", key)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.Split(ctx, []byte(key))
+		cancel()
+	case 8:
+		// A follower lags (no entries, heartbeats only) while the
+		// region splits under it: clients holding the old epoch read
+		// from it, it learns of the split while their reads wait.
+		if len(followers) == 0 {
+			return
+		}
+		f := followers[0]
+		key := splitKeys[rng.IntN(len(splitKeys))]
+		n.log.add("split-while-lagging", "store %d lags, split at %q, for %v", f, key, hold)
+		heal := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+			return m.ToStore == f && (m.Msg.Type == raftpb.MsgApp || m.Msg.Type == raftpb.MsgSnap), 0
+		}))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.Split(ctx, []byte(key))
+		cancel()
+		n.sleep(hold)
+		heal()
+	}
+}
+
+// transferUnheard moves a region's leadership while one follower (with
+// follower leases on, a lease holder) hears neither the old leader's
+// revoke notice nor anything of the target's new term: only the new
+// leader holding its first commits back for a lease keeps that follower
+// from answering from a lease that no longer covers every commit. A write
+// through the new leader and reads on the follower are recorded.
+func (n *nemesis) transferUnheard(r region.Region, leader uint64, hasLeader bool, followers []uint64, hold time.Duration) {
+	if !hasLeader || len(followers) < 2 {
+		return
+	}
+	key, ok := n.keyIn(r)
+	s, up := n.c.Store(leader)
+	if !ok || !up {
+		return
+	}
+	holder, target := followers[0], followers[1]
+	if holder == shortLeaseStore {
+		// The target with the shorter leases: its own longest grant is
+		// shorter than the old leader's, so only the horizon the old
+		// leader sends with MsgTimeoutNow keeps its deferral long enough.
+		holder, target = target, holder
+	}
+	n.log.add("transfer-unheard", "region %d %d -> %d, store %d hears nothing of it for %v", r.ID, leader, target, holder, hold)
+	heal := n.c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+		between := (m.FromStore == holder && m.ToStore == target) || (m.FromStore == target && m.ToStore == holder)
+		return between || (m.ToStore == holder && isLeaseRevoke(m)), 0
+	}))
+	defer heal()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	err := s.TransferLeader(ctx, r.ID, target)
+	cancel()
+	if err != nil {
+		return
+	}
+	n.probeOn(holder, key, raftstore.ReadOptions{ReplicaRead: true}, "unheard-follower")
+	n.sleep(hold)
+}
+
+// transferUnheardToShortLease is transferUnheard with shortLeaseStore as
+// the target and a holder that has just been granted a lease: the old
+// leader's grant can outlast the target's own longest one. If
+// shortLeaseStore leads r, leadership moves away from it first. It
+// reports whether it ran.
+func (n *nemesis) transferUnheardToShortLease(r region.Region, leader uint64, followers []uint64, hold time.Duration) bool {
+	if leader == shortLeaseStore {
+		s, up := n.c.Store(leader)
+		if !up {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := s.TransferLeader(ctx, r.ID, followers[0])
+		cancel()
+		if err != nil {
+			return false
+		}
+		leader, followers = followers[0], []uint64{followers[1], shortLeaseStore}
+	}
+	holder := followers[0]
+	if holder == shortLeaseStore {
+		holder = followers[1]
+	}
+	if _, ok := r.PeerOnStore(shortLeaseStore); !ok || holder == shortLeaseStore {
+		return false
+	}
+	key, ok := n.keyIn(r)
+	hs, up := n.c.Store(holder)
+	if !ok || !up {
+		return false
+	}
+	// Until the holder reads from a lease (not recorded: a read is a read).
+	for range 50 {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		_, _, info, err := hs.Get(ctx, raftstore.ReadOptions{ReplicaRead: true}, []byte(key))
+		cancel()
+		if err == nil && info.Mode == raftstore.ReadModeFollowerLease {
+			break
+		}
+		n.sleep(10 * time.Millisecond)
+	}
+	n.transferUnheard(r, leader, true, []uint64{holder, shortLeaseStore}, hold)
+	return true
+}
