@@ -2,32 +2,9 @@ package client
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/hedgekv/hedgekv/client/clienttest"
 )
-
-// fakeClock is the budget's clock in tests: it moves only when told.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_000_000, 0)} }
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 func near(a, b float64) bool { return a-b < 1e-6 && b-a < 1e-6 }
 
@@ -252,9 +229,8 @@ func TestBudgetLongSlowdownCapped(t *testing.T) {
 }
 
 func TestBudgetPerStore(t *testing.T) {
-	clk := newFakeClock()
 	h := newHedger(ReadPolicy{Hedge: HedgeAfter(time.Millisecond)}, &hedgeCounters{})
-	h.now = clk.now
+	clk := onFakeClock(h)
 	s1, s2 := h.budget.get(1), h.budget.get(2)
 	if h.budget.get(1) != s1 {
 		t.Fatal("a store's account is not kept")
@@ -301,25 +277,11 @@ func TestBudgetPerStore(t *testing.T) {
 // account and asks it before each hedge; deposits expire on the budget's
 // clock.
 func TestHedgeBudgetInTheRace(t *testing.T) {
-	cl := clienttest.NewCluster(t, threeZones...)
-	cl.Put("k", "v")
-	c := newTestClient(t, cl, "")
-	warm(t, c)
-	cl.SetHook(func(ctx context.Context, s uint64, m string) error {
-		if s == 1 && m == "Get" {
-			select {
-			case <-time.After(40 * time.Millisecond):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return nil
-	})
+	_, c := newLateLeader(t)
 	// Half a hedge per read, no floor: the first read cannot pay for its
 	// hedge, the second pays for one.
 	s := c.Session(ReadPolicy{Hedge: HedgeAfter(5 * time.Millisecond), HedgeBudget: 0.5, HedgeMinPerSecond: -1})
-	clk := newFakeClock()
-	s.hedger.now = clk.now
+	clk := onFakeClock(s.hedger)
 	get := func() ReadInfo {
 		t.Helper()
 		_, info, err := s.GetWithInfo(context.Background(), []byte("k"))

@@ -17,59 +17,62 @@ import (
 	"github.com/hedgekv/hedgekv/region"
 )
 
-var threeZones = []string{"dc-a", "dc-b", "dc-c"}
-
-func newTestClient(t *testing.T, cl *clienttest.Cluster, zone string) *Client {
-	t.Helper()
-	c, err := New(context.Background(), Config{
-		Endpoints:      cl.Endpoints(),
-		Zone:           zone,
-		DialTimeout:    time.Second,
-		RequestTimeout: 3 * time.Second,
-	})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+// getRetryCase is a Get that must succeed although the cluster, as setup
+// leaves it, fails the client's first guess.
+type getRetryCase struct {
+	name string
+	// setup runs after the client is created (and its cache warmed, if
+	// warm is set).
+	warm         bool
+	setup        func(t *testing.T, cl *clienttest.Cluster)
+	policy       ReadPolicy
+	wantStore    uint64   // 0: any
+	wantNotStore uint64   // 0: none
+	wantAttempts int      // 0: don't check
+	wantMode     ReadMode // "": don't check
 }
 
-// warm loads region metadata into the client's cache, so a later change in
-// the cluster makes the cache stale.
-func warm(t *testing.T, c *Client) {
-	t.Helper()
-	if _, err := c.Get(context.Background(), []byte("warm")); err != nil && !errors.Is(err, ErrNotFound) {
-		t.Fatalf("warm-up get: %v", err)
+// runGetRetries runs each case against a fresh three-zone cluster holding
+// k=v: the Get must return v within 3 s, as the case wants it served.
+func runGetRetries(t *testing.T, tests []getRetryCase) {
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cl := clienttest.NewCluster(t, threeZones...)
+			cl.Put("k", "v")
+			c := newTestClient(t, cl, "")
+			if tt.warm {
+				warm(t, c)
+			}
+			tt.setup(t, cl)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			v, info, err := c.Session(tt.policy).GetWithInfo(ctx, []byte("k"))
+			if err != nil {
+				t.Fatalf("get: %v", err)
+			}
+			if string(v) != "v" {
+				t.Errorf("value %q, want %q", v, "v")
+			}
+			if tt.wantStore != 0 && info.StoreID != tt.wantStore {
+				t.Errorf("served by store %d, want %d", info.StoreID, tt.wantStore)
+			}
+			if tt.wantNotStore != 0 && info.StoreID == tt.wantNotStore {
+				t.Errorf("served by store %d, want any other", info.StoreID)
+			}
+			if tt.wantAttempts != 0 && info.Attempts != tt.wantAttempts {
+				t.Errorf("%d attempts, want %d", info.Attempts, tt.wantAttempts)
+			}
+			if tt.wantMode != "" && info.Mode != tt.wantMode {
+				t.Errorf("mode %q, want %q", info.Mode, tt.wantMode)
+			}
+		})
 	}
 }
 
-// failOnce returns a hook that answers err to the first call of method on
-// store, and lets everything else through.
-func failOnce(store uint64, method string, err error) clienttest.Hook {
-	var once sync.Once
-	return func(_ context.Context, s uint64, m string) error {
-		var out error
-		if s == store && m == method {
-			once.Do(func() { out = err })
-		}
-		return out
-	}
-}
-
-func TestGetRetries(t *testing.T) {
-	notLeaderNoHint := clienttest.RegionError(codes.FailedPrecondition, &kvpb.RegionError{NotLeader: &kvpb.NotLeader{RegionId: 1}})
-	tests := []struct {
-		name string
-		// setup runs after the client is created (and its cache warmed,
-		// if warm is set).
-		warm         bool
-		setup        func(t *testing.T, cl *clienttest.Cluster)
-		policy       ReadPolicy
-		wantStore    uint64   // 0: any
-		wantNotStore uint64   // 0: none
-		wantAttempts int      // 0: don't check
-		wantMode     ReadMode // "": don't check
-	}{
+// TestGetRetriesLeaderChanges: the leader the client knows of is not the
+// leader (any more, or not yet).
+func TestGetRetriesLeaderChanges(t *testing.T) {
+	runGetRetries(t, []getRetryCase{
 		{
 			name: "not leader hint followed",
 			setup: func(t *testing.T, cl *clienttest.Cluster) {
@@ -85,7 +88,7 @@ func TestGetRetries(t *testing.T) {
 				cl.SetReportedLeader(1, 1)
 				cl.SetHook(func(_ context.Context, s uint64, m string) error {
 					if m == "Get" && s != 3 {
-						return notLeaderNoHint
+						return notLeader(0)
 					}
 					return nil
 				})
@@ -100,6 +103,13 @@ func TestGetRetries(t *testing.T) {
 			},
 			wantStore: 2, wantMode: "lease",
 		},
+	})
+}
+
+// TestGetRetriesRegionChanges: the region the warm cache holds for the key
+// has changed, or the store no longer has it.
+func TestGetRetriesRegionChanges(t *testing.T) {
+	runGetRetries(t, []getRetryCase{
 		{
 			name: "epoch not match refreshes the cache",
 			warm: true,
@@ -126,6 +136,13 @@ func TestGetRetries(t *testing.T) {
 			},
 			wantStore: 1, wantAttempts: 2,
 		},
+	})
+}
+
+// TestGetRetriesStoreDown: the store the client asks first is stopped or
+// unavailable.
+func TestGetRetriesStoreDown(t *testing.T) {
+	runGetRetries(t, []getRetryCase{
 		{
 			name: "leader store down, retried at the new leader",
 			warm: true,
@@ -161,9 +178,17 @@ func TestGetRetries(t *testing.T) {
 			},
 			wantStore: 3, wantMode: "read-index",
 		},
+	})
+}
+
+// TestGetRetriesStaleNotReady: a bounded-staleness read at a follower
+// whose data is not recent enough.
+func TestGetRetriesStaleNotReady(t *testing.T) {
+	stale := ReadPolicy{Replica: ReplicaFollower, MaxStaleness: 5 * time.Second}
+	runGetRetries(t, []getRetryCase{
 		{
 			name:   "stale read not ready on one follower goes to the other",
-			policy: ReadPolicy{Replica: ReplicaFollower, MaxStaleness: 5 * time.Second},
+			policy: stale,
 			setup: func(t *testing.T, cl *clienttest.Cluster) {
 				cl.SetNotReady(2, true)
 			},
@@ -171,46 +196,14 @@ func TestGetRetries(t *testing.T) {
 		},
 		{
 			name:   "stale read not ready on any follower falls back to the leader",
-			policy: ReadPolicy{Replica: ReplicaFollower, MaxStaleness: 5 * time.Second},
+			policy: stale,
 			setup: func(t *testing.T, cl *clienttest.Cluster) {
 				cl.SetNotReady(2, true)
 				cl.SetNotReady(3, true)
 			},
 			wantStore: 1, wantAttempts: 3, wantMode: "lease",
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cl := clienttest.NewCluster(t, threeZones...)
-			cl.Put("k", "v")
-			c := newTestClient(t, cl, "")
-			if tt.warm {
-				warm(t, c)
-			}
-			tt.setup(t, cl)
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			defer cancel()
-			v, info, err := c.Session(tt.policy).GetWithInfo(ctx, []byte("k"))
-			if err != nil {
-				t.Fatalf("get: %v", err)
-			}
-			if string(v) != "v" {
-				t.Errorf("value %q, want %q", v, "v")
-			}
-			if tt.wantStore != 0 && info.StoreID != tt.wantStore {
-				t.Errorf("served by store %d, want %d", info.StoreID, tt.wantStore)
-			}
-			if tt.wantNotStore != 0 && info.StoreID == tt.wantNotStore {
-				t.Errorf("served by store %d, want any other", info.StoreID)
-			}
-			if tt.wantAttempts != 0 && info.Attempts != tt.wantAttempts {
-				t.Errorf("%d attempts, want %d", info.Attempts, tt.wantAttempts)
-			}
-			if tt.wantMode != "" && info.Mode != tt.wantMode {
-				t.Errorf("mode %q, want %q", info.Mode, tt.wantMode)
-			}
-		})
-	}
+	})
 }
 
 func TestEpochNotMatchUpdatesCache(t *testing.T) {
@@ -589,10 +582,7 @@ func TestServerIsBusy(t *testing.T) {
 		return clienttest.RegionError(codes.ResourceExhausted, &kvpb.RegionError{ServerIsBusy: &kvpb.ServerIsBusy{StoreId: store, EstimatedWaitUs: 80000}})
 	}
 	t.Run("a busy leader sends the read to a follower", func(t *testing.T) {
-		cl := clienttest.NewCluster(t, threeZones...)
-		cl.Put("k", "v")
-		c := newTestClient(t, cl, "")
-		warm(t, c)
+		cl, c := newWarmClient(t)
 		cl.SetHook(func(_ context.Context, s uint64, m string) error {
 			if s == 1 && m == "Get" {
 				return busy(s)
@@ -618,10 +608,7 @@ func TestServerIsBusy(t *testing.T) {
 		}
 	})
 	t.Run("when every replica is busy the read waits at one without the threshold", func(t *testing.T) {
-		cl := clienttest.NewCluster(t, threeZones...)
-		cl.Put("k", "v")
-		c := newTestClient(t, cl, "")
-		warm(t, c)
+		cl, c := newWarmClient(t)
 		var (
 			mu      sync.Mutex
 			refused = map[uint64]int{}
@@ -701,10 +688,7 @@ func TestLatencyFades(t *testing.T) {
 }
 
 func TestLeaderDownStaleReadsLearnNewLeader(t *testing.T) {
-	cl := clienttest.NewCluster(t, threeZones...)
-	cl.Put("k", "v")
-	c := newTestClient(t, cl, "")
-	warm(t, c)
+	cl, c := newWarmClient(t)
 	s := c.Session(ReadPolicy{Replica: ReplicaLeader, MaxStaleness: 5 * time.Second})
 	// The leader's store dies; store 3 is elected, but store 2 still names
 	// the dead store 1 as leader (it has not timed out yet).
@@ -724,10 +708,7 @@ func TestLeaderDownStaleReadsLearnNewLeader(t *testing.T) {
 }
 
 func TestHintToFailedStoreNotFollowed(t *testing.T) {
-	cl := clienttest.NewCluster(t, threeZones...)
-	cl.Put("k", "v")
-	c := newTestClient(t, cl, "")
-	warm(t, c)
+	cl, c := newWarmClient(t)
 	// Store 1, the leader, is down (every call Unavailable). Stores 2 and
 	// 3 keep naming it as leader until store 3 wins the election 400ms
 	// later.
@@ -739,7 +720,7 @@ func TestHintToFailedStoreNotFollowed(t *testing.T) {
 			toDead.Add(1)
 			return status.Error(codes.Unavailable, "connection refused")
 		case m == "Get" && !elected.Load():
-			return clienttest.RegionError(codes.FailedPrecondition, &kvpb.RegionError{NotLeader: &kvpb.NotLeader{RegionId: 1, Leader: &kvpb.Peer{Id: 1, StoreId: 1}}})
+			return notLeader(1)
 		}
 		return nil
 	})

@@ -9,10 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/hedgekv/hedgekv/client/clienttest"
-	"github.com/hedgekv/hedgekv/kvpb"
 )
 
 func TestParseHedgePolicies(t *testing.T) {
@@ -102,22 +99,6 @@ func TestHedgeDelayFromWindow(t *testing.T) {
 	}
 }
 
-// slowStore returns a hook that holds method on store until its ctx ends
-// (recording that it was cancelled), and lets the rest through.
-func slowStore(store uint64, method string, cancelled chan<- error) clienttest.Hook {
-	return func(ctx context.Context, s uint64, m string) error {
-		if s != store || m != method {
-			return nil
-		}
-		<-ctx.Done()
-		select {
-		case cancelled <- ctx.Err():
-		default:
-		}
-		return ctx.Err()
-	}
-}
-
 func TestHedgeWinsOverSlowLeader(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -128,10 +109,7 @@ func TestHedgeWinsOverSlowLeader(t *testing.T) {
 		{"stale", 5 * time.Second, "stale"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cl := clienttest.NewCluster(t, threeZones...)
-			cl.Put("k", "v")
-			c := newTestClient(t, cl, "")
-			warm(t, c)
+			cl, c := newWarmClient(t)
 			cancelled := make(chan error, 1)
 			cl.SetHook(slowStore(1, "Get", cancelled))
 			cl.ResetRequests()
@@ -207,20 +185,7 @@ func TestHedgeBatchGetAndScan(t *testing.T) {
 }
 
 func TestHedgeZeroBudgetNeverHedges(t *testing.T) {
-	cl := clienttest.NewCluster(t, threeZones...)
-	cl.Put("k", "v")
-	c := newTestClient(t, cl, "")
-	warm(t, c)
-	cl.SetHook(func(ctx context.Context, s uint64, m string) error {
-		if s == 1 && m == "Get" {
-			select {
-			case <-time.After(40 * time.Millisecond):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return nil
-	})
+	cl, c := newLateLeader(t)
 	s := c.Session(ReadPolicy{Hedge: HedgeAfter(5 * time.Millisecond), HedgeBudget: -1})
 	for range 3 {
 		_, info, err := s.GetWithInfo(context.Background(), []byte("k"))
@@ -243,10 +208,7 @@ func TestHedgeZeroBudgetNeverHedges(t *testing.T) {
 }
 
 func TestHedgeRegionErrorDoesNotEndRace(t *testing.T) {
-	cl := clienttest.NewCluster(t, threeZones...)
-	cl.Put("k", "v")
-	c := newTestClient(t, cl, "")
-	warm(t, c)
+	cl, c := newWarmClient(t)
 	var hedgeErrs atomic.Int32
 	cl.SetHook(func(ctx context.Context, s uint64, m string) error {
 		if m != "Get" {
@@ -257,7 +219,7 @@ func TestHedgeRegionErrorDoesNotEndRace(t *testing.T) {
 			return nil
 		}
 		hedgeErrs.Add(1)
-		return clienttest.RegionError(codes.FailedPrecondition, &kvpb.RegionError{NotLeader: &kvpb.NotLeader{RegionId: 1, Leader: &kvpb.Peer{Id: 1, StoreId: 1}}})
+		return notLeader(1)
 	})
 	s := c.Session(ReadPolicy{Hedge: HedgeAfter(5 * time.Millisecond)})
 	v, info, err := s.GetWithInfo(context.Background(), []byte("k"))

@@ -8,23 +8,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/hedgekv/hedgekv/client/clienttest"
 )
 
 func TestCollectorExportsHedgeStats(t *testing.T) {
-	cl := clienttest.NewCluster(t, threeZones...)
-	cl.Put("k", "v")
-	c := newTestClient(t, cl, "")
-	warm(t, c)
+	cl, c := newWarmClient(t)
 	// The leader never answers a Get: every read is won by a hedge.
-	cl.SetHook(func(ctx context.Context, s uint64, m string) error {
-		if s == 1 && m == "Get" {
-			<-ctx.Done()
-			return ctx.Err()
-		}
-		return nil
-	})
+	cl.SetHook(slowStore(1, "Get", nil))
 	s := c.Session(ReadPolicy{Replica: ReplicaLeader, Hedge: HedgeAfter(5 * time.Millisecond), HedgeBudget: 1})
 	for range 4 {
 		if _, err := s.Get(context.Background(), []byte("k")); err != nil {

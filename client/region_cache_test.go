@@ -18,146 +18,67 @@ func reg(id uint64, start, end string, ver uint64) region.Region {
 	return region.Region{ID: id, StartKey: []byte(start), EndKey: []byte(end), Epoch: region.Epoch{ConfVer: 1, Version: ver}, Peers: peers3(id * 10)}
 }
 
-func TestRegionCache(t *testing.T) {
-	type step func(c *regionCache)
-	tests := []struct {
-		name  string
-		steps []step
-		key   string
-		// want is the region id and leader the cache holds for key; 0: miss.
-		wantID, wantLeader uint64
-		wantLen            int
-	}{
-		{
-			name:   "insert and look up",
-			steps:  []step{func(c *regionCache) { c.insert(reg(1, "", "", 1), 2) }},
-			key:    "k",
-			wantID: 1, wantLeader: 2, wantLen: 1,
-		},
-		{
-			name: "a stale region does not undo a split",
-			steps: []step{
-				func(c *regionCache) { c.insert(reg(1, "", "m", 2), 1) },
-				func(c *regionCache) { c.insert(reg(2, "m", "", 2), 1) },
-				func(c *regionCache) { c.insert(reg(1, "", "", 1), 3) },
-			},
-			key:    "x",
-			wantID: 2, wantLeader: 1, wantLen: 2,
-		},
-		{
-			name: "a newer region replaces the ones it overlaps",
-			steps: []step{
-				func(c *regionCache) { c.insert(reg(1, "", "", 1), 1) },
-				func(c *regionCache) { c.insert(reg(2, "m", "", 2), 3) },
-			},
-			key:    "x",
-			wantID: 2, wantLeader: 3, wantLen: 1,
-		},
-		{
-			name: "same region without a leader keeps the known leader",
-			steps: []step{
-				func(c *regionCache) { c.insert(reg(1, "", "", 1), 2) },
-				func(c *regionCache) { c.insert(reg(1, "", "", 1), 0) },
-			},
-			key:    "k",
-			wantID: 1, wantLeader: 2, wantLen: 1,
-		},
-		{
-			name: "a leader that is not a peer is ignored",
-			steps: []step{
-				func(c *regionCache) { c.insert(reg(1, "", "", 1), 9) },
-			},
-			key:    "k",
-			wantID: 1, wantLeader: 0, wantLen: 1,
-		},
-		{
-			name: "not leader hint",
-			steps: []step{
-				func(c *regionCache) { c.insert(reg(1, "", "", 1), 1) },
-				func(c *regionCache) {
-					if !c.updateLeader(1, 3) {
-						panic("hint refused")
-					}
-					if c.updateLeader(1, 9) {
-						panic("hint for a store without a peer accepted")
-					}
-				},
-			},
-			key:    "k",
-			wantID: 1, wantLeader: 3, wantLen: 1,
-		},
-		{
-			name: "switch leader walks the peers once per failure",
-			steps: []step{
-				func(c *regionCache) { c.insert(reg(1, "", "", 1), 3) },
-				func(c *regionCache) { c.switchLeaderFrom(1, 3) }, // -> 1 (wraps)
-				func(c *regionCache) { c.switchLeaderFrom(1, 3) }, // a second failure report of 3: no-op
-			},
-			key:    "k",
-			wantID: 1, wantLeader: 1, wantLen: 1,
-		},
-		{
-			name: "epoch not match installs the current regions",
-			steps: []step{
-				func(c *regionCache) { c.insert(reg(1, "", "", 1), 1) },
-				func(c *regionCache) {
-					c.onEpochNotMatch(cachedRegion{Region: reg(1, "", "", 1)}, []region.Region{reg(1, "", "m", 2), reg(2, "m", "", 2)}, 2)
-				},
-			},
-			key:    "z",
-			wantID: 2, wantLeader: 2, wantLen: 2,
-		},
-		{
-			name: "epoch not match keeps the old leader for the same region",
-			steps: []step{
-				func(c *regionCache) { c.insert(reg(1, "", "", 1), 1) },
-				func(c *regionCache) {
-					c.onEpochNotMatch(cachedRegion{Region: reg(1, "", "", 1)}, []region.Region{reg(1, "", "m", 2), reg(2, "m", "", 2)}, 2)
-				},
-			},
-			key:    "a",
-			wantID: 1, wantLeader: 1, wantLen: 2,
-		},
-		{
-			name: "epoch not match without current regions drops",
-			steps: []step{
-				func(c *regionCache) { c.insert(reg(1, "", "", 1), 1) },
-				func(c *regionCache) { c.onEpochNotMatch(cachedRegion{Region: reg(1, "", "", 1)}, nil, 2) },
-			},
-			key: "a", wantLen: 0,
-		},
-		{
-			// The request carried version 2 (learned from a store that
-			// applied the split); the store answering has not: it is
-			// behind, and the cache keeps what it knows.
-			name: "epoch not match from a store behind the cache changes nothing",
-			steps: []step{
-				func(c *regionCache) { c.insert(reg(1, "", "m", 2), 1) },
-				func(c *regionCache) { c.insert(reg(2, "m", "", 2), 1) },
-				func(c *regionCache) {
-					if !c.onEpochNotMatch(cachedRegion{Region: reg(1, "", "m", 2)}, []region.Region{reg(1, "", "", 1)}, 2) {
-						panic("a store with version 1 answering a request of version 2 is not behind")
-					}
-				},
-			},
-			key:    "a",
-			wantID: 1, wantLeader: 1, wantLen: 2,
-		},
-		{
-			name: "drop",
-			steps: []step{
-				func(c *regionCache) { c.insert(reg(1, "", "m", 2), 1) },
-				func(c *regionCache) { c.insert(reg(2, "m", "", 2), 1) },
-				func(c *regionCache) { c.drop(2) },
-			},
-			key: "x", wantLen: 1,
-		},
+// A cacheStep is one thing a request does to the region cache; the
+// functions below name them.
+type cacheStep func(t *testing.T, c *regionCache)
+
+// insert caches r with leader as its leader (0: unknown), as a region
+// lookup does.
+func insert(r region.Region, leader uint64) cacheStep {
+	return func(t *testing.T, c *regionCache) { c.insert(r, leader) }
+}
+
+// leaderHint takes a NotLeader answer naming store as the region's leader;
+// wantTaken says whether the cache should take the hint.
+func leaderHint(regionID, store uint64, wantTaken bool) cacheStep {
+	return func(t *testing.T, c *regionCache) {
+		if got := c.updateLeader(regionID, store); got != wantTaken {
+			t.Fatalf("hint naming store %d as region %d's leader taken: %v, want %v", store, regionID, got, wantTaken)
+		}
 	}
+}
+
+// leaderFailed reports that store, tried as the region's leader, did not
+// answer.
+func leaderFailed(regionID, store uint64) cacheStep {
+	return func(t *testing.T, c *regionCache) { c.switchLeaderFrom(regionID, store) }
+}
+
+// epochNotMatch takes an EpochNotMatch answer from store to a request that
+// carried sent: current are the regions that store has for sent's range.
+// wantBehind says whether the store should be found behind the request.
+func epochNotMatch(sent region.Region, current []region.Region, store uint64, wantBehind bool) cacheStep {
+	return func(t *testing.T, c *regionCache) {
+		if got := c.onEpochNotMatch(cachedRegion{Region: sent}, current, store); got != wantBehind {
+			t.Fatalf("store %d behind: %v, want %v", store, got, wantBehind)
+		}
+	}
+}
+
+// drop forgets a region, as a request does on RegionNotFound.
+func drop(regionID uint64) cacheStep {
+	return func(t *testing.T, c *regionCache) { c.drop(regionID) }
+}
+
+// splitAtM is region 1 split at "m" (version 2): region 1 [, m), region 2 [m, ).
+var splitAtM = []region.Region{reg(1, "", "m", 2), reg(2, "m", "", 2)}
+
+// regionCacheCase runs steps on an empty cache, then looks key up.
+type regionCacheCase struct {
+	name  string
+	steps []cacheStep
+	key   string
+	// want is the region id and leader the cache holds for key; 0: miss.
+	wantID, wantLeader uint64
+	wantLen            int
+}
+
+func runRegionCacheCases(t *testing.T, tests []regionCacheCase) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newRegionCache()
 			for _, s := range tt.steps {
-				s(c)
+				s(t, c)
 			}
 			r, ok := c.lookupKey([]byte(tt.key))
 			switch {
@@ -173,6 +94,135 @@ func TestRegionCache(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRegionCacheInsertAndDrop: what the cache keeps of the regions
+// lookups give it, newer and older, and of a region dropped.
+func TestRegionCacheInsertAndDrop(t *testing.T) {
+	runRegionCacheCases(t, []regionCacheCase{
+		{
+			name:   "insert and look up",
+			steps:  []cacheStep{insert(reg(1, "", "", 1), 2)},
+			key:    "k",
+			wantID: 1, wantLeader: 2, wantLen: 1,
+		},
+		{
+			name: "a stale region does not undo a split",
+			steps: []cacheStep{
+				insert(reg(1, "", "m", 2), 1),
+				insert(reg(2, "m", "", 2), 1),
+				insert(reg(1, "", "", 1), 3),
+			},
+			key:    "x",
+			wantID: 2, wantLeader: 1, wantLen: 2,
+		},
+		{
+			name: "a newer region replaces the ones it overlaps",
+			steps: []cacheStep{
+				insert(reg(1, "", "", 1), 1),
+				insert(reg(2, "m", "", 2), 3),
+			},
+			key:    "x",
+			wantID: 2, wantLeader: 3, wantLen: 1,
+		},
+		{
+			name: "same region without a leader keeps the known leader",
+			steps: []cacheStep{
+				insert(reg(1, "", "", 1), 2),
+				insert(reg(1, "", "", 1), 0),
+			},
+			key:    "k",
+			wantID: 1, wantLeader: 2, wantLen: 1,
+		},
+		{
+			name:   "a leader that is not a peer is ignored",
+			steps:  []cacheStep{insert(reg(1, "", "", 1), 9)},
+			key:    "k",
+			wantID: 1, wantLeader: 0, wantLen: 1,
+		},
+		{
+			name: "drop",
+			steps: []cacheStep{
+				insert(reg(1, "", "m", 2), 1),
+				insert(reg(2, "m", "", 2), 1),
+				drop(2),
+			},
+			key: "x", wantLen: 1,
+		},
+	})
+}
+
+// TestRegionCacheLeader: how NotLeader hints and leaders that do not
+// answer move the leader the cache presumes.
+func TestRegionCacheLeader(t *testing.T) {
+	runRegionCacheCases(t, []regionCacheCase{
+		{
+			name: "not leader hint",
+			steps: []cacheStep{
+				insert(reg(1, "", "", 1), 1),
+				leaderHint(1, 3, true),
+				leaderHint(1, 9, false), // store 9 hosts no peer of region 1
+			},
+			key:    "k",
+			wantID: 1, wantLeader: 3, wantLen: 1,
+		},
+		{
+			name: "switch leader walks the peers once per failure",
+			steps: []cacheStep{
+				insert(reg(1, "", "", 1), 3),
+				leaderFailed(1, 3), // -> 1 (wraps)
+				leaderFailed(1, 3), // a second failure report of 3: no-op
+			},
+			key:    "k",
+			wantID: 1, wantLeader: 1, wantLen: 1,
+		},
+	})
+}
+
+// TestRegionCacheEpochNotMatch: what the cache makes of a store's
+// EpochNotMatch answer, the store ahead of the cache or behind it.
+func TestRegionCacheEpochNotMatch(t *testing.T) {
+	runRegionCacheCases(t, []regionCacheCase{
+		{
+			name: "epoch not match installs the current regions",
+			steps: []cacheStep{
+				insert(reg(1, "", "", 1), 1),
+				epochNotMatch(reg(1, "", "", 1), splitAtM, 2, false),
+			},
+			key:    "z",
+			wantID: 2, wantLeader: 2, wantLen: 2,
+		},
+		{
+			name: "epoch not match keeps the old leader for the same region",
+			steps: []cacheStep{
+				insert(reg(1, "", "", 1), 1),
+				epochNotMatch(reg(1, "", "", 1), splitAtM, 2, false),
+			},
+			key:    "a",
+			wantID: 1, wantLeader: 1, wantLen: 2,
+		},
+		{
+			name: "epoch not match without current regions drops",
+			steps: []cacheStep{
+				insert(reg(1, "", "", 1), 1),
+				epochNotMatch(reg(1, "", "", 1), nil, 2, false),
+			},
+			key: "a", wantLen: 0,
+		},
+		{
+			// The request carried version 2 (learned from a store that
+			// applied the split); the store answering has not: it is
+			// behind, and the cache keeps what it knows.
+			name: "epoch not match from a store behind the cache changes nothing",
+			steps: []cacheStep{
+				insert(reg(1, "", "m", 2), 1),
+				insert(reg(2, "m", "", 2), 1),
+				epochNotMatch(reg(1, "", "m", 2), []region.Region{reg(1, "", "", 1)}, 2, true),
+			},
+			key:    "a",
+			wantID: 1, wantLeader: 1, wantLen: 2,
+		},
+	})
 }
 
 func TestRegionCacheLoads(t *testing.T) {

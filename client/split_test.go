@@ -68,13 +68,7 @@ func TestLeaderCheckCancelIsNoFailure(t *testing.T) {
 	c := newTestClient(t, cl, "")
 	warm(t, c) // cached leader: store 1
 	cl.SetLeader(1, 2)
-	cl.SetHook(func(ctx context.Context, storeID uint64, method string) error {
-		if storeID == 1 && method == "Put" {
-			<-ctx.Done() // a slow store: the attempt is cancelled first
-			return ctx.Err()
-		}
-		return nil
-	})
+	cl.SetHook(slowStore(1, "Put", nil)) // a slow store: the attempt is cancelled first
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := c.Put(ctx, []byte("k"), []byte("v")); err != nil {
