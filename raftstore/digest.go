@@ -144,7 +144,7 @@ func (s *Store) viewReplica(regionID uint64, fn func(tx *bbolt.Tx, r region.Regi
 		return notFound
 	}
 	p.mu.Lock()
-	initialized, removed := p.initialized, p.removed
+	initialized, removed := p.initialized && !p.applyingSnapshotLocked(), p.removed
 	p.mu.Unlock()
 	if removed {
 		return notFound

@@ -102,6 +102,11 @@ var keyDiskProbe = []byte("disk-probe")
 // once the disk takes writes again. The loop is the only goroutine that
 // creates or drives peers, and it is the caller, so no round is under way.
 func (s *Store) recoverFromDisk() error {
+	// A snapshot apply under way is finished or cleared from its marker
+	// first: the peers below are loaded from what it leaves.
+	if err := s.snaps.recover(); err != nil {
+		return fmt.Errorf("snapshot applies: %w", err)
+	}
 	old := s.allPeers()
 	for _, p := range old {
 		p.mu.Lock()

@@ -22,9 +22,10 @@
 //     round log (wal.go: new entries, hard state, a snapshot mark),
 //     fdatasynced: group commit, one fsync per round however many regions
 //     and requests it carries. Beside that write, in ONE bbolt transaction
-//     committed without an fsync: snapshot (replacing the region's data,
-//     log and state), new log entries (dropping any conflicting tail) and
-//     the hard state. bbolt is made durable by checkpoints (checkpoint.go:
+//     committed without an fsync: snapshot (the region's log and state; its
+//     data was written before, outside the loop, which held that peer's
+//     Ready meanwhile: snapapply.go), new log entries (dropping any
+//     conflicting tail) and the hard state. bbolt is made durable by checkpoints (checkpoint.go:
 //     every 100 ms, and after any round that changes a region's shape,
 //     before it sends); a restart restores the last one and replays the
 //     round log. A failed write freezes the store (diskfail.go).

@@ -159,7 +159,7 @@ func (s *Store) mayHoldLease(storeID uint64) bool {
 // ReadIndex); at most one per tick.
 func (p *Peer) leaseRequestLocked(now time.Time) (Notice, bool) {
 	s := p.store
-	if !s.cfg.FollowerLeases || !p.initialized || p.removed {
+	if !s.cfg.FollowerLeases || !p.initialized || p.removed || p.applyingSnapshotLocked() {
 		return Notice{}, false
 	}
 	st := p.rn.BasicStatus()

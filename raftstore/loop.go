@@ -173,7 +173,7 @@ func (s *Store) round() error {
 	s.dirty = make(map[uint64]*Peer, len(dirty))
 	s.dirtyMu.Unlock()
 
-	batch := s.collectReady(dirty)
+	batch := s.collectReadyApart(dirty) // snapshot applies held apart (snapapply.go)
 	if len(batch) == 0 {
 		return nil
 	}

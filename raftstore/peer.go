@@ -40,6 +40,10 @@ type Peer struct {
 	// serves nothing and owns no key range.
 	initialized bool
 	removed     bool // destroyed or superseded; the loop forgets it
+	// snapGen counts snapshot applies begun and finished: odd while one
+	// writes the peer's range outside the loop, when it serves nothing
+	// (snapapply.go).
+	snapGen uint64
 
 	lease     lease
 	proposals map[uint64]*proposal

@@ -54,9 +54,10 @@ func (s *Store) withCurrentRegion(err error, key []byte) error {
 }
 
 // checkServingLocked refuses a request for a peer that holds no data (a
-// placeholder, or one removed), then checks epoch and key.
+// placeholder, one removed, or one applying a snapshot), then checks
+// epoch and key.
 func (p *Peer) checkServingLocked(epoch region.Epoch, key []byte) error {
-	if !p.initialized || p.removed {
+	if !p.initialized || p.removed || p.applyingSnapshotLocked() {
 		return &region.RegionNotFoundError{RegionID: p.regionID}
 	}
 	return p.checkLocked(epoch, key)
@@ -311,11 +312,12 @@ func (s *Store) Get(ctx context.Context, opts ReadOptions, key []byte) (value []
 	if info, _, err = s.prepareRead(ctx, p, opts, key); err != nil {
 		return nil, false, info, err
 	}
+	gen := p.dataGen()
 	value, found, err = s.eng.get(key)
 	if err != nil {
 		return nil, false, info, fmt.Errorf("get: %w", err)
 	}
-	if err := s.stillHolds(p); err != nil {
+	if err := s.stillHolds(p, gen); err != nil {
 		return nil, false, info, err
 	}
 	return value, found, info, nil
@@ -334,11 +336,12 @@ func (s *Store) BatchGet(ctx context.Context, opts ReadOptions, keys [][]byte) (
 	if err != nil {
 		return nil, info, err
 	}
+	gen := p.dataGen()
 	kvs, err := s.eng.batchGet(keys)
 	if err != nil {
 		return nil, info, fmt.Errorf("batch get: %w", err)
 	}
-	if err := s.stillHolds(p); err != nil {
+	if err := s.stillHolds(p, gen); err != nil {
 		return nil, info, err
 	}
 	return kvs, info, nil
@@ -361,11 +364,12 @@ func (s *Store) Scan(ctx context.Context, opts ReadOptions, start, end []byte, l
 	if !ok || limit <= 0 {
 		return nil, r, info, nil
 	}
+	gen := p.dataGen()
 	kvs, err := s.eng.scan(ctx, lo, hi, limit)
 	if err != nil {
 		return nil, r, info, fmt.Errorf("scan: %w", err)
 	}
-	if err := s.stillHolds(p); err != nil {
+	if err := s.stillHolds(p, gen); err != nil {
 		return nil, r, info, err
 	}
 	return kvs, r, info, nil
@@ -377,8 +381,10 @@ func (s *Store) Scan(ctx context.Context, opts ReadOptions, start, end []byte, l
 // that delete always sees the mark here, and never answers "no such key"
 // for keys the region holds. (A read applied up to its read index before
 // the removal is otherwise linearizable; only the vanishing data is wrong.)
-func (s *Store) stillHolds(p *Peer) error {
-	if p.isRemoved() {
+// Likewise it fails if a snapshot apply was under way or began since gen
+// was noted (before the engine read): the read may have seen part of it.
+func (s *Store) stillHolds(p *Peer, gen uint64) error {
+	if p.isRemoved() || !p.dataKeptSince(gen) {
 		return &region.RegionNotFoundError{RegionID: p.regionID}
 	}
 	return nil

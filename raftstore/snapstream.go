@@ -36,10 +36,12 @@ import (
 // Receiver: the transport hands the stream to ReceiveSnapshot, which
 // writes it to a file under the data directory's snap/ while checking it
 // (checksum and every rule decodeSnapshotData has), then steps the MsgSnap
-// into raft with a descriptor of the file as its data. The Ready loop
-// applies the snapshot from the file (applySnapshotStreamTx) and deletes
-// it. A file raft never applies is deleted once the peer is gone or has
-// applied past its index, and every file at start.
+// into raft with a descriptor of the file as its data. The store's worker
+// applies the snapshot from the file in bounded transactions while the
+// Ready loop holds the peer's Ready (snapapply.go); the file is deleted
+// once the loop has finished it. A file raft never applies is deleted once
+// the peer is gone or has applied past its index, and every file at start
+// (after an apply a restart interrupted is finished from its file).
 
 const (
 	snapSourceTTL = time.Minute
@@ -103,25 +105,41 @@ type snapshots struct {
 	closed   bool
 	lastWarn map[uint64]time.Time // per region: the last build failure logged
 	wg       sync.WaitGroup       // stream writers
+
+	// The apply worker (snapapply.go): the Readys held for an apply, by
+	// region; the jobs in order; whether the worker runs; halted while
+	// the peers are rebuilt from disk.
+	held    map[uint64]*applyJob
+	queue   []workerJob
+	working bool
+	halted  bool
+	workers sync.WaitGroup
 }
 
 func newSnapshots(eng *engine, log *slog.Logger, dataDir string, rate int64) (*snapshots, error) {
 	dir := filepath.Join(dataDir, "snap")
-	// Whatever is here was received before a restart: raft has forgotten
-	// it, and the leader sends another.
+	ss := &snapshots{
+		eng: eng, log: log, dir: dir, rate: newRateLimiter(rate),
+		sources:  make(map[uint64]*sendSource),
+		staged:   make(map[uint64]*stagedSnap),
+		streams:  make(map[*io.PipeWriter]struct{}),
+		lastWarn: make(map[uint64]time.Time),
+		held:     make(map[uint64]*applyJob),
+	}
+	// An apply or a clear a stop or crash interrupted is finished first,
+	// from its file.
+	if err := ss.resolve(); err != nil {
+		return nil, err
+	}
+	// Whatever else is here was received before a restart: raft has
+	// forgotten it, and the leader sends another.
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("clear %s: %w", dir, err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
-	return &snapshots{
-		eng: eng, log: log, dir: dir, rate: newRateLimiter(rate),
-		sources:  make(map[uint64]*sendSource),
-		staged:   make(map[uint64]*stagedSnap),
-		streams:  make(map[*io.PipeWriter]struct{}),
-		lastWarn: make(map[uint64]time.Time),
-	}, nil
+	return ss, nil
 }
 
 // open files a read transaction as the source of a snapshot of the region
@@ -300,10 +318,13 @@ func (ss *snapshots) stagedFile(desc []byte) (*stagedSnap, uint64, bool) {
 	return st, id, ok
 }
 
+// dropStaged deletes a staged file: raft will not apply it, or the loop
+// published its apply (the peer then serves again: publishedLocked).
 func (ss *snapshots) dropStaged(id uint64) {
 	ss.mu.Lock()
 	st, ok := ss.staged[id]
 	delete(ss.staged, id)
+	ss.publishedLocked(id)
 	ss.mu.Unlock()
 	if ok {
 		if err := os.Remove(st.path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -312,11 +333,16 @@ func (ss *snapshots) dropStaged(id uint64) {
 	}
 }
 
-// applyStaged applies the staged snapshot desc names inside tx.
+// applyStaged writes, inside the round's tx, the staged snapshot desc
+// names: the state of one the worker applied (finishApply), or the whole
+// of one that never went to it.
 func (ss *snapshots) applyStaged(tx *bbolt.Tx, snap raftpb.Snapshot) (uint64, region.Region, error) {
 	st, id, ok := ss.stagedFile(snap.Data)
 	if !ok {
 		return 0, region.Region{}, fmt.Errorf("snapshot file gone: %w", errCorrupt)
+	}
+	if r, held, err := ss.finishApply(tx, id, snap.Metadata); held {
+		return id, r, err
 	}
 	f, err := os.Open(st.path)
 	if err != nil {
@@ -382,6 +408,7 @@ func (ss *snapshots) close() {
 		_ = src.tx.Rollback()
 	}
 	ss.wg.Wait()
+	ss.workers.Wait() // an apply stops between transactions; its marker stays
 }
 
 // rateLimiter paces bytes to a rate shared by every caller; rate <= 0 is
