@@ -93,9 +93,7 @@ func (p *connPool) resetBackoff(addr string) {
 	p.mu.Lock()
 	cc := p.conns[addr]
 	p.mu.Unlock()
-	if cc != nil {
-		cc.ResetConnectBackoff()
-	}
+	kvpb.ResetBackoff(cc)
 }
 
 func (p *connPool) close() error {

@@ -159,7 +159,7 @@ func (s *adminService) answers(ctx context.Context, id uint64) bool {
 	if err != nil {
 		return false
 	}
-	conn.ResetConnectBackoff()
+	kvpb.ResetBackoff(conn)
 	ctx, cancel := context.WithTimeout(ctx, controlplane.StoreStatusTimeout)
 	defer cancel()
 	st, err := kvpb.NewAdminClient(conn).Status(ctx, &kvpb.StatusRequest{}, grpc.WaitForReady(true))

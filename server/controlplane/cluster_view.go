@@ -170,7 +170,7 @@ func (v *clusterView) peerUp(id uint64) {
 	}
 	v.mu.Unlock()
 	if conn, err := v.trans.Conn(id); err == nil {
-		conn.ResetConnectBackoff()
+		kvpb.ResetBackoff(conn)
 	}
 }
 
@@ -297,7 +297,7 @@ func (v *clusterView) storeInfo(ctx context.Context, id uint64) (*kvpb.Store, *k
 		// was closed by the store's shutdown: the store may be back
 		// (restarted). Ask again on a fresh attempt; a store still down
 		// refuses it as fast.
-		conn.ResetConnectBackoff()
+		kvpb.ResetBackoff(conn)
 		conn.Connect()
 		if conn.WaitForStateChange(ctx, cs) {
 			st, err = kvpb.NewAdminClient(conn).Status(ctx, &kvpb.StatusRequest{})
