@@ -85,15 +85,16 @@ func slowStore(store uint64, method string, cancelled chan<- error) clienttest.H
 }
 
 // newLateLeader is newWarmClient with a leader that answers every Get
-// 40 ms late (sooner if the read is cancelled): a hedge sent after a few
-// milliseconds wins the race whenever the budget allows it.
+// 400 ms late (sooner if the read is cancelled): a hedge sent after a few
+// milliseconds wins the race whenever the budget allows it, even under
+// -race on a loaded machine (at 40 ms, CI saw the follower's answer lose).
 func newLateLeader(t *testing.T) (*clienttest.Cluster, *Client) {
 	t.Helper()
 	cl, c := newWarmClient(t)
 	cl.SetHook(func(ctx context.Context, s uint64, m string) error {
 		if s == 1 && m == "Get" {
 			select {
-			case <-time.After(40 * time.Millisecond):
+			case <-time.After(400 * time.Millisecond):
 			case <-ctx.Done():
 				return ctx.Err()
 			}
