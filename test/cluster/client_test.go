@@ -543,15 +543,20 @@ func transferAll(ctx context.Context, c *serverCluster, cli *client.Client) {
 		Expect(cli.TransferLeader(ctx, id, to)).To(Succeed(), "transfer region %d to store %d", id, to)
 		want[id] = to
 	}
+	// An election may take a leadership back before every store has seen
+	// the transfer (seen under -race on a loaded machine): ask again.
 	Eventually(func() error {
 		got := c.leaders()
 		for id, to := range want {
 			if got[id] != to {
+				tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				_ = cli.TransferLeader(tctx, id, to)
+				cancel()
 				return fmt.Errorf("region %d led by store %d, want %d", id, got[id], to)
 			}
 		}
 		return nil
-	}).WithContext(ctx).WithTimeout(10 * time.Second).Should(Succeed())
+	}).WithContext(ctx).WithTimeout(20 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 }
 
 // ---------------------------------------------------------------- specs

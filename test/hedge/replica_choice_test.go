@@ -112,6 +112,7 @@ var _ = Describe("replica choice", func() {
 		Expect(cl.Fault(ctxFor(10*time.Second), leader, client.Fault{Delay: 150 * time.Millisecond, Prob: 1})).To(Succeed())
 		var fromFollowers, fast int
 		const reads = 100
+		began := time.Now()
 		for i := range reads {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			start := time.Now()
@@ -133,9 +134,13 @@ var _ = Describe("replica choice", func() {
 		GinkgoWriter.Printf("%d of %d reads from followers, %d fast, leader refused %d as busy\n", fromFollowers, reads, fast, busy)
 		Expect(busy).To(BeNumerically(">", 0))
 		// The leader's window forgets its slowness once no read ends there
-		// for a second, so about one read a second probes it again.
-		Expect(fromFollowers).To(BeNumerically(">=", reads*9/10))
-		Expect(fast).To(BeNumerically(">=", reads*9/10))
+		// for a second, so about one read a second probes it again: a tenth
+		// of the reads, or more on a machine slow enough that the reads
+		// take over ten seconds (88 of 100 from followers under -race at
+		// load 17).
+		probes := max(reads/10, int(time.Since(began)/time.Second)+2)
+		Expect(fromFollowers).To(BeNumerically(">=", reads-probes))
+		Expect(fast).To(BeNumerically(">=", reads-probes))
 		n, err := metric(c, leader, "hedgekv_reads_refused_busy_total")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(n).To(BeNumerically(">", 0))
