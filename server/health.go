@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -119,3 +120,17 @@ func (h drainingHandler) HandleRaftMessage(m *raftstore.Message) error {
 	}
 	return h.Handler.HandleRaftMessage(m)
 }
+
+// ReceiveSnapshot hands a streamed snapshot to the store: without it the
+// Raft service, finding no raftstore.SnapshotReceiver, read every snapshot
+// whole into memory and the store applied it in one transaction (a store
+// that received every region kept 751 MiB-4.25 GiB of heap at scale).
+func (h drainingHandler) ReceiveSnapshot(m *raftstore.Message, r io.Reader) error {
+	recv, ok := h.Handler.(raftstore.SnapshotReceiver)
+	if !ok {
+		return fmt.Errorf("region %d: the store cannot take a streamed snapshot", m.RegionID)
+	}
+	return recv.ReceiveSnapshot(m, r)
+}
+
+var _ raftstore.SnapshotReceiver = drainingHandler{}
