@@ -21,8 +21,9 @@ import (
 //  4. A store that goes down cannot wake anyone, so the liveness loop
 //     wakes the peers whose leader sits on a store the ClusterView reports
 //     down; they tick, time out and elect a new leader. On a store being
-//     removed it wakes every peer, so that one removed while asleep asks
-//     whether it is still a member.
+//     removed it has every follower, asleep or not, ask whether it is still
+//     a member (removalChecksLocked), every second: one removed while
+//     asleep, or whose tombstone was lost, learns it within a second.
 //
 // Not ticking only delays elections, never hastens them, so the lease
 // rules (lease.go) are unaffected: a hibernating follower never campaigns.
@@ -129,18 +130,27 @@ func (s *Store) livenessLoop() {
 			continue
 		}
 		peers := s.allPeers()
+		now := s.now()
+		asked := false
 		for _, p := range peers {
 			p.mu.Lock()
 			lp := p.leaderPeerLocked()
-			// On a store being removed every replica must go: one whose
-			// removal it never heard of would sleep through it, so wake
-			// them all to tick and, with no leader heard, ask whether they
-			// are still members (membership.go, stale checks).
-			if p.hibernating && (removing || (lp != nil && down[lp.StoreID])) {
+			if p.hibernating && lp != nil && down[lp.StoreID] {
 				p.hibernating = false
 				p.idleTicks = 0
 			}
+			var checks []Notice
+			if removing {
+				checks = p.removalChecksLocked(now)
+			}
 			p.mu.Unlock()
+			if len(checks) > 0 {
+				s.queueNotices(p, checks)
+				asked = true
+			}
+		}
+		if asked {
+			s.trans.Flush()
 		}
 	}
 }

@@ -117,6 +117,30 @@ func (p *Peer) staleChecksLocked(now time.Time) []Notice {
 	return out
 }
 
+// removalChecksLocked returns the stale checks a follower on a store being
+// removed sends at once, whatever it heard last and asleep or not (the
+// liveness loop asks every second): every replica of such a store goes,
+// and one whose removal was lost must not first wait out two election
+// timeouts, nor sleep through it (hibernating). A member that still lists
+// it ignores the check. At most one round of checks a second.
+func (p *Peer) removalChecksLocked(now time.Time) []Notice {
+	if !p.initialized || p.removed || p.applyingSnapshotLocked() || now.Sub(p.staleChecked) < time.Second {
+		return nil
+	}
+	st := p.rn.BasicStatus()
+	if st.RaftState == raft.StateLeader {
+		return nil
+	}
+	p.staleChecked = now
+	var out []Notice
+	for _, pr := range p.region.Peers {
+		if pr.ID != p.id {
+			out = append(out, Notice{Kind: NoticeStaleCheck, From: p.id, To: pr.ID, Term: st.Term})
+		}
+	}
+	return out
+}
+
 // noteLeaderLocked records that m shows a live leader to this peer.
 func (p *Peer) noteLeaderLocked(m *Message, now time.Time) {
 	if m.Notice != nil {
@@ -200,6 +224,10 @@ func (s *Store) destroyPeer(p *Peer) error {
 	// were it gone before, a heartbeat from a leader that has not applied
 	// the removal yet would create a placeholder under the same peer ID,
 	// which that leader believes holds its log (raft panics on it).
+	// The range's pairs and dedup records are cleared after, by the
+	// snapshot worker in bounded transactions (snapapply.go): in this
+	// transaction they held the store's loop for as long as they took
+	// (a removed store's replicas went one every 10-17 s at scale).
 	err := s.eng.update(func(tx *bbolt.Tx) error {
 		st := tx.Bucket(bucketRaftState)
 		for _, suf := range []byte{suffixRegion, suffixHardState, suffixApplyState} {
@@ -213,13 +241,13 @@ func (s *Store) destroyPeer(p *Peer) error {
 		if err := deleteLog(tx, r.ID, 0, ^uint64(0)); err != nil {
 			return err
 		}
-		if err := destroyDedupTx(tx, r, p.initialized); err != nil {
+		if err := destroyDedupTx(tx, r, false); err != nil { // the clock base; the records go with the range
 			return err
 		}
 		if !p.initialized {
 			return nil
 		}
-		return deleteRange(tx, r.StartKey, r.EndKey)
+		return putJSON(tx, clearMarkerKey(r.ID, p.id), clearMarker{Start: r.StartKey, End: r.EndKey})
 	})
 	if err != nil {
 		return fmt.Errorf("destroy region %d peer %d: %w", r.ID, p.id, err)
@@ -230,6 +258,9 @@ func (s *Store) destroyPeer(p *Peer) error {
 		s.ranges.Remove(r.ID)
 	}
 	s.mu.Unlock()
+	if p.initialized {
+		s.snaps.enqueueClear(s, r.ID, p.id, r)
+	}
 	s.log.Info("destroyed removed peer", "region", r.ID, "peer", p.id)
 	return nil
 }
