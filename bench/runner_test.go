@@ -228,7 +228,9 @@ func TestRunCancelled(t *testing.T) {
 	spec := testSpec("c")
 	spec.Instance = &slowDB{memDB: newMemDB(), delay: time.Millisecond}
 	spec.Ops = 1 << 40
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	// Long enough for the load phase on a loaded machine (at 200 ms, a CI
+	// run under -race ended in the load, before any run result existed).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	res, err := Run(ctx, spec)
 	if !errors.Is(err, context.DeadlineExceeded) {
