@@ -138,10 +138,11 @@ type ScalePhase struct {
 	// Splits are the automatic splits during the phase, each with the
 	// slowest call around it; SplitBaselineP99Ms is the p99 of the calls
 	// away from every split (of all of them if SplitBaselineAll: too few
-	// were away).
+	// were away); SplitWindows sets them beside control windows.
 	Splits             []ScaleSplit `json:"splits,omitempty"`
 	SplitBaselineP99Ms float64      `json:"split_baseline_p99_ms,omitempty"`
 	SplitBaselineAll   bool         `json:"split_baseline_all,omitempty"`
+	SplitWindows       SplitWindows `json:"split_windows"`
 	Elapsed            float64      `json:"elapsed_s"`
 	Err                string       `json:"error,omitempty"`
 }

@@ -42,7 +42,22 @@ const (
 	// (a --quick load splits every second or two), the baseline is the
 	// whole phase's p99.
 	minAwayFromSplits = 1000
+	// controlOffset: each split has a control window this long before it,
+	// midway between two split checks (every 10 s at the defaults), unless
+	// it overlaps some split's window: the slowest call in a window of the
+	// same length where nothing split, on a machine whose noise (other
+	// processes, the disk) hits every window alike.
+	controlOffset = 5 * time.Second
 )
+
+// SplitWindows compares the slowest call around each split with the
+// slowest in control windows of the same length where nothing split.
+type SplitWindows struct {
+	Splits, Controls int
+	// Medians and maxima of the windows' slowest calls.
+	SplitP50Ms, SplitMaxMs     float64
+	ControlP50Ms, ControlMaxMs float64
+}
 
 // opSpan is one call: when it began (since the phase started) and how long
 // it took.
@@ -118,33 +133,71 @@ func splitsLogged(logs []string, from, to time.Time) []ScaleSplit {
 
 // aroundSplits fills each split's calls around it and returns the p99 of
 // the calls away from every split, or of every call (all true) if fewer
-// than minAwayFromSplits were.
-func (r *intervalRec) aroundSplits(splits []ScaleSplit) (baselineMs float64, all bool) {
+// than minAwayFromSplits were, and the split and control windows.
+func (r *intervalRec) aroundSplits(splits []ScaleSplit) (baselineMs float64, all bool, w SplitWindows) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	inWindow := func(begin, end, at time.Time) bool {
+		return !end.Before(at.Add(-splitWindowBefore)) && !begin.After(at.Add(splitWindowAfter))
+	}
+	var controls []time.Time
+	for _, s := range splits {
+		c, clear := s.At.Add(-controlOffset), true
+		for _, o := range splits {
+			if d := c.Sub(o.At); d > -(splitWindowBefore+splitWindowAfter) && d < splitWindowBefore+splitWindowAfter {
+				clear = false
+			}
+		}
+		if clear && !c.Before(r.start) {
+			controls = append(controls, c)
+		}
+	}
+	controlSlowest := make([]float64, len(controls))
 	away, every := newHist(), newHist()
 	for _, sp := range r.spans {
 		recordLatency(every, sp.lat)
 		begin := r.start.Add(sp.begin)
 		end := begin.Add(sp.lat)
+		ms := round(float64(sp.lat.Microseconds())/1000, 1)
 		near := false
 		for i := range splits {
 			s := &splits[i]
-			if end.Before(s.At.Add(-splitWindowBefore)) || begin.After(s.At.Add(splitWindowAfter)) {
+			if !inWindow(begin, end, s.At) {
 				continue
 			}
 			near = true
 			s.Around++
-			s.SlowestMs = max(s.SlowestMs, round(float64(sp.lat.Microseconds())/1000, 1))
+			s.SlowestMs = max(s.SlowestMs, ms)
+		}
+		for i, c := range controls {
+			if inWindow(begin, end, c) {
+				controlSlowest[i] = max(controlSlowest[i], ms)
+			}
 		}
 		if !near {
 			recordLatency(away, sp.lat)
 		}
 	}
-	if away.TotalCount() < minAwayFromSplits {
-		return quantileMs(every, 99), true
+	splitSlowest := make([]float64, len(splits))
+	for i, s := range splits {
+		splitSlowest[i] = s.SlowestMs
 	}
-	return quantileMs(away, 99), false
+	w.Splits, w.Controls = len(splits), len(controls)
+	w.SplitP50Ms, w.SplitMaxMs = medianMax(splitSlowest)
+	w.ControlP50Ms, w.ControlMaxMs = medianMax(controlSlowest)
+	if away.TotalCount() < minAwayFromSplits {
+		return quantileMs(every, 99), true, w
+	}
+	return quantileMs(away, 99), false, w
+}
+
+func medianMax(v []float64) (p50, most float64) {
+	if len(v) == 0 {
+		return 0, 0
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2], v[len(v)-1]
 }
 
 // splitsDuring records in p the splits the stores logged between begin and
@@ -158,7 +211,7 @@ func (st *scaleState) splitsDuring(p *ScalePhase, rec *intervalRec, begin, end t
 	for i := range p.Splits {
 		p.Splits[i].T = round(p.Splits[i].At.Sub(st.res.started).Seconds(), 3)
 	}
-	p.SplitBaselineP99Ms, p.SplitBaselineAll = rec.aroundSplits(p.Splits)
+	p.SplitBaselineP99Ms, p.SplitBaselineAll, p.SplitWindows = rec.aroundSplits(p.Splits)
 	if w, ok := worstSplit(p); ok {
 		st.prog.Printf("scale: %d splits during the load; the slowest call around one took %.1f ms, %.1f ms over the p99 away from splits (%.1f ms)",
 			len(p.Splits), w.SlowestMs, w.SlowestMs-p.SplitBaselineP99Ms, p.SplitBaselineP99Ms)
@@ -206,4 +259,8 @@ func writeSplits(b *strings.Builder, p *ScalePhase) {
 			strconv.FormatInt(s.Around, 10), FormatFloat(s.SlowestMs, 1), FormatFloat(s.SlowestMs-p.SplitBaselineP99Ms, 1)})
 	}
 	b.WriteString(MarkdownTable([]string{"at (UTC)", "t s", "leader store", "new region", "its leader after ms", "calls around", "slowest ms", "over baseline ms"}, rows))
+	if w := p.SplitWindows; w.Controls > 0 {
+		fmt.Fprintf(b, "\nControl: the same window %v before each split where nothing split (%d of %d): its slowest call %.1f ms at the median, %.1f ms at most; around the splits %.1f ms and %.1f ms.\n",
+			controlOffset, w.Controls, w.Splits, w.ControlP50Ms, w.ControlMaxMs, w.SplitP50Ms, w.SplitMaxMs)
+	}
 }

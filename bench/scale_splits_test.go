@@ -38,7 +38,10 @@ time=2026-11-25T12:00:05.015Z level=INFO msg="leader changed" store=1 region=655
 	}
 	rec.spans = append(rec.spans, opSpan{begin: 5200 * time.Millisecond, lat: 700 * time.Millisecond},
 		opSpan{begin: 4500 * time.Millisecond, lat: 300 * time.Millisecond})
-	base, all := rec.aroundSplits(splits)
+	base, all, w := rec.aroundSplits(splits)
+	if w.Splits != 1 || w.Controls != 1 || w.SplitMaxMs != 700 || w.ControlMaxMs != 5 {
+		t.Errorf("windows %+v, want the split's (slowest 700 ms) and one control 5 s before it (slowest 5 ms)", w)
+	}
 	if all || base < 4.9 || base > 5.1 {
 		t.Errorf("baseline %v ms (all %v), want the p99 of the calls away from the split, 5 ms", base, all)
 	}
