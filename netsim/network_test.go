@@ -478,9 +478,10 @@ func TestCloseWhilePartitioned(t *testing.T) {
 	if err := n.PartitionWith(2, Disconnect); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := held.Write([]byte("held")); err != nil {
-		t.Fatal(err)
-	}
+	// Zone b's connection to store 1 is one of store 2's links: its
+	// Disconnect may have reset it already (a CI run saw "connection reset
+	// by peer" here), which is as good as held for what Close must do.
+	_, _ = held.Write([]byte("held"))
 	start := time.Now()
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
