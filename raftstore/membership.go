@@ -108,13 +108,7 @@ func (p *Peer) staleChecksLocked(now time.Time) []Notice {
 		return nil
 	}
 	p.staleChecked = now
-	var out []Notice
-	for _, pr := range p.region.Peers {
-		if pr.ID != p.id {
-			out = append(out, Notice{Kind: NoticeStaleCheck, From: p.id, To: pr.ID, Term: st.Term})
-		}
-	}
-	return out
+	return p.staleCheckNoticesLocked(st.Term)
 }
 
 // removalChecksLocked returns the stale checks a follower on a store being
@@ -132,10 +126,16 @@ func (p *Peer) removalChecksLocked(now time.Time) []Notice {
 		return nil
 	}
 	p.staleChecked = now
+	return p.staleCheckNoticesLocked(st.Term)
+}
+
+// staleCheckNoticesLocked asks each other peer of the region whether this
+// one is still a member.
+func (p *Peer) staleCheckNoticesLocked(term uint64) []Notice {
 	var out []Notice
 	for _, pr := range p.region.Peers {
 		if pr.ID != p.id {
-			out = append(out, Notice{Kind: NoticeStaleCheck, From: p.id, To: pr.ID, Term: st.Term})
+			out = append(out, Notice{Kind: NoticeStaleCheck, From: p.id, To: pr.ID, Term: term})
 		}
 	}
 	return out
