@@ -384,7 +384,7 @@ func (s *Store) Scan(ctx context.Context, opts ReadOptions, start, end []byte, l
 // Likewise it fails if a snapshot apply was under way or began since gen
 // was noted (before the engine read): the read may have seen part of it.
 func (s *Store) stillHolds(p *Peer, gen uint64) error {
-	if p.isRemoved() || !p.dataKeptSince(gen) {
+	if !p.dataKeptSince(gen) {
 		return &region.RegionNotFoundError{RegionID: p.regionID}
 	}
 	return nil

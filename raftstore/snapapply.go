@@ -292,13 +292,14 @@ func (p *Peer) dataGen() uint64 {
 	return p.snapGen
 }
 
-// dataKeptSince reports whether no snapshot apply was under way when gen
-// was noted nor began since: a read of the engine in between saw either
-// all of the peer's data or none of a snapshot's.
+// dataKeptSince reports whether the peer is not removed and no snapshot
+// apply was under way when gen was noted nor began since: a read of the
+// engine in between saw either all of the peer's data or none of a
+// snapshot's. One lock for both: it runs after every read.
 func (p *Peer) dataKeptSince(gen uint64) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return gen%2 == 0 && p.snapGen == gen
+	return !p.removed && gen%2 == 0 && p.snapGen == gen
 }
 
 // ---- the worker -----------------------------------------------------------------
