@@ -97,8 +97,8 @@ type nemesis struct {
 	seq    int
 	// shortLeaseRuns: how often a follower-lease run has moved a
 	// leadership to shortLeaseStore past an unhearing holder
-	// (transferUnheardToShortLease).
-	shortLeaseRuns int
+	// (transferUnheardToShortLease), and how often it tried.
+	shortLeaseRuns, shortLeaseTries int
 }
 
 // quietKey is a key no client writes, in a region of its own (split off
@@ -217,12 +217,14 @@ func (n *nemesis) loop() {
 			return
 		}
 		f := n.pick()
-		if n.run.followerLeases && n.shortLeaseRuns < 3 && f.hasLeader && len(f.followers) >= 2 {
+		if n.run.followerLeases && n.shortLeaseRuns < 3 && n.shortLeaseTries < 20 && f.hasLeader && len(f.followers) >= 2 {
 			// Every follower-lease run, however short, moves a leadership
 			// to the store with the shorter leases past a holder that hears
 			// nothing of it, three times: whether the holder's grant
 			// outlasts the target's own longest one is a matter of when it
-			// was last renewed.
+			// was last renewed. At most 20 tries: the nemesis must not
+			// stall if no region keeps a replica on that store.
+			n.shortLeaseTries++
 			if n.transferUnheardToShortLease(f.r, f.leader, f.followers, f.hold) {
 				n.shortLeaseRuns++
 			}
