@@ -234,11 +234,21 @@ func uint64Bytes(v uint64) []byte {
 
 // supersedePlaceholder marks an uninitialized peer removed, so that the
 // Ready loop neither persists nor answers for it once a peer with another
-// ID replaces it. It reports false for an initialized or removed peer.
+// ID replaces it. It reports false for an initialized or removed peer, and
+// for a placeholder whose raft has taken a snapshot (its commit index is
+// the snapshot's; a placeholder's is 0 until then): from that moment the
+// peer is on its way to holding the region, its round may already be
+// persisting the snapshot and acking it, and a leader that hears the ack
+// counts on this peer ID holding that log. Superseded then, the next
+// message to the ID would create a fresh placeholder with an empty log,
+// and the leader's heartbeat commit (the acked index) panics its raft:
+// `tocommit(984) is out of range [lastIndex(0)]`, seen at scale with two
+// leaders addressing the store by different peer IDs during a removal.
+// Messages to the other ID are refused until this peer is removed.
 func (p *Peer) supersedePlaceholder() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.initialized || p.removed {
+	if p.initialized || p.removed || p.rn.BasicStatus().Commit > 0 {
 		return false
 	}
 	p.removed = true
