@@ -340,11 +340,14 @@ func (e *engine) update(fn func(*bbolt.Tx) error) error {
 // (none: no record) and, meanwhile, fn in a bbolt transaction committed
 // without an fsync that also records the record's seq. It returns once
 // both are done. The WAL write runs beside the bbolt transaction, not
-// before it: nothing of the round is sent or acknowledged before round
-// returns, and a bbolt commit is never trusted past the last checkpoint
+// before it: a bbolt commit is never trusted past the last checkpoint
 // (open restores that), so a crash between the two loses only what
-// nobody was promised.
-func (e *engine) round(prepare func() []walItem, fn func(*bbolt.Tx) error) error {
+// nobody was promised. durable, if not nil, runs on the WAL's goroutine
+// as soon as the record is synced (not at all without a record, or if the
+// write failed), while fn may still run: what the round promises with
+// the WAL alone (a follower's acks) may go then. It must not take the
+// engine's lock, which round holds.
+func (e *engine) round(prepare func() []walItem, durable func(), fn func(*bbolt.Tx) error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var seq uint64
@@ -356,7 +359,13 @@ func (e *engine) round(prepare func() []walItem, fn func(*bbolt.Tx) error) error
 		}
 		e.stats.walRecords++
 		walDone = make(chan error, 1)
-		go func() { walDone <- e.wal.writeEncoded() }()
+		go func() {
+			err := e.wal.writeEncoded()
+			if err == nil && durable != nil {
+				durable()
+			}
+			walDone <- err
+		}()
 	}
 	err := e.db.Update(func(tx *bbolt.Tx) error {
 		if err := fn(tx); err != nil {

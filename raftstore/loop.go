@@ -33,6 +33,10 @@ type readyPeer struct {
 	// taken; nothing of this round is written, published or sent for it.
 	skip         bool
 	removedPeers []region.Peer // other peers this round removed
+	// sentEarly: a follower's messages went as soon as the round's WAL
+	// record was synced (sendDurable); pendingNoted: its entries were
+	// recorded as pending writes then, before its acks.
+	sentEarly, pendingNoted bool
 }
 
 type readyDirect struct {
@@ -270,6 +274,7 @@ func (s *Store) persistAndApply(batch []*readyPeer) error {
 	if err := s.injectedDiskError(); err != nil {
 		return err
 	}
+	var early []*readyPeer
 	prepare := func() []walItem {
 		// Checked under the engine's lock: destroyPeer marks the peer
 		// removed before its own transaction, which waits for this round,
@@ -282,10 +287,14 @@ func (s *Store) persistAndApply(batch []*readyPeer) error {
 			if it, ok := walItemOf(rp); ok {
 				items = append(items, it)
 			}
+			if sendsOnWAL(rp) {
+				early = append(early, rp)
+			}
 		}
 		return items
 	}
-	err := s.writeTx(prepare, func(tx *bbolt.Tx) error {
+	durable := func() { s.sendDurable(early) }
+	err := s.writeTx(prepare, durable, func(tx *bbolt.Tx) error {
 		// Every persist before any apply: a split applied here writes the
 		// new region's state, which must win over (and carry the vote of)
 		// a placeholder of that region persisting in the same round.
@@ -336,13 +345,52 @@ func walItemOf(rp *readyPeer) (walItem, bool) {
 	return it, it.snap || it.hard != nil || len(it.entries) > 0
 }
 
+// sendsOnWAL reports whether rp's messages may go as soon as the round's
+// WAL record is synced, before its bbolt transaction (the apply) ends: a
+// follower's messages (append and heartbeat acks, votes, ReadIndex
+// requests) promise only raft's entries and hard state, which that record
+// holds. Not a snapshot's ack: the snapshot's data is in bbolt alone, and
+// its round checkpoints before it says anything. Not a leader's held
+// messages either (a transfer's MsgTimeoutNow carries lease state the
+// publish sets). A follower's ack no longer waits for the apply of the
+// entries it commits: the apply was often the longer half of its round.
+func sendsOnWAL(rp *readyPeer) bool {
+	return !rp.leader && len(rp.rd.Messages) > 0 && raft.IsEmptySnap(rp.rd.Snapshot)
+}
+
+// sendDurable sends the messages of early (sendsOnWAL) on the WAL's
+// goroutine, once the round's record is synced. With follower leases the
+// entries' keys are recorded as pending writes first: a leader counts an
+// ack only once the follower knows which keys the acked entries write
+// (publish would have recorded them before its acks; recording them
+// earlier, with the applied index before this round's apply, only makes
+// a lease read wait for entries that are about to apply).
+func (s *Store) sendDurable(early []*readyPeer) {
+	if len(early) == 0 {
+		return
+	}
+	for _, rp := range early {
+		if s.cfg.FollowerLeases {
+			rp.p.mu.Lock()
+			rp.p.fl.pending.append(rp.rd.Entries, rp.p.applied)
+			rp.p.mu.Unlock()
+			rp.pendingNoted = true
+		}
+		s.send(rp.p, rp.rd.Messages)
+		rp.sentEarly = true
+	}
+	s.trans.Flush()
+}
+
 // sendHeld is step 5: send the messages that promise durable state (votes,
-// responses, a follower's acks, a leader's held messages), now that it is.
+// responses, a follower's acks, a leader's held messages), now that it is,
+// unless they went as soon as the WAL record was synced (sendDurable).
 func (s *Store) sendHeld(batch []*readyPeer) {
 	for _, rp := range batch {
-		if rp.leader {
+		switch {
+		case rp.leader:
 			s.send(rp.p, rp.held)
-		} else {
+		case !rp.sentEarly:
 			s.send(rp.p, rp.rd.Messages)
 		}
 	}
@@ -371,9 +419,9 @@ func (s *Store) advance(batch []*readyPeer) error {
 // writeTx persists the round (its WAL record, synced, then its bbolt
 // transaction, committed without an fsync: checkpoint.go) and reports how
 // long it took to the metrics hook.
-func (s *Store) writeTx(prepare func() []walItem, fn func(*bbolt.Tx) error) error {
+func (s *Store) writeTx(prepare func() []walItem, durable func(), fn func(*bbolt.Tx) error) error {
 	start := time.Now()
-	err := s.eng.round(prepare, fn)
+	err := s.eng.round(prepare, durable, fn)
 	s.stats.observeWriteTx(time.Since(start))
 	return err
 }
@@ -559,7 +607,9 @@ func (s *Store) publish(rp *readyPeer) error {
 		if rp.snapApplied {
 			p.fl.pending.reset()
 		}
-		p.fl.pending.append(rd.Entries, p.applied)
+		if !rp.pendingNoted {
+			p.fl.pending.append(rd.Entries, p.applied)
+		}
 		p.fl.pending.trim(p.applied)
 		// A lease covers the region as granted: a split (both halves), a
 		// membership change or a snapshot ends it; the follower asks anew.

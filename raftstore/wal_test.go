@@ -110,7 +110,7 @@ func TestEngineReplaysWALAfterCrash(t *testing.T) {
 	}
 	round := func(items []walItem, inBolt bool) {
 		t.Helper()
-		err := e.round(func() []walItem { return items }, func(tx *bbolt.Tx) error {
+		err := e.round(func() []walItem { return items }, nil, func(tx *bbolt.Tx) error {
 			for _, it := range items {
 				if err := appendEntries(tx, it.regionID, it.entries, 0); err != nil {
 					return err
@@ -183,7 +183,7 @@ func TestCheckpointRestoreGivesCheckpointState(t *testing.T) {
 		t.Fatal(err)
 	}
 	put := func(k, v string) error {
-		return e.round(func() []walItem { return nil }, func(tx *bbolt.Tx) error {
+		return e.round(func() []walItem { return nil }, nil, func(tx *bbolt.Tx) error {
 			return tx.Bucket(bucketData).Put([]byte(k), []byte(v))
 		})
 	}
@@ -244,7 +244,7 @@ func TestAsyncCheckpointRestoresItsState(t *testing.T) {
 	}
 	put := func(i int, v string) {
 		t.Helper()
-		err := e.round(func() []walItem { return nil }, func(tx *bbolt.Tx) error {
+		err := e.round(func() []walItem { return nil }, nil, func(tx *bbolt.Tx) error {
 			return tx.Bucket(bucketData).Put([]byte{byte(i >> 8), byte(i)}, []byte(v))
 		})
 		if err != nil {
