@@ -23,6 +23,7 @@ type readyPeer struct {
 	applied     uint64
 	appliedTerm uint64
 	compactTo   uint64
+	compactTerm uint64 // the term at compactTo
 	acked       []ackedProposal
 	// membership and shape changes applied in this round:
 	confChanges   []raftpb.ConfChangeV2
@@ -379,7 +380,12 @@ func (s *Store) sendDurable(early []*readyPeer) {
 		s.send(rp.p, rp.rd.Messages)
 		rp.sentEarly = true
 	}
-	s.trans.Flush()
+	// Not on this goroutine: a transport may deliver as it flushes (the
+	// in-memory one does), and the receiver's answer may come back into
+	// this store and need the engine's lock, which the round holds while
+	// it waits for this goroutine (a tombstone answered this way
+	// deadlocked a cluster spec).
+	go s.trans.Flush()
 }
 
 // sendHeld is step 5: send the messages that promise durable state (votes,
@@ -523,12 +529,14 @@ func (s *Store) applyTx(tx *bbolt.Tx, rp *readyPeer) error {
 	if gc := s.cfg.LogGCThreshold; rp.applied > as.TruncatedIndex+gc {
 		keep := gc / 4
 		rp.compactTo = rp.applied - keep
-		term, err := p.storage.Term(rp.compactTo)
+		// From this transaction: compactTo is usually below the mirror.
+		term, err := p.storage.termTx(tx, rp.compactTo)
 		if err == nil {
 			if err := deleteLog(tx, p.regionID, as.TruncatedIndex+1, rp.compactTo); err != nil {
 				return err
 			}
 			as.TruncatedIndex, as.TruncatedTerm = rp.compactTo, term
+			rp.compactTerm = term
 		} else {
 			rp.compactTo = 0
 		}
@@ -545,7 +553,7 @@ func (s *Store) publish(rp *readyPeer) error {
 		s.snaps.dropStaged(rp.stagedSnap)
 	}
 	if rp.snapApplied {
-		if err := ms.ApplySnapshot(rd.Snapshot); err != nil && err != raft.ErrSnapOutOfDate {
+		if err := p.storage.applySnapshot(rd.Snapshot); err != nil {
 			return fmt.Errorf("region %d: mirror snapshot: %w", p.regionID, err)
 		}
 	}
@@ -557,10 +565,9 @@ func (s *Store) publish(rp *readyPeer) error {
 			return err
 		}
 	}
-	if rp.compactTo > 0 {
-		if err := ms.Compact(rp.compactTo); err != nil && err != raft.ErrCompacted {
-			return fmt.Errorf("region %d: mirror compact: %w", p.regionID, err)
-		}
+	// The durable compaction, and the mirror's bound (storage.go).
+	if err := p.storage.trim(rp.applied, rp.compactTo, rp.compactTerm); err != nil {
+		return fmt.Errorf("region %d: mirror compact: %w", p.regionID, err)
 	}
 
 	if err := s.publishShape(rp); err != nil {
