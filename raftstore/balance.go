@@ -42,7 +42,30 @@ func (s *Store) balanceLoop() {
 		if s.view == nil {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*s.cfg.BalanceInterval+10*time.Second)
+		s.balanceTick(downSince)
+	}
+}
+
+// maxRepairsPerTick bounds the repairs one tick carries out back to back.
+const maxRepairsPerTick = 256
+
+// balanceTick runs one balancing step, and while that step was a repair
+// that succeeded, the next one at once: a repair (a store being removed
+// or down for good) is urgent, it only touches regions this store leads
+// (so stores repairing at once do not collide), and each move waits for
+// its snapshot anyway. One step per tick made a removal take a balance
+// interval per region on each leader (2,000,000 records, 51 regions: two
+// replicas moved every 5 s, 127 s in all, 17.5 MB/s, with the snapshots
+// themselves taking under a second). Spreading stays one step per tick.
+func (s *Store) balanceTick(downSince map[uint64]time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*s.cfg.BalanceInterval+10*time.Second)
+	defer cancel()
+	for range maxRepairsPerTick {
+		select {
+		case <-s.stopc:
+			return
+		default:
+		}
 		stores := s.view.Stores(ctx)
 		now := time.Now()
 		for _, st := range stores {
@@ -52,17 +75,20 @@ func (s *Store) balanceLoop() {
 				downSince[st.ID] = now
 			}
 		}
-		if err := s.balanceOnce(ctx, stores, downSince, now); err != nil {
+		repaired, err := s.balanceOnce(ctx, stores, downSince, now)
+		if err != nil {
 			s.log.Debug("balance step failed", "err", err)
 		}
-		cancel()
+		if !repaired || err != nil || ctx.Err() != nil {
+			return
+		}
 	}
 }
 
 // balanceOnce does at most one balancing step: the first of placement's
 // three decisions (repair, replica spread, leader spread) that finds
-// something to do, carried out.
-func (s *Store) balanceOnce(ctx context.Context, stores []StoreInfo, downSince map[uint64]time.Time, now time.Time) error {
+// something to do, carried out. repaired: it was a repair.
+func (s *Store) balanceOnce(ctx context.Context, stores []StoreInfo, downSince map[uint64]time.Time, now time.Time) (repaired bool, err error) {
 	in := placement.Snapshot{
 		Self:        s.cfg.StoreID,
 		Stores:      make([]placement.Store, 0, len(stores)),
@@ -85,6 +111,7 @@ func (s *Store) balanceOnce(ctx context.Context, stores []StoreInfo, downSince m
 		}
 	}
 	a, ok := placement.Repair(in)
+	repair := ok
 	if !ok && now.Sub(s.lastMove) >= s.settleTime() {
 		// Spreading waits after a move: region counts reach us through a
 		// cached view and lag a move by a second or two, and acting on
@@ -97,9 +124,13 @@ func (s *Store) balanceOnce(ctx context.Context, stores []StoreInfo, downSince m
 		}
 	}
 	if !ok {
-		return nil
+		return false, nil
 	}
 	s.log.Info("balancing", "action", a.Kind, "region", a.Region, "from", a.From, "to", a.To, "why", a.Why)
+	return repair, s.act(ctx, a)
+}
+
+func (s *Store) act(ctx context.Context, a placement.Action) error {
 	switch a.Kind {
 	case placement.AddPeer:
 		return s.AddPeer(ctx, a.Region, a.To)
