@@ -43,9 +43,12 @@
 //     transport. A leader's appends and heartbeats went out already, before
 //     step 2: a leader may persist in parallel with its followers (raft's
 //     own doc.go), and it counts itself toward a commit only once its own
-//     write is done. Everything else (votes, responses, a follower's acks)
-//     is sent only now, so nothing a message promises can be lost in a
-//     crash.
+//     write is done. A follower's messages (acks, votes, ReadIndex
+//     requests) went out as soon as step 2's WAL record was synced, while
+//     the bbolt transaction may still run (sendDurable): they promise only
+//     raft's entries and hard state, which that record holds. Everything
+//     else (a leader's other messages, a snapshot's ack) is sent only now,
+//     so nothing a message promises can be lost in a crash.
 //  6. advance: advance each RawNode; a peer with more to do stays dirty.
 //
 // Reads never wait for the loop when the leader holds a valid lease, nor,
