@@ -304,6 +304,10 @@ type persistedPeer struct {
 	hard    raftpb.HardState
 	apply   applyState
 	entries []raftpb.Entry
+	// tailFrom is the index of entries[0] when the log is loaded from past
+	// its first index (only its tail goes in the mirror: storage.go), with
+	// tailTerm the term before it; 0 when entries start at the first index.
+	tailFrom, tailTerm uint64
 }
 
 // loadPeers reads every region this store hosts.
@@ -331,9 +335,16 @@ func (e *engine) loadPeers() ([]persistedPeer, error) {
 				return fmt.Errorf("region %d: %w", id, err)
 			}
 			p.apply = as
+			from, tailTerm, err := mirrorTailTx(tx.Bucket(bucketRaftLog), id, as)
+			if err != nil {
+				return fmt.Errorf("region %d: %w", id, err)
+			}
+			if from > as.TruncatedIndex+1 {
+				p.tailFrom, p.tailTerm = from, tailTerm
+			}
 			lc := tx.Bucket(bucketRaftLog).Cursor()
 			prefix := logKey(id, 0)[:8]
-			for lk, lv := lc.Seek(logKey(id, as.TruncatedIndex+1)); lk != nil && string(lk[:8]) == string(prefix); lk, lv = lc.Next() {
+			for lk, lv := lc.Seek(logKey(id, from)); lk != nil && string(lk[:8]) == string(prefix); lk, lv = lc.Next() {
 				var ent raftpb.Entry
 				if err := ent.Unmarshal(lv); err != nil {
 					return fmt.Errorf("region %d: decode entry: %w", id, err)
@@ -342,7 +353,7 @@ func (e *engine) loadPeers() ([]persistedPeer, error) {
 				// one index per entry; raft's MemoryStorage panics on an entry
 				// that does not (FuzzLoadPeers reproduces it), so a record that says
 				// otherwise is refused as corrupt.
-				if want := as.TruncatedIndex + 1 + uint64(len(p.entries)); ent.Index != want {
+				if want := from + uint64(len(p.entries)); ent.Index != want {
 					return fmt.Errorf("region %d: log entry holds index %d, want %d: %w", id, ent.Index, want, errCorrupt)
 				}
 				p.entries = append(p.entries, ent)

@@ -1,18 +1,47 @@
 package raftstore
 
 import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
 	"sync/atomic"
 
+	"go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// peerStorage is a region peer's raft.Storage. The log since the last
-// compaction is mirrored in a raft.MemoryStorage so that raft's frequent
-// Term/Entries calls never touch disk; bbolt holds the durable copy, written
-// by the Ready loop before the mirror is updated, and the mirror is rebuilt
-// from it on restart. Snapshot is the one method that reads bbolt: it builds
-// the region snapshot at the current applied index on demand.
+// The mirror's bound (docs/design.md, "The bounded log mirror"). Entries
+// past the applied index always stay in memory: raft sends, commits and
+// applies them. Of the applied ones the mirror keeps the last
+// mirrorTailEntries, at most mirrorTailBytes of them: a follower whose
+// appends were rejected or dropped is resent from its match index, which
+// trails the leader's applied index by the appends in flight to it, a few
+// rounds of batched writes (one round of 32 writers is 32 entries; 256 is 8
+// such rounds; 1 MiB is one MsgApp, raft's MaxSizePerMsg). Anything older,
+// down to the durable log's first index, is read from bbolt: only a
+// follower that was down or cut off for a while needs it. The tail is
+// trimmed once mirrorTrimSlack entries beyond it pile up, not every round:
+// MemoryStorage.Compact copies what it keeps.
+const (
+	mirrorTailEntries = 256
+	mirrorTailBytes   = 1 << 20
+	mirrorTrimSlack   = 64
+	// termBlock is how many terms one bbolt read for Term fetches: raft's
+	// findConflictByTerm walks back one index at a time.
+	termBlock = 64
+)
+
+// peerStorage is a region peer's raft.Storage. bbolt holds the durable log
+// (from the apply state's TruncatedIndex+1), written by the Ready loop
+// before the in-memory mirror, a raft.MemoryStorage, is updated. The
+// mirror holds only the log's recent part (see the bound above) so that
+// raft's frequent Term/Entries calls never touch disk; older entries are
+// read from bbolt's raftlog bucket on demand. FirstIndex is the durable
+// log's. Snapshot also reads bbolt: it builds the region snapshot at the
+// current applied index on demand.
 type peerStorage struct {
 	*raft.MemoryStorage
 	eng      *engine
@@ -22,30 +51,51 @@ type peerStorage struct {
 	// its descriptor (snapstream.go); unset (tests), it builds in memory.
 	snaps     *snapshots
 	buildErrs *atomic.Uint64
+
+	// mu guards the durable log's bounds (raft reads them under the
+	// peer's mutex, publish sets them on the loop's goroutine) and the
+	// term cache. Never held across a bbolt read.
+	mu        sync.Mutex
+	first     uint64 // the durable log's first index
+	truncTerm uint64 // the term at first-1
+	termsLo   uint64 // terms[i] is the term of index termsLo+i (below the mirror)
+	terms     []uint64
+
+	// diskReads counts Entries and Term calls served from bbolt;
+	// readErrs, reads that failed (answered ErrCompacted: raft sends a
+	// snapshot instead of panicking), lastReadErr the last such error.
+	diskReads, readErrs atomic.Uint64
+	lastReadErr         atomic.Pointer[error]
 }
 
 var _ raft.Storage = (*peerStorage)(nil)
 
-// newPeerStorage rebuilds the mirror from what was persisted.
+// newPeerStorage rebuilds the mirror from what was persisted: the log's
+// tail that loadPeers read, based at the entry before it.
 func newPeerStorage(eng *engine, p persistedPeer, built *atomic.Uint64) (*peerStorage, error) {
 	ms := raft.NewMemoryStorage()
-	if p.apply.TruncatedIndex > 0 {
+	base, baseTerm := p.apply.TruncatedIndex, p.apply.TruncatedTerm
+	if p.tailFrom > base+1 {
+		base, baseTerm = p.tailFrom-1, p.tailTerm
+	}
+	if base > 0 {
 		err := ms.ApplySnapshot(raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{
-			Index:     p.apply.TruncatedIndex,
-			Term:      p.apply.TruncatedTerm,
+			Index:     base,
+			Term:      baseTerm,
 			ConfState: confStateOf(p.region),
 		}})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("region %d: mirror base %d: %w", p.region.ID, base, err)
 		}
 	}
 	if err := ms.Append(p.entries); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("region %d: mirror append: %w", p.region.ID, err)
 	}
 	if err := ms.SetHardState(p.hard); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("region %d: mirror hard state: %w", p.region.ID, err)
 	}
-	return &peerStorage{MemoryStorage: ms, eng: eng, regionID: p.region.ID, built: built}, nil
+	return &peerStorage{MemoryStorage: ms, eng: eng, regionID: p.region.ID, built: built,
+		first: p.apply.TruncatedIndex + 1, truncTerm: p.apply.TruncatedTerm}, nil
 }
 
 // Snapshot returns a snapshot of the region at its applied index: with a
@@ -73,4 +123,295 @@ func (s *peerStorage) Snapshot() (raftpb.Snapshot, error) {
 	}
 	s.built.Add(1)
 	return snap, nil
+}
+
+// mirrorTailTx is where a region's mirror starts at open (loadPeers): the
+// index of its first entry and the term of the one before. It keeps the
+// entries past the applied index and the applied tail the mirror keeps
+// while running. A log that does not reach the applied index (never
+// written so) is loaded whole, and checked as before.
+func mirrorTailTx(lb *bbolt.Bucket, id uint64, as applyState) (from, baseTerm uint64, err error) {
+	lo := as.TruncatedIndex + 1
+	if as.AppliedIndex <= as.TruncatedIndex || lb.Get(logKey(id, as.AppliedIndex)) == nil {
+		return lo, as.TruncatedTerm, nil
+	}
+	from = as.AppliedIndex + 1
+	var size uint64
+	for n := 0; from > lo && n < mirrorTailEntries; n++ {
+		v := lb.Get(logKey(id, from-1))
+		if v == nil {
+			break
+		}
+		if size += uint64(len(v)); size > mirrorTailBytes {
+			break
+		}
+		from--
+	}
+	if from == lo {
+		return lo, as.TruncatedTerm, nil
+	}
+	var ent raftpb.Entry
+	v := lb.Get(logKey(id, from-1))
+	if v == nil {
+		return 0, 0, fmt.Errorf("log entry %d missing below %d: %w", from-1, from, errCorrupt)
+	}
+	if err := ent.Unmarshal(v); err != nil {
+		return 0, 0, fmt.Errorf("decode entry %d: %w", from-1, err)
+	}
+	if ent.Index != from-1 {
+		return 0, 0, fmt.Errorf("log entry holds index %d, want %d: %w", ent.Index, from-1, errCorrupt)
+	}
+	return from, ent.Term, nil
+}
+
+// bounds returns the durable log's first index and the term before it.
+func (s *peerStorage) bounds() (first, truncTerm uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first, s.truncTerm
+}
+
+// FirstIndex is the durable log's first index, not the mirror's.
+func (s *peerStorage) FirstIndex() (uint64, error) {
+	first, _ := s.bounds()
+	return first, nil
+}
+
+// Term answers from the mirror, or, for an index below it, from bbolt.
+func (s *peerStorage) Term(i uint64) (uint64, error) {
+	first, truncTerm := s.bounds()
+	switch {
+	case i+1 < first:
+		return 0, raft.ErrCompacted
+	case i+1 == first:
+		return truncTerm, nil
+	}
+	t, err := s.MemoryStorage.Term(i)
+	if !errors.Is(err, raft.ErrCompacted) {
+		return t, err
+	}
+	return s.diskTerm(first, i)
+}
+
+// diskTerm reads the term of i (first <= i, below the mirror) from bbolt,
+// with the termBlock terms before it: the entries below the mirror are
+// applied, so their terms never change while they are in the log.
+func (s *peerStorage) diskTerm(first, i uint64) (uint64, error) {
+	s.mu.Lock()
+	if i >= s.termsLo && i-s.termsLo < uint64(len(s.terms)) {
+		t := s.terms[i-s.termsLo]
+		s.mu.Unlock()
+		return t, nil
+	}
+	s.mu.Unlock()
+	lo := first
+	if i >= first+termBlock {
+		lo = i + 1 - termBlock
+	}
+	ents, err := s.readLog(lo, i+1, math.MaxUint64)
+	if err != nil {
+		return 0, s.readFailed(err)
+	}
+	if last := ents[len(ents)-1].Index; last != i {
+		return 0, raft.ErrCompacted // the log changed under the read
+	}
+	terms := make([]uint64, len(ents))
+	for j := range ents {
+		terms[j] = ents[j].Term
+	}
+	s.mu.Lock()
+	if s.first == first { // not reset by a snapshot meanwhile
+		s.termsLo, s.terms = lo, terms
+	}
+	s.mu.Unlock()
+	return terms[len(terms)-1], nil
+}
+
+// Entries answers from the mirror, or, for a range starting below it, from
+// bbolt and then the mirror, within maxSize (at least one entry).
+func (s *peerStorage) Entries(lo, hi, maxSize uint64) ([]raftpb.Entry, error) {
+	first, _ := s.bounds()
+	if lo < first {
+		return nil, raft.ErrCompacted
+	}
+	mfirst, _ := s.MemoryStorage.FirstIndex()
+	if lo >= mfirst {
+		ents, err := s.MemoryStorage.Entries(lo, hi, maxSize)
+		if !errors.Is(err, raft.ErrCompacted) {
+			return ents, err
+		}
+		// Trimmed since we looked: what it dropped is in bbolt.
+		mfirst, _ = s.MemoryStorage.FirstIndex()
+	}
+	return s.entriesAcross(lo, hi, maxSize, mfirst)
+}
+
+// entriesAcross reads [lo, min(hi, mfirst)) from bbolt and goes on in the
+// mirror from mfirst while maxSize allows.
+func (s *peerStorage) entriesAcross(lo, hi, maxSize, mfirst uint64) ([]raftpb.Entry, error) {
+	ents, err := s.readLog(lo, min(hi, mfirst), maxSize)
+	if err != nil {
+		return nil, s.readFailed(err)
+	}
+	// Short of mfirst: maxSize was reached (or the log changed under the
+	// read); raft takes a shorter answer as the size limit.
+	if hi <= mfirst || uint64(len(ents)) < mfirst-lo {
+		return ents, nil
+	}
+	var size uint64
+	for i := range ents {
+		size += uint64(ents[i].Size())
+	}
+	if size >= maxSize {
+		return ents, nil
+	}
+	rest, err := s.MemoryStorage.Entries(mfirst, hi, maxSize-size)
+	if err != nil {
+		return ents, nil // the mirror moved on meanwhile: bbolt's part alone is an answer
+	}
+	// The mirror returns at least one entry, even one past the budget.
+	if len(rest) == 1 && size+uint64(rest[0].Size()) > maxSize {
+		return ents, nil
+	}
+	return append(ents, rest...), nil
+}
+
+// readLog reads the region's entries [lo, hi) from bbolt, stopping once
+// maxSize is reached (at least one entry) or at the first index missing;
+// ErrCompacted if lo is missing (compacted, or cleared by a snapshot, since
+// the caller read the bounds).
+func (s *peerStorage) readLog(lo, hi, maxSize uint64) ([]raftpb.Entry, error) {
+	s.diskReads.Add(1)
+	var out []raftpb.Entry
+	err := s.eng.db.View(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketRaftLog).Cursor()
+		var size uint64
+		for k, v := c.Seek(logKey(s.regionID, lo)); k != nil; k, v = c.Next() {
+			want := lo + uint64(len(out))
+			if want >= hi || len(k) != 16 || binary.BigEndian.Uint64(k) != s.regionID || binary.BigEndian.Uint64(k[8:]) != want {
+				return nil
+			}
+			var e raftpb.Entry
+			if err := e.Unmarshal(v); err != nil {
+				return fmt.Errorf("decode log entry %d: %w", want, err)
+			}
+			if e.Index != want {
+				return fmt.Errorf("log entry holds index %d, want %d: %w", e.Index, want, errCorrupt)
+			}
+			if size += uint64(e.Size()); len(out) > 0 && size > maxSize {
+				return nil
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("region %d: read log [%d, %d): %w", s.regionID, lo, hi, err)
+	}
+	if len(out) == 0 {
+		return nil, raft.ErrCompacted
+	}
+	return out, nil
+}
+
+// readFailed turns a failed bbolt read into ErrCompacted, the one error
+// raft survives (it sends a snapshot instead), and keeps the error.
+func (s *peerStorage) readFailed(err error) error {
+	if !errors.Is(err, raft.ErrCompacted) {
+		s.readErrs.Add(1)
+		s.lastReadErr.Store(&err)
+	}
+	return raft.ErrCompacted
+}
+
+// applySnapshot resets the mirror and the durable bounds to a snapshot
+// bbolt now holds (publish).
+func (s *peerStorage) applySnapshot(snap raftpb.Snapshot) error {
+	err := s.MemoryStorage.ApplySnapshot(snap)
+	if err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
+		return err
+	}
+	s.mu.Lock()
+	if idx := snap.Metadata.Index; idx+1 > s.first {
+		s.first, s.truncTerm = idx+1, snap.Metadata.Term
+	}
+	s.terms = nil
+	s.mu.Unlock()
+	return nil
+}
+
+// trim records a durable compaction through compactTo (0: none this
+// round), then drops from the mirror what bbolt no longer holds and the
+// applied entries beyond the mirror's bound (publish, after commit).
+func (s *peerStorage) trim(applied, compactTo, compactTerm uint64) error {
+	if compactTo > 0 {
+		s.mu.Lock()
+		if compactTo+1 > s.first {
+			s.first, s.truncTerm = compactTo+1, compactTerm
+		}
+		s.mu.Unlock()
+	}
+	to := max(compactTo, s.tailTrimPoint(applied))
+	mfirst, _ := s.MemoryStorage.FirstIndex()
+	last, _ := s.MemoryStorage.LastIndex()
+	if to < mfirst || to > last { // nothing to drop; or not yet in the mirror (Compact panics)
+		return nil
+	}
+	if err := s.MemoryStorage.Compact(to); err != nil && !errors.Is(err, raft.ErrCompacted) {
+		return err
+	}
+	return nil
+}
+
+// tailTrimPoint is the index the mirror is to be compacted through to keep
+// its bound, 0 if it need not be yet. It walks back from the applied index
+// at most mirrorTailEntries+1 entries.
+func (s *peerStorage) tailTrimPoint(applied uint64) uint64 {
+	mfirst, _ := s.MemoryStorage.FirstIndex()
+	last, _ := s.MemoryStorage.LastIndex()
+	applied = min(applied, last)
+	if applied < mfirst {
+		return 0
+	}
+	ents, err := s.MemoryStorage.Entries(mfirst, applied+1, math.MaxUint64)
+	if err != nil {
+		return 0
+	}
+	keep, byBytes := len(ents), false // ents[keep:] stay
+	var size uint64
+	for keep > 0 && len(ents)-keep < mirrorTailEntries {
+		if size += uint64(ents[keep-1].Size()); size > mirrorTailBytes {
+			byBytes = true
+			break
+		}
+		keep--
+	}
+	if keep == 0 || (!byBytes && keep < mirrorTrimSlack) {
+		return 0
+	}
+	return ents[keep-1].Index
+}
+
+// termTx is the term of i from the mirror, or else from tx: the loop's own
+// write transaction (applyTx), never a second one on its goroutine.
+func (s *peerStorage) termTx(tx *bbolt.Tx, i uint64) (uint64, error) {
+	first, truncTerm := s.bounds()
+	switch {
+	case i+1 < first:
+		return 0, raft.ErrCompacted
+	case i+1 == first:
+		return truncTerm, nil
+	}
+	if t, err := s.MemoryStorage.Term(i); !errors.Is(err, raft.ErrCompacted) {
+		return t, err
+	}
+	v := tx.Bucket(bucketRaftLog).Get(logKey(s.regionID, i))
+	if v == nil {
+		return 0, raft.ErrCompacted
+	}
+	var e raftpb.Entry
+	if err := e.Unmarshal(v); err != nil {
+		return 0, fmt.Errorf("region %d: decode log entry %d: %w", s.regionID, i, err)
+	}
+	return e.Term, nil
 }
