@@ -58,31 +58,37 @@ const maxRepairsPerTick = 256
 // replicas moved every 5 s, 127 s in all, 17.5 MB/s, with the snapshots
 // themselves taking under a second). Spreading stays one step per tick.
 func (s *Store) balanceTick(downSince map[uint64]time.Time) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*s.cfg.BalanceInterval+10*time.Second)
-	defer cancel()
 	for range maxRepairsPerTick {
 		select {
 		case <-s.stopc:
 			return
 		default:
 		}
-		stores := s.view.Stores(ctx)
-		now := time.Now()
-		for _, st := range stores {
-			if st.Up {
-				delete(downSince, st.ID)
-			} else if _, ok := downSince[st.ID]; !ok {
-				downSince[st.ID] = now
-			}
-		}
-		repaired, err := s.balanceOnce(ctx, stores, downSince, now)
-		if err != nil {
-			s.log.Debug("balance step failed", "err", err)
-		}
-		if !repaired || err != nil || ctx.Err() != nil {
+		if !s.balanceStep(downSince) {
 			return
 		}
 	}
+}
+
+// balanceStep is one step of balanceTick, with its own deadline; it
+// reports whether it was a repair that succeeded.
+func (s *Store) balanceStep(downSince map[uint64]time.Time) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*s.cfg.BalanceInterval+10*time.Second)
+	defer cancel()
+	stores := s.view.Stores(ctx)
+	now := time.Now()
+	for _, st := range stores {
+		if st.Up {
+			delete(downSince, st.ID)
+		} else if _, ok := downSince[st.ID]; !ok {
+			downSince[st.ID] = now
+		}
+	}
+	repaired, err := s.balanceOnce(ctx, stores, downSince, now)
+	if err != nil {
+		s.log.Debug("balance step failed", "err", err)
+	}
+	return repaired && err == nil
 }
 
 // balanceOnce does at most one balancing step: the first of placement's
