@@ -225,6 +225,7 @@ type ScaleResult struct {
 	Move             *ScalePhase  `json:"move"`
 	MoveInfo         ScaleMove    `json:"move_info"`
 	Restart          ScaleRestart `json:"restart"`
+	Check            ScaleCheck   `json:"check"`
 	Mem              []StoreMem   `json:"memory"`
 	Disk             []StoreDisk  `json:"disk"`
 	Rows             []Row        `json:"rows"`
@@ -286,7 +287,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleResult, error) {
 	err = st.load(ctx)
 	if err == nil {
 		// Each step runs unless the scenario was interrupted.
-		for _, step := range []func(context.Context){st.afterLoad, st.move, st.restart, st.final} {
+		for _, step := range []func(context.Context){st.afterLoad, st.move, st.restart, st.final, st.checkReplicas} {
 			if ctx.Err() != nil {
 				err = fmt.Errorf("interrupted: %w", context.Cause(ctx))
 				break

@@ -108,6 +108,7 @@ func (st *scaleState) report() string {
 	if rs.Err != "" {
 		fmt.Fprintf(&b, "\nError: %s\n", inlineCode(rs.Err))
 	}
+	writeCheck(&b, res.Check)
 
 	st.writeMemAndDisk(&b)
 

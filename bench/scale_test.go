@@ -106,6 +106,9 @@ func checkScaleMoveAndRestart(t *testing.T, res *ScaleResult) {
 	if rs.Err == "" && !hasBucket(rs.Buckets, "raftlog") {
 		t.Errorf("no raftlog bucket read: %+v", rs.Buckets)
 	}
+	if ck := res.Check; ck.Err != "" || ck.Agreed < res.RegionsAfterLoad {
+		t.Errorf("ctl check at the end: %+v; want every region's replicas to agree (%d regions after the load)", ck, res.RegionsAfterLoad)
+	}
 }
 
 // checkScaleMemoryAndDisk: every store's memory and disk figures are sane.
