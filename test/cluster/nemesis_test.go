@@ -2,7 +2,8 @@ package cluster_test
 
 // The nemesis of the linearizability spec: the faults it injects (leader
 // transfers unheard or abandoned, restarts within a lease, lost acks across
-// a split, retries past the dedup window, ...) and the probes of stale reads.
+// a split, retries past the dedup window, replica moves re-driven under a
+// new peer ID, ...) and the probes of stale reads.
 
 import (
 	"context"
@@ -99,6 +100,9 @@ type nemesis struct {
 	// leadership to shortLeaseStore past an unhearing holder
 	// (transferUnheardToShortLease), and how often it tried.
 	shortLeaseRuns, shortLeaseTries int
+	// picks counts the faults picked; moveInterruptedRuns how often
+	// move-interrupted ran (moveInterruptedEvery).
+	picks, moveInterruptedRuns int
 }
 
 // quietKey is a key no client writes, in a region of its own (split off
@@ -217,6 +221,12 @@ func (n *nemesis) loop() {
 			return
 		}
 		f := n.pick()
+		n.picks++
+		if n.picks%moveInterruptedEvery == 2 && n.moveInterruptedRuns < moveInterruptedMax {
+			n.moveInterruptedRuns++
+			n.moveInterrupted(f)
+			continue
+		}
 		if n.run.followerLeases && n.shortLeaseRuns < 3 && n.shortLeaseTries < 20 && f.hasLeader && len(f.followers) >= 2 {
 			// Every follower-lease run, however short, moves a leadership
 			// to the store with the shorter leases past a holder that hears
