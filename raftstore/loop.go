@@ -324,14 +324,28 @@ func (s *Store) persistAndApply(batch []*readyPeer) error {
 	// A round that changed a region's shape is made durable in bbolt
 	// before anything of it is sent or published: the WAL replays only
 	// raft log entries and hard states (checkpoint.go).
-	force := false
+	var shaped []uint64
 	for _, rp := range batch {
 		if !rp.skip && (rp.snapApplied || rp.regionChanged || rp.removed || len(rp.created) > 0 || len(rp.confChanges) > 0) {
-			force = true
+			shaped = append(shaped, rp.p.regionID)
 		}
 	}
-	return s.eng.checkpointIfDue(force)
+	if len(shaped) == 0 {
+		return s.eng.checkpointIfDue(false)
+	}
+	// This checkpoint holds every region of the store (it runs in the
+	// loop, and waits for a timed one in flight): say when it was long.
+	start := time.Now()
+	err = s.eng.checkpointIfDue(true)
+	if took := time.Since(start); took >= slowShapeCheckpoint {
+		s.log.Info("a shape change's checkpoint held the loop", "took_ms", took.Milliseconds(), "regions", shaped)
+	}
+	return err
 }
+
+// slowShapeCheckpoint: a shape change's checkpoint that takes this long is
+// logged (writes of every region on the store waited for it).
+const slowShapeCheckpoint = 20 * time.Millisecond
 
 // walItemOf is the raft state rp's round persists, for the WAL.
 func walItemOf(rp *readyPeer) (walItem, bool) {
