@@ -131,16 +131,23 @@ func (e *engine) writeCheckpointFile(pages []byte) error {
 	return syncDir(e.dir, e.noSync)
 }
 
+// syncDir makes dir's entries (a file created, renamed or removed in it)
+// durable.
 func syncDir(dir string, noSync bool) error {
 	if noSync {
 		return nil
 	}
-	d, err := os.Open(dir)
+	return fsyncPath(dir)
+}
+
+// fsyncPath opens path (a file or a directory) and fsyncs it.
+func fsyncPath(path string) error {
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	return d.Sync()
+	defer f.Close()
+	return f.Sync()
 }
 
 // checkpointLocked makes everything committed so far durable and the new

@@ -218,12 +218,7 @@ func syncFile(path string, noSync bool) error {
 	if noSync {
 		return nil
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
+	if err := fsyncPath(path); err != nil {
 		return err
 	}
 	return syncDir(filepath.Dir(path), false)

@@ -184,15 +184,7 @@ func (w *wal) startSegment() error {
 }
 
 func (w *wal) syncDir() error {
-	if w.noSync {
-		return nil
-	}
-	d, err := os.Open(w.dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := syncDir(w.dir, w.noSync); err != nil {
 		return fmt.Errorf("wal: sync dir: %w", err)
 	}
 	return nil
