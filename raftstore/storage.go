@@ -179,18 +179,29 @@ func (s *peerStorage) FirstIndex() (uint64, error) {
 
 // Term answers from the mirror, or, for an index below it, from bbolt.
 func (s *peerStorage) Term(i uint64) (uint64, error) {
-	first, truncTerm := s.bounds()
-	switch {
-	case i+1 < first:
-		return 0, raft.ErrCompacted
-	case i+1 == first:
-		return truncTerm, nil
-	}
-	t, err := s.MemoryStorage.Term(i)
-	if !errors.Is(err, raft.ErrCompacted) {
+	t, first, below, err := s.termAbove(i)
+	if !below {
 		return t, err
 	}
 	return s.diskTerm(first, i)
+}
+
+// termAbove answers Term for i from the durable log's bounds and the
+// mirror; below: i is in the durable log under the mirror, for the caller
+// to read from bbolt (first is the durable log's first index).
+func (s *peerStorage) termAbove(i uint64) (t, first uint64, below bool, err error) {
+	first, truncTerm := s.bounds()
+	switch {
+	case i+1 < first:
+		return 0, first, false, raft.ErrCompacted
+	case i+1 == first:
+		return truncTerm, first, false, nil
+	}
+	t, err = s.MemoryStorage.Term(i)
+	if errors.Is(err, raft.ErrCompacted) {
+		return 0, first, true, nil
+	}
+	return t, first, false, err
 }
 
 // diskTerm reads the term of i (first <= i, below the mirror) from bbolt,
@@ -395,14 +406,7 @@ func (s *peerStorage) tailTrimPoint(applied uint64) uint64 {
 // termTx is the term of i from the mirror, or else from tx: the loop's own
 // write transaction (applyTx), never a second one on its goroutine.
 func (s *peerStorage) termTx(tx *bbolt.Tx, i uint64) (uint64, error) {
-	first, truncTerm := s.bounds()
-	switch {
-	case i+1 < first:
-		return 0, raft.ErrCompacted
-	case i+1 == first:
-		return truncTerm, nil
-	}
-	if t, err := s.MemoryStorage.Term(i); !errors.Is(err, raft.ErrCompacted) {
+	if t, _, below, err := s.termAbove(i); !below {
 		return t, err
 	}
 	v := tx.Bucket(bucketRaftLog).Get(logKey(s.regionID, i))
