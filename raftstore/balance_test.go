@@ -18,12 +18,7 @@ func TestRemovalDrainsInOneTickPerStore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	const regions = 6
-	for i := 1; i < regions; i++ {
-		key := fmt.Appendf(nil, "r%02d", i)
-		if err := c.do(ctx, key, func(ctx context.Context, s *Store) error { _, _, err := s.Split(ctx, key); return err }); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.splitInto(ctx, regions)
 	for i := range regions {
 		c.put(ctx, fmt.Appendf(nil, "r%02d/x", i), []byte("v"))
 	}

@@ -250,6 +250,18 @@ func (c *miniCluster) load(ctx context.Context, prefix string, n, size int) {
 	}
 }
 
+// splitInto splits the key space into n regions, at "r01" .. "r<n-1>"
+// (two digits): region i holds the keys "r<i>/...".
+func (c *miniCluster) splitInto(ctx context.Context, n int) {
+	c.t.Helper()
+	for i := 1; i < n; i++ {
+		key := fmt.Appendf(nil, "r%02d", i)
+		if err := c.do(ctx, key, func(ctx context.Context, s *Store) error { _, _, err := s.Split(ctx, key); return err }); err != nil {
+			c.t.Fatalf("split at %q: %v", key, err)
+		}
+	}
+}
+
 // agree waits until every running store's replica of regionID is at one
 // applied index with the same data.
 func (c *miniCluster) agree(regionID uint64, stores int) {
