@@ -53,9 +53,9 @@ func (s *Store) applyWriteTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry, cmd c
 		}
 		var err error
 		if cmd.op == opPut {
-			err = tx.Bucket(bucketData).Put(cmd.key, cmd.value)
+			err = s.eng.putData(tx, cmd.key, cmd.value)
 		} else {
-			err = tx.Bucket(bucketData).Delete(cmd.key)
+			err = s.eng.deleteData(tx, cmd.key)
 		}
 		if err != nil {
 			return err

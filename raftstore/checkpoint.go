@@ -153,6 +153,13 @@ func fsyncPath(path string) error {
 // checkpointLocked makes everything committed so far durable and the new
 // restore point (see above). e.mu is held.
 func (e *engine) checkpointLocked() error {
+	if err := e.recoverLostLocked(); err != nil {
+		return err
+	}
+	if err := e.commitBatchLocked(); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	e.sinceCkpt = false
 	if !e.noSync {
 		if err := e.db.Sync(); err != nil {
 			return fmt.Errorf("checkpoint: sync: %w", err)
@@ -246,6 +253,13 @@ type pendingCheckpoint struct {
 // T's reader replace the old pin and the WAL lose the records T covers.
 // e.mu and ckptMu are held.
 func (e *engine) beginCheckpointLocked() (pendingCheckpoint, error) {
+	if err := e.recoverLostLocked(); err != nil {
+		return pendingCheckpoint{}, err
+	}
+	if err := e.commitBatchLocked(); err != nil {
+		return pendingCheckpoint{}, fmt.Errorf("checkpoint: %w", err)
+	}
+	e.sinceCkpt = false
 	pin, err := e.db.Begin(false)
 	if err != nil {
 		return pendingCheckpoint{}, fmt.Errorf("checkpoint: pin: %w", err)
@@ -327,7 +341,11 @@ func (e *engine) update(fn func(*bbolt.Tx) error) error {
 	e.ckptMu.Lock()
 	defer e.ckptMu.Unlock()
 	e.mu.Lock()
-	if err := e.db.Update(fn); err != nil {
+	err := e.commitBatchLocked()
+	if err == nil {
+		err = e.db.Update(fn)
+	}
+	if err != nil {
 		e.mu.Unlock()
 		return err
 	}
@@ -374,15 +392,7 @@ func (e *engine) round(prepare func() []walItem, durable func(), fn func(*bbolt.
 			walDone <- err
 		}()
 	}
-	err := e.db.Update(func(tx *bbolt.Tx) error {
-		if err := fn(tx); err != nil {
-			return err
-		}
-		if seq == 0 {
-			return nil
-		}
-		return tx.Bucket(bucketMeta).Put(keyWALSeq, uint64Bytes(seq))
-	})
+	err := e.roundTxLocked(fn, seq)
 	if walDone != nil {
 		if werr := <-walDone; werr != nil {
 			return werr
@@ -396,7 +406,7 @@ func (e *engine) round(prepare func() []walItem, durable func(), fn func(*bbolt.
 func (e *engine) checkpointIfDue(force bool) error {
 	if !force {
 		e.mu.Lock()
-		due := time.Since(e.ckptAt) >= checkpointInterval
+		due := e.sinceCkpt && time.Since(e.ckptAt) >= checkpointInterval
 		err := e.ckptErr
 		e.ckptErr = nil
 		e.mu.Unlock()

@@ -102,6 +102,11 @@ var keyDiskProbe = []byte("disk-probe")
 // once the disk takes writes again. The loop is the only goroutine that
 // creates or drives peers, and it is the caller, so no round is under way.
 func (s *Store) recoverFromDisk() error {
+	// A round or commit that failed lost the open batch: its rounds come
+	// back from the WAL first (batch.go).
+	if err := s.eng.recoverLost(); err != nil {
+		return fmt.Errorf("rebuild lost batch: %w", err)
+	}
 	// A snapshot apply under way is finished or cleared from its marker
 	// first: the peers below are loaded from what it leaves.
 	if err := s.snaps.recover(); err != nil {

@@ -1,7 +1,6 @@
 package raftstore
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -108,9 +107,22 @@ type engine struct {
 	pin      *bbolt.Tx // a reader on the last checkpoint's tree
 	ckptAt   time.Time
 	syncMode bool
-	stats    struct{ checkpoints, walRecords uint64 }
+	stats    struct{ checkpoints, walRecords, batchCommits uint64 }
 	lock     *os.File // store.lock, held while open
 	replayed int      // WAL records replayed at open
+
+	// The open batch and what it stages (batch.go), under mu: rounds
+	// since the last commit, their user writes for the overlay, whether
+	// the batch commits at the round's end (commitNow) with readers held
+	// off (rangeWrites), and whether a failed round or commit lost it.
+	batch                        *bbolt.Tx
+	staged                       []ovItem
+	commitNow, rangeWrites, lost bool
+	sinceCkpt                    bool         // a round wrote since the last checkpoint
+	view                         sync.RWMutex // guards ov (overlay.go)
+	ov                           *overlay
+	logMu                        sync.Mutex
+	batchFirst                   map[uint64]uint64 // region -> first log index the open batch wrote
 
 	// sweep is where each region's dedup trimming goes on from (dedup.go).
 	sweepMu sync.Mutex
@@ -198,7 +210,8 @@ func openEngineLocked(dir, path string, noSync bool) (*engine, error) {
 			return nil, fmt.Errorf("open %s: %w", path, err)
 		}
 	}
-	e := &engine{db: db, dir: dir, noSync: noSync, syncMode: mmapSize() == 0, pin: pin}
+	e := &engine{db: db, dir: dir, noSync: noSync, syncMode: mmapSize() == 0, pin: pin,
+		ov: newOverlay(), batchFirst: map[uint64]uint64{}}
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, b := range [][]byte{bucketData, bucketRaftLog, bucketRaftState, bucketMeta, bucketDedup} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -271,6 +284,7 @@ func (e *engine) close() error {
 	if e.wal != nil && e.wal.broken == nil {
 		err = e.checkpointLocked()
 	}
+	e.abandonBatchLocked() // only if the checkpoint did not commit it: bbolt's close waits for it
 	if e.pin != nil {
 		e.pin.Rollback()
 		e.pin = nil
@@ -441,57 +455,6 @@ func deleteRange(tx *bbolt.Tx, start, end []byte) error {
 		}
 	}
 	return nil
-}
-
-// Reads of user data. Values are copied out: bbolt memory is only valid
-// inside its transaction.
-
-func (e *engine) get(key []byte) (val []byte, found bool, err error) {
-	err = e.db.View(func(tx *bbolt.Tx) error {
-		if v := tx.Bucket(bucketData).Get(key); v != nil {
-			val = append([]byte{}, v...)
-			found = true
-		}
-		return nil
-	})
-	return val, found, err
-}
-
-func (e *engine) batchGet(keys [][]byte) (out []KV, err error) {
-	err = e.db.View(func(tx *bbolt.Tx) error {
-		b := tx.Bucket(bucketData)
-		for _, k := range keys {
-			if v := b.Get(k); v != nil {
-				out = append(out, KV{Key: append([]byte{}, k...), Value: append([]byte{}, v...)})
-			}
-		}
-		return nil
-	})
-	return out, err
-}
-
-// scanCheckEvery is how many keys a scan reads between looks at its
-// context: often enough that a cancelled scan (the losing attempt of a
-// hedged read) stops within microseconds, rarely enough to cost nothing.
-const scanCheckEvery = 256
-
-// scan reads up to limit pairs of [start, end) in key order. It stops with
-// ctx's error once ctx ends, so a caller that gave up does not keep a
-// read transaction open over a long range.
-func (e *engine) scan(ctx context.Context, start, end []byte, limit int) (out []KV, err error) {
-	err = e.db.View(func(tx *bbolt.Tx) error {
-		c := tx.Bucket(bucketData).Cursor()
-		for k, v := c.Seek(start); k != nil && (len(end) == 0 || string(k) < string(end)) && len(out) < limit; k, v = c.Next() {
-			if len(out)%scanCheckEvery == 0 {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-			}
-			out = append(out, KV{Key: append([]byte{}, k...), Value: append([]byte{}, v...)})
-		}
-		return nil
-	})
-	return out, err
 }
 
 var errCorrupt = errors.New("raftstore: corrupt data")

@@ -180,7 +180,8 @@ func (s *Store) round() error {
 
 	batch := s.collectReadyApart(dirty) // snapshot applies held apart (snapapply.go)
 	if len(batch) == 0 {
-		return nil
+		// An idle store still commits (and checkpoints) its last rounds.
+		return s.eng.checkpointIfDue(false)
 	}
 	s.sendEarly(batch)
 	if err := s.persistAndApply(batch); err != nil {
@@ -487,6 +488,7 @@ func (s *Store) persistTx(tx *bbolt.Tx, rp *readyPeer) error {
 		p.region = r
 		p.mu.Unlock()
 		rp.snapApplied = true
+		s.eng.wroteRange()
 		s.stats.snapshotsApplied.Add(1)
 		rp.applied = rd.Snapshot.Metadata.Index
 		rp.appliedTerm = rd.Snapshot.Metadata.Term
@@ -497,6 +499,9 @@ func (s *Store) persistTx(tx *bbolt.Tx, rp *readyPeer) error {
 	}
 	if err := appendEntries(tx, p.regionID, rd.Entries, prevLast); err != nil {
 		return err
+	}
+	if len(rd.Entries) > 0 {
+		s.eng.wroteLog(p.regionID, rd.Entries[0].Index)
 	}
 	if !raft.IsEmptyHardState(rd.HardState) {
 		if err := putHardState(tx, p.regionID, rd.HardState); err != nil {
@@ -551,6 +556,7 @@ func (s *Store) applyTx(tx *bbolt.Tx, rp *readyPeer) error {
 			}
 			as.TruncatedIndex, as.TruncatedTerm = rp.compactTo, term
 			rp.compactTerm = term
+			s.eng.commitAtRoundEnd()
 		} else {
 			rp.compactTo = 0
 		}

@@ -437,6 +437,11 @@ func TestSnapshotApplyToAFollowerServesNothingUntilDone(t *testing.T) {
 	heal := c.net.AddFilter(IsolateFilter(victim))
 	const n = 2000
 	c.load(ctx, "k", n, 1000)
+	// Snapshots are built from the leader's committed state (batch.go):
+	// commit the load, so that the snapshot holds all of it.
+	if err := c.store(leader.ID()).eng.checkpointIfDue(true); err != nil {
+		t.Fatal(err)
+	}
 	reached, release := g.arm(gateBeforeWrites + 3)
 	heal()
 	g.waitReached(t, reached)

@@ -21,6 +21,9 @@ import (
 func (e *engine) lockedUpdate(fn func(*bbolt.Tx) error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if err := e.commitBatchLocked(); err != nil {
+		return err
+	}
 	return e.db.Update(fn)
 }
 

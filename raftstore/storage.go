@@ -362,7 +362,9 @@ func (s *peerStorage) trim(applied, compactTo, compactTerm uint64) error {
 		}
 		s.mu.Unlock()
 	}
-	to := max(compactTo, s.tailTrimPoint(applied))
+	// Never past what committed bbolt state holds: older entries are read
+	// from there (batch.go).
+	to := max(compactTo, s.tailTrimPoint(min(applied, s.eng.logFloor(s.regionID))))
 	mfirst, _ := s.MemoryStorage.FirstIndex()
 	last, _ := s.MemoryStorage.LastIndex()
 	if to < mfirst || to > last { // nothing to drop; or not yet in the mirror (Compact panics)

@@ -80,6 +80,9 @@ func TestWALRoundTripTornTailAndTruncate(t *testing.T) {
 
 // crash closes the engine's files the way kill -9 would: no checkpoint.
 func crash(e *engine) {
+	if e.batch != nil { // the uncommitted rounds die with the process
+		_ = e.batch.Rollback()
+	}
 	if e.pin != nil {
 		e.pin.Rollback()
 	}
