@@ -230,6 +230,25 @@ func (e *engine) logFloor(regionID uint64) uint64 {
 	return math.MaxUint64
 }
 
+// viewCommitted runs fn in a read transaction of the current state: the
+// open batch is committed first (a replica's digest must cover the writes
+// it applied, not those of the last checkpoint). Not for a caller that
+// holds a peer's mutex: a round holds e.mu while it takes those.
+func (e *engine) viewCommitted(fn func(*bbolt.Tx) error) error {
+	e.mu.Lock()
+	err := e.commitBatchLocked()
+	var tx *bbolt.Tx
+	if err == nil {
+		tx, err = e.db.Begin(false)
+	}
+	e.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	return fn(tx)
+}
+
 // Reads of user data: the overlay over committed bbolt state. Values are
 // copied out: bbolt memory is valid only inside its transaction.
 

@@ -153,7 +153,7 @@ func (s *Store) viewReplica(regionID uint64, fn func(tx *bbolt.Tx, r region.Regi
 		notFound.Uninitialized = true
 		return notFound
 	}
-	return s.eng.db.View(func(tx *bbolt.Tx) error {
+	return s.eng.viewCommitted(func(tx *bbolt.Tx) error {
 		st := tx.Bucket(bucketRaftState)
 		meta := st.Get(stateKey(regionID, suffixRegion))
 		if meta == nil {
