@@ -70,11 +70,17 @@ func (e *engine) roundTxLocked(fn func(*bbolt.Tx) error, seq uint64) error {
 		e.ov.add(e.staged)
 		e.view.Unlock()
 	}
-	if e.commitNow || e.syncMode {
+	if e.commitNow || e.syncMode || e.ov.len() >= batchMaxWrites {
 		return e.commitBatchLocked()
 	}
 	return nil
 }
+
+// batchMaxWrites bounds the overlay (and the batch) when checkpoints fall
+// behind (a slow disk holds one in its sync): a batch that wrote this many
+// keys commits at its round's end, checkpoint or not (etcd's backend
+// commits every 100 ms or 10,000 writes).
+const batchMaxWrites = 10000
 
 // commitBatchLocked commits the open batch, if any, and empties the
 // overlay once the file shows what it held. Readers go on during the

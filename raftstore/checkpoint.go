@@ -16,11 +16,12 @@ import (
 // Checkpoints: how bbolt is committed without an fsync and still survives
 // power loss (docs/design.md, "The write path").
 //
-// A Ready round's bbolt transaction is committed with NoSync: its pages and
-// meta page are written, not synced. Its raft state (entries, hard state)
-// was synced in the round's WAL record first, and what it applied is
-// rebuilt by raft from the applied index, so its own fsync is not needed
-// for any promise. What bbolt needs is to stay a consistent tree: an
+// The Ready loop's rounds write into one bbolt transaction, the batch
+// (batch.go), that a checkpoint commits with NoSync: its pages and meta
+// page are written, then synced by the checkpoint. The rounds' raft state
+// (entries, hard state) was synced in their WAL records, and what they
+// applied is rebuilt by raft from the applied index, so no commit's own
+// fsync is needed for any promise. What bbolt needs is to stay a consistent tree: an
 // unsynced commit may reach the disk in part (a meta page without the
 // pages it points to), and it may overwrite pages the last synced state
 // still uses. So:

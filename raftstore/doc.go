@@ -21,19 +21,24 @@
 //  2. persistAndApply: persist, for all peers at once, ONE record of the
 //     round log (wal.go: new entries, hard state, a snapshot mark),
 //     fdatasynced: group commit, one fsync per round however many regions
-//     and requests it carries. Beside that write, in ONE bbolt transaction
-//     committed without an fsync: snapshot (the region's log and state; its
+//     and requests it carries. Beside that write, in the batch, ONE bbolt
+//     write transaction that the rounds share and the next checkpoint
+//     commits (batch.go; user writes show through the overlay until
+//     then): snapshot (the region's log and state; its
 //     data was written before, outside the loop, which held that peer's
 //     Ready meanwhile: snapapply.go), new log entries (dropping any
-//     conflicting tail) and the hard state. bbolt is made durable by checkpoints (checkpoint.go:
-//     every 100 ms, and after any round that changes a region's shape,
-//     before it sends); a restart restores the last one and replays the
-//     round log. A failed write freezes the store (diskfail.go).
+//     conflicting tail) and the hard state. bbolt is committed and made
+//     durable by checkpoints (checkpoint.go: every 100 ms, and after any
+//     round that changes a region's shape, before it sends); a restart
+//     restores the last one and replays the round log. A failed write
+//     freezes the store (diskfail.go); a lost batch is rebuilt from the
+//     round log before it goes on.
 //  3. In the same transaction, apply committed entries (they are durable on
 //     a quorum already; raft only hands out entries this peer persisted) and
 //     record the applied index with the data it covers, and compact the log
-//     once it grows past the GC threshold.
-//  4. After commit, publish: update the in-memory log mirror raft reads
+//     once it grows past the GC threshold. The round's user writes join
+//     the overlay when it ends, all at once.
+//  4. After the round's write, publish: update the in-memory log mirror raft reads
 //     from, the peer's term/leader/applied index; revoke the lease on any
 //     leader or term change; with follower leases on, record the keys the
 //     new entries write (before 5 acknowledges them); wake proposers whose
@@ -53,9 +58,9 @@
 //
 // Reads never wait for the loop when the leader holds a valid lease, nor,
 // with follower leases on, when a follower holds a valid read lease and has
-// applied what the read needs: they read the committed bbolt state
-// directly (see lease.go, followerlease.go and docs/design.md for the
-// rules). With follower leases on, step 4 also records the keys the new
+// applied what the read needs: they read the applied state (the overlay
+// over bbolt) directly (see lease.go, followerlease.go and docs/design.md
+// for the rules). With follower leases on, step 4 also records the keys the new
 // log entries write before step 5 acknowledges them, and the leader caps
 // followers' acknowledgements before raft sees them.
 // Writes are acknowledged in step 4, after the entry is applied, so an
