@@ -21,10 +21,10 @@ import (
 // page are written, then synced by the checkpoint. The rounds' raft state
 // (entries, hard state) was synced in their WAL records, and what they
 // applied is rebuilt by raft from the applied index, so no commit's own
-// fsync is needed for any promise. What bbolt needs is to stay a consistent tree: an
-// unsynced commit may reach the disk in part (a meta page without the
-// pages it points to), and it may overwrite pages the last synced state
-// still uses. So:
+// fsync is needed for any promise. What bbolt needs is to stay a
+// consistent tree: an unsynced commit may reach the disk in part (a meta
+// page without the pages it points to), and it may overwrite pages the
+// last synced state still uses. So:
 //
 //   - A checkpoint syncs the file (DB.Sync), then copies its two meta pages
 //     into store.ckpt (written, synced, renamed), and opens a read
