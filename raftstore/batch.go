@@ -158,8 +158,11 @@ func (e *engine) recoverLostLocked() error {
 	clear(e.batchFirst)
 	e.logMu.Unlock()
 	e.lost = false
+	e.rebuilt.Add(1)
 	return nil
 }
+
+func (e *engine) batchesRebuilt() uint64 { return e.rebuilt.Load() }
 
 // recoverLost is recoverLostLocked and a checkpoint, if a batch was lost.
 func (e *engine) recoverLost() error {

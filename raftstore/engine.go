@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
@@ -123,6 +124,7 @@ type engine struct {
 	ov                           *overlay
 	logMu                        sync.Mutex
 	batchFirst                   map[uint64]uint64 // region -> first log index the open batch wrote
+	rebuilt                      atomic.Uint64     // lost batches rebuilt from the WAL
 
 	// sweep is where each region's dedup trimming goes on from (dedup.go).
 	sweepMu sync.Mutex

@@ -273,9 +273,6 @@ func (s *Store) persistAndApply(batch []*readyPeer) error {
 		}
 		return nil
 	}
-	if err := s.injectedDiskError(); err != nil {
-		return err
-	}
 	var early []*readyPeer
 	prepare := func() []walItem {
 		// Checked under the engine's lock: destroyPeer marks the peer
@@ -316,7 +313,9 @@ func (s *Store) persistAndApply(batch []*readyPeer) error {
 				return fmt.Errorf("region %d: apply: %w", rp.p.regionID, err)
 			}
 		}
-		return nil
+		// An injected failure strikes once the round has written, as a
+		// failed write of the batch would: the batch is lost with it.
+		return s.injectedDiskError()
 	})
 	if err != nil {
 		return err

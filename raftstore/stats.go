@@ -56,6 +56,9 @@ type Stats struct {
 	// DiskFailures: rounds whose disk write failed, each freezing the store
 	// until a write succeeded again (diskfail.go).
 	DiskFailures uint64
+	// BatchesRebuilt: uncommitted rounds lost with a failed round or
+	// commit and rebuilt from the WAL before the store went on (batch.go).
+	BatchesRebuilt uint64
 	// LeadershipsByTransfer and LeadershipsByElection count the times a
 	// peer here became leader, by how: by a transfer (it won the campaign
 	// that the previous leader's MsgTimeoutNow forced: a handover) or by
@@ -110,6 +113,7 @@ func (s *Store) Stats() Stats {
 		FollowerLeaseCommitViolations: s.stats.followerLeaseViolations.Load(),
 		ReadIndexAnswersRefused:       s.stats.readIndexAnswersRefused.Load(),
 		DiskFailures:                  s.stats.diskFailures.Load(),
+		BatchesRebuilt:                s.eng.batchesRebuilt(),
 
 		LeadershipsByTransfer: s.stats.leadersByTransfer.Load(),
 		LeadershipsByElection: s.stats.leadersByElection.Load(),

@@ -259,6 +259,8 @@ func (m *metrics) registerStoreStats(stats func() raftstore.Stats) {
 			func(s raftstore.Stats) uint64 { return s.SafePointsRefused }),
 		counter("hedgekv_store_disk_failures_total", "Ready rounds whose disk write failed, each freezing the store until a write succeeded again.",
 			func(s raftstore.Stats) uint64 { return s.DiskFailures }),
+		counter("hedgekv_store_batches_rebuilt_total", "Uncommitted rounds lost with a failed round or commit and rebuilt from the WAL.",
+			func(s raftstore.Stats) uint64 { return s.BatchesRebuilt }),
 	)
 	// One name, a cause label: transfer (the previous leader handed the
 	// region over, raft's MsgTimeoutNow) or election (any other campaign:

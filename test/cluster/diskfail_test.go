@@ -63,6 +63,10 @@ var _ = Describe("disk failure", func() {
 			v, _, _, _ := readOn(c, victim, raftstore.ReadOptions{ReplicaRead: true}, "k9", time.Second)
 			return v
 		}).WithTimeout(15 * time.Second).WithPolling(50 * time.Millisecond).Should(Equal("after"))
+		// The failure struck a round that had written into the open batch
+		// (its uncommitted rounds were lost with it): they were rebuilt
+		// from the WAL before the peers were.
+		Expect(s.Stats().BatchesRebuilt).To(BeNumerically(">=", 1))
 		Expect(s.Put(ctxFor(5*time.Second), raftstore.WriteOptions{}, []byte("k1"), []byte("x"))).To(Or(Succeed(), MatchError(ContainSubstring("not leader"))))
 		// No acknowledged write is lost; startCluster's cleanup then checks
 		// that the three replicas agree.

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -174,4 +175,20 @@ func (n *nemesis) transferUnheardToShortLease(r region.Region, leader uint64, fo
 	}
 	n.transferUnheard(r, leader, true, []uint64{holder, shortLeaseStore}, hold)
 	return true
+}
+
+// diskFail fails every disk write of a store for hold: its next writing
+// round fails after it wrote into the open batch, which is lost with
+// every round since the last commit; the store freezes, and once writes
+// succeed again it rebuilds them from its WAL, then its peers (the
+// stores' write path keeps applied rounds in one batch per checkpoint).
+func (n *nemesis) diskFail(victim uint64, hold time.Duration) {
+	s, ok := n.c.Store(victim)
+	if !ok {
+		return
+	}
+	n.log.add("disk-fail", "store %d for %v", victim, hold)
+	s.InjectDiskFailure(errors.New("nemesis: injected disk write failure"))
+	n.sleep(hold)
+	s.InjectDiskFailure(nil)
 }

@@ -241,7 +241,7 @@ func (n *nemesis) loop() {
 			continue
 		}
 		r, leader, hasLeader, followers, hold := f.r, f.leader, f.hasLeader, f.followers, f.hold
-		switch kind := n.rng.IntN(16); kind {
+		switch kind := n.rng.IntN(17); kind {
 		case 0, 1, 2, 3, 4, 5, 6, 7, 8:
 			n.plainFault(kind, f)
 		case 9:
@@ -262,6 +262,8 @@ func (n *nemesis) loop() {
 			if n.run.followerLeases && hasLeader && len(followers) > 0 {
 				n.restartHolderLateGrant(r, leader, followers[0])
 			}
+		case 16:
+			n.diskFail(f.victim, hold)
 		}
 	}
 }
