@@ -114,7 +114,7 @@ func (e *engine) commitBatchLocked() error {
 	e.logMu.Lock()
 	clear(e.batchFirst)
 	e.logMu.Unlock()
-	e.stats.batchCommits++
+	e.stats.batchCommits.Add(1)
 	return nil
 }
 
@@ -163,6 +163,12 @@ func (e *engine) recoverLostLocked() error {
 }
 
 func (e *engine) batchesRebuilt() uint64 { return e.rebuilt.Load() }
+
+// writeStats is what the engine wrote: WAL records, those synced, batch
+// commits.
+func (e *engine) writeStats() (records, syncs, commits uint64) {
+	return e.stats.walRecords.Load(), e.stats.walSyncs.Load(), e.stats.batchCommits.Load()
+}
 
 // recoverLost is recoverLostLocked and a checkpoint, if a batch was lost.
 func (e *engine) recoverLost() error {

@@ -378,15 +378,19 @@ func (e *engine) round(prepare func() []walItem, durable func(), fn func(*bbolt.
 	defer e.mu.Unlock()
 	var seq uint64
 	var walDone chan error
+	var sync bool
 	if items := prepare(); len(items) > 0 {
 		var err error
 		if seq, err = e.wal.encode(items); err != nil {
 			return err
 		}
-		e.stats.walRecords++
+		e.stats.walRecords.Add(1)
+		for _, it := range items {
+			sync = sync || it.mustSync
+		}
 		walDone = make(chan error, 1)
 		go func() {
-			err := e.wal.writeEncoded()
+			err := e.wal.writeEncoded(sync)
 			if err == nil && durable != nil {
 				durable()
 			}
@@ -397,6 +401,9 @@ func (e *engine) round(prepare func() []walItem, durable func(), fn func(*bbolt.
 	if walDone != nil {
 		if werr := <-walDone; werr != nil {
 			return werr
+		}
+		if sync {
+			e.stats.walSyncs.Add(1)
 		}
 	}
 	return err

@@ -108,7 +108,10 @@ type engine struct {
 	pin      *bbolt.Tx // a reader on the last checkpoint's tree
 	ckptAt   time.Time
 	syncMode bool
-	stats    struct{ checkpoints, walRecords, batchCommits uint64 }
+	stats    struct {
+		checkpoints                        uint64
+		walRecords, walSyncs, batchCommits atomic.Uint64 // read by Store.Stats
+	}
 	lock     *os.File // store.lock, held while open
 	replayed int      // WAL records replayed at open
 

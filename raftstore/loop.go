@@ -350,12 +350,13 @@ const slowShapeCheckpoint = 20 * time.Millisecond
 // walItemOf is the raft state rp's round persists, for the WAL.
 func walItemOf(rp *readyPeer) (walItem, bool) {
 	rd := &rp.rd
-	it := walItem{regionID: rp.p.regionID, entries: rd.Entries}
+	it := walItem{regionID: rp.p.regionID, entries: rd.Entries, mustSync: rd.MustSync}
 	if !raft.IsEmptyHardState(rd.HardState) {
 		it.hard = &rd.HardState
 	}
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		it.snap, it.snapIndex, it.snapTerm = true, rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.Term
+		it.mustSync = true
 	}
 	return it, it.snap || it.hard != nil || len(it.entries) > 0
 }

@@ -59,6 +59,11 @@ type Stats struct {
 	// BatchesRebuilt: uncommitted rounds lost with a failed round or
 	// commit and rebuilt from the WAL before the store went on (batch.go).
 	BatchesRebuilt uint64
+	// WALRecords and WALSyncs: round-log records written, and those
+	// fdatasynced (a record of commit indexes alone is not: wal.go);
+	// BatchCommits: commits of the rounds' shared bbolt transaction
+	// (batch.go), about one per checkpoint.
+	WALRecords, WALSyncs, BatchCommits uint64
 	// LeadershipsByTransfer and LeadershipsByElection count the times a
 	// peer here became leader, by how: by a transfer (it won the campaign
 	// that the previous leader's MsgTimeoutNow forced: a handover) or by
@@ -91,7 +96,9 @@ type stats struct {
 
 // Stats returns a snapshot of the counters.
 func (s *Store) Stats() Stats {
+	walRecords, walSyncs, batchCommits := s.eng.writeStats()
 	return Stats{
+		WALRecords: walRecords, WALSyncs: walSyncs, BatchCommits: batchCommits,
 		ReadsLease:        s.stats.readsLease.Load(),
 		ReadsReadIndex:    s.stats.readsReadIndex.Load(),
 		ReadsStale:        s.stats.readsStale.Load(),

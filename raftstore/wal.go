@@ -58,6 +58,12 @@ type walItem struct {
 	snapIndex uint64
 	snapTerm  uint64
 	entries   []raftpb.Entry
+	// mustSync: the item holds what a promise rests on (entries, a vote
+	// or term change, a snapshot; raft's Ready.MustSync), so its record is
+	// fdatasynced. A record of commit indexes alone is only written: a
+	// commit index lost in a power loss is learned again from the leader
+	// (etcd syncs the same way). Not encoded.
+	mustSync bool
 }
 
 type walRecord struct {
@@ -197,11 +203,11 @@ func (w *wal) append(items []walItem) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return seq, w.writeEncoded()
+	return seq, w.writeEncoded(true)
 }
 
 // encode makes items the next record (seq returned); writeEncoded then
-// writes and syncs it, and may run on another goroutine meanwhile, as
+// writes it (and syncs it if sync), and may run on another goroutine meanwhile, as
 // long as nothing else touches the wal until it returns.
 func (w *wal) encode(items []walItem) (uint64, error) {
 	if w.broken != nil {
@@ -215,15 +221,15 @@ func (w *wal) encode(items []walItem) (uint64, error) {
 	return w.seq, nil
 }
 
-func (w *wal) writeEncoded() error {
-	if err := w.write(w.buf); err != nil {
+func (w *wal) writeEncoded(sync bool) error {
+	if err := w.write(w.buf, sync); err != nil {
 		w.broken = fmt.Errorf("wal: %w", err)
 		return w.broken
 	}
 	return nil
 }
 
-func (w *wal) write(payload []byte) error {
+func (w *wal) write(payload []byte, sync bool) error {
 	var hdr [8]byte
 	binary.BigEndian.PutUint32(hdr[:], uint32(len(payload)))
 	binary.BigEndian.PutUint32(hdr[4:], crc32.Checksum(payload, walCRC))
@@ -237,7 +243,7 @@ func (w *wal) write(payload []byte) error {
 		return err
 	}
 	w.size += int64(len(payload)) + 8
-	if w.noSync {
+	if w.noSync || !sync {
 		return nil
 	}
 	return fdatasyncFile(w.f)

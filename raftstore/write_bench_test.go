@@ -33,6 +33,7 @@ func BenchmarkWrite(b *testing.B) {
 	value := make([]byte, 1024)
 	const workers = 32
 	var next atomic.Int64
+	before := writeStats(c)
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for range workers {
@@ -51,4 +52,22 @@ func BenchmarkWrite(b *testing.B) {
 	wg.Wait()
 	b.StopTimer()
 	b.ReportMetric(float64(msgs.Load())/float64(b.N), "msgs/write")
+	after := writeStats(c)
+	n := float64(b.N)
+	b.ReportMetric(float64(after.WALRecords-before.WALRecords)/n, "walrecords/write")
+	b.ReportMetric(float64(after.WALSyncs-before.WALSyncs)/n, "fsyncs/write")
+	b.ReportMetric(float64(after.BatchCommits-before.BatchCommits)/n, "commits/write")
+}
+
+// writeStats sums the write counters of every store of c.
+func writeStats(c *raftstoretest.Cluster) (sum raftstore.Stats) {
+	for _, id := range c.IDs() {
+		if s, ok := c.Store(id); ok {
+			st := s.Stats()
+			sum.WALRecords += st.WALRecords
+			sum.WALSyncs += st.WALSyncs
+			sum.BatchCommits += st.BatchCommits
+		}
+	}
+	return sum
 }

@@ -259,6 +259,12 @@ func (m *metrics) registerStoreStats(stats func() raftstore.Stats) {
 			func(s raftstore.Stats) uint64 { return s.SafePointsRefused }),
 		counter("hedgekv_store_disk_failures_total", "Ready rounds whose disk write failed, each freezing the store until a write succeeded again.",
 			func(s raftstore.Stats) uint64 { return s.DiskFailures }),
+		counter("hedgekv_store_wal_records_total", "Round-log records written (one per Ready round that persisted raft state).",
+			func(s raftstore.Stats) uint64 { return s.WALRecords }),
+		counter("hedgekv_store_wal_syncs_total", "Round-log records fdatasynced (a record of commit indexes alone is not).",
+			func(s raftstore.Stats) uint64 { return s.WALSyncs }),
+		counter("hedgekv_store_batch_commits_total", "Commits of the Ready rounds' shared bbolt transaction (about one per checkpoint).",
+			func(s raftstore.Stats) uint64 { return s.BatchCommits }),
 		counter("hedgekv_store_batches_rebuilt_total", "Uncommitted rounds lost with a failed round or commit and rebuilt from the WAL.",
 			func(s raftstore.Stats) uint64 { return s.BatchesRebuilt }),
 	)
