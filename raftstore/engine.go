@@ -120,6 +120,7 @@ type engine struct {
 	// the batch commits at the round's end (commitNow) with readers held
 	// off (rangeWrites), and whether a failed round or commit lost it.
 	batch                        *bbolt.Tx
+	batchAt                      time.Time // when the open batch began
 	staged                       []ovItem
 	commitNow, rangeWrites, lost bool
 	sinceCkpt                    bool         // a round wrote since the last checkpoint
