@@ -12,9 +12,9 @@ import (
 )
 
 // The Ready loop's rounds write into ONE bbolt write transaction, the
-// batch, committed at the next checkpoint (every checkpointInterval, and
-// at once after a round that changes a region's shape or compacts a log),
-// not once per round. A per-round commit was most of a write's CPU: the
+// batch, committed once it is batchMaxAge old, at checkpoints, and at
+// once after a round that changes a region's shape or compacts a log: not
+// once per round. A per-round commit was most of a write's CPU: the
 // commit rewrote the same data, dedup, log and state leaves, and their
 // branches, every round (38% of the write path's profile, 14% more in its
 // pwrites). Durability does not change: a round's commit was never synced

@@ -22,8 +22,8 @@
 //     round log (wal.go: new entries, hard state, a snapshot mark),
 //     fdatasynced: group commit, one fsync per round however many regions
 //     and requests it carries. Beside that write, in the batch, ONE bbolt
-//     write transaction that the rounds share and the next checkpoint
-//     commits (batch.go; user writes show through the overlay until
+//     write transaction that the rounds share, committed every 20 ms and
+//     at checkpoints (batch.go; user writes show through the overlay until
 //     then): snapshot (the region's log and state; its
 //     data was written before, outside the loop, which held that peer's
 //     Ready meanwhile: snapapply.go), new log entries (dropping any
