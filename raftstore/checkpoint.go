@@ -154,13 +154,9 @@ func fsyncPath(path string) error {
 // checkpointLocked makes everything committed so far durable and the new
 // restore point (see above). e.mu is held.
 func (e *engine) checkpointLocked() error {
-	if err := e.recoverLostLocked(); err != nil {
+	if err := e.settleBatchLocked(); err != nil {
 		return err
 	}
-	if err := e.commitBatchLocked(); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	e.sinceCkpt = false
 	if !e.noSync {
 		if err := e.db.Sync(); err != nil {
 			return fmt.Errorf("checkpoint: sync: %w", err)
@@ -254,13 +250,9 @@ type pendingCheckpoint struct {
 // T's reader replace the old pin and the WAL lose the records T covers.
 // e.mu and ckptMu are held.
 func (e *engine) beginCheckpointLocked() (pendingCheckpoint, error) {
-	if err := e.recoverLostLocked(); err != nil {
+	if err := e.settleBatchLocked(); err != nil {
 		return pendingCheckpoint{}, err
 	}
-	if err := e.commitBatchLocked(); err != nil {
-		return pendingCheckpoint{}, fmt.Errorf("checkpoint: %w", err)
-	}
-	e.sinceCkpt = false
 	pin, err := e.db.Begin(false)
 	if err != nil {
 		return pendingCheckpoint{}, fmt.Errorf("checkpoint: pin: %w", err)

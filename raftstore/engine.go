@@ -109,8 +109,9 @@ type engine struct {
 	ckptAt   time.Time
 	syncMode bool
 	stats    struct {
-		checkpoints                        uint64
-		walRecords, walSyncs, batchCommits atomic.Uint64 // read by Store.Stats
+		checkpoints uint64
+		// read by Store.Stats
+		walRecords, walSyncs, batchCommits, batchesRebuilt atomic.Uint64
 	}
 	lock     *os.File // store.lock, held while open
 	replayed int      // WAL records replayed at open
@@ -128,7 +129,6 @@ type engine struct {
 	ov                           *overlay
 	logMu                        sync.Mutex
 	batchFirst                   map[uint64]uint64 // region -> first log index the open batch wrote
-	rebuilt                      atomic.Uint64     // lost batches rebuilt from the WAL
 
 	// sweep is where each region's dedup trimming goes on from (dedup.go).
 	sweepMu sync.Mutex

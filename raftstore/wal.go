@@ -207,8 +207,8 @@ func (w *wal) append(items []walItem) (uint64, error) {
 }
 
 // encode makes items the next record (seq returned); writeEncoded then
-// writes it (and syncs it if sync), and may run on another goroutine meanwhile, as
-// long as nothing else touches the wal until it returns.
+// writes it (and syncs it if sync), and may run on another goroutine
+// meanwhile, as long as nothing else touches the wal until it returns.
 func (w *wal) encode(items []walItem) (uint64, error) {
 	if w.broken != nil {
 		return 0, w.broken

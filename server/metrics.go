@@ -263,7 +263,7 @@ func (m *metrics) registerStoreStats(stats func() raftstore.Stats) {
 			func(s raftstore.Stats) uint64 { return s.WALRecords }),
 		counter("hedgekv_store_wal_syncs_total", "Round-log records fdatasynced (a record of commit indexes alone is not).",
 			func(s raftstore.Stats) uint64 { return s.WALSyncs }),
-		counter("hedgekv_store_batch_commits_total", "Commits of the Ready rounds' shared bbolt transaction (about one per checkpoint).",
+		counter("hedgekv_store_batch_commits_total", "Commits of the Ready rounds' shared bbolt transaction (every 20 ms of writes and at checkpoints).",
 			func(s raftstore.Stats) uint64 { return s.BatchCommits }),
 		counter("hedgekv_store_batches_rebuilt_total", "Uncommitted rounds lost with a failed round or commit and rebuilt from the WAL.",
 			func(s raftstore.Stats) uint64 { return s.BatchesRebuilt }),
