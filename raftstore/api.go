@@ -3,6 +3,7 @@ package raftstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -158,6 +159,10 @@ type RegionStatus struct {
 	Term          uint64
 	CommitIndex   uint64
 	AppliedIndex  uint64
+	LastIndex     uint64 // last index of the peer's raft log
+	// Progress is, on a leader, raft's view of every other peer: what it
+	// has replicated to each and how (why a replica lags, when one does).
+	Progress []PeerProgress
 	// LeaseExpiry is when the leader's lease runs out, on the store's
 	// clock; zero when this peer holds no valid lease.
 	LeaseExpiry time.Time
@@ -167,6 +172,42 @@ type RegionStatus struct {
 	SizeKnown        bool
 	ApproximateKeys  uint64
 	ApproximateBytes uint64
+}
+
+// PeerProgress is a leader's replication state for one peer.
+type PeerProgress struct {
+	PeerID          uint64
+	Match, Next     uint64
+	State           string // probe, replicate or snapshot
+	Paused          bool   // the leader sends it nothing until it hears back
+	PendingSnapshot uint64 // index of the snapshot in flight, in state snapshot
+	RecentActive    bool
+}
+
+func (pp PeerProgress) String() string {
+	s := fmt.Sprintf("peer %d %s match %d next %d", pp.PeerID, pp.State, pp.Match, pp.Next)
+	if pp.Paused {
+		s += " paused"
+	}
+	if pp.PendingSnapshot > 0 {
+		s += fmt.Sprintf(" pending snapshot %d", pp.PendingSnapshot)
+	}
+	if !pp.RecentActive {
+		s += " inactive"
+	}
+	return s
+}
+
+// String is a one-line summary of the replica's raft state.
+func (st RegionStatus) String() string {
+	s := fmt.Sprintf("region %d term %d leader peer %d commit %d applied %d last %d", st.Region.ID, st.Term, st.LeaderPeerID, st.CommitIndex, st.AppliedIndex, st.LastIndex)
+	if st.Hibernating {
+		s += " hibernating"
+	}
+	for _, pp := range st.Progress {
+		s += "; " + pp.String()
+	}
+	return s
 }
 
 // Errors of the store itself (region errors live in package region).

@@ -127,13 +127,16 @@ func (e *engine) commitBatchLocked() error {
 	return nil
 }
 
-// settleBatchLocked is a checkpoint's first step: a lost batch rebuilt
-// from the WAL (a checkpoint drops the WAL records it covers), then the
-// open batch committed, so that the file holds every round so far. e.mu
-// and ckptMu are held.
+// settleBatchLocked is a checkpoint's first step: the open batch
+// committed, so that the file holds every round so far. A lost batch
+// fails it: the checkpoint would drop the WAL records that are the only
+// copy of the lost rounds, and only the store's rebuild of its peers
+// (recoverLost, then recoverFromDisk) may bring them back, since the
+// peers in memory have applied what the file no longer holds. e.mu and
+// ckptMu are held.
 func (e *engine) settleBatchLocked() error {
-	if err := e.recoverLostLocked(); err != nil {
-		return err
+	if e.lost {
+		return fmt.Errorf("checkpoint: %w", errBatchLost)
 	}
 	if err := e.commitBatchLocked(); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
@@ -157,10 +160,9 @@ func (e *engine) abandonBatchLocked() {
 // raft log and hard state of every round since the last commit, re-read
 // from the WAL's segments and written again; raft re-applies the entries
 // past the applied index once the peers are rebuilt (the store froze on
-// the failure and rebuilds them before it goes on: diskfail.go). Every
-// checkpoint does this first: a checkpoint drops the WAL records it
-// covers. The overlay is emptied: the file and the peers rebuilt from it
-// agree again. e.mu and ckptMu are held.
+// the failure and rebuilds them right after: diskfail.go). The overlay is
+// emptied: the file and the peers rebuilt from it agree again. e.mu and
+// ckptMu are held.
 func (e *engine) recoverLostLocked() error {
 	if !e.lost {
 		return nil
@@ -190,7 +192,8 @@ func (e *engine) writeStats() (records, syncs, commits, rebuilt uint64) {
 	return e.stats.walRecords.Load(), e.stats.walSyncs.Load(), e.stats.batchCommits.Load(), e.stats.batchesRebuilt.Load()
 }
 
-// recoverLost is recoverLostLocked and a checkpoint, if a batch was lost.
+// recoverLost is recoverLostLocked and a checkpoint, if a batch was lost;
+// the caller rebuilds the peers from the file next.
 func (e *engine) recoverLost() error {
 	e.ckptMu.Lock()
 	defer e.ckptMu.Unlock()
@@ -198,6 +201,9 @@ func (e *engine) recoverLost() error {
 	defer e.mu.Unlock()
 	if !e.lost {
 		return nil
+	}
+	if err := e.recoverLostLocked(); err != nil {
+		return err
 	}
 	return e.checkpointLocked()
 }

@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"slices"
@@ -220,8 +221,9 @@ func TestReadersSeeWholeRoundsAcrossCommits(t *testing.T) {
 }
 
 // A round that fails loses the open batch (the rounds before it since the
-// last commit): the store is frozen until a checkpoint rebuilds their raft
-// log and hard state from the WAL, and rounds are refused meanwhile.
+// last commit): the store is frozen until recoverLost rebuilds their raft
+// log and hard state from the WAL; rounds and checkpoints are refused
+// meanwhile.
 func TestLostBatchRebuiltFromWAL(t *testing.T) {
 	e, err := openEngine(t.TempDir(), true)
 	if err != nil {
@@ -242,6 +244,17 @@ func TestLostBatchRebuiltFromWAL(t *testing.T) {
 	}
 	if err := e.round(func() []walItem { return nil }, nil, func(*bbolt.Tx) error { return nil }); err != errBatchLost {
 		t.Fatalf("a round after the loss: %v, want errBatchLost", err)
+	}
+	// No checkpoint may pass over the loss: it would drop the WAL records
+	// that alone hold the lost rounds, behind the back of peers that
+	// applied them. The idle loop's checkpoint reports it, so the store
+	// freezes and rebuilds its peers even with no round to run.
+	e.sinceCkpt = true
+	e.ckptAt = time.Time{}
+	for _, force := range []bool{false, true} {
+		if err := e.checkpointIfDue(force); !errors.Is(err, errBatchLost) {
+			t.Fatalf("checkpoint (force %v) after the loss: %v, want errBatchLost", force, err)
+		}
 	}
 	if err := e.recoverLost(); err != nil {
 		t.Fatal(err)

@@ -335,6 +335,9 @@ func (e *engine) update(fn func(*bbolt.Tx) error) error {
 	defer e.ckptMu.Unlock()
 	e.mu.Lock()
 	err := e.commitBatchLocked()
+	if err == nil && e.lost {
+		err = errBatchLost // the store is frozen until its rebuild
+	}
 	if err == nil {
 		err = e.db.Update(fn)
 	}
@@ -409,6 +412,11 @@ func (e *engine) checkpointIfDue(force bool) error {
 		due := e.sinceCkpt && time.Since(e.ckptAt) >= checkpointInterval
 		err := e.ckptErr
 		e.ckptErr = nil
+		if e.lost && err == nil {
+			// A commit outside the loop (a digest's, an update's) lost
+			// the batch: the loop freezes now, even with no round to run.
+			err = errBatchLost
+		}
 		e.mu.Unlock()
 		if err != nil {
 			return err

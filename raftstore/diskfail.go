@@ -82,10 +82,15 @@ func (s *Store) onDiskFailed(cause error) {
 	}
 }
 
-// probeDisk tries a small durable write.
+// probeDisk tries a small durable write, after rebuilding the batch the
+// failure lost, if it lost one (from the WAL: batch.go); no checkpoint
+// may run before that rebuild, the probe's included.
 func (s *Store) probeDisk() error {
 	if err := s.injectedDiskError(); err != nil {
 		return err
+	}
+	if err := s.eng.recoverLost(); err != nil {
+		return fmt.Errorf("rebuild lost batch: %w", err)
 	}
 	return s.eng.update(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketMeta)
@@ -102,11 +107,8 @@ var keyDiskProbe = []byte("disk-probe")
 // once the disk takes writes again. The loop is the only goroutine that
 // creates or drives peers, and it is the caller, so no round is under way.
 func (s *Store) recoverFromDisk() error {
-	// A round or commit that failed lost the open batch: its rounds come
-	// back from the WAL first (batch.go).
-	if err := s.eng.recoverLost(); err != nil {
-		return fmt.Errorf("rebuild lost batch: %w", err)
-	}
+	// The probe that succeeded rebuilt a lost batch (batch.go); the peers
+	// below are loaded from the file that holds it again.
 	// A snapshot apply under way is finished or cleared from its marker
 	// first: the peers below are loaded from what it leaves.
 	if err := s.snaps.recover(); err != nil {

@@ -287,7 +287,7 @@ func (e *engine) close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var err error
-	if e.wal != nil && e.wal.broken == nil {
+	if e.wal != nil && e.wal.broken == nil && !e.lost {
 		err = e.checkpointLocked()
 	}
 	e.abandonBatchLocked() // only if the checkpoint did not commit it: bbolt's close waits for it

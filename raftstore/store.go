@@ -395,6 +395,10 @@ func (s *Store) Regions() []RegionStatus {
 			Term:         p.term,
 			CommitIndex:  p.commit,
 			AppliedIndex: p.applied,
+			LastIndex:    p.lastIndex,
+		}
+		if st.IsLeader {
+			st.Progress = progressOf(p.rn.Status(), p.id)
 		}
 		if lp := p.leaderPeerLocked(); lp != nil {
 			st.LeaderStoreID = lp.StoreID
@@ -409,6 +413,22 @@ func (s *Store) Regions() []RegionStatus {
 		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return string(out[i].Region.StartKey) < string(out[j].Region.StartKey) })
+	return out
+}
+
+// progressOf is a leader's raft progress of every peer but itself.
+func progressOf(st raft.Status, self uint64) []PeerProgress {
+	out := make([]PeerProgress, 0, len(st.Progress))
+	for id, pr := range st.Progress {
+		if id == self {
+			continue
+		}
+		out = append(out, PeerProgress{
+			PeerID: id, Match: pr.Match, Next: pr.Next, State: pr.State.String(),
+			Paused: pr.IsPaused(), PendingSnapshot: pr.PendingSnapshot, RecentActive: pr.RecentActive,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PeerID < out[j].PeerID })
 	return out
 }
 

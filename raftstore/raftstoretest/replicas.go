@@ -67,10 +67,28 @@ func (c *Cluster) CheckReplicas(ctx context.Context) error {
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	reasons := make([]string, len(ids))
 	for i, id := range ids {
-		reasons[i] = pending[id]
+		reasons[i] = pending[id] + c.raftStates(id)
 	}
 	return fmt.Errorf("replica check gave up after %v (%v) with %d region(s) never compared (%d agreed): %s",
 		time.Since(start).Round(time.Millisecond), ctx.Err(), len(ids), agreed, strings.Join(reasons, "; "))
+}
+
+// raftStates is regionID's raft state on every running store, to say why
+// a replica lags when the check gives up.
+func (c *Cluster) raftStates(regionID uint64) string {
+	var b strings.Builder
+	for _, id := range c.IDs() {
+		s, ok := c.Store(id)
+		if !ok {
+			continue
+		}
+		for _, st := range s.Regions() {
+			if st.Region.ID == regionID {
+				fmt.Fprintf(&b, " [store %d: %v]", id, st)
+			}
+		}
+	}
+	return b.String()
 }
 
 // collectDigests reads the digest of r on every running store its newest

@@ -1,8 +1,10 @@
 package cluster_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -78,5 +80,43 @@ var _ = Describe("disk failure", func() {
 				Expect(string(v)).To(Equal("after"))
 			}
 		}
+	})
+})
+
+var _ = Describe("disk failure, again and again", func() {
+	It("leaves every replica caught up after short failures of random stores under a write load", func() {
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(90 * time.Second)
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				wctx, cancel := context.WithTimeout(ctx, time.Second)
+				_ = c.Put(wctx, fmt.Appendf(nil, "k%d", i%50), fmt.Appendf(nil, "v%d", i))
+				cancel()
+			}
+		}()
+		rng := rand.New(rand.NewPCG(7, 7))
+		ids := c.IDs()
+		for round := range 12 {
+			victim := ids[rng.IntN(len(ids))]
+			s := mustStore(c, victim)
+			s.InjectDiskFailure(errors.New("injected: no space left on device"))
+			time.Sleep(time.Duration(50+rng.IntN(300)) * time.Millisecond)
+			s.InjectDiskFailure(nil)
+			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+			By(fmt.Sprintf("round %d: store %d failed and healed", round, victim))
+		}
+		close(stop)
+		<-done
+		// Idle now: every replica must reach the leader's applied index
+		// within a few election timeouts, not wait for the next write.
+		Expect(checkWithin(c, 5*time.Second)).To(Succeed())
 	})
 })
