@@ -110,7 +110,15 @@ func (e *engine) commitBatchLocked() error {
 	if exclusive {
 		e.view.Lock()
 	}
-	err := tx.Commit()
+	var err error
+	if e.failCommit != nil {
+		err = e.failCommit()
+	}
+	if err != nil {
+		_ = tx.Rollback()
+	} else {
+		err = tx.Commit()
+	}
 	if !exclusive {
 		e.view.Lock()
 	}

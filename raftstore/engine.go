@@ -130,6 +130,10 @@ type engine struct {
 	logMu                        sync.Mutex
 	batchFirst                   map[uint64]uint64 // region -> first log index the open batch wrote
 
+	// failCommit, if set, is an injected disk failure: a batch commit
+	// fails with it, as a full disk would fail one (diskfail.go).
+	failCommit func() error
+
 	// sweep is where each region's dedup trimming goes on from (dedup.go).
 	sweepMu sync.Mutex
 	sweep   map[uint64][]byte

@@ -100,6 +100,7 @@ func NewStore(cfg Config, trans Transport) (*Store, error) {
 		stopc: make(chan struct{}),
 		done:  make(chan struct{}),
 	}
+	eng.failCommit = s.injectedDiskError
 	if eng.replayed > 0 {
 		s.log.Info("replayed the round log after the last checkpoint", "records", eng.replayed)
 	}

@@ -84,6 +84,9 @@ var _ = Describe("disk failure", func() {
 })
 
 var _ = Describe("disk failure, again and again", func() {
+	// A failure may strike a round's write or a commit of the batch outside
+	// the loop; either loses the rounds since the last commit, which the
+	// store must rebuild from its WAL and re-apply before it goes on.
 	It("leaves every replica caught up after short failures of random stores under a write load", func() {
 		c := startCluster(raftstoretest.Options{})
 		ctx := ctxFor(90 * time.Second)
@@ -108,6 +111,11 @@ var _ = Describe("disk failure, again and again", func() {
 			victim := ids[rng.IntN(len(ids))]
 			s := mustStore(c, victim)
 			s.InjectDiskFailure(errors.New("injected: no space left on device"))
+			if round%2 == 0 {
+				// A digest (ctl check) commits the open batch outside the
+				// Ready loop: that commit may be the one that fails.
+				_, _ = s.RegionDigest(1)
+			}
 			time.Sleep(time.Duration(50+rng.IntN(300)) * time.Millisecond)
 			s.InjectDiskFailure(nil)
 			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
@@ -118,5 +126,32 @@ var _ = Describe("disk failure, again and again", func() {
 		// Idle now: every replica must reach the leader's applied index
 		// within a few election timeouts, not wait for the next write.
 		Expect(checkWithin(c, 5*time.Second)).To(Succeed())
+	})
+
+	// The rounds of an idle store stay in the open batch until its next
+	// checkpoint; a commit outside the loop (a digest's) that fails then
+	// loses them with no round to notice. The store must still freeze and
+	// rebuild, not checkpoint past the loss.
+	It("rebuilds a store whose batch was lost by a failed commit outside the loop while idle", func() {
+		c := startCluster(raftstoretest.Options{})
+		ctx := ctxFor(30 * time.Second)
+		for i := range 5 {
+			Expect(c.Put(ctx, fmt.Appendf(nil, "k%d", i), []byte("v1"))).To(Succeed())
+		}
+		Expect(checkWithin(c, 5*time.Second)).To(Succeed())
+		for round := range 6 {
+			victim := c.IDs()[round%3]
+			s := mustStore(c, victim)
+			key := fmt.Appendf(nil, "k%d", round)
+			Expect(c.Put(ctx, key, fmt.Appendf(nil, "v%d", round+2))).To(Succeed())
+			s.InjectDiskFailure(errors.New("injected: fsync failed"))
+			_, err := s.RegionDigest(1)
+			s.InjectDiskFailure(nil)
+			GinkgoWriter.Printf("round %d: store %d digest under failure: %v\n", round, victim, err)
+			// Idle for a few checkpoints, then one more write.
+			time.Sleep(300 * time.Millisecond)
+			Expect(c.Put(ctx, []byte("after"), fmt.Appendf(nil, "%d", round))).To(Succeed())
+			Expect(checkWithin(c, 5*time.Second)).To(Succeed(), "round %d, store %d", round, victim)
+		}
 	})
 })
