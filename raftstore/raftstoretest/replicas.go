@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -69,8 +71,22 @@ func (c *Cluster) CheckReplicas(ctx context.Context) error {
 	for i, id := range ids {
 		reasons[i] = pending[id] + c.raftStates(id)
 	}
-	return fmt.Errorf("replica check gave up after %v (%v) with %d region(s) never compared (%d agreed): %s",
-		time.Since(start).Round(time.Millisecond), ctx.Err(), len(ids), agreed, strings.Join(reasons, "; "))
+	return fmt.Errorf("replica check gave up after %v (%v) with %d region(s) never compared (%d agreed): %s%s",
+		time.Since(start).Round(time.Millisecond), ctx.Err(), len(ids), agreed, strings.Join(reasons, "; "), dumpGoroutines())
+}
+
+// dumpGoroutines writes every goroutine's stack to a file and says where:
+// a replica that never catches up may be a Ready loop that stopped.
+func dumpGoroutines() string {
+	f, err := os.CreateTemp("", "hedgekv-replica-check-*.stacks")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if err := pprof.Lookup("goroutine").WriteTo(f, 2); err != nil {
+		return ""
+	}
+	return "; goroutines: " + f.Name()
 }
 
 // raftStates is regionID's raft state on every running store, to say why
