@@ -107,10 +107,9 @@ var keyDiskProbe = []byte("disk-probe")
 // once the disk takes writes again. The loop is the only goroutine that
 // creates or drives peers, and it is the caller, so no round is under way.
 func (s *Store) recoverFromDisk() error {
-	// The probe that succeeded rebuilt a lost batch (batch.go); the peers
-	// below are loaded from the file that holds it again.
-	// A snapshot apply under way is finished or cleared from its marker
-	// first: the peers below are loaded from what it leaves.
+	// The probe that succeeded rebuilt a lost batch (batch.go). A snapshot
+	// apply under way is finished or cleared from its marker next: the
+	// peers below are loaded from what the two leave.
 	if err := s.snaps.recover(); err != nil {
 		return fmt.Errorf("snapshot applies: %w", err)
 	}
