@@ -135,7 +135,8 @@ func (n *InmemNetwork) ClearFilters() {
 	n.mu.Unlock()
 }
 
-// Wait blocks until delayed deliveries in flight have landed or been lost.
+// Wait blocks until delayed deliveries and snapshot streams in flight have
+// landed or been lost.
 func (n *InmemNetwork) Wait() { n.wg.Wait() }
 
 // Transport returns the endpoint a store sends through.
@@ -209,6 +210,27 @@ func (n *InmemNetwork) deliver(from uint64, m *Message) {
 			}
 			src.ReportUnreachable(m.RegionID, m.ToPeer())
 		}
+		return
+	}
+	if m.Msg.Type == raftpb.MsgSnap {
+		// On its own goroutine, as the gRPC transport sends one: streaming
+		// a region of tens of MB (paced) must not hold the sender's Ready
+		// loop, and with it every region of its store, for seconds.
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			time.Sleep(delay)
+			n.mu.RLock()
+			to, ok := n.handlers[m.ToStore]
+			n.mu.RUnlock()
+			if !ok {
+				if src != nil {
+					src.ReportSnapshot(m, false)
+				}
+				return
+			}
+			n.handle(src, to, m)
+		}()
 		return
 	}
 	if delay == 0 {
