@@ -142,14 +142,20 @@ var _ = Describe("disk failure, again and again", func() {
 		for round := range 6 {
 			victim := c.IDs()[round%3]
 			s := mustStore(c, victim)
-			key := fmt.Appendf(nil, "k%d", round)
-			Expect(c.Put(ctx, key, fmt.Appendf(nil, "v%d", round+2))).To(Succeed())
-			s.InjectDiskFailure(errors.New("injected: fsync failed"))
-			_, err := s.RegionDigest(1)
-			s.InjectDiskFailure(nil)
-			GinkgoWriter.Printf("round %d: store %d digest under failure: %v\n", round, victim, err)
-			// Idle for a few checkpoints, then one more write.
-			time.Sleep(300 * time.Millisecond)
+			rebuilt := s.Stats().BatchesRebuilt
+			// The digest's commit fails only if the victim's batch is
+			// open (not yet committed at a round's end or a checkpoint).
+			var err error
+			for try := 0; err == nil && try < 20; try++ {
+				key := fmt.Appendf(nil, "k%d", round)
+				Expect(c.Put(ctx, key, fmt.Appendf(nil, "v%d-%d", round, try))).To(Succeed())
+				s.InjectDiskFailure(errors.New("injected: fsync failed"))
+				_, err = s.RegionDigest(1)
+				s.InjectDiskFailure(nil)
+			}
+			Expect(err).To(MatchError(ContainSubstring("injected: fsync failed")), "round %d: the digest's commit never failed", round)
+			// Idle: the store must freeze and rebuild with no round to run.
+			Eventually(func() uint64 { return s.Stats().BatchesRebuilt }).WithTimeout(5*time.Second).Should(BeNumerically(">", rebuilt), "round %d, store %d", round, victim)
 			Expect(c.Put(ctx, []byte("after"), fmt.Appendf(nil, "%d", round))).To(Succeed())
 			Expect(checkWithin(c, 5*time.Second)).To(Succeed(), "round %d, store %d", round, victim)
 		}
