@@ -58,6 +58,11 @@ type Config struct {
 	// request IDs for, so that retried writes apply once. Default 100000: at
 	// 5,000 writes a second that outlasts a client's 10s retry deadline twice.
 	DedupWindow uint64
+	// BatchInterval: the Ready loop's rounds write into one bbolt
+	// transaction, committed at the end of the first round it is this old
+	// (and at every checkpoint, 100 ms; batch.go), as etcd's
+	// backend-batch-interval. Default 20 ms; negative: a commit every round.
+	BatchInterval time.Duration
 	// HibernateAfter: a region idle this long stops ticking until traffic
 	// arrives (hibernate.go). Default 10s; negative disables.
 	HibernateAfter time.Duration
@@ -109,6 +114,9 @@ func (c *Config) setDefaults() {
 	c.balanceDefaults()
 	if c.HibernateAfter == 0 {
 		c.HibernateAfter = 10 * time.Second
+	}
+	if c.BatchInterval == 0 {
+		c.BatchInterval = defaultBatchMaxAge
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

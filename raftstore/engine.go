@@ -122,6 +122,7 @@ type engine struct {
 	// off (rangeWrites), and whether a failed round or commit lost it.
 	batch                        *bbolt.Tx
 	batchAt                      time.Time // when the open batch began
+	batchMaxAge                  time.Duration
 	staged                       []ovItem
 	commitNow, rangeWrites, lost bool
 	sinceCkpt                    bool         // a round wrote since the last checkpoint
@@ -220,7 +221,7 @@ func openEngineLocked(dir, path string, noSync bool) (*engine, error) {
 			return nil, fmt.Errorf("open %s: %w", path, err)
 		}
 	}
-	e := &engine{db: db, dir: dir, noSync: noSync, syncMode: mmapSize() == 0, pin: pin,
+	e := &engine{db: db, dir: dir, noSync: noSync, syncMode: mmapSize() == 0, pin: pin, batchMaxAge: defaultBatchMaxAge,
 		ov: newOverlay(), batchFirst: map[uint64]uint64{}}
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, b := range [][]byte{bucketData, bucketRaftLog, bucketRaftState, bucketMeta, bucketDedup} {

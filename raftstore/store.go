@@ -101,6 +101,7 @@ func NewStore(cfg Config, trans Transport) (*Store, error) {
 		done:  make(chan struct{}),
 	}
 	eng.failCommit = s.injectedDiskError
+	eng.batchMaxAge = max(cfg.BatchInterval, 0)
 	if eng.replayed > 0 {
 		s.log.Info("replayed the round log after the last checkpoint", "records", eng.replayed)
 	}

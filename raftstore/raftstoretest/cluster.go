@@ -43,6 +43,8 @@ type Options struct {
 	DedupWindow uint64
 	// HibernateAfter, 0 for never (the store's default is 10s).
 	HibernateAfter time.Duration
+	// BatchInterval, 0 for the store's default (20 ms).
+	BatchInterval time.Duration
 	// FollowerLeases turns follower read leases on in every store;
 	// FollowerLeaseDuration is their longest grant (0: the store's default).
 	FollowerLeases        bool
@@ -124,6 +126,7 @@ func (c *Cluster) StartStore(id uint64) error {
 		BalanceInterval:    -1,
 		MaxStoreDownTime:   c.opts.MaxStoreDownTime,
 		HibernateAfter:     c.opts.HibernateAfter,
+		BatchInterval:      c.opts.BatchInterval,
 		FollowerLeases:     c.opts.FollowerLeases,
 
 		FollowerLeaseDuration: c.opts.FollowerLeaseDuration,
