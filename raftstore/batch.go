@@ -12,9 +12,9 @@ import (
 )
 
 // The Ready loop's rounds write into ONE bbolt write transaction, the
-// batch, committed once it is Config.BatchInterval old, at checkpoints, and at
-// once after a round that changes a region's shape or compacts a log: not
-// once per round. A per-round commit was most of a write's CPU: the
+// batch, committed once it is Config.BatchInterval old, at checkpoints,
+// and at once after a round that changes a region's shape or compacts a
+// log: not once per round. A per-round commit was most of a write's CPU: the
 // commit rewrote the same data, dedup, log and state leaves, and their
 // branches, every round (38% of the write path's profile, 14% more in its
 // pwrites). Durability does not change: a round's commit was never synced
@@ -71,7 +71,7 @@ func (e *engine) roundTxLocked(fn func(*bbolt.Tx) error, seq uint64) error {
 		e.ov.add(e.staged)
 		e.view.Unlock()
 	}
-	if e.commitNow || e.syncMode || e.ov.len() >= batchMaxWrites || time.Since(e.batchAt) >= e.batchMaxAge {
+	if e.commitNow || e.syncMode || e.ov.len() >= batchMaxWrites || time.Since(e.batchAt) >= e.batchInterval {
 		return e.commitBatchLocked()
 	}
 	return nil
@@ -83,15 +83,15 @@ func (e *engine) roundTxLocked(fn func(*bbolt.Tx) error, seq uint64) error {
 // commits every 100 ms or 10,000 writes).
 const batchMaxWrites = 10000
 
-// defaultBatchMaxAge: a batch that has been open this long commits at its
-// round's end (Config.BatchInterval). A commit holds the loop for as long as it writes the
-// batch's pages, and with random keys over a 2 GB store nearly every
+// defaultBatchInterval (Config.BatchInterval): a batch that has been open
+// this long commits at its round's end. A commit holds the loop for as
+// long as it writes the batch's pages, and with random keys over a 2 GB store nearly every
 // write dirties its own data and dedup leaves: a 100 ms batch held every
 // write of the store 10-20 ms at each checkpoint (the 2,000,000-record
 // scale run's p99.9 rose 29% over per-round commits), a 20 ms one a
 // fifth of that, while rounds still share the commit of the log, state
 // and branch pages they all rewrite.
-const defaultBatchMaxAge = 20 * time.Millisecond
+const defaultBatchInterval = 20 * time.Millisecond
 
 // commitBatchLocked commits the open batch, if any, and empties the
 // overlay once the file shows what it held. Readers go on during the

@@ -334,9 +334,9 @@ func (e *engine) update(fn func(*bbolt.Tx) error) error {
 	e.ckptMu.Lock()
 	defer e.ckptMu.Unlock()
 	e.mu.Lock()
-	err := e.commitBatchLocked()
-	if err == nil && e.lost {
-		err = errBatchLost // the store is frozen until its rebuild
+	err := errBatchLost // the store is frozen until its rebuild
+	if !e.lost {
+		err = e.commitBatchLocked()
 	}
 	if err == nil {
 		err = e.db.Update(fn)

@@ -116,7 +116,7 @@ func (c *Config) setDefaults() {
 		c.HibernateAfter = 10 * time.Second
 	}
 	if c.BatchInterval == 0 {
-		c.BatchInterval = defaultBatchMaxAge
+		c.BatchInterval = defaultBatchInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -121,8 +121,8 @@ type engine struct {
 	// the batch commits at the round's end (commitNow) with readers held
 	// off (rangeWrites), and whether a failed round or commit lost it.
 	batch                        *bbolt.Tx
-	batchAt                      time.Time // when the open batch began
-	batchMaxAge                  time.Duration
+	batchAt                      time.Time     // when the open batch began
+	batchInterval                time.Duration // Config.BatchInterval
 	staged                       []ovItem
 	commitNow, rangeWrites, lost bool
 	sinceCkpt                    bool         // a round wrote since the last checkpoint
@@ -221,7 +221,7 @@ func openEngineLocked(dir, path string, noSync bool) (*engine, error) {
 			return nil, fmt.Errorf("open %s: %w", path, err)
 		}
 	}
-	e := &engine{db: db, dir: dir, noSync: noSync, syncMode: mmapSize() == 0, pin: pin, batchMaxAge: defaultBatchMaxAge,
+	e := &engine{db: db, dir: dir, noSync: noSync, syncMode: mmapSize() == 0, pin: pin, batchInterval: defaultBatchInterval,
 		ov: newOverlay(), batchFirst: map[uint64]uint64{}}
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, b := range [][]byte{bucketData, bucketRaftLog, bucketRaftState, bucketMeta, bucketDedup} {

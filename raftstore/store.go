@@ -101,7 +101,7 @@ func NewStore(cfg Config, trans Transport) (*Store, error) {
 		done:  make(chan struct{}),
 	}
 	eng.failCommit = s.injectedDiskError
-	eng.batchMaxAge = max(cfg.BatchInterval, 0)
+	eng.batchInterval = max(cfg.BatchInterval, 0)
 	if eng.replayed > 0 {
 		s.log.Info("replayed the round log after the last checkpoint", "records", eng.replayed)
 	}
@@ -400,7 +400,7 @@ func (s *Store) Regions() []RegionStatus {
 			LastIndex:    p.lastIndex,
 		}
 		if st.IsLeader {
-			st.Progress = progressOf(p.rn.Status(), p.id)
+			st.Progress = p.progressLocked()
 		}
 		if lp := p.leaderPeerLocked(); lp != nil {
 			st.LeaderStoreID = lp.StoreID
@@ -418,19 +418,18 @@ func (s *Store) Regions() []RegionStatus {
 	return out
 }
 
-// progressOf is a leader's raft progress of every peer but itself.
-func progressOf(st raft.Status, self uint64) []PeerProgress {
-	out := make([]PeerProgress, 0, len(st.Progress))
-	for id, pr := range st.Progress {
-		if id == self {
-			continue
+// progressLocked is a leader's raft progress of every peer but itself,
+// by peer ID (raft visits them in order, copying no map). p.mu is held.
+func (p *Peer) progressLocked() []PeerProgress {
+	out := make([]PeerProgress, 0, len(p.region.Peers))
+	p.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if id != p.id {
+			out = append(out, PeerProgress{
+				PeerID: id, Match: pr.Match, Next: pr.Next, State: pr.State.String(),
+				Paused: pr.IsPaused(), PendingSnapshot: pr.PendingSnapshot, RecentActive: pr.RecentActive,
+			})
 		}
-		out = append(out, PeerProgress{
-			PeerID: id, Match: pr.Match, Next: pr.Next, State: pr.State.String(),
-			Paused: pr.IsPaused(), PendingSnapshot: pr.PendingSnapshot, RecentActive: pr.RecentActive,
-		})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].PeerID < out[j].PeerID })
+	})
 	return out
 }
 

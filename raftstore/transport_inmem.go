@@ -212,28 +212,11 @@ func (n *InmemNetwork) deliver(from uint64, m *Message) {
 		}
 		return
 	}
-	if m.Msg.Type == raftpb.MsgSnap {
-		// On its own goroutine, as the gRPC transport sends one: streaming
-		// a region of tens of MB (paced) must not hold the sender's Ready
-		// loop, and with it every region of its store, for seconds.
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			time.Sleep(delay)
-			n.mu.RLock()
-			to, ok := n.handlers[m.ToStore]
-			n.mu.RUnlock()
-			if !ok {
-				if src != nil {
-					src.ReportSnapshot(m, false)
-				}
-				return
-			}
-			n.handle(src, to, m)
-		}()
-		return
-	}
-	if delay == 0 {
+	// A snapshot goes on its own goroutine even undelayed, as the gRPC
+	// transport sends one: streaming a region of tens of MB (paced) must
+	// not hold the sender's Ready loop, and with it every region of its
+	// store, for seconds.
+	if delay == 0 && m.Msg.Type != raftpb.MsgSnap {
 		n.handle(src, to, m)
 		return
 	}
