@@ -1,0 +1,8 @@
+package vfs
+
+import (
+	"os"
+	"syscall"
+)
+
+func fdatasync(f *os.File) error { return syscall.Fdatasync(int(f.Fd())) }
