@@ -176,8 +176,8 @@ func (e *engine) recoverLostLocked() error {
 		return nil
 	}
 	e.abandonBatchLocked()
-	e.wal.close()
-	w, recs, err := openWAL(e.wal.dir, e.noSync)
+	e.wal.Close()
+	w, recs, err := e.openWAL(e.wal.Dir())
 	if err != nil {
 		return fmt.Errorf("reopen wal: %w", err)
 	}

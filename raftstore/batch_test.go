@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hedgekv/hedgekv/storage/wal"
 	"math/rand"
 	"slices"
 	"sync"
@@ -87,7 +88,7 @@ func TestRoundWritesVisibleBeforeCommit(t *testing.T) {
 	defer e.close()
 	write := func(fn func(tx *bbolt.Tx) error) {
 		t.Helper()
-		if err := e.round(func() []walItem { return nil }, nil, fn); err != nil {
+		if err := e.round(func() []wal.Item { return nil }, nil, fn); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -163,7 +164,7 @@ func TestReadersSeeWholeRoundsAcrossCommits(t *testing.T) {
 	defer e.close()
 	const keys = 50
 	writeAll := func(gen int) error {
-		return e.round(func() []walItem { return nil }, nil, func(tx *bbolt.Tx) error {
+		return e.round(func() []wal.Item { return nil }, nil, func(tx *bbolt.Tx) error {
 			for i := range keys {
 				if err := e.putData(tx, fmt.Appendf(nil, "k%03d", i), fmt.Appendf(nil, "%d", gen)); err != nil {
 					return err
@@ -231,18 +232,18 @@ func TestLostBatchRebuiltFromWAL(t *testing.T) {
 	}
 	defer e.close()
 	log := ents(2, 1, 5)
-	item := walItem{regionID: 7, entries: log}
-	err = e.round(func() []walItem { return []walItem{item} }, nil, func(tx *bbolt.Tx) error {
+	item := wal.Item{RegionID: 7, Entries: log}
+	err = e.round(func() []wal.Item { return []wal.Item{item} }, nil, func(tx *bbolt.Tx) error {
 		return appendEntries(tx, 7, log, 0)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	boom := fmt.Errorf("boom")
-	if err := e.round(func() []walItem { return nil }, nil, func(*bbolt.Tx) error { return boom }); err != boom {
+	if err := e.round(func() []wal.Item { return nil }, nil, func(*bbolt.Tx) error { return boom }); err != boom {
 		t.Fatalf("failed round: %v", err)
 	}
-	if err := e.round(func() []walItem { return nil }, nil, func(*bbolt.Tx) error { return nil }); err != errBatchLost {
+	if err := e.round(func() []wal.Item { return nil }, nil, func(*bbolt.Tx) error { return nil }); err != errBatchLost {
 		t.Fatalf("a round after the loss: %v, want errBatchLost", err)
 	}
 	// No checkpoint may pass over the loss: it would drop the WAL records
@@ -270,7 +271,7 @@ func TestLostBatchRebuiltFromWAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.round(func() []walItem { return nil }, nil, func(*bbolt.Tx) error { return nil }); err != nil {
+	if err := e.round(func() []wal.Item { return nil }, nil, func(*bbolt.Tx) error { return nil }); err != nil {
 		t.Fatalf("a round after the rebuild: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/hedgekv/hedgekv/storage/wal"
 	"hash/crc32"
 	"os"
 	"path/filepath"
@@ -73,7 +74,7 @@ func restoreCheckpoint(dir string) error {
 	pageSize := binary.BigEndian.Uint32(data[8:])
 	sum := binary.BigEndian.Uint32(data[12:])
 	pages := data[16:]
-	if uint64(len(pages)) != 2*uint64(pageSize) || crc32.Checksum(pages, walCRC) != sum {
+	if uint64(len(pages)) != 2*uint64(pageSize) || crc32.Checksum(pages, wal.CRC) != sum {
 		return fmt.Errorf("%s: bad checksum or size: %w", ckptFile, errCorrupt)
 	}
 	f, err := os.OpenFile(filepath.Join(dir, "store.db"), os.O_RDWR, 0)
@@ -106,7 +107,7 @@ func (e *engine) readMetaPages() ([]byte, error) {
 func (e *engine) writeCheckpointFile(pages []byte) error {
 	out := append([]byte(nil), ckptMagic...)
 	out = binary.BigEndian.AppendUint32(out, uint32(len(pages)/2))
-	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(pages, walCRC))
+	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(pages, wal.CRC))
 	out = append(out, pages...)
 	tmp := filepath.Join(e.dir, ckptFile+".tmp")
 	tf, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
@@ -187,7 +188,7 @@ func (e *engine) checkpointLocked() error {
 	e.ckptAt = time.Now()
 	e.stats.checkpoints++
 	if e.wal != nil {
-		return e.wal.truncate(e.wal.seq)
+		return e.wal.Truncate(e.wal.Seq())
 	}
 	return nil
 }
@@ -293,7 +294,7 @@ func (e *engine) finishCheckpoint(ck pendingCheckpoint) error {
 	}
 	e.pin = ck.pin
 	e.stats.checkpoints++
-	if err := e.wal.truncate(ck.covered); err != nil {
+	if err := e.wal.Truncate(ck.covered); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	return nil
@@ -368,7 +369,7 @@ func (e *engine) update(fn func(*bbolt.Tx) error) error {
 // write failed), while fn may still run: what the round promises with
 // the WAL alone (a follower's acks) may go then. It must not take the
 // engine's lock, which round holds.
-func (e *engine) round(prepare func() []walItem, durable func(), fn func(*bbolt.Tx) error) error {
+func (e *engine) round(prepare func() []wal.Item, durable func(), fn func(*bbolt.Tx) error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var seq uint64
@@ -376,16 +377,16 @@ func (e *engine) round(prepare func() []walItem, durable func(), fn func(*bbolt.
 	var sync bool
 	if items := prepare(); len(items) > 0 {
 		var err error
-		if seq, err = e.wal.encode(items); err != nil {
+		if seq, err = e.wal.Encode(items); err != nil {
 			return err
 		}
 		e.stats.walRecords.Add(1)
 		for _, it := range items {
-			sync = sync || it.mustSync
+			sync = sync || it.MustSync
 		}
 		walDone = make(chan error, 1)
 		go func() {
-			err := e.wal.writeEncoded(sync)
+			err := e.wal.WriteEncoded(sync)
 			if err == nil && durable != nil {
 				durable()
 			}
@@ -433,6 +434,23 @@ func (e *engine) checkpointIfDue(force bool) error {
 	return e.checkpointLocked()
 }
 
+// openWAL opens the round log in dir, handing out seqs after the last
+// one bbolt's committed state covers (its wal_seq): a power loss may take
+// WAL records a checkpoint covers (commit-only records are not synced),
+// and a seq reused would be skipped by the next replay.
+func (e *engine) openWAL(dir string) (*wal.WAL, []wal.Record, error) {
+	var covered uint64
+	if err := e.db.View(func(tx *bbolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get(keyWALSeq); len(v) == 8 {
+			covered = binary.BigEndian.Uint64(v)
+		}
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	return wal.Open(dir, wal.Options{NoSync: e.noSync, Covered: covered})
+}
+
 // replayWAL writes the raft state of every record after the bbolt file's
 // wal_seq into its raft log and hard state, as the rounds did. A region's
 // entries the apply state says are compacted are skipped; a region item
@@ -440,7 +458,7 @@ func (e *engine) checkpointIfDue(force bool) error {
 // checkpoints before it sends anything, so a record of one found after the
 // checkpoint is of a round that never completed (nothing of it was
 // promised).
-func (e *engine) replayWAL(recs []walRecord) (replayed int, err error) {
+func (e *engine) replayWAL(recs []wal.Record) (replayed int, err error) {
 	err = e.db.Update(func(tx *bbolt.Tx) error {
 		var walSeq uint64
 		if v := tx.Bucket(bucketMeta).Get(keyWALSeq); len(v) == 8 {
@@ -449,37 +467,37 @@ func (e *engine) replayWAL(recs []walRecord) (replayed int, err error) {
 		st := tx.Bucket(bucketRaftState)
 		last := walSeq
 		for _, r := range recs {
-			if r.seq <= walSeq {
+			if r.Seq <= walSeq {
 				continue
 			}
 			replayed++
-			last = r.seq
-			for _, it := range r.items {
-				if it.snap {
+			last = r.Seq
+			for _, it := range r.Items {
+				if it.Snap {
 					continue
 				}
 				var truncated uint64
-				if v := st.Get(stateKey(it.regionID, suffixApplyState)); v != nil {
+				if v := st.Get(stateKey(it.RegionID, suffixApplyState)); v != nil {
 					as, err := decodeApplyState(v)
 					if err != nil {
-						return fmt.Errorf("region %d: %w", it.regionID, err)
+						return fmt.Errorf("region %d: %w", it.RegionID, err)
 					}
 					truncated = as.TruncatedIndex
 				}
-				ents := it.entries
+				ents := it.Entries
 				for len(ents) > 0 && ents[0].Index <= truncated {
 					ents = ents[1:]
 				}
 				if len(ents) > 0 {
-					if err := appendEntries(tx, it.regionID, ents, 0); err != nil {
+					if err := appendEntries(tx, it.RegionID, ents, 0); err != nil {
 						return err
 					}
-					if err := deleteLogAfter(tx, it.regionID, ents[len(ents)-1].Index); err != nil {
+					if err := deleteLogAfter(tx, it.RegionID, ents[len(ents)-1].Index); err != nil {
 						return err
 					}
 				}
-				if it.hard != nil {
-					if err := putHardState(tx, it.regionID, *it.hard); err != nil {
+				if it.Hard != nil {
+					if err := putHardState(tx, it.RegionID, *it.Hard); err != nil {
 						return err
 					}
 				}

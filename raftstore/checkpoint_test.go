@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"github.com/hedgekv/hedgekv/storage/wal"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ func TestUpdateSyncsWithoutHoldingTheRounds(t *testing.T) {
 	testHookCheckpointSync = nil
 	round := make(chan error, 1)
 	go func() {
-		round <- e.round(func() []walItem { return nil }, nil, func(tx *bbolt.Tx) error {
+		round <- e.round(func() []wal.Item { return nil }, nil, func(tx *bbolt.Tx) error {
 			return tx.Bucket(bucketData).Put([]byte("r"), []byte("v"))
 		})
 	}()

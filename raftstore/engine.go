@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hedgekv/hedgekv/storage/wal"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -104,7 +105,7 @@ type engine struct {
 	mu       sync.Mutex
 	ckptMu   sync.Mutex // one checkpoint at a time; taken before mu
 	ckptErr  error      // a background checkpoint's failure, for the next round
-	wal      *wal
+	wal      *wal.WAL
 	pin      *bbolt.Tx // a reader on the last checkpoint's tree
 	ckptAt   time.Time
 	syncMode bool
@@ -252,7 +253,7 @@ func openEngineLocked(dir, path string, noSync bool) (*engine, error) {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	w, recs, err := openWAL(filepath.Join(dir, "wal"), noSync)
+	w, recs, err := e.openWAL(filepath.Join(dir, "wal"))
 	if err != nil {
 		if pin != nil {
 			pin.Rollback()
@@ -263,7 +264,7 @@ func openEngineLocked(dir, path string, noSync bool) (*engine, error) {
 	e.wal = w
 	if e.replayed, err = e.replayWAL(recs); err != nil {
 		pin.Rollback()
-		w.close()
+		w.Close()
 		db.Close()
 		return nil, fmt.Errorf("open %s: replay wal: %w", path, err)
 	}
@@ -292,7 +293,7 @@ func (e *engine) close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var err error
-	if e.wal != nil && e.wal.broken == nil && !e.lost {
+	if e.wal != nil && e.wal.Broken() == nil && !e.lost {
 		err = e.checkpointLocked()
 	}
 	e.abandonBatchLocked() // only if the checkpoint did not commit it: bbolt's close waits for it
@@ -301,7 +302,7 @@ func (e *engine) close() error {
 		e.pin = nil
 	}
 	if e.wal != nil {
-		e.wal.close()
+		e.wal.Close()
 	}
 	if cerr := e.db.Close(); err == nil {
 		err = cerr

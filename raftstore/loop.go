@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"fmt"
+	"github.com/hedgekv/hedgekv/storage/wal"
 	"slices"
 	"time"
 
@@ -274,11 +275,11 @@ func (s *Store) persistAndApply(batch []*readyPeer) error {
 		return nil
 	}
 	var early []*readyPeer
-	prepare := func() []walItem {
+	prepare := func() []wal.Item {
 		// Checked under the engine's lock: destroyPeer marks the peer
 		// removed before its own transaction, which waits for this round,
 		// so nothing written here outlives the destruction.
-		var items []walItem
+		var items []wal.Item
 		for _, rp := range batch {
 			if rp.skip = rp.p.isRemoved(); rp.skip {
 				continue
@@ -348,17 +349,17 @@ func (s *Store) persistAndApply(batch []*readyPeer) error {
 const slowShapeCheckpoint = 20 * time.Millisecond
 
 // walItemOf is the raft state rp's round persists, for the WAL.
-func walItemOf(rp *readyPeer) (walItem, bool) {
+func walItemOf(rp *readyPeer) (wal.Item, bool) {
 	rd := &rp.rd
-	it := walItem{regionID: rp.p.regionID, entries: rd.Entries, mustSync: rd.MustSync}
+	it := wal.Item{RegionID: rp.p.regionID, Entries: rd.Entries, MustSync: rd.MustSync}
 	if !raft.IsEmptyHardState(rd.HardState) {
-		it.hard = &rd.HardState
+		it.Hard = &rd.HardState
 	}
 	if !raft.IsEmptySnap(rd.Snapshot) {
-		it.snap, it.snapIndex, it.snapTerm = true, rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.Term
-		it.mustSync = true
+		it.Snap, it.SnapIndex, it.SnapTerm = true, rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.Term
+		it.MustSync = true
 	}
-	return it, it.snap || it.hard != nil || len(it.entries) > 0
+	return it, it.Snap || it.Hard != nil || len(it.Entries) > 0
 }
 
 // sendsOnWAL reports whether rp's messages may go as soon as the round's
@@ -440,7 +441,7 @@ func (s *Store) advance(batch []*readyPeer) error {
 // writeTx persists the round (its WAL record, synced, then its bbolt
 // transaction, committed without an fsync: checkpoint.go) and reports how
 // long it took to the metrics hook.
-func (s *Store) writeTx(prepare func() []walItem, durable func(), fn func(*bbolt.Tx) error) error {
+func (s *Store) writeTx(prepare func() []wal.Item, durable func(), fn func(*bbolt.Tx) error) error {
 	start := time.Now()
 	err := s.eng.round(prepare, durable, fn)
 	s.stats.observeWriteTx(time.Since(start))
