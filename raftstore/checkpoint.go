@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/hedgekv/hedgekv/storage/vfs"
 	"github.com/hedgekv/hedgekv/storage/wal"
 	"hash/crc32"
 	"os"
@@ -60,8 +61,10 @@ const ckptFile = "store.ckpt"
 
 // restoreCheckpoint writes the checkpoint's meta pages back over the
 // bbolt file's, if there is a checkpoint.
-func restoreCheckpoint(dir string) error {
-	data, err := os.ReadFile(filepath.Join(dir, ckptFile))
+// The checkpoint file goes through fs; store.db is bbolt's, on the
+// operating system's file system.
+func restoreCheckpoint(fs vfs.FS, dir string) error {
+	data, err := vfs.ReadFile(fs, filepath.Join(dir, ckptFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -110,7 +113,7 @@ func (e *engine) writeCheckpointFile(pages []byte) error {
 	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(pages, wal.CRC))
 	out = append(out, pages...)
 	tmp := filepath.Join(e.dir, ckptFile+".tmp")
-	tf, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	tf, err := e.fs.Create(tmp)
 	if err != nil {
 		return err
 	}
@@ -127,10 +130,13 @@ func (e *engine) writeCheckpointFile(pages []byte) error {
 	if err := tf.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(e.dir, ckptFile)); err != nil {
+	if err := e.fs.Rename(tmp, filepath.Join(e.dir, ckptFile)); err != nil {
 		return err
 	}
-	return syncDir(e.dir, e.noSync)
+	if e.noSync {
+		return nil
+	}
+	return vfs.SyncDir(e.fs, e.dir)
 }
 
 // syncDir makes dir's entries (a file created, renamed or removed in it)
@@ -162,6 +168,7 @@ func (e *engine) checkpointLocked() error {
 		if err := e.db.Sync(); err != nil {
 			return fmt.Errorf("checkpoint: sync: %w", err)
 		}
+		e.boltSynced()
 	}
 	if !e.syncMode && (mmapSize() == 0 || e.fileSize() > int64(mmapSize())-(1<<30)) {
 		if err := e.enterSyncModeLocked(); err != nil {
@@ -281,6 +288,7 @@ func (e *engine) finishCheckpoint(ck pendingCheckpoint) error {
 	}
 	err := e.db.Sync()
 	if err == nil {
+		e.boltSynced()
 		err = e.writeCheckpointFile(ck.pages)
 	}
 	e.mu.Lock()
@@ -304,11 +312,13 @@ func (e *engine) finishCheckpoint(ck pendingCheckpoint) error {
 // nothing is restored on open (the file was just synced).
 func (e *engine) enterSyncModeLocked() error {
 	e.db.NoSync = e.noSync
-	if err := os.Remove(filepath.Join(e.dir, ckptFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := e.fs.Remove(filepath.Join(e.dir, ckptFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := syncDir(e.dir, e.noSync); err != nil {
-		return err
+	if !e.noSync {
+		if err := vfs.SyncDir(e.fs, e.dir); err != nil {
+			return err
+		}
 	}
 	if e.pin != nil {
 		e.pin.Rollback()
@@ -448,7 +458,7 @@ func (e *engine) openWAL(dir string) (*wal.WAL, []wal.Record, error) {
 	}); err != nil {
 		return nil, nil, err
 	}
-	return wal.Open(dir, wal.Options{NoSync: e.noSync, Covered: covered})
+	return wal.Open(dir, wal.Options{FS: e.fs, NoSync: e.noSync, Covered: covered})
 }
 
 // replayWAL writes the raft state of every record after the bbolt file's

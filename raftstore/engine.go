@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hedgekv/hedgekv/storage/vfs"
 	"github.com/hedgekv/hedgekv/storage/wal"
 	"os"
 	"path/filepath"
@@ -99,6 +100,9 @@ type engine struct {
 	db     *bbolt.DB
 	dir    string
 	noSync bool
+	fs     vfs.FS // the engine's own files (engineOptions.fs)
+
+	afterBoltSync func() // engineOptions.afterBoltSync
 
 	// mu orders every write transaction, WAL append and checkpoint
 	// (checkpoint.go); wal, pin, ckptAt and syncMode are under it.
@@ -165,9 +169,33 @@ func mmapSize() int {
 	return initialMmapSize
 }
 
+// engineOptions: how an engine is opened.
+type engineOptions struct {
+	noSync bool
+	// fs holds the files the engine writes itself (the round log, the
+	// checkpoint file); nil: the operating system's. bbolt's file is
+	// always on the operating system's.
+	fs vfs.FS
+	// afterBoltSync, if set, runs each time bbolt's file was just made
+	// durable (a crash test's model of what a power loss keeps of it).
+	afterBoltSync func()
+}
+
 func openEngine(dir string, noSync bool) (*engine, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	return openEngineWith(dir, engineOptions{noSync: noSync})
+}
+
+func openEngineWith(dir string, opts engineOptions) (*engine, error) {
+	if opts.fs == nil {
+		opts.fs = vfs.Default
+	}
+	if err := wal.MkdirAll(vfs.Default, dir, opts.noSync); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", dir, err)
+	}
+	if opts.fs != vfs.Default {
+		if err := wal.MkdirAll(opts.fs, dir, opts.noSync); err != nil {
+			return nil, fmt.Errorf("create data dir %s: %w", dir, err)
+		}
 	}
 	path := filepath.Join(dir, "store.db")
 	lock, err := lockDir(dir)
@@ -177,7 +205,7 @@ func openEngine(dir string, noSync bool) (*engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock data dir %s: %w", dir, err)
 	}
-	e, err := openEngineLocked(dir, path, noSync)
+	e, err := openEngineLocked(dir, path, opts)
 	if err != nil {
 		lock.Close()
 		return nil, err
@@ -188,11 +216,12 @@ func openEngine(dir string, noSync bool) (*engine, error) {
 
 var errDirLocked = errors.New("locked")
 
-func openEngineLocked(dir, path string, noSync bool) (*engine, error) {
+func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
+	noSync := opts.noSync
 	// Back to the last checkpoint first: later commits were not synced
 	// (checkpoint.go). A store without a checkpoint file was last closed
 	// in sync mode or by an older version, whose every commit was synced.
-	if err := restoreCheckpoint(dir); err != nil {
+	if err := restoreCheckpoint(opts.fs, dir); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
@@ -222,7 +251,14 @@ func openEngineLocked(dir, path string, noSync bool) (*engine, error) {
 			return nil, fmt.Errorf("open %s: %w", path, err)
 		}
 	}
-	e := &engine{db: db, dir: dir, noSync: noSync, syncMode: mmapSize() == 0, pin: pin, batchInterval: defaultBatchInterval,
+	if !noSync {
+		// bbolt syncs the file it creates, not the directory entry.
+		if err := syncDir(dir, false); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open %s: %w", path, err)
+		}
+	}
+	e := &engine{db: db, dir: dir, noSync: noSync, fs: opts.fs, afterBoltSync: opts.afterBoltSync, syncMode: mmapSize() == 0, pin: pin, batchInterval: defaultBatchInterval,
 		ov: newOverlay(), batchFirst: map[uint64]uint64{}}
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, b := range [][]byte{bucketData, bucketRaftLog, bucketRaftState, bucketMeta, bucketDedup} {
@@ -283,6 +319,13 @@ func openEngineLocked(dir, path string, noSync bool) (*engine, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return e, nil
+}
+
+// boltSynced records that bbolt's file was just made durable.
+func (e *engine) boltSynced() {
+	if e.afterBoltSync != nil {
+		e.afterBoltSync()
+	}
 }
 
 // close checkpoints (so that the next open restores nothing newer than the
