@@ -201,14 +201,22 @@ func (e *engine) writeStats() (records, syncs, commits, rebuilt uint64) {
 }
 
 // recoverLost is recoverLostLocked and a checkpoint, if a batch was lost;
-// the caller rebuilds the peers from the file next.
-func (e *engine) recoverLost() error {
+// the caller rebuilds the peers from the file next. retire, if a batch
+// was lost, runs first, under the engine's lock: the rebuild takes the
+// file back to its last commit and empties the overlay, and a peer that
+// applied the lost rounds must serve no read from that (its applied index
+// and safe points cover what the file no longer holds). It takes the
+// peers' mutexes, as a round does under this lock.
+func (e *engine) recoverLost(retire func()) error {
 	e.ckptMu.Lock()
 	defer e.ckptMu.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.lost {
 		return nil
+	}
+	if retire != nil {
+		retire()
 	}
 	if err := e.recoverLostLocked(); err != nil {
 		return err
