@@ -314,6 +314,24 @@ func (e *engine) viewCommitted(fn func(*bbolt.Tx) error) error {
 	return fn(tx)
 }
 
+// viewLatest runs fn on the engine's latest state: the open batch, which
+// holds every round persisted so far (a round's hard state, a vote, is
+// in it from the moment the round's messages may go out), or committed
+// state if no batch is open. For what must never be read behind a round
+// (maybeCreatePeer's hard state), and rare: it waits for a round under
+// way, and fn runs under the engine's lock, so it must only read, and
+// not take a peer's mutex (a round takes those under this lock). A lost
+// batch is not read: the store is frozen until its rounds are rebuilt
+// from the WAL into committed state, and nothing steps a peer meanwhile.
+func (e *engine) viewLatest(fn func(*bbolt.Tx) error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.batch != nil && !e.lost {
+		return fn(e.batch)
+	}
+	return e.db.View(fn)
+}
+
 // Reads of user data: the overlay over committed bbolt state. Values are
 // copied out: bbolt memory is valid only inside its transaction.
 
