@@ -201,14 +201,22 @@ func (e *engine) writeStats() (records, syncs, commits, rebuilt uint64) {
 }
 
 // recoverLost is recoverLostLocked and a checkpoint, if a batch was lost;
-// the caller rebuilds the peers from the file next.
-func (e *engine) recoverLost() error {
+// the caller rebuilds the peers from the file next. retire, if a batch
+// was lost, runs first, under the engine's lock: the rebuild takes the
+// file back to its last commit and empties the overlay, and a peer that
+// applied the lost rounds must serve no read from that (its applied index
+// and safe points cover what the file no longer holds). It takes the
+// peers' mutexes, as a round does under this lock.
+func (e *engine) recoverLost(retire func()) error {
 	e.ckptMu.Lock()
 	defer e.ckptMu.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.lost {
 		return nil
+	}
+	if retire != nil {
+		retire()
 	}
 	if err := e.recoverLostLocked(); err != nil {
 		return err
@@ -304,6 +312,24 @@ func (e *engine) viewCommitted(fn func(*bbolt.Tx) error) error {
 	}
 	defer func() { _ = tx.Rollback() }()
 	return fn(tx)
+}
+
+// viewLatest runs fn on the engine's latest state: the open batch, which
+// holds every round persisted so far (a round's hard state, a vote, is
+// in it from the moment the round's messages may go out), or committed
+// state if no batch is open. For what must never be read behind a round
+// (maybeCreatePeer's hard state), and rare: it waits for a round under
+// way, and fn runs under the engine's lock, so it must only read, and
+// not take a peer's mutex (a round takes those under this lock). A lost
+// batch is not read: the store is frozen until its rounds are rebuilt
+// from the WAL into committed state, and nothing steps a peer meanwhile.
+func (e *engine) viewLatest(fn func(*bbolt.Tx) error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.batch != nil && !e.lost {
+		return fn(e.batch)
+	}
+	return e.db.View(fn)
 }
 
 // Reads of user data: the overlay over committed bbolt state. Values are

@@ -257,7 +257,7 @@ func TestLostBatchRebuiltFromWAL(t *testing.T) {
 			t.Fatalf("checkpoint (force %v) after the loss: %v, want errBatchLost", force, err)
 		}
 	}
-	if err := e.recoverLost(); err != nil {
+	if err := e.recoverLost(nil); err != nil {
 		t.Fatal(err)
 	}
 	err = e.db.View(func(tx *bbolt.Tx) error {

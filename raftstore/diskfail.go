@@ -3,6 +3,7 @@ package raftstore
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/bbolt"
@@ -35,6 +36,15 @@ import (
 // ErrDiskFailed: the store's last disk write failed; it accepts no writes
 // (and serves no linearizable reads) until a write succeeds again.
 var ErrDiskFailed = errors.New("raftstore: disk write failed")
+
+// storeKnobs are a store's test hooks: per store, so that tests running
+// side by side do not share them. Nothing outside tests sets them.
+type storeKnobs struct {
+	// diskProbed, if set, runs on the loop once a probe of a failed disk
+	// succeeded (the engine has rebuilt any lost batch) and before the
+	// peers are rebuilt from it.
+	diskProbed atomic.Pointer[func()]
+}
 
 // diskProbeInterval is how often a store whose disk failed tries a write.
 const diskProbeInterval = 500 * time.Millisecond
@@ -84,12 +94,16 @@ func (s *Store) onDiskFailed(cause error) {
 
 // probeDisk tries a small durable write, after rebuilding the batch the
 // failure lost, if it lost one (from the WAL: batch.go); no checkpoint
-// may run before that rebuild, the probe's included.
+// may run before that rebuild, the probe's included. The rebuild takes
+// the engine back to its last commit, behind what the peers applied: the
+// peers are retired first (retirePeers), and serve nothing until
+// recoverFromDisk has replaced them by peers loaded from the rebuilt
+// engine.
 func (s *Store) probeDisk() error {
 	if err := s.injectedDiskError(); err != nil {
 		return err
 	}
-	if err := s.eng.recoverLost(); err != nil {
+	if err := s.eng.recoverLost(s.retirePeers); err != nil {
 		return fmt.Errorf("rebuild lost batch: %w", err)
 	}
 	return s.eng.update(func(tx *bbolt.Tx) error {
@@ -103,6 +117,35 @@ func (s *Store) probeDisk() error {
 
 var keyDiskProbe = []byte("disk-probe")
 
+// retirePeers marks every peer of the frozen store removed, before its
+// engine goes back to what is on disk (the last commit, behind what the
+// peers applied: a lost batch) and until recoverFromDisk replaces them.
+// Every read checks its peer under the peer's mutex before it reads the
+// engine (prepareRead: the applied index, safe points, leases) and again
+// after (stillHolds): one that read the rolled-back engine began its read
+// after this, and finds its peer removed and retries (RegionNotFound)
+// rather than answer older data than its peer's checks promised. Reads
+// waiting for an apply that will not come are woken to find the same;
+// proposals and ReadIndex requests fail with the disk error. Nothing the
+// loop held of these peers is persisted or answered. Idempotent.
+func (s *Store) retirePeers() {
+	derr := s.diskError()
+	if derr == nil {
+		derr = fmt.Errorf("store %d: %w: peers being rebuilt from disk", s.cfg.StoreID, ErrDiskFailed)
+	}
+	for _, p := range s.allPeers() {
+		p.mu.Lock()
+		p.removed = true
+		p.failProposalsLocked(derr)
+		p.failReadsLocked(derr)
+		for _, w := range p.applyWait {
+			close(w.done)
+		}
+		p.applyWait = nil
+		p.mu.Unlock()
+	}
+}
+
 // recoverFromDisk rebuilds every peer from the engine, as a restart does,
 // once the disk takes writes again. The loop is the only goroutine that
 // creates or drives peers, and it is the caller, so no round is under way.
@@ -110,19 +153,11 @@ func (s *Store) recoverFromDisk() error {
 	// The probe that succeeded rebuilt a lost batch (batch.go). A snapshot
 	// apply under way is finished or cleared from its marker next: the
 	// peers below are loaded from what the two leave.
+	// Retired already if the probe rebuilt a lost batch; if not, before
+	// anything below changes what the engine holds.
+	s.retirePeers()
 	if err := s.snaps.recover(); err != nil {
 		return fmt.Errorf("snapshot applies: %w", err)
-	}
-	old := s.allPeers()
-	for _, p := range old {
-		p.mu.Lock()
-		// Readers holding p see it removed and retry (RegionNotFound), and
-		// nothing the loop held of it is persisted or answered.
-		p.removed = true
-		p.failProposalsLocked(s.diskError())
-		p.failReadsLocked(s.diskError())
-		p.notifyAppliedLocked()
-		p.mu.Unlock()
 	}
 	persisted, err := s.eng.loadPeers()
 	if err != nil {

@@ -100,6 +100,9 @@ func (s *Store) waitForDisk() bool {
 		if err := s.probeDisk(); err != nil {
 			continue
 		}
+		if h := s.knobs.diskProbed.Load(); h != nil {
+			(*h)()
+		}
 		if err := s.recoverFromDisk(); err != nil {
 			s.log.Error("raft loop stopped: rebuilding peers from disk failed", "err", err)
 			go s.Stop()

@@ -163,19 +163,30 @@ func (s *Store) maybeCreatePeer(m *Message) (*Peer, error) {
 		return nil, &region.RegionNotFoundError{RegionID: m.RegionID}
 	}
 	var hs raftpb.HardState
-	err := s.eng.db.View(func(tx *bbolt.Tx) error {
+	// Read through the open batch, not committed state alone: a vote this
+	// region's peer cast here binds the placeholder, after a restart and
+	// as much when it is created again under the same peer ID (superseded
+	// by a placeholder for another peer ID meanwhile: routeMessage) within
+	// the batch's interval, while that vote is only in the batch. Seeded
+	// from committed state, it forgot the vote and granted another one in
+	// the same term (TestRecreatedPlaceholderKeepsItsVote). No round can
+	// persist the superseded peer's vote after this read: the round checks
+	// that it is not removed under the engine's lock, which this read
+	// takes after routeMessage marked it removed. A later term of another
+	// peer ID of the region, kept under the same key, binds it too: a
+	// term never goes back.
+	err := s.eng.viewLatest(func(tx *bbolt.Tx) error {
 		st := tx.Bucket(bucketRaftState)
 		if st.Get(tombstoneKey(m.RegionID, m.ToPeer())) != nil {
 			return &region.RegionNotFoundError{RegionID: m.RegionID}
 		}
-		// A vote this peer cast before a restart still binds it.
 		if v := st.Get(stateKey(m.RegionID, suffixHardState)); v != nil {
 			return hs.Unmarshal(v)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("create peer for region %d: %w", m.RegionID, err)
 	}
 	hs.Commit = 0 // nothing is in its log yet
 	s.mu.Lock()

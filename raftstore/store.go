@@ -65,6 +65,9 @@ type Store struct {
 	diskErr      atomic.Pointer[error]
 	diskInjected atomic.Pointer[error]
 
+	// knobs are this store's test hooks, set by tests only.
+	knobs storeKnobs
+
 	bg       sync.WaitGroup // background workers (split check, balancer)
 	stopc    chan struct{}
 	done     chan struct{}

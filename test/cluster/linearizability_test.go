@@ -273,6 +273,7 @@ func checkNemesisHistory(c *raftstoretest.Cluster, run nemesisRun, h *kvmodel.Hi
 	GinkgoWriter.Printf("seed %d (tick %v, dedup window %d, follower leases %v): %d operations (%d reads, %d by probes, %d follower-lease reads on the stores up now) in %v, %d regions, %s\n",
 		seed, run.tick, run.dedupWindow, run.followerLeases, len(recorded), reads, nem.probes, leaseReads, duration, len(c.Regions()), faults.summary())
 	Expect(reads).To(BeNumerically(">", 20), "too few successful reads to check anything")
+	Expect(nem.staleViolations).To(BeZero(), "bounded-staleness reads answered older than their bound: %v", faults.list)
 
 	res, info := porcupine.CheckOperationsVerbose(kvModel, ops, 60*time.Second)
 	if res != porcupine.Ok {

@@ -3,8 +3,10 @@ package cluster_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/hedgekv/hedgekv/raftstore"
@@ -188,6 +190,10 @@ func (n *nemesis) diskFail(victim uint64, hold time.Duration) {
 		return
 	}
 	n.log.add("disk-fail", "store %d for %v", victim, hold)
+	// A write of the quiet key just before: the victim applies it into
+	// its open batch, which the failure then loses, and the frozen victim
+	// keeps serving it stale (its overlay, its safe points).
+	w, wrote := n.quietWrite()
 	s.InjectDiskFailure(errors.New("nemesis: injected disk write failure"))
 	// A replica digest (ctl check) commits the store's open batch outside
 	// its Ready loop: the failure may strike that commit rather than a
@@ -197,4 +203,100 @@ func (n *nemesis) diskFail(victim uint64, hold time.Duration) {
 	}
 	n.sleep(hold)
 	s.InjectDiskFailure(nil)
+	if wrote {
+		n.staleReadsAcrossRebuild(s, victim, w)
+	}
+}
+
+// quietPut is a write of the quiet key the nemesis made, acknowledged by
+// leader in term at leaderAck (on leader's clock, read after the ack).
+type quietPut struct {
+	seq       int
+	regionID  uint64
+	leader    uint64
+	term      uint64
+	leaderAck time.Time
+}
+
+// quietWrite writes the quiet key through its region's leader, recorded
+// (only the nemesis writes it, one write at a time, so its probe values
+// rise with seq): ok if it was acknowledged with no leader change around
+// it.
+func (n *nemesis) quietWrite() (quietPut, bool) {
+	r, ok := n.c.RegionOf([]byte(quietKey))
+	if !ok {
+		return quietPut{}, false
+	}
+	leader, ok := n.c.Leader(r.ID)
+	st, up := n.c.Status(leader, r.ID)
+	if !ok || !up || !st.IsLeader {
+		return quietPut{}, false
+	}
+	n.seq++
+	w := quietPut{seq: n.seq, regionID: r.ID, leader: leader, term: st.Term}
+	val := fmt.Sprintf("probe.%d", w.seq)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	call := n.h.Now()
+	err := n.c.Put(ctx, []byte(quietKey), []byte(val))
+	cancel()
+	in := kvInput{Put: true, Key: quietKey, Value: val}
+	if err != nil {
+		n.h.Add(porcupine.Operation{ClientId: probeClient, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+		return w, false
+	}
+	n.h.Add(porcupine.Operation{ClientId: probeClient, Input: in, Call: call, Output: kvOutput{}, Return: n.h.Now()})
+	w.leaderAck = n.clocks[leader]()
+	if st, up := n.c.Status(leader, r.ID); !up || !st.IsLeader || st.Term != w.term {
+		return w, false
+	}
+	return w, true
+}
+
+// staleReadsAcrossRebuild reads the quiet key with a staleness bound on
+// victim, in a loop, while it rebuilds its peers from disk after the
+// failure (and a little after): no answer may be older than w once the
+// bound says w's acknowledgement is covered. A bounded-staleness read is
+// not linearizable and is not recorded; it is checked here: with the
+// read's start t on the victim's clock and its bound B, the safe point
+// it used was stamped at or after t - B + MaxClockOffset on its leader's
+// clock. If w's leader led the term of w and still does, only it can have
+// stamped a safe point that covers w (an earlier term's commit never
+// reaches w's index), so t - B > w.leaderAck (both on that leader's
+// clock, once the offset is dropped) means the safe point covers w.
+// Before the peers were retired ahead of the engine's rollback, a read in
+// between answered a value w overwrote (1,795 to 12,066 per heal).
+func (n *nemesis) staleReadsAcrossRebuild(s *raftstore.Store, victim uint64, w quietPut) {
+	deadline := time.Now().Add(3 * time.Second)
+	var healedAt time.Time
+	reads, checked := 0, 0
+	for time.Now().Before(deadline) {
+		if s.DiskError() == nil {
+			if healedAt.IsZero() {
+				healedAt = time.Now()
+			} else if time.Since(healedAt) > 100*time.Millisecond {
+				break
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		start := n.clocks[victim]()
+		v, found, info, err := s.Get(ctx, raftstore.ReadOptions{RegionID: w.regionID, MaxStaleness: 5 * time.Second}, []byte(quietKey))
+		cancel()
+		reads++
+		if err != nil || info.Mode != raftstore.ReadModeStale || !start.Add(-info.StalenessBound).After(w.leaderAck) {
+			continue
+		}
+		checked++
+		n.staleChecked++
+		var got int
+		if found {
+			_, _ = fmt.Sscanf(string(v), "probe.%d", &got)
+		}
+		if got < w.seq {
+			if st, up := n.c.Status(w.leader, w.regionID); up && st.IsLeader && st.Term == w.term {
+				n.staleViolations++
+				n.log.add("stale-read-violation", "store %d answered %q (found %v) under bound %v after probe.%d was acknowledged before it", victim, v, found, info.StalenessBound, w.seq)
+			}
+		}
+	}
+	n.log.add("disk-fail-stale-reads", "store %d: %d reads, %d checked against probe.%d", victim, reads, checked, w.seq)
 }

@@ -95,7 +95,10 @@ type nemesis struct {
 	h      *kvmodel.History
 	clocks map[uint64]func() time.Time // each store's (skewed) clock
 	probes int                         // operations the nemesis itself recorded
-	seq    int
+	// staleViolations counts bounded-staleness reads that answered older
+	// than their bound allows (staleReadsAcrossRebuild).
+	staleViolations, staleChecked int
+	seq                           int
 	// shortLeaseRuns: how often a follower-lease run has moved a
 	// leadership to shortLeaseStore past an unhearing holder
 	// (transferUnheardToShortLease), and how often it tried.
