@@ -373,7 +373,7 @@ func (ss *snapshots) runApply(j *applyJob) {
 	err := stop()
 	wrote := false
 	if err == nil {
-		err = syncFile(j.st.path, ss.eng.noSync)
+		err = syncFile(ss.eng.fs, j.st.path, ss.eng.noSync)
 	}
 	if err == nil {
 		err = ss.eng.lockedUpdate(func(tx *bbolt.Tx) error { return putJSON(tx, applyMarkerKey(j.st.regionID, p.id), j.marker) })

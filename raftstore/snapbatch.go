@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"os"
+	"github.com/hedgekv/hedgekv/storage/vfs"
 	"path/filepath"
 	"slices"
 
@@ -41,7 +41,7 @@ func (e *engine) applySnapshotFile(path string, rg region.Region, claimed []regi
 	if err := e.clearKeys(bucketRaftLog, logKey(rg.ID, 0), logKey(rg.ID+1, 0), stop); err != nil {
 		return 0, err
 	}
-	f, err := os.Open(path)
+	f, err := e.fs.Open(path)
 	if err != nil {
 		return 0, fmt.Errorf("open snapshot file: %w", err)
 	}
@@ -217,14 +217,22 @@ func putJSON(tx *bbolt.Tx, key []byte, v any) error {
 
 // syncFile makes a received snapshot file durable: a restart may apply it
 // again.
-func syncFile(path string, noSync bool) error {
+func syncFile(fs vfs.FS, path string, noSync bool) error {
 	if noSync {
 		return nil
 	}
-	if err := fsyncPath(path); err != nil {
+	f, err := fs.Open(path)
+	if err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(path), false)
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return vfs.SyncDir(fs, filepath.Dir(path))
 }
 
 // ---- after a restart or a disk failure --------------------------------------------

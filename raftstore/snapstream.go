@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/hedgekv/hedgekv/storage/vfs"
+	"github.com/hedgekv/hedgekv/storage/wal"
 	"io"
 	"log/slog"
 	"os"
@@ -133,10 +135,10 @@ func newSnapshots(eng *engine, log *slog.Logger, dataDir string, rate int64) (*s
 	}
 	// Whatever else is here was received before a restart: raft has
 	// forgotten it, and the leader sends another.
-	if err := os.RemoveAll(dir); err != nil {
+	if err := eng.fs.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("clear %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := wal.MkdirAll(eng.fs, dir, eng.noSync); err != nil {
 		return nil, fmt.Errorf("create %s: %w", dir, err)
 	}
 	return ss, nil
@@ -263,9 +265,9 @@ func (s *Store) ReceiveSnapshot(m *Message, r io.Reader) error {
 	id := ss.nextID
 	ss.mu.Unlock()
 	path := filepath.Join(ss.dir, fmt.Sprintf("%d-%d-%d.hkvs", m.RegionID, m.Msg.Snapshot.Metadata.Index, id))
-	rg, err := receiveSnapshotFile(path, m.RegionID, r)
+	rg, err := receiveSnapshotFile(ss.eng.fs, path, m.RegionID, r)
 	if err != nil {
-		_ = os.Remove(path)
+		_ = ss.eng.fs.Remove(path)
 		return fmt.Errorf("region %d: receive snapshot: %w", m.RegionID, err)
 	}
 	ss.mu.Lock()
@@ -283,8 +285,8 @@ func (s *Store) ReceiveSnapshot(m *Message, r io.Reader) error {
 }
 
 // receiveSnapshotFile writes a snapshot stream to path, checking it.
-func receiveSnapshotFile(path string, regionID uint64, r io.Reader) (region.Region, error) {
-	f, err := os.Create(path)
+func receiveSnapshotFile(fs vfs.FS, path string, regionID uint64, r io.Reader) (region.Region, error) {
+	f, err := fs.Create(path)
 	if err != nil {
 		return region.Region{}, fmt.Errorf("create %s: %w", path, err)
 	}
@@ -327,7 +329,7 @@ func (ss *snapshots) dropStaged(id uint64) {
 	ss.publishedLocked(id)
 	ss.mu.Unlock()
 	if ok {
-		if err := os.Remove(st.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := ss.eng.fs.Remove(st.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			ss.log.Warn("remove snapshot file", "path", st.path, "err", err)
 		}
 	}
@@ -344,7 +346,7 @@ func (ss *snapshots) applyStaged(tx *bbolt.Tx, snap raftpb.Snapshot) (uint64, re
 	if r, held, err := ss.finishApply(tx, id, snap.Metadata); held {
 		return id, r, err
 	}
-	f, err := os.Open(st.path)
+	f, err := ss.eng.fs.Open(st.path)
 	if err != nil {
 		return 0, region.Region{}, fmt.Errorf("open snapshot file: %w", err)
 	}

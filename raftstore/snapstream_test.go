@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/hedgekv/hedgekv/storage/vfs"
 	"io"
 	"log/slog"
 	"os"
@@ -132,16 +133,16 @@ func TestSnapshotStreamed(t *testing.T) {
 		t.Errorf("2 MB streamed in %v at 8 MiB/s: not paced", took)
 	}
 	path := filepath.Join(t.TempDir(), "recv")
-	got, err := receiveSnapshotFile(path, r.ID, bytes.NewReader(wire.Bytes()))
+	got, err := receiveSnapshotFile(vfs.Default, path, r.ID, bytes.NewReader(wire.Bytes()))
 	if err != nil || got.ID != r.ID {
 		t.Fatalf("receive = %v, %v", got, err)
 	}
 	bad := bytes.Clone(wire.Bytes())
 	bad[len(bad)/2] ^= 1
-	if _, err := receiveSnapshotFile(filepath.Join(t.TempDir(), "bad"), r.ID, bytes.NewReader(bad)); !errors.Is(err, errCorrupt) {
+	if _, err := receiveSnapshotFile(vfs.Default, filepath.Join(t.TempDir(), "bad"), r.ID, bytes.NewReader(bad)); !errors.Is(err, errCorrupt) {
 		t.Fatalf("corrupted stream: err = %v, want errCorrupt", err)
 	}
-	if _, err := receiveSnapshotFile(filepath.Join(t.TempDir(), "other"), 2, bytes.NewReader(wire.Bytes())); !errors.Is(err, errCorrupt) {
+	if _, err := receiveSnapshotFile(vfs.Default, filepath.Join(t.TempDir(), "other"), 2, bytes.NewReader(wire.Bytes())); !errors.Is(err, errCorrupt) {
 		t.Fatalf("region 1's snapshot received as region 2's: err = %v", err)
 	}
 
@@ -249,7 +250,7 @@ func BenchmarkSnapshotStream(b *testing.B) {
 			b.Fatal(err)
 		}
 		path := filepath.Join(b.TempDir(), "recv")
-		if _, err := receiveSnapshotFile(path, r.ID, rc); err != nil {
+		if _, err := receiveSnapshotFile(vfs.Default, path, r.ID, rc); err != nil {
 			b.Fatal(err)
 		}
 		rc.Close()
