@@ -85,10 +85,39 @@ func restoreCheckpoint(fs vfs.FS, dir string) error {
 		return fmt.Errorf("restore checkpoint: %w", err)
 	}
 	defer f.Close()
+	// A file shorter than the checkpoint's tree was damaged after it (its
+	// size was synced with the tree): bbolt would fault reading past its
+	// end, so it is refused here.
+	if fi, err := f.Stat(); err != nil {
+		return fmt.Errorf("restore checkpoint: %w", err)
+	} else if need := metaHighWater(pages, pageSize); fi.Size() < need {
+		return fmt.Errorf("store.db holds %d bytes, its checkpoint's tree %d: %w", fi.Size(), need, errCorrupt)
+	}
 	if _, err := f.WriteAt(pages, 0); err != nil {
 		return fmt.Errorf("restore checkpoint: %w", err)
 	}
 	return fdatasyncFile(f)
+}
+
+// metaHighWater is the file size the newer of two bbolt meta pages needs:
+// its high-water page id times the page size. (bbolt's meta page: a
+// 16-byte page header, then magic, version, page size and flags (4 bytes
+// each), the root bucket (16), the freelist page id (8), the high-water
+// page id (8) and the txid (8), little-endian.)
+func metaHighWater(pages []byte, pageSize uint32) int64 {
+	var need int64
+	var txid uint64
+	for i := range 2 {
+		m := pages[i*int(pageSize):]
+		if len(m) < 72 {
+			continue
+		}
+		if t := binary.LittleEndian.Uint64(m[64:]); i == 0 || t > txid {
+			txid = t
+			need = int64(binary.LittleEndian.Uint64(m[56:])) * int64(pageSize)
+		}
+	}
+	return need
 }
 
 // readMetaPages returns the bbolt file's two meta pages as they are now.

@@ -216,6 +216,32 @@ func openEngineWith(dir string, opts engineOptions) (*engine, error) {
 
 var errDirLocked = errors.New("locked")
 
+// neverBooted reports whether the bbolt file at path is what a power cut
+// can leave of a first open: no larger than bbolt's four initial pages,
+// with no checkpoint file (every open ends by writing one) and no
+// round-log record beside it. Such a store promised nothing. Not on
+// platforms that never checkpoint (mmapSize 0).
+func neverBooted(fs vfs.FS, dir, path string) bool {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() > 4*int64(os.Getpagesize()) {
+		return false
+	}
+	if _, err := fs.Stat(filepath.Join(dir, ckptFile)); !errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	walDir := filepath.Join(dir, "wal")
+	firsts, err := wal.ListSegments(fs, walDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	for _, first := range firsts {
+		if fi, err := fs.Stat(filepath.Join(walDir, wal.SegmentName(first))); err != nil || fi.Size() > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 	noSync := opts.noSync
 	// Back to the last checkpoint first: later commits were not synced
@@ -224,7 +250,7 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 	if err := restoreCheckpoint(opts.fs, dir); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{
+	bopts := &bbolt.Options{
 		// Another process holding the file lock must fail us, not hang us.
 		Timeout: 2 * time.Second,
 		// Synced commits until the engine is set up (below).
@@ -232,7 +258,17 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 		NoFreelistSync:  true,
 		FreelistType:    bbolt.FreelistMapType,
 		InitialMmapSize: mmapSize(),
-	})
+	}
+	if mmapSize() > 0 && neverBooted(opts.fs, dir, path) {
+		// A power cut while bbolt wrote its first pages (etcd#16596): the
+		// store never finished its first open, so it promised nothing,
+		// and starts again from an empty file. (bbolt may fault, not
+		// fail, reading such a file: SIGBUS past its end.)
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("open %s: remove the file a first open left torn: %w", path, err)
+		}
+	}
+	db, err := bbolt.Open(path, 0o600, bopts)
 	if errors.Is(err, bberrors.ErrTimeout) {
 		// bbolt's timeout is only ever its wait for the file lock: another
 		// process has the store open. "open bbolt ...: timeout" left the
@@ -260,6 +296,7 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 	}
 	e := &engine{db: db, dir: dir, noSync: noSync, fs: opts.fs, afterBoltSync: opts.afterBoltSync, syncMode: mmapSize() == 0, pin: pin, batchInterval: defaultBatchInterval,
 		ov: newOverlay(), batchFirst: map[uint64]uint64{}}
+	e.boltSynced() // bbolt synced what it opened or created
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, b := range [][]byte{bucketData, bucketRaftLog, bucketRaftState, bucketMeta, bucketDedup} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -282,6 +319,7 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 		db.Close()
 		return nil, fmt.Errorf("create buckets: %w", err)
 	}
+	e.boltSynced() // synced commits, as every one until the first checkpoint
 	if _, err := convertDedupV2(db); err != nil {
 		if pin != nil {
 			pin.Rollback()
@@ -289,6 +327,7 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	e.boltSynced()
 	w, recs, err := e.openWAL(filepath.Join(dir, "wal"))
 	if err != nil {
 		if pin != nil {
@@ -304,6 +343,7 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 		db.Close()
 		return nil, fmt.Errorf("open %s: replay wal: %w", path, err)
 	}
+	e.boltSynced() // the open's commits so far were synced
 	// Everything so far was committed with bbolt's fsyncs: this is the
 	// first checkpoint, and from here on rounds commit without them.
 	e.ckptMu.Lock()
