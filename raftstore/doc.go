@@ -19,9 +19,11 @@
 //     then take the peer's Ready. sendEarly then sends a leader's appends
 //     and heartbeats (see 5).
 //  2. persistAndApply: persist, for all peers at once, ONE record of the
-//     round log (wal.go: new entries, hard state, a snapshot mark),
-//     fdatasynced: group commit, one fsync per round however many regions
-//     and requests it carries. Beside that write, in the batch, ONE bbolt
+//     round log (storage/wal: new entries, hard state, a snapshot mark),
+//     fdatasynced when it holds what a promise rests on (entries, a vote or
+//     term change, a snapshot: raft's Ready.MustSync; a record of commit
+//     indexes alone is only written): group commit, at most one fsync per
+//     round however many regions and requests it carries. Beside that write, in the batch, ONE bbolt
 //     write transaction that the rounds share, committed every 20 ms and
 //     at checkpoints (batch.go; user writes show through the overlay until
 //     then): snapshot (the region's log and state; its
