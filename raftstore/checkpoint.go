@@ -52,12 +52,7 @@ import (
 // and commits every transaction with bbolt's own fsyncs (sync mode).
 const checkpointInterval = 100 * time.Millisecond
 
-var (
-	keyWALSeq = []byte("wal_seq")
-	ckptMagic = []byte("HKVCKPT1")
-)
-
-const ckptFile = "store.ckpt"
+var ckptMagic = []byte("HKVCKPT1")
 
 // restoreCheckpoint writes the checkpoint's meta pages back over the
 // bbolt file's, if there is a checkpoint.

@@ -77,24 +77,14 @@ import (
 // region that applies E entries a round sweeps at least 4E records, so
 // dead records are found within about a quarter of the table's size in
 // entries and the table stays within a small factor of the live records.
-var (
-	bucketDedup = []byte("dedup3")
-	// suffixDedupBase: the region's clock base, in raftstate.
-	suffixDedupBase byte = 'd'
-)
 
 // bucketsDedupV1 held the first layout, one global table keyed by request
 // ID alone and with no user keys, which cannot be converted: the engine
 // drops it on open.
-var bucketsDedupV1 = [][]byte{[]byte("dedup"), []byte("dedupidx")}
 
 // The second layout, per region and keyed by request ID, converts exactly
 // (convertDedupV2): every region of it counted its own log, which is the
 // clock with base 0.
-var (
-	bucketDedupV2    = []byte("dedup2")    // regionID(8) | id(8) -> index(8) | user key
-	bucketDedupV2Idx = []byte("dedup2idx") // regionID(8) | index(8) | id(8) -> nil
-)
 
 // Sweep budget per apply round: dedupSweepMin plus dedupSweepPerEntry for
 // every entry the round applied, at most dedupSweepMax records.

@@ -20,37 +20,11 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// The engine is one bbolt file per store. Buckets:
-//
-//	data        user key -> value (all regions share it: regions are key ranges)
-//	raftlog     regionID(8) | index(8) -> raftpb.Entry
-//	raftstate   regionID(8) | 'h' -> raftpb.HardState
-//	            regionID(8) | 'a' -> applyState
-//	            regionID(8) | 'r' -> region meta (JSON; small and rarely written)
-//	            regionID(8) | 'd' -> the region's dedup clock base (dedup.go)
-//	meta        "store_id" -> storeID(8)
-//	dedup3      the write-dedup table, keyed by user key (dedup.go)
-//
-// The layout is versioned by bucket name: a bucket of an older layout
-// found on open is converted (dedup2, dedup2idx) or dropped (dedup,
-// dedupidx) explicitly before anything reads the store, never misread.
-//
-// Raft state and user data live in one file so that applying a batch of
-// entries and recording the applied index is one atomic transaction.
-var (
-	bucketData      = []byte("data")
-	bucketRaftLog   = []byte("raftlog")
-	bucketRaftState = []byte("raftstate")
-	bucketMeta      = []byte("meta")
-
-	keyStoreID = []byte("store_id")
-)
-
-const (
-	suffixHardState  = 'h'
-	suffixApplyState = 'a'
-	suffixRegion     = 'r'
-)
+// The engine is one bbolt file per store, beside its round log and
+// checkpoint file; package storage/layout names every file, bucket and key
+// (keys.go gives them their short names here). Raft state and user data
+// live in one file so that applying a batch of entries and recording the
+// applied index is one atomic transaction.
 
 // applyState is what a region peer has applied and where its log starts.
 type applyState struct {

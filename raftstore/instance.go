@@ -31,8 +31,6 @@ import (
 // at a random value, so even that case collides with nothing it is likely
 // to meet.
 
-var keyIncarnation = []byte("incarnation")
-
 // errInstancesExhausted: 2^32 peer instances in one process.
 var errInstancesExhausted = errors.New("peer instance identities exhausted for this incarnation: restart the store")
 

@@ -22,7 +22,6 @@ import (
 // here. Messages to such a peer are stale and must not resurrect it; a new
 // replica of the region gets a new peer ID (IDs are cluster-unique, not
 // ordered: allocID puts the allocating store in the low bits).
-const suffixTombstone = 't'
 
 func tombstoneKey(regionID, peerID uint64) []byte {
 	return binary.BigEndian.AppendUint64(stateKey(regionID, suffixTombstone), peerID)
@@ -546,5 +545,3 @@ func (s *Store) allocID() (uint64, error) {
 	}
 	return id, nil
 }
-
-var keyNextID = []byte("next_id")

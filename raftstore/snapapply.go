@@ -64,11 +64,6 @@ var (
 	clearBatchKeys = 4096
 )
 
-const (
-	suffixSnapApply = 's'
-	suffixClear     = 'c'
-)
-
 var (
 	errApplyHalted = errors.New("snapshot apply halted")
 	errPeerGone    = errors.New("peer removed during its snapshot apply")
