@@ -2,11 +2,14 @@ package raftstore
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"go.etcd.io/bbolt"
@@ -492,4 +495,64 @@ func modelDir(t *testing.T) string {
 		}
 	}
 	return t.TempDir()
+}
+
+// A full disk fails the round-log writes with a clear error, loses
+// nothing synced before it, and the engine takes writes again once space
+// returns; a power loss after that keeps everything synced on both sides
+// of the outage.
+func TestDiskFullThenSpaceReturns(t *testing.T) {
+	dir := modelDir(t)
+	m := &powerLossModel{t: t, rng: rand.New(rand.NewPCG(1, 2)), dir: dir, mem: vfs.NewStrictMem(),
+		bolt: &boltModel{path: filepath.Join(dir, "store.db")}, r: testRegion().ID}
+	var full atomic.Bool
+	m.injected = vfs.InjectErrors(m.mem, func(op vfs.Op, path string) error {
+		if !full.Load() {
+			return nil
+		}
+		switch op {
+		case vfs.OpWrite, vfs.OpCreate, vfs.OpSync, vfs.OpSyncData, vfs.OpTruncate:
+			return &os.PathError{Op: op.String(), Path: path, Err: syscall.ENOSPC}
+		}
+		return nil
+	})
+	st := withRegion(m)
+	full.Store(true)
+	hs := raftpb.HardState{Term: 2, Vote: 3, Commit: 9}
+	err := m.round(wal.Item{RegionID: m.r, Hard: &hs, Entries: ents(2, 10, 10), MustSync: true}, 9)
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a round on a full disk: %v, want ENOSPC", err)
+	}
+	if err := m.round(wal.Item{RegionID: m.r, Hard: &hs, Entries: ents(2, 10, 10), MustSync: true}, 9); err == nil {
+		t.Fatal("a round after a failed round-log write succeeded on a full disk")
+	}
+	if err := m.e.checkpointIfDue(true); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a checkpoint on a full disk: %v, want ENOSPC", err)
+	}
+	full.Store(false)
+	// Space is back: a checkpoint starts a new segment, and rounds go on
+	// (the store rebuilds its peers from the engine first: diskfail.go).
+	if err := m.e.recoverLost(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.e.checkpointIfDue(true); err != nil {
+		t.Fatalf("checkpoint once space returned: %v", err)
+	}
+	hs2 := raftpb.HardState{Term: 3, Vote: 1, Commit: 9}
+	e3 := ents(3, 10, 11)
+	if err := m.round(wal.Item{RegionID: m.r, Hard: &hs2, Entries: e3, MustSync: true}, 10); err != nil {
+		t.Fatalf("a round once space returned: %v", err)
+	}
+	crash(m.e)
+	m.mem.Crash(vfs.CrashTearLastWrite, m.rng)
+	if err := m.bolt.powerLoss(m.rng); err != nil {
+		t.Fatal(err)
+	}
+	m.injected = nil
+	m.log, m.hs = append(st.log, e3...), hs2
+	m.last, m.committed = hs2.Commit, hs2.Commit
+	if err := m.restart(); err != nil {
+		t.Fatalf("after the outage and a power loss: %v", err)
+	}
+	crash(m.e)
 }
