@@ -144,6 +144,31 @@ type FS struct {
 	st        *state
 	server    *fuse.Server
 	unmounted bool
+	last      CutReport
+}
+
+// CutReport is what a Cut found in the volatile layer.
+type CutReport struct {
+	Mode CutMode
+	// Files with unsynced data or size; DirtyPages their unsynced pages.
+	Files, DirtyPages int
+	// Dirs whose entries had changed since their last fsync (all reverted).
+	Dirs int
+	// What was volatile, by live path: "f path (N pages)" for a file,
+	// "d path: +created -removed" for a directory's entries.
+	Details []string
+}
+
+func (r CutReport) String() string {
+	return fmt.Sprintf("%v: %d files with %d unsynced pages, %d directories with unsynced entries [%s]",
+		r.Mode, r.Files, r.DirtyPages, r.Dirs, strings.Join(r.Details, "; "))
+}
+
+// LastCut reports what the last Cut dropped (or tore).
+func (f *FS) LastCut() CutReport {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last
 }
 
 // Mount shows backingDir at mountPoint (created if missing) with a
@@ -275,11 +300,23 @@ func (f *FS) Cut(mode CutMode) error {
 		files = append(files, fl)
 	}
 	slices.SortFunc(files, func(a, b *file) int { return int(a.ino) - int(b.ino) })
+	rep := CutReport{Mode: mode}
 	for _, fl := range files {
+		if fl.dirty() {
+			rep.Files++
+			rep.DirtyPages += len(fl.pages)
+		}
 		if err := fl.cut(mode, f.rng); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	for d := range st.dirs {
+		if !sameEntries(d.live, d.durable) {
+			rep.Dirs++
+		}
+	}
+	rep.Details = st.root.details(".", 0)
+	f.last = rep
 	st.dead = true
 	st.mu.Unlock()
 	if err := f.unmountServer(); err != nil {
@@ -784,6 +821,60 @@ func (st *state) syncDir(d *dir) error {
 		d.durable[a.name] = a.e
 	}
 	return nil
+}
+
+func (fl *file) dirty() bool {
+	return fl.fd >= 0 && (len(fl.pages) > 0 || fl.size != fl.dsize || fl.valid != fl.dsize)
+}
+
+// details lists the volatile state below d (live path p), bounded.
+func (d *dir) details(p string, depth int) []string {
+	var out []string
+	var changes []string
+	for name, e := range d.live {
+		if d.durable[name] != e {
+			changes = append(changes, "+"+name)
+		}
+	}
+	for name, e := range d.durable {
+		if d.live[name] != e {
+			changes = append(changes, "-"+name)
+		}
+	}
+	if len(changes) > 0 {
+		slices.Sort(changes)
+		out = append(out, "d "+p+": "+strings.Join(changes, " "))
+	}
+	names := make([]string, 0, len(d.live))
+	for name := range d.live {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		switch e := d.live[name].(type) {
+		case *file:
+			if e.dirty() {
+				out = append(out, fmt.Sprintf("f %s (%d pages, size %d->%d)", filepath.Join(p, name), len(e.pages), e.size, e.dsize))
+			}
+		case *dir:
+			if depth < 64 {
+				out = append(out, e.details(filepath.Join(p, name), depth+1)...)
+			}
+		}
+	}
+	return out
+}
+
+func sameEntries(a, b map[string]any) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 func maps(m map[string]any) map[string]any {
