@@ -854,7 +854,7 @@ func (d *dir) details(p string, depth int) []string {
 		switch e := d.live[name].(type) {
 		case *file:
 			if e.dirty() {
-				out = append(out, fmt.Sprintf("f %s (%d pages, size %d->%d)", filepath.Join(p, name), len(e.pages), e.size, e.dsize))
+				out = append(out, fmt.Sprintf("f %s (%d pages, size %d, durable %d)", filepath.Join(p, name), len(e.pages), e.size, e.dsize))
 			}
 		case *dir:
 			if depth < 64 {
