@@ -29,6 +29,10 @@ type ProcessesConfig struct {
 	// Dir holds each store's data directory and log; "" makes a temporary
 	// directory that Stop removes.
 	Dir string
+	// DataDirs, if set, are the stores' data directories, one per zone
+	// (default Dir/store<id>): e.g. each on a file system of its own, as
+	// the power-loss tests mount them. Their logs stay in Dir.
+	DataDirs []string
 	// Zones, one per store (default dc-a, dc-b, dc-c: three stores).
 	Zones []string
 	// Tick is the servers' --tick (0: the server's default, 50ms).
@@ -82,6 +86,7 @@ type storeProc struct {
 	id      uint64
 	args    []string
 	logPath string
+	dataDir string
 	run     *child
 }
 
@@ -145,6 +150,9 @@ func startProcesses(ctx context.Context, cfg ProcessesConfig) (_ *Processes, err
 	}
 	// Held until now so that nothing else picks them meanwhile.
 	release()
+	if len(cfg.DataDirs) != 0 && len(cfg.DataDirs) != n {
+		return nil, fmt.Errorf("process cluster: %d data directories for %d stores", len(cfg.DataDirs), n)
+	}
 	c.procs = make([]*storeProc, n)
 	c.zones = slices.Clone(cfg.Zones)
 	c.common = []string{"--log-level", cfg.LogLevel}
@@ -156,16 +164,20 @@ func startProcesses(ctx context.Context, cfg ProcessesConfig) (_ *Processes, err
 	}
 	c.common = append(c.common, cfg.ExtraArgs...)
 	for i, id := range c.ids {
+		dataDir := filepath.Join(c.dir, fmt.Sprintf("store%d", id))
+		if len(cfg.DataDirs) != 0 {
+			dataDir = cfg.DataDirs[i]
+		}
 		args := []string{"server",
 			"--id", strconv.FormatUint(id, 10),
 			"--listen", c.Endpoints[i],
 			"--status", c.StatusAddrs[i],
 			"--peers", strings.Join(peers, ","),
 			"--zone", cfg.Zones[i],
-			"--data-dir", filepath.Join(c.dir, fmt.Sprintf("store%d", id)),
+			"--data-dir", dataDir,
 		}
 		args = append(args, c.common...)
-		c.procs[i] = &storeProc{id: id, args: args, logPath: filepath.Join(c.dir, fmt.Sprintf("store%d.log", id))}
+		c.procs[i] = &storeProc{id: id, args: args, dataDir: dataDir, logPath: filepath.Join(c.dir, fmt.Sprintf("store%d.log", id))}
 		if err := c.launch(c.procs[i]); err != nil {
 			return nil, err
 		}
@@ -367,15 +379,16 @@ func (c *Processes) Join(id uint64, zone string) error {
 	}
 	listen, status := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
 	release()
+	dataDir := filepath.Join(c.dir, fmt.Sprintf("store%d", id))
 	args := []string{"server",
 		"--id", strconv.FormatUint(id, 10),
 		"--listen", listen,
 		"--status", status,
 		"--join", strings.Join(via, ","),
 		"--zone", zone,
-		"--data-dir", filepath.Join(c.dir, fmt.Sprintf("store%d", id)),
+		"--data-dir", dataDir,
 	}
-	p := &storeProc{id: id, args: append(args, c.common...), logPath: filepath.Join(c.dir, fmt.Sprintf("store%d.log", id))}
+	p := &storeProc{id: id, args: append(args, c.common...), dataDir: dataDir, logPath: filepath.Join(c.dir, fmt.Sprintf("store%d.log", id))}
 	c.mu.Lock()
 	c.ids = append(c.ids, id)
 	c.zones = append(c.zones, zone)
@@ -442,6 +455,9 @@ func (c *Processes) StatusAddr(store uint64) string {
 
 // DataDir is a store's data directory.
 func (c *Processes) DataDir(store uint64) string {
+	if p, _ := c.proc(store); p != nil {
+		return p.dataDir
+	}
 	return filepath.Join(c.dir, fmt.Sprintf("store%d", store))
 }
 

@@ -316,6 +316,15 @@ func (s *Store) send(p *Peer, msgs []raftpb.Message) {
 		if msgs[i].Type == raftpb.MsgHeartbeat {
 			m.SafePoint = sp
 		}
+		// Votes are rare; the power-loss tests (test/crash) read these
+		// lines to check that no store votes twice in one term. A
+		// candidate's MsgVote says it voted for itself (not a pre-vote).
+		switch {
+		case msgs[i].Type == raftpb.MsgVoteResp && !msgs[i].Reject:
+			s.log.Info("vote granted", "region", r.ID, "term", msgs[i].Term, "candidate", msgs[i].To)
+		case msgs[i].Type == raftpb.MsgVote:
+			s.log.Info("vote granted", "region", r.ID, "term", msgs[i].Term, "candidate", msgs[i].From)
+		}
 		s.trans.Send(m)
 	}
 }

@@ -3,7 +3,8 @@
 // store's bbolt file passes bbolt's own consistency check (Tx.Check, what
 // `bbolt check` runs). Three `hedgekv server` processes are started by the
 // cluster package's process launcher on free ports; CRASH_KILLS (default
-// 10; 50 for the reliability figures) sets how many kills.
+// 10; 50 for the reliability figures) sets how many kills. powerloss_test.go
+// cuts the power instead (lossyfs: what was not fsynced is lost).
 package crash
 
 import (
