@@ -464,6 +464,7 @@ func (w *WAL) Truncate(covered uint64) error {
 	if err != nil {
 		return fmt.Errorf("wal: %w", err)
 	}
+	removed := false
 	for i, first := range firsts {
 		// Every record of segment i is below the next segment's first.
 		if first >= w.first || i+1 >= len(firsts) || firsts[i+1] > covered+1 {
@@ -471,6 +472,15 @@ func (w *WAL) Truncate(covered uint64) error {
 		}
 		if err := w.fs.Remove(filepath.Join(w.dir, SegmentName(first))); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("wal: %w", err)
+		}
+		removed = true
+	}
+	// A removal that a power loss undoes is harmless (the segment's
+	// records are covered) but each one brought back is read at every
+	// open until the next removal sticks: make them durable.
+	if removed && !w.noSync {
+		if err := vfs.SyncDir(w.fs, w.dir); err != nil {
+			return fmt.Errorf("wal: sync dir: %w", err)
 		}
 	}
 	return nil

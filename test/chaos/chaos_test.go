@@ -2,7 +2,9 @@
 // processes behind the simulated WAN (scripts/cluster.sh start --topology
 // default, one store per zone), concurrent clients in every zone using
 // every read mode, hedging and bounded staleness, and random faults:
-// partitions of a store (its zone), kill -9 and restart, leadership
+// partitions of a store (its zone), kill -9 and restart, power loss
+// (kill -9 with the store's unsynced writes dropped: every store's data
+// directory is a test/lossyfs mount), leadership
 // transfers, splits, a replica removed and added back, slow and stalled
 // stores. Porcupine checks the whole history (a stale read against its
 // bound: it may return any value current at some point since its call
@@ -55,6 +57,7 @@ import (
 	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/replicacheck"
 	"github.com/hedgekv/hedgekv/test/kvmodel"
+	"github.com/hedgekv/hedgekv/test/lossyfs"
 	"github.com/hedgekv/hedgekv/test/testbin"
 )
 
@@ -92,6 +95,9 @@ type cluster struct {
 	bin    string
 	env    []string
 	direct []string // each store's own listen address
+	// disks are the stores' lossyfs mounts (store n at disks[n-1]): a
+	// power loss kills the store and drops what it did not sync.
+	disks []*lossyfs.FS
 }
 
 func (c *cluster) script(args ...string) testbin.Result {
@@ -178,6 +184,21 @@ func startChaosCluster(t *testing.T, leases bool) *cluster {
 	}
 	dir := t.TempDir()
 	c := &cluster{t: t, root: b.RepoRoot, bin: b.Path, direct: block.GRPCAddrs}
+	// Each store's data directory (cluster.sh: $CLUSTER_DIR/storeN) is a
+	// mount that forgets unsynced writes on a cut; mounted before the
+	// cluster starts, so unmounted after it stops (cleanups run last in,
+	// first out).
+	backing := t.TempDir()
+	for n := 1; n <= 3; n++ {
+		mnt := filepath.Join(dir, fmt.Sprintf("store%d", n))
+		bdir := filepath.Join(backing, fmt.Sprintf("store%d", n))
+		for _, d := range []string{mnt, bdir} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.disks = append(c.disks, lossyfs.MountT(t, bdir, mnt, lossyfs.Options{Seed: uint64(n)}))
+	}
 	c.env = append(append(os.Environ(), "BIN="+b.Path, "CLUSTER_DIR="+dir), block.Env()...)
 	c.env = append(c.env, "FAULTS=1", "TICK=", "START_TIMEOUT=60")
 	if leases {
@@ -682,7 +703,7 @@ func (n *nemesis) loop() {
 		store := 1 + n.rng.IntN(3)
 		hold := time.Duration(300+n.rng.IntN(1200)) * time.Millisecond
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		switch n.rng.IntN(7) {
+		switch n.rng.IntN(8) {
 		case 0:
 			n.record("partition", "store %d (zone %s) for %v", store, zones[store-1], hold)
 			w := partitionWindow{store: store, fair: len(n.killed) == 0 && time.Since(n.lastMove) >= settle}
@@ -740,6 +761,18 @@ func (n *nemesis) loop() {
 			n.record("stall", "store %d stalls 400ms", store)
 			_ = n.cli.Fault(ctx, uint64(store), client.Fault{Stall: 400 * time.Millisecond})
 			n.sleep(500 * time.Millisecond)
+		case 7:
+			mode := lossyfs.CutMode(n.rng.IntN(3))
+			n.record("power-loss", "store %d (kill -9, unsynced writes dropped: %s) for %v", store, mode, hold)
+			n.c.script("kill", strconv.Itoa(store))
+			if err := n.c.disks[store-1].Cut(mode); err != nil {
+				n.c.t.Errorf("power loss of store %d: cut: %v", store, err)
+			}
+			n.sleep(hold)
+			if r := n.c.script("restart", strconv.Itoa(store)); r.Err != nil {
+				n.killed[store] = true // recover tries again
+			}
+			n.lastMove = time.Now()
 		}
 		cancel()
 	}
