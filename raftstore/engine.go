@@ -236,8 +236,8 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 	if mmapSize() > 0 && neverBooted(opts.fs, dir, path) {
 		// A power cut while bbolt wrote its first pages (etcd#16596): the
 		// store never finished its first open, so it promised nothing,
-		// and starts again from an empty file. (bbolt may fault, not
-		// fail, reading such a file: SIGBUS past its end.)
+		// and starts again from an empty file (bbolt refuses such a
+		// file for ever: "invalid database").
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("open %s: remove the file a first open left torn: %w", path, err)
 		}
