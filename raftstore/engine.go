@@ -308,6 +308,11 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 			pin.Rollback()
 		}
 		db.Close()
+		if errors.Is(err, wal.ErrCorrupt) {
+			// Damage no crash explains: the store must not guess what
+			// the lost records held.
+			return nil, fmt.Errorf("open %s: %w; the disk damaged what was synced: remove this store (ctl remove-store), move its data directory away and add it back empty, and its regions are copied from their other replicas", path, err)
+		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	e.wal = w

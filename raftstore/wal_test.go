@@ -1,11 +1,13 @@
 package raftstore
 
 import (
+	"errors"
 	"github.com/hedgekv/hedgekv/storage/vfs"
 	"github.com/hedgekv/hedgekv/storage/wal"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"go.etcd.io/bbolt"
@@ -316,5 +318,35 @@ func TestWALSeqsNotReusedAfterPowerLoss(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, []uint64{6, 7, 8}) {
 		t.Fatalf("log after power loss, append and crash: %v, want [6 7 8] (the acknowledged append of 8 was lost)", got)
+	}
+}
+
+// A round log damaged where no crash could have left it fails the open,
+// naming the file and offset and saying how to rebuild the store.
+func TestEngineRefusesCorruptWAL(t *testing.T) {
+	dir := t.TempDir()
+	e, err := openEngine(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint64(3) {
+		if _, err := e.wal.Append([]wal.Item{{RegionID: 1, Entries: ents(1, i+1, i+1)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crash(e)
+	firsts, _ := wal.ListSegments(vfs.Default, filepath.Join(dir, "wal"))
+	seg := filepath.Join(dir, "wal", wal.SegmentName(firsts[len(firsts)-1]))
+	data, err := os.ReadFile(seg)
+	if err != nil || len(data) < 20 {
+		t.Fatalf("segment: %d bytes, %v", len(data), err)
+	}
+	data[12] ^= 0xff // inside the first record, two synced ones after it
+	if err := os.WriteFile(seg, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = openEngine(dir, false)
+	if !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), "offset") || !strings.Contains(err.Error(), "remove-store") {
+		t.Fatalf("open over a corrupt round log: %v", err)
 	}
 }
