@@ -223,8 +223,7 @@ func contains(s []uint64, v uint64) bool {
 	return false
 }
 
-// waitAcked waits until w has acknowledged n more writes than it had
-// when called... from base.
+// waitAcked waits until w has acknowledged base+n writes.
 func waitAcked(t *testing.T, w *writers, base, n int) {
 	t.Helper()
 	deadline := time.Now().Add(momentWait)
@@ -273,16 +272,20 @@ func TestMomentCheckpoint(t *testing.T) {
 
 // TestMomentWALSegment cuts a store as its round log starts a new segment
 // (16 MiB of records, filled by 64 KiB values): at the create of
-// wal/<seq>.wal, and at the fsync of the wal directory that follows it.
+// wal/<seq>.wal, at the fsync of the wal directory that follows it, and
+// at the new segment's first write. Filling a segment is slow over FUSE:
+// by default one of the three, in one mode, both picked by the seed;
+// MOMENT_REPEATS=n makes 3n cuts.
 func TestMomentWALSegment(t *testing.T) {
 	m := newMoments(t, cluster.ProcessesConfig{})
+	first := int(time.Now().UnixNano() % 9)
 	w := startWriters(m.cli, 2)
 	defer w.stop()
 	big := startWritersPadded(m.cli, 4, "big", 64<<10)
 	defer big.stop()
-	i := 0
-	for range momentRepeats() {
-		for _, step := range []struct {
+	i := first
+	for r := range momentRepeats() {
+		for k, step := range []struct {
 			what  string
 			match matcher
 		}{
@@ -290,10 +293,13 @@ func TestMomentWALSegment(t *testing.T) {
 			{"wal dir fsync after a segment's create", after(is(lossyfs.OpCreate, "wal/*.wal"), is(lossyfs.OpFsyncDir, "wal"))},
 			{"first write of a new wal/*.wal", after(is(lossyfs.OpCreate, "wal/*.wal"), is(lossyfs.OpWrite, "wal/*.wal"))},
 		} {
-			store := uint64(1 + i%3)
+			if momentRepeats() == 1 && k != first%3 {
+				continue
+			}
+			store := uint64(1 + (i+r)%3)
 			tr := newTrap(step.what, step.match)
 			m.arm(store, tr)
-			m.await(store, tr, modeAt(i), false)
+			m.await(store, tr, modeAt(i/3+r), false)
 			i++
 		}
 	}
@@ -375,12 +381,12 @@ func TestMomentBootstrap(t *testing.T) {
 
 // TestMomentSnapshot cuts a follower while it receives and applies a
 // snapshot: the follower is killed, the others write 64 KiB values and
-// compact their logs past it (--log-gc-threshold 32), and on its restart
+// compact their logs past it (--log-gc-threshold 16), and on its restart
 // the leader sends a snapshot of megabytes. The cuts: the first write of
 // snap/*.hkvs, its fsync (before the apply marker), and a write of
 // store.db during the apply that follows.
 func TestMomentSnapshot(t *testing.T) {
-	m := newMoments(t, cluster.ProcessesConfig{ExtraArgs: []string{"--log-gc-threshold=32"}, BalanceInterval: -1})
+	m := newMoments(t, cluster.ProcessesConfig{ExtraArgs: []string{"--log-gc-threshold=16"}, BalanceInterval: -1})
 	w := startWriters(m.cli, 2)
 	defer w.stop()
 	big := startWritersPadded(m.cli, 2, "big", 64<<10)
@@ -400,7 +406,7 @@ func TestMomentSnapshot(t *testing.T) {
 			if err := m.c.Kill(f); err != nil {
 				t.Fatal(err)
 			}
-			waitAcked(t, big, big.ackedCount(), 100) // 6.4 MB the follower misses
+			waitAcked(t, big, big.ackedCount(), 48) // 3 MB the follower misses
 			tr := newTrap(step.what, step.match)
 			m.arm(f, tr)
 			if err := m.c.Start(f); err != nil {
@@ -506,7 +512,10 @@ func TestMomentConfChange(t *testing.T) {
 					t.Fatalf("add the replica again: %v", err)
 				}
 			}
-			m.settle("after the membership cut")
+			if !remove {
+				// (A store with no region never counts as settled.)
+				m.settle("after the membership cut")
+			}
 			i++
 		}
 	}
