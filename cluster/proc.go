@@ -53,6 +53,10 @@ type ProcessesConfig struct {
 	Ports        []int
 	ReadyTimeout time.Duration // default 30s
 	Logger       *slog.Logger
+	// NoWait makes StartProcesses return once every process is launched,
+	// without waiting for the cluster to settle (WaitSettled does): for a
+	// caller that kills a store during its first open.
+	NoWait bool
 }
 
 // Processes is a hedgekv cluster of `hedgekv server` child processes on
@@ -183,6 +187,9 @@ func startProcesses(ctx context.Context, cfg ProcessesConfig) (_ *Processes, err
 		}
 	}
 	c.logger.Info("process cluster starting", "binary", bin, "endpoints", strings.Join(c.Endpoints, ","), "dir", c.dir)
+	if cfg.NoWait {
+		return c, nil
+	}
 	wctx, cancel := context.WithTimeout(ctx, cfg.ReadyTimeout)
 	defer cancel()
 	if _, err := c.WaitSettled(wctx, 0); err != nil {
@@ -280,6 +287,22 @@ func (c *Processes) Kill(store uint64) error {
 	}
 	<-r.exited
 	return nil
+}
+
+// WaitExit waits until the store's current process has exited (killed by
+// something else than Kill: a test's file-system hook) and returns what it
+// exited with.
+func (c *Processes) WaitExit(ctx context.Context, store uint64) error {
+	p, r := c.proc(store)
+	if p == nil || r == nil {
+		return fmt.Errorf("process cluster: no process of store %d", store)
+	}
+	select {
+	case <-r.exited:
+		return r.err
+	case <-ctx.Done():
+		return fmt.Errorf("process cluster: store %d (pid %d) still running: %w", store, r.cmd.Process.Pid, ctx.Err())
+	}
 }
 
 // Restart starts a stopped store again with the same flags and data

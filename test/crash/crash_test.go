@@ -8,6 +8,7 @@
 package crash
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -81,7 +82,9 @@ func startStores(t *testing.T) *cluster.Processes {
 // only once acknowledged.
 type writers struct {
 	mu     sync.Mutex
-	acked  map[string]string
+	acked  map[string]string // key -> the value's head (value(head) is the value)
+	prefix string            // of every key
+	pad    int               // bytes of padding after each value's head
 	failed atomic.Int64
 	done   chan struct{}
 	wg     sync.WaitGroup
@@ -89,7 +92,14 @@ type writers struct {
 }
 
 func startWriters(cli *client.Client, n int) *writers {
-	w := &writers{acked: map[string]string{}, done: make(chan struct{})}
+	return startWritersPadded(cli, n, "crash", 0)
+}
+
+// startWritersPadded starts n writers whose keys start with prefix and
+// whose values carry pad bytes more (large values fill the round log and
+// make snapshots of megabytes).
+func startWritersPadded(cli *client.Client, n int, prefix string, pad int) *writers {
+	w := &writers{acked: map[string]string{}, done: make(chan struct{}), prefix: prefix, pad: pad}
 	w.stop = sync.OnceFunc(func() {
 		close(w.done)
 		w.wg.Wait()
@@ -107,9 +117,9 @@ func (w *writers) write(cli *client.Client, id int) {
 			return
 		default:
 		}
-		key, val := fmt.Sprintf("crash/%d/%06d", id, n), fmt.Sprintf("v%d.%d", id, n)
+		key, val := fmt.Sprintf("%s/%d/%06d", w.prefix, id, n), fmt.Sprintf("v%d.%d", id, n)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		err := cli.Put(ctx, []byte(key), []byte(val))
+		err := cli.Put(ctx, []byte(key), w.value(val))
 		cancel()
 		if err != nil {
 			w.failed.Add(1)
@@ -119,6 +129,16 @@ func (w *writers) write(cli *client.Client, id int) {
 		w.acked[key] = val
 		w.mu.Unlock()
 	}
+}
+
+// value is the value written with head: head and w.pad bytes after it.
+func (w *writers) value(head string) []byte {
+	v := make([]byte, len(head)+w.pad)
+	copy(v, head)
+	for i := len(head); i < len(v); i++ {
+		v[i] = 'a' + byte(i%26)
+	}
+	return v
 }
 
 // killAndRestart kills a random store with kill -9, kills times, and
@@ -163,10 +183,10 @@ func (w *writers) lostWrites(t *testing.T, cli *client.Client) int {
 				break
 			}
 		}
-		if err != nil || string(got) != want {
+		if err != nil || !bytes.Equal(got, w.value(want)) {
 			lost++
 			if lost <= 10 {
-				t.Errorf("acknowledged %s=%s: read %q, %v", key, want, got, err)
+				t.Errorf("acknowledged %s=%s (+%d bytes): read %q, %v", key, want, w.pad, got[:min(len(got), 64)], err)
 			}
 		}
 	}

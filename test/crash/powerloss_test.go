@@ -63,77 +63,141 @@ func runPowerLoss(t *testing.T, pick func(i int, rng *rand.Rand) []uint64) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d, %d cuts", seed, cuts)
 	rng := rand.New(rand.NewPCG(seed, 2))
-	root := t.TempDir()
-	mounts := map[uint64]*lossyfs.FS{}
-	var dataDirs []string
-	for s := uint64(1); s <= 3; s++ {
-		backing, mnt := filepath.Join(root, fmt.Sprintf("disk%d", s)), filepath.Join(root, fmt.Sprintf("mnt%d", s))
-		// Mounted before the stores start: the cleanups run in reverse,
-		// so the stores are stopped before their mounts go.
-		mounts[s] = lossyfs.MountT(t, backing, mnt, lossyfs.Options{Seed: seed + s})
-		dataDirs = append(dataDirs, mnt)
-	}
-	logs := filepath.Join(root, "logs")
-	if err := os.MkdirAll(logs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	c := testbin.StartProcesses(t, "hedgekv-powerloss-bin-", cluster.ProcessesConfig{
-		Dir: logs, DataDirs: dataDirs, LogLevel: "info", ReadyTimeout: readyTimeout,
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	cli, err := client.New(ctx, client.Config{Endpoints: c.Endpoints, RequestTimeout: 3 * time.Second})
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-
-	w := startWriters(cli, 4)
+	pc := startPowerCluster(t, seed, cluster.ProcessesConfig{})
+	w := startWriters(pc.cli, 4)
 	defer w.stop() // also when a restart fails
 	for i := range cuts {
 		mode := cutModes[i%len(cutModes)]
 		stores := pick(i, rng)
 		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond) // under load
 		for _, s := range stores {
-			if err := c.Kill(s); err != nil {
+			if err := pc.c.Kill(s); err != nil {
 				t.Fatalf("cut %d: kill store %d: %v", i, s, err)
 			}
 		}
-		var dropped []string
-		for _, s := range stores {
-			if err := mounts[s].Cut(mode); err != nil {
-				t.Fatalf("cut %d (%v): store %d's file system: %v", i, mode, s, err)
-			}
-			dropped = append(dropped, fmt.Sprintf("store %d: %v", s, mounts[s].LastCut()))
-		}
-		for _, s := range stores {
-			if err := c.Start(s); err != nil {
-				t.Fatalf("cut %d (%v): restart store %d: %v", i, mode, s, err)
-			}
-		}
-		for _, s := range stores {
-			ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
-			err := c.WaitReady(ctx, s)
-			cancel()
-			if err != nil {
-				t.Fatalf("cut %d (%v of stores %v): store %d did not come back: %v; its log ends with:\n%s",
-					i, mode, stores, s, err, logTail(c.LogPath(s), 30))
-			}
-		}
+		label := fmt.Sprintf("cut %d (%v of stores %v)", i, mode, stores)
+		dropped := pc.cutMounts(label, mode, stores...)
+		pc.restart(label, stores...)
 		t.Logf("cut %d: %v of stores %v (%s); %d writes acknowledged so far", i, mode, stores, strings.Join(dropped, "; "), w.ackedCount())
 	}
 	time.Sleep(500 * time.Millisecond)
 	w.stop()
+	pc.check(fmt.Sprintf("%d power cuts under write load", cuts), w)
+}
 
-	lost := w.lostWrites(t, cli)
-	t.Logf("%d power cuts under write load: %d writes acknowledged, %d not (timed out or refused), %d acknowledged writes lost",
-		cuts, len(w.acked), w.failed.Load(), lost)
-	if len(w.acked) == 0 {
+// powerCluster is three stores, each with its data directory the root of
+// its own lossyfs mount, and a client.
+type powerCluster struct {
+	t      *testing.T
+	mounts map[uint64]*lossyfs.FS
+	c      *cluster.Processes
+	cli    *client.Client
+}
+
+// startPowerCluster mounts the three file systems and starts the stores
+// on them (cfg's Dir, DataDirs, LogLevel and ReadyTimeout are set here).
+// With cfg.NoWait the stores are only launched: the caller waits for them
+// and calls connect.
+func startPowerCluster(t *testing.T, seed uint64, cfg cluster.ProcessesConfig) *powerCluster {
+	t.Helper()
+	return startPowerClusterHooked(t, seed, cfg, nil)
+}
+
+// startPowerClusterHooked is startPowerCluster with hooks on the stores'
+// mounts from the start (by store id).
+func startPowerClusterHooked(t *testing.T, seed uint64, cfg cluster.ProcessesConfig, hooks map[uint64]lossyfs.Hook) *powerCluster {
+	t.Helper()
+	root := t.TempDir()
+	pc := &powerCluster{t: t, mounts: map[uint64]*lossyfs.FS{}}
+	cfg.DataDirs = nil
+	for s := uint64(1); s <= 3; s++ {
+		backing, mnt := filepath.Join(root, fmt.Sprintf("disk%d", s)), filepath.Join(root, fmt.Sprintf("mnt%d", s))
+		// Mounted before the stores start: the cleanups run in reverse,
+		// so the stores are stopped before their mounts go.
+		pc.mounts[s] = lossyfs.MountT(t, backing, mnt, lossyfs.Options{Seed: seed + s, OnOp: hooks[s]})
+		cfg.DataDirs = append(cfg.DataDirs, mnt)
+	}
+	cfg.Dir = filepath.Join(root, "logs")
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg.LogLevel, cfg.ReadyTimeout = "info", readyTimeout
+	pc.c = testbin.StartProcesses(t, "hedgekv-powerloss-bin-", cfg)
+	if !cfg.NoWait {
+		pc.connect()
+	}
+	return pc
+}
+
+// connect makes the cluster's client (closed in t.Cleanup).
+func (pc *powerCluster) connect() {
+	pc.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	cli, err := client.New(ctx, client.Config{Endpoints: pc.c.Endpoints, RequestTimeout: 3 * time.Second})
+	cancel()
+	if err != nil {
+		pc.t.Fatal(err)
+	}
+	pc.cli = cli
+	pc.t.Cleanup(func() { cli.Close() })
+}
+
+// cutMounts cuts the power of the stores' file systems (their processes
+// must have exited) and returns what each cut dropped.
+func (pc *powerCluster) cutMounts(label string, mode lossyfs.CutMode, stores ...uint64) []string {
+	pc.t.Helper()
+	var dropped []string
+	for _, s := range stores {
+		if err := pc.mounts[s].Cut(mode); err != nil {
+			pc.t.Fatalf("%s: store %d's file system: %v", label, s, err)
+		}
+		dropped = append(dropped, fmt.Sprintf("store %d: %v", s, pc.mounts[s].LastCut()))
+	}
+	return dropped
+}
+
+// restart starts the stores again and waits until each is ready.
+func (pc *powerCluster) restart(label string, stores ...uint64) {
+	pc.t.Helper()
+	for _, s := range stores {
+		if err := pc.c.Start(s); err != nil {
+			pc.t.Fatalf("%s: restart store %d: %v", label, s, err)
+		}
+	}
+	for _, s := range stores {
+		ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+		err := pc.c.WaitReady(ctx, s)
+		cancel()
+		if err != nil {
+			pc.t.Fatalf("%s: store %d did not come back: %v; its log ends with:\n%s",
+				label, s, err, logTail(pc.c.LogPath(s), 30))
+		}
+	}
+}
+
+// check runs the end-of-test checks: every write the writers had
+// acknowledged is read back, the replicas agree, no store voted twice in
+// a term, and, the stores stopped and the file systems unmounted (one
+// more power cut), every bbolt file passes bbolt's check.
+func (pc *powerCluster) check(what string, ws ...*writers) {
+	t := pc.t
+	t.Helper()
+	acked, lost := 0, 0
+	var failed int64
+	for _, w := range ws {
+		w.stop()
+		lost += w.lostWrites(t, pc.cli)
+		acked += len(w.acked)
+		failed += w.failed.Load()
+	}
+	t.Logf("%s: %d writes acknowledged, %d not (timed out or refused), %d acknowledged writes lost",
+		what, acked, failed, lost)
+	if acked == 0 {
 		t.Error("no write was acknowledged")
 	}
 
 	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
-	rep, err := replicacheck.Check(cctx, cli, 50*time.Millisecond)
+	rep, err := replicacheck.Check(cctx, pc.cli, 50*time.Millisecond)
 	ccancel()
 	if err != nil {
 		t.Errorf("replica check: %v", err)
@@ -141,15 +205,15 @@ func runPowerLoss(t *testing.T, pick func(i int, rng *rand.Rand) []uint64) {
 		t.Logf("replica check: %d regions agree", len(rep.Agreed))
 	}
 
-	checkVotes(t, c)
+	checkVotes(t, pc.c)
 
 	// Every store's bbolt file passes bbolt's check: the stores stopped,
 	// each file system unmounted (what was not fsynced is dropped: one more
 	// power cut), the check runs on the backing directory, which holds the
 	// durable state (never on the mount: this process serves it, and an
 	// mmap of its own mount could deadlock it).
-	c.Stop()
-	for s, m := range mounts {
+	pc.c.Stop()
+	for s, m := range pc.mounts {
 		if err := m.Unmount(); err != nil {
 			t.Errorf("store %d: %v", s, err)
 		}

@@ -64,6 +64,13 @@
 // renamed into another directory (EXDEV: callers copy); chmod, chown and
 // timestamps apply to the backing at once (not volatile). SetFull makes
 // writes, creates and growth fail with ENOSPC, as a full disk does.
+//
+// A hook (Options.OnOp, SetHook) sees each operation that changes the
+// file system before it runs: its kind, path and caller. A test cuts the
+// power at a chosen moment with it: the hook kills the caller (SIGKILL:
+// a fatal signal ends a wait for a FUSE reply) and fails that operation
+// and every later one; once the process has exited, the test calls Cut.
+// Without a hook an operation pays one atomic load for it.
 package lossyfs
 
 import (
@@ -73,6 +80,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -126,7 +134,66 @@ type Options struct {
 	Seed uint64
 	// Debug logs every FUSE request (go-fuse's debug output).
 	Debug bool
+	// OnOp, if set, is called before each operation that changes the
+	// file system (see OpKind), with the path relative to the mount root;
+	// an error fails the operation with EIO. SetHook replaces it.
+	OnOp func(op Op, path string) error
 }
+
+// OpKind is the kind of an operation a hook sees.
+type OpKind int
+
+const (
+	OpCreate   OpKind = iota // create(2), open(2) with O_CREAT of a new name
+	OpOpen                   // open(2) of an existing file (To: "trunc" with O_TRUNC)
+	OpWrite                  // write(2): Off, Len
+	OpFsync                  // fsync(2) or fdatasync(2) of a file
+	OpFsyncDir               // fsync(2) of a directory
+	OpRename                 // rename(2): the path is the source, To the target
+	OpUnlink                 // unlink(2)
+	OpMkdir                  // mkdir(2)
+	OpRmdir                  // rmdir(2)
+	OpTruncate               // truncate(2), ftruncate(2): Off is the new size
+	OpAllocate               // fallocate(2): Off, Len
+)
+
+var opNames = [...]string{"create", "open", "write", "fsync", "fsync-dir", "rename", "unlink", "mkdir", "rmdir", "truncate", "allocate"}
+
+func (k OpKind) String() string {
+	if k >= 0 && int(k) < len(opNames) {
+		return opNames[k]
+	}
+	return "OpKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Op is an operation a hook sees, before it runs.
+type Op struct {
+	Kind OpKind
+	// Pid is the calling thread's id as FUSE reports it (kill(2) given a
+	// thread's id signals its whole process; /proc/<pid>/status names the
+	// process).
+	Pid uint32
+	// Off and Len: a write's or fallocate's range; a truncation's size is
+	// Off.
+	Off, Len int64
+	// To is a rename's target path (relative to the mount root).
+	To string
+}
+
+func (o Op) String() string {
+	switch o.Kind {
+	case OpWrite, OpAllocate:
+		return fmt.Sprintf("%v [%d, +%d)", o.Kind, o.Off, o.Len)
+	case OpTruncate:
+		return fmt.Sprintf("%v to %d", o.Kind, o.Off)
+	case OpRename:
+		return fmt.Sprintf("%v to %s", o.Kind, o.To)
+	}
+	return o.Kind.String()
+}
+
+// Hook is the type of Options.OnOp.
+type Hook func(op Op, path string) error
 
 const (
 	pageSize   = 4096
@@ -138,6 +205,7 @@ type FS struct {
 	backing, mnt string
 	opts         Options
 	full         atomic.Bool
+	hook         atomic.Pointer[Hook]
 
 	mu        sync.Mutex // serializes Cut and Unmount
 	rng       *rand.Rand
@@ -193,6 +261,7 @@ func Mount(backingDir, mountPoint string, opts Options) (*FS, error) {
 		seed = 1
 	}
 	f.rng = rand.New(rand.NewPCG(seed, 0x6c6f737379))
+	f.SetHook(opts.OnOp)
 	if err := f.mount(); err != nil {
 		return nil, err
 	}
@@ -208,6 +277,44 @@ func (f *FS) BackingDir() string { return f.backing }
 // SetFull makes writes, creates, mkdirs and file growth fail with ENOSPC
 // (true) or work again (false).
 func (f *FS) SetFull(full bool) { f.full.Store(full) }
+
+// SetHook makes h the hook called before each operation that changes the
+// file system (nil: none), as Options.OnOp. It runs on the goroutine that
+// serves the request, before the operation takes the mount's lock: it may
+// kill the caller (a fatal signal ends the caller's wait for the reply),
+// but must not wait for anything the mount has to serve, nor call Cut or
+// Unmount.
+func (f *FS) SetHook(h func(op Op, path string) error) {
+	if h == nil {
+		f.hook.Store(nil)
+		return
+	}
+	hk := Hook(h)
+	f.hook.Store(&hk)
+}
+
+// callHook runs the hook, if any, for op on in (a directory's entry name
+// if name is not empty); EIO if it fails the operation.
+func (st *state) callHook(ctx context.Context, in *fs.Inode, name string, op Op) syscall.Errno {
+	h := st.fs.hook.Load()
+	if h == nil {
+		return 0
+	}
+	p := in.Path(nil)
+	if name != "" {
+		p = path.Join(p, name)
+	}
+	if p == "" {
+		p = "."
+	}
+	if c, ok := ctx.(*fuse.Context); ok {
+		op.Pid = c.Caller.Pid
+	}
+	if err := (*h)(op, p); err != nil {
+		return syscall.EIO
+	}
+	return 0
+}
 
 func (f *FS) mount() error {
 	st, err := load(f, f.backing)
@@ -1042,6 +1149,9 @@ func (n *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 }
 
 func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := n.st.callHook(ctx, &n.Inode, name, Op{Kind: OpMkdir}); errno != 0 {
+		return nil, errno
+	}
 	if n.st.fs.full.Load() {
 		return nil, syscall.ENOSPC
 	}
@@ -1059,6 +1169,9 @@ func (n *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse
 }
 
 func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if errno := n.st.callHook(ctx, &n.Inode, name, Op{Kind: OpCreate}); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	if n.st.fs.full.Load() {
 		return nil, nil, 0, syscall.ENOSPC
 	}
@@ -1091,6 +1204,9 @@ func (n *dirNode) Create(ctx context.Context, name string, flags uint32, mode ui
 }
 
 func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	if errno := n.st.callHook(ctx, &n.Inode, name, Op{Kind: OpUnlink}); errno != 0 {
+		return errno
+	}
 	if errno := n.st.lock(); errno != 0 {
 		return errno
 	}
@@ -1106,6 +1222,9 @@ func (n *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if errno := n.st.callHook(ctx, &n.Inode, name, Op{Kind: OpRmdir}); errno != 0 {
+		return errno
+	}
 	if errno := n.st.lock(); errno != 0 {
 		return errno
 	}
@@ -1132,6 +1251,12 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 	}
 	if flags&^uint32(unix.RENAME_NOREPLACE) != 0 {
 		return syscall.EINVAL
+	}
+	if n.st.fs.hook.Load() != nil {
+		to := path.Join(np.Path(nil), newName)
+		if errno := n.st.callHook(ctx, &n.Inode, name, Op{Kind: OpRename, To: to}); errno != 0 {
+			return errno
+		}
 	}
 	if errno := n.st.lock(); errno != 0 {
 		return errno
@@ -1172,6 +1297,9 @@ func (n *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmb
 }
 
 func (n *dirNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	if errno := n.st.callHook(ctx, &n.Inode, "", Op{Kind: OpFsyncDir}); errno != 0 {
+		return errno
+	}
 	if errno := n.st.lock(); errno != 0 {
 		return errno
 	}
@@ -1220,6 +1348,15 @@ func (n *dirNode) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno
 }
 
 func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if n.st.fs.hook.Load() != nil {
+		op := Op{Kind: OpOpen}
+		if flags&syscall.O_TRUNC != 0 {
+			op.To = "trunc"
+		}
+		if errno := n.st.callHook(ctx, &n.Inode, "", op); errno != 0 {
+			return nil, 0, errno
+		}
+	}
 	if errno := n.st.lock(); errno != 0 {
 		return nil, 0, errno
 	}
@@ -1244,6 +1381,9 @@ func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 }
 
 func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	if errno := n.st.callHook(ctx, &n.Inode, "", Op{Kind: OpWrite, Off: off, Len: int64(len(data))}); errno != 0 {
+		return 0, errno
+	}
 	if n.st.fs.full.Load() {
 		return 0, syscall.ENOSPC
 	}
@@ -1258,6 +1398,9 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 }
 
 func (n *fileNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	if errno := n.st.callHook(ctx, &n.Inode, "", Op{Kind: OpFsync}); errno != 0 {
+		return errno
+	}
 	if errno := n.st.lock(); errno != 0 {
 		return errno
 	}
@@ -1299,6 +1442,11 @@ func (n *fileNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrO
 }
 
 func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if sz, ok := in.GetSize(); ok {
+		if errno := n.st.callHook(ctx, &n.Inode, "", Op{Kind: OpTruncate, Off: int64(sz)}); errno != 0 {
+			return errno
+		}
+	}
 	if errno := n.st.lock(); errno != 0 {
 		return errno
 	}
@@ -1321,6 +1469,9 @@ func (n *fileNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAtt
 }
 
 func (n *fileNode) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
+	if errno := n.st.callHook(ctx, &n.Inode, "", Op{Kind: OpAllocate, Off: int64(off), Len: int64(size)}); errno != 0 {
+		return errno
+	}
 	if errno := n.st.lock(); errno != 0 {
 		return errno
 	}

@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -396,6 +398,8 @@ func runHelper(name, path string) error {
 		return helperBoltWrite(path)
 	case "bolt-read":
 		return helperBoltRead(path)
+	case "write-loop":
+		return helperWriteLoop(path)
 	}
 	return fmt.Errorf("no helper %q", name)
 }
@@ -568,4 +572,143 @@ func TestUnmountLeavesNoMount(t *testing.T) {
 	if got := readFile(t, filepath.Join(root, "backing", "a")); string(got) != "a" {
 		t.Fatalf("backing after unmount: %q", got)
 	}
+}
+
+// TestHookSeesOps: the hook sees each changing operation with its path
+// relative to the mount root, and an error from it fails the operation
+// with EIO (and changes nothing).
+func TestHookSeesOps(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	failOn := ""
+	f, mnt, _ := setup(t, Options{OnOp: func(op Op, p string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, op.Kind.String()+" "+p)
+		if op.Kind == OpRename && op.To != "sub/b" {
+			return fmt.Errorf("bad rename target %q", op.To)
+		}
+		if op.Pid != uint32(os.Getpid()) && !sameProcess(op.Pid) {
+			return fmt.Errorf("caller %d is not this process", op.Pid)
+		}
+		if failOn != "" && op.Kind.String()+" "+p == failOn {
+			return errors.New("injected")
+		}
+		return nil
+	}})
+	if err := os.Mkdir(filepath.Join(mnt, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(mnt, "sub", "a"), []byte("hello"), true)
+	if err := os.Truncate(filepath.Join(mnt, "sub", "a"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(mnt, "sub", "a"), filepath.Join(mnt, "sub", "b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(mnt, "sub", "b")); err != nil {
+		t.Fatal(err)
+	}
+	syncPath(t, mnt)
+	mu.Lock()
+	got := strings.Join(seen, ", ")
+	want := []string{"mkdir sub", "create sub/a", "write sub/a", "fsync sub/a", "fsync-dir sub",
+		"truncate sub/a", "rename sub/a", "unlink sub/b", "fsync-dir ."}
+	failOn = "write sub/c"
+	mu.Unlock()
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("the hook did not see %q; it saw: %s", w, got)
+		}
+	}
+	err := os.WriteFile(filepath.Join(mnt, "sub", "c"), []byte("x"), 0o644)
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a write the hook failed: %v, want EIO", err)
+	}
+	if b := readFile(t, filepath.Join(mnt, "sub", "c")); len(b) != 0 {
+		t.Fatalf("the failed write changed the file: %q", b)
+	}
+	f.SetHook(nil)
+	mu.Lock()
+	n := len(seen)
+	mu.Unlock()
+	writeFile(t, filepath.Join(mnt, "sub", "c"), []byte("x"), true)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != n {
+		t.Fatalf("the hook ran after SetHook(nil): %s", seen[n:])
+	}
+}
+
+// sameProcess reports whether thread id tid is one of this process's.
+func sameProcess(tid uint32) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid))
+	return err == nil
+}
+
+// TestHookKillsCaller: a hook that kills the calling process with
+// SIGKILL, and fails that operation and every later one, does not hang
+// the mount: the process exits, and a Cut then drops what it had not
+// synced, as a power loss at that operation would.
+func TestHookKillsCaller(t *testing.T) {
+	var fired atomic.Bool
+	f, mnt, backing := setup(t, Options{})
+	p := filepath.Join(mnt, "log")
+	writeFile(t, p, nil, true)
+	f.SetHook(func(op Op, path string) error {
+		if fired.Load() {
+			return errors.New("after the cut")
+		}
+		if op.Kind == OpWrite && path == "log" && op.Off >= 10*pageSize {
+			fired.Store(true)
+			if err := syscall.Kill(int(op.Pid), syscall.SIGKILL); err != nil {
+				return err
+			}
+			return errors.New("cut")
+		}
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=write-loop", helperEnv+"_PATH="+p)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the helper ended with %v (not SIGKILL): %s", err, stderr.String())
+	}
+	if !fired.Load() {
+		t.Fatal("the hook never fired")
+	}
+	cut(t, f, CutAll)
+	f.SetHook(nil)
+	// The helper fsynced every 4 pages: the file keeps a multiple of 4
+	// pages, at least 8 of the 10 written before the cut.
+	got := readFile(t, filepath.Join(backing, "log"))
+	if len(got) != 8*pageSize {
+		t.Fatalf("after the cut the file has %d bytes, want %d", len(got), 8*pageSize)
+	}
+}
+
+// helperWriteLoop appends pages to path, fsyncing every 4 pages, until it
+// fails (or is killed).
+func helperWriteLoop(path string) error {
+	fl, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	page := bytes.Repeat([]byte{'p'}, pageSize)
+	for i := 1; i <= 1000; i++ {
+		if _, err := fl.Write(page); err != nil {
+			return fmt.Errorf("write %d: %w", i, err)
+		}
+		if i%4 == 0 {
+			if err := fl.Sync(); err != nil {
+				return fmt.Errorf("fsync %d: %w", i, err)
+			}
+		}
+	}
+	return errors.New("the hook never killed the helper")
 }
