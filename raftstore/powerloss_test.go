@@ -189,6 +189,7 @@ func TestEngineSurvivesPowerLoss(t *testing.T) {
 			dir := modelDir(t)
 			m := &powerLossModel{t: t, rng: rand.New(rand.NewPCG(seed, 29)), dir: dir, mem: vfs.NewStrictMem(),
 				bolt: &vfstest.OSFile{Path: filepath.Join(dir, "store.db")}, r: testRegion().ID}
+			defer m.bolt.Release()
 			if err := m.open(); err != nil {
 				t.Fatal(err)
 			}
@@ -287,6 +288,7 @@ func cutSweep(t *testing.T, name string, setup func(m *powerLossModel) sweepStat
 		dir := modelDir(t)
 		m := &powerLossModel{t: t, rng: rand.New(rand.NewPCG(uint64(k), 7)), dir: dir, mem: vfs.NewStrictMem(),
 			bolt: &vfstest.OSFile{Path: filepath.Join(dir, "store.db")}, r: testRegion().ID}
+		t.Cleanup(m.bolt.Release)
 		want := setup(m)
 		var (
 			op      int

@@ -246,6 +246,11 @@ func (c *Cluster) Shutdown() {
 	}
 	c.Net.ClearFilters()
 	c.Net.Wait()
+	c.mu.Lock()
+	for _, d := range c.disks {
+		d.bolt.Release()
+	}
+	c.mu.Unlock()
 	if c.tmpfsDir != "" {
 		_ = os.RemoveAll(c.tmpfsDir)
 	}

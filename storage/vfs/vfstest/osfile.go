@@ -18,6 +18,7 @@ type OSFile struct {
 
 	mu     sync.Mutex
 	synced []byte
+	live   []byte // Image's scratch
 }
 
 // Synced records that the file was just made durable: a copy of it now is
@@ -30,9 +31,11 @@ func (m *OSFile) Synced() {
 	}
 }
 
-// readInto reads the file at path into buf's storage (grown if need be):
-// bbolt's file is 16 MB from its first open, and a fresh buffer per sync
-// spent the models' time clearing memory.
+// readInto reads the file at path into buf's storage, grown if need be
+// (bbolt's file is 16 MB from its first open and tens of MB in a cluster
+// spec, read at every sync). The storage is off the Go heap where it can
+// be (buffer): the race detector would check every byte a read writes
+// into heap memory, which made a cluster spec several times slower.
 func readInto(buf []byte, path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -44,10 +47,7 @@ func readInto(buf []byte, path string) ([]byte, error) {
 		return nil, err
 	}
 	n := int(fi.Size())
-	if cap(buf) < n {
-		buf = make([]byte, n)
-	}
-	buf = buf[:n]
+	buf = buffer(buf, n)
 	if _, err := f.ReadAt(buf, 0); err != nil && n > 0 {
 		return nil, err
 	}
@@ -60,10 +60,11 @@ func readInto(buf []byte, path string) ([]byte, error) {
 func (m *OSFile) Image(rng *rand.Rand) []byte {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	live, err := readInto(nil, m.Path)
+	live, err := readInto(m.live, m.Path)
 	if err != nil {
 		return nil
 	}
+	m.live = live
 	const page = 4096
 	for off := 0; off < len(live); off += page {
 		end := min(off+page, len(live))
@@ -77,7 +78,7 @@ func (m *OSFile) Image(rng *rand.Rand) []byte {
 		clear(live[off:end])
 		copy(live[off:end], old)
 	}
-	return live
+	return append([]byte(nil), live...)
 }
 
 // PowerLoss writes Image over the file: a power loss, taken while nothing
@@ -87,4 +88,13 @@ func (m *OSFile) PowerLoss(rng *rand.Rand) error {
 		return nil
 	}
 	return os.WriteFile(m.Path, m.Image(rng), 0o600)
+}
+
+// Release frees the model's buffers; the model may be used again after.
+func (m *OSFile) Release() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	release(m.synced)
+	release(m.live)
+	m.synced, m.live = nil, nil
 }
