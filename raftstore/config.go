@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"math"
 	"time"
+
+	"github.com/hedgekv/hedgekv/storage/vfs"
 )
 
 // Config configures one Store.
@@ -76,7 +78,18 @@ type Config struct {
 	SnapshotSendRate int64
 	// NoSync skips fsync on bbolt commits (tests only; loses durability).
 	NoSync bool
-	Logger *slog.Logger
+	// FS holds the files the store writes itself: its round log, its
+	// checkpoint file and its snapshot files (nil: the operating
+	// system's). It is the seam for tests (vfs.NewStrictMem forgets what
+	// was never synced, as a power loss would) and for other file systems.
+	// bbolt's own file (store.db) and the data dir's lock are always on the
+	// operating system's.
+	FS vfs.FS
+	// AfterBoltSync, if set, runs each time bbolt's file was just made
+	// durable: a test's model of what a power loss keeps of that file,
+	// which cannot go through FS. nil in production.
+	AfterBoltSync func()
+	Logger        *slog.Logger
 }
 
 // setDefaults fills the zero fields of c with their defaults. It only

@@ -375,6 +375,29 @@ func (e *engine) close() error {
 	return err
 }
 
+// crash closes the engine as a process crash would leave it: nothing is
+// committed, flushed or checkpointed (the open batch is rolled back, as
+// the process's memory would be lost), the files are closed. The next
+// open restores the last checkpoint and replays the round log.
+func (e *engine) crash() {
+	e.ckptMu.Lock() // a background checkpoint finishes first
+	defer e.ckptMu.Unlock()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.abandonBatchLocked()
+	if e.pin != nil {
+		e.pin.Rollback()
+		e.pin = nil
+	}
+	if e.wal != nil {
+		e.wal.Close()
+	}
+	_ = e.db.Close()
+	if e.lock != nil {
+		e.lock.Close()
+	}
+}
+
 // storeID returns the store ID recorded in the engine, 0 if none.
 func (e *engine) storeID() (id uint64, err error) {
 	err = e.db.View(func(tx *bbolt.Tx) error {

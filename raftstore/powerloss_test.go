@@ -17,50 +17,9 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/hedgekv/hedgekv/storage/vfs"
+	"github.com/hedgekv/hedgekv/storage/vfs/vfstest"
 	"github.com/hedgekv/hedgekv/storage/wal"
 )
-
-// boltModel is what a power loss may leave of bbolt's file, which cannot
-// go through vfs: the file as of its last sync, with each page written
-// since then kept or lost independently.
-type boltModel struct {
-	path   string
-	synced []byte
-}
-
-func (m *boltModel) sync() {
-	if b, err := readInto(m.synced, m.path); err == nil {
-		m.synced = b
-	}
-}
-
-// readInto reads the file at path into buf's storage (grown if need be):
-// bbolt's file is 16 MB from its first open, and a fresh buffer per sync
-// spent the models' time clearing memory.
-func readInto(buf []byte, path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	n := int(fi.Size())
-	if cap(buf) < n {
-		buf = make([]byte, n)
-	}
-	buf = buf[:n]
-	if _, err := f.ReadAt(buf, 0); err != nil && n > 0 {
-		return nil, err
-	}
-	return buf, nil
-}
-
-func (m *boltModel) powerLoss(rng *rand.Rand) error {
-	return os.WriteFile(m.path, m.image(rng), 0o600)
-}
 
 // powerLossModel drives one store's engine through random rounds,
 // checkpoints, kill -9s and power losses, and checks after each restart
@@ -72,7 +31,7 @@ type powerLossModel struct {
 	rng  *rand.Rand
 	dir  string
 	mem  *vfs.MemFS
-	bolt *boltModel
+	bolt *vfstest.OSFile
 	e    *engine
 	r    uint64 // the region
 	// injected, if set, is the FS the engine opens on (mem behind an
@@ -94,7 +53,7 @@ func (m *powerLossModel) open() error {
 	if m.injected != nil {
 		fs = m.injected
 	}
-	e, err := openEngineWith(m.dir, engineOptions{fs: fs, afterBoltSync: m.bolt.sync})
+	e, err := openEngineWith(m.dir, engineOptions{fs: fs, afterBoltSync: m.bolt.Synced})
 	if err != nil {
 		return err
 	}
@@ -167,7 +126,7 @@ func (m *powerLossModel) step() (string, error) {
 		crash(m.e)
 		mode := vfs.CrashMode(m.rng.IntN(3))
 		m.mem.Crash(mode, m.rng)
-		if err := m.bolt.powerLoss(m.rng); err != nil {
+		if err := m.bolt.PowerLoss(m.rng); err != nil {
 			return "", err
 		}
 		return "power loss (" + mode.String() + ")", m.restart()
@@ -232,7 +191,8 @@ func TestEngineSurvivesPowerLoss(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			dir := modelDir(t)
 			m := &powerLossModel{t: t, rng: rand.New(rand.NewPCG(seed, 29)), dir: dir, mem: vfs.NewStrictMem(),
-				bolt: &boltModel{path: filepath.Join(dir, "store.db")}, r: testRegion().ID}
+				bolt: &vfstest.OSFile{Path: filepath.Join(dir, "store.db")}, r: testRegion().ID}
+			defer m.bolt.Release()
 			if err := m.open(); err != nil {
 				t.Fatal(err)
 			}
@@ -330,7 +290,8 @@ func cutSweep(t *testing.T, name string, setup func(m *powerLossModel) sweepStat
 	for k := 1; ; k++ {
 		dir := modelDir(t)
 		m := &powerLossModel{t: t, rng: rand.New(rand.NewPCG(uint64(k), 7)), dir: dir, mem: vfs.NewStrictMem(),
-			bolt: &boltModel{path: filepath.Join(dir, "store.db")}, r: testRegion().ID}
+			bolt: &vfstest.OSFile{Path: filepath.Join(dir, "store.db")}, r: testRegion().ID}
+		t.Cleanup(m.bolt.Release)
 		want := setup(m)
 		var (
 			op      int
@@ -343,7 +304,7 @@ func cutSweep(t *testing.T, name string, setup func(m *powerLossModel) sweepStat
 			op++
 			if op == k && image == nil {
 				image = m.mem.CrashClone(mode, m.rng)
-				boltImg = m.bolt.image(m.rng)
+				boltImg = m.bolt.Image(m.rng)
 				cutAt = fmt.Sprintf("before %s %s", o, filepath.Base(path))
 			}
 			return nil
@@ -363,7 +324,7 @@ func cutSweep(t *testing.T, name string, setup func(m *powerLossModel) sweepStat
 			t.Logf("%s: %d cuts, every one booted with every promise kept", name, k-1)
 			return
 		}
-		if err := os.WriteFile(m.bolt.path, boltImg, 0o600); err != nil {
+		if err := os.WriteFile(m.bolt.Path, boltImg, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		m.mem, m.injected = image, nil
@@ -374,29 +335,6 @@ func cutSweep(t *testing.T, name string, setup func(m *powerLossModel) sweepStat
 		}
 		crash(m.e)
 	}
-}
-
-// image is what a power loss leaves of bbolt's file now: each page
-// written since the last sync kept or lost, independently.
-func (m *boltModel) image(rng *rand.Rand) []byte {
-	live, err := readInto(nil, m.path)
-	if err != nil {
-		return nil
-	}
-	const page = 4096
-	for off := 0; off < len(live); off += page {
-		end := min(off+page, len(live))
-		var old []byte
-		if off < len(m.synced) {
-			old = m.synced[off:min(end, len(m.synced))]
-		}
-		if bytes.Equal(live[off:end], old) || rng.IntN(2) == 0 {
-			continue
-		}
-		clear(live[off:end])
-		copy(live[off:end], old)
-	}
-	return live
 }
 
 // withRegion opens the model's engine (through the injecting FS if set)

@@ -88,7 +88,7 @@ func NewStore(cfg Config, trans Transport) (*Store, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	eng, err := openEngine(cfg.DataDir, cfg.NoSync)
+	eng, err := openEngineWith(cfg.DataDir, engineOptions{noSync: cfg.NoSync, fs: cfg.FS, afterBoltSync: cfg.AfterBoltSync})
 	if err != nil {
 		return nil, err
 	}
@@ -308,7 +308,18 @@ func (s *Store) Start() {
 
 // Stop stops the loop, fails waiting requests with ErrStopped and closes
 // the engine. It is safe to call more than once.
-func (s *Store) Stop() error {
+func (s *Store) Stop() error { return s.stop(false) }
+
+// Crash stops the store as a process crash (kill -9) would: the loop and
+// the background workers stop and waiting requests fail with ErrStopped,
+// as Stop does, but nothing is flushed or checkpointed: the rounds not yet
+// committed to bbolt are dropped and the engine's files are closed as they
+// are. The next NewStore on the data dir recovers as after a crash (the
+// last checkpoint and the round log). For in-process fault injection
+// (tests, chaos tools); a store that was stopped or crashed stays so.
+func (s *Store) Crash() { _ = s.stop(true) }
+
+func (s *Store) stop(crash bool) error {
 	var err error
 	s.stopOnce.Do(func() {
 		close(s.stopc)
@@ -327,6 +338,10 @@ func (s *Store) Stop() error {
 		// Before the engine: bbolt's close waits for every read
 		// transaction, a snapshot being sent included.
 		s.snaps.close()
+		if crash {
+			s.eng.crash()
+			return
+		}
 		err = s.eng.close()
 	})
 	return err

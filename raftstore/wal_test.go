@@ -15,17 +15,7 @@ import (
 )
 
 // crash closes the engine's files the way kill -9 would: no checkpoint.
-func crash(e *engine) {
-	if e.batch != nil { // the uncommitted rounds die with the process
-		_ = e.batch.Rollback()
-	}
-	if e.pin != nil {
-		e.pin.Rollback()
-	}
-	e.wal.Close()
-	e.db.Close()
-	e.lock.Close()
-}
+func crash(e *engine) { e.crash() }
 
 // A round whose WAL record was synced but whose bbolt transaction never
 // committed (a kill between the two), and rounds whose bbolt commits were

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -49,8 +50,15 @@ type Options struct {
 	// FollowerLeaseDuration is their longest grant (0: the store's default).
 	FollowerLeases        bool
 	FollowerLeaseDuration time.Duration
-	Dir                   string    // required: a temp dir the cluster owns
-	LogOutput             io.Writer // default: discard
+	// PowerLoss runs every store on a modelled disk, so that its power
+	// can be cut (CutPower, PowerLoss): the files a store writes through
+	// vfs on its own vfs.NewStrictMem, and bbolt's file on the OS's with a
+	// model of what a power loss keeps of it. Such stores sync for real
+	// (not NoSync); their data dirs go on tmpfs when there is one (the
+	// model, not the disk, says what a sync kept), removed by Shutdown.
+	PowerLoss bool
+	Dir       string    // required: a temp dir the cluster owns
+	LogOutput io.Writer // default: discard
 }
 
 // Cluster is N in-process stores.
@@ -62,6 +70,10 @@ type Cluster struct {
 
 	mu     sync.Mutex
 	stores map[uint64]*raftstore.Store
+	disks  map[uint64]*disk // Options.PowerLoss: each store's, kept across restarts
+	// dataDir is where the stores' data dirs go: Options.Dir, or with
+	// Options.PowerLoss a dir on tmpfs, removed by Shutdown.
+	dataDir, tmpfsDir string
 	// stoppedViolations sums the follower-lease commit violations counted
 	// by store instances since stopped (their counters die with them).
 	stoppedViolations uint64
@@ -84,7 +96,15 @@ func New(opts Options) (*Cluster, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("raftstoretest: Options.Dir is required")
 	}
-	c := &Cluster{Net: raftstore.NewInmemNetwork(), opts: opts, stores: make(map[uint64]*raftstore.Store)}
+	c := &Cluster{Net: raftstore.NewInmemNetwork(), opts: opts, stores: make(map[uint64]*raftstore.Store),
+		disks: make(map[uint64]*disk), dataDir: opts.Dir}
+	if opts.PowerLoss {
+		if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+			if dir, err := os.MkdirTemp("/dev/shm", "hedgekv-cluster-"); err == nil {
+				c.dataDir, c.tmpfsDir = dir, dir
+			}
+		}
+	}
 	for i := 1; i <= opts.Stores; i++ {
 		c.ids = append(c.ids, uint64(i))
 	}
@@ -116,7 +136,7 @@ func (c *Cluster) StartStore(id uint64) error {
 	cfg := raftstore.Config{
 		StoreID:            id,
 		Zone:               fmt.Sprintf("dc-%c", 'a'+rune(id-1)%26),
-		DataDir:            filepath.Join(c.opts.Dir, fmt.Sprintf("store%d", id)),
+		DataDir:            filepath.Join(c.dataDir, fmt.Sprintf("store%d", id)),
 		InitialStores:      c.initial,
 		TickInterval:       c.opts.TickInterval,
 		ElectionTicks:      c.opts.ElectionTicks,
@@ -148,6 +168,10 @@ func (c *Cluster) StartStore(id uint64) error {
 	}
 	if c.opts.Balance {
 		cfg.BalanceInterval = 100 * time.Millisecond
+	}
+	if c.opts.PowerLoss {
+		d := c.diskFor(id, cfg.DataDir)
+		cfg.FS, cfg.AfterBoltSync, cfg.NoSync = d.mem, d.bolt.Synced, false
 	}
 	s, err := raftstore.NewStore(cfg, c.Net.Transport(id))
 	if err != nil {
@@ -222,6 +246,14 @@ func (c *Cluster) Shutdown() {
 	}
 	c.Net.ClearFilters()
 	c.Net.Wait()
+	c.mu.Lock()
+	for _, d := range c.disks {
+		d.bolt.Release()
+	}
+	c.mu.Unlock()
+	if c.tmpfsDir != "" {
+		_ = os.RemoveAll(c.tmpfsDir)
+	}
 }
 
 // Leader returns the store whose peer of regionID believes it leads, if

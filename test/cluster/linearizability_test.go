@@ -46,9 +46,16 @@ func nemesisEnv(name string, def time.Duration) time.Duration {
 // land in the middle of them. Default 32 MB (about 3 MB per key range, the
 // most make test's six seeds afford under -race); the long run takes tens
 // of MB per region (HEDGEKV_NEMESIS_PRELOAD_MB=400).
-func nemesisPreloadMB() int {
+//
+// A power-loss run defaults to 4 MB: its stores write through the
+// in-memory file system and sync for real, and under -race copying 32 MB
+// through it took a minute.
+func nemesisPreloadMB(run nemesisRun) int {
 	if v, err := strconv.Atoi(os.Getenv("HEDGEKV_NEMESIS_PRELOAD_MB")); err == nil && v >= 0 {
 		return v
+	}
+	if run.powerLoss {
+		return 4
 	}
 	return 32
 }
@@ -115,7 +122,13 @@ const shortLeaseStore = 3
 
 // runLinearizability runs one seed for duration: six clients and the
 // nemesis against four stores, then the history's check.
+//
+// HEDGEKV_NEMESIS_SEED_OFFSET=n adds n to every entry's seed: the same
+// configurations, other schedules.
 func runLinearizability(run nemesisRun, duration time.Duration) {
+	if v, err := strconv.ParseUint(os.Getenv("HEDGEKV_NEMESIS_SEED_OFFSET"), 10, 64); err == nil {
+		run.seed += v
+	}
 	seed := run.seed
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	c, skews := startNemesisCluster(run, rng)
@@ -167,11 +180,12 @@ func startNemesisCluster(run nemesisRun, rng *rand.Rand) (*raftstoretest.Cluster
 		StoreElectionTicks: map[uint64]int{shortLeaseStore: 6},
 		Clock:              func(id uint64) func() time.Time { return skews[id] },
 		FollowerLeases:     run.followerLeases,
+		PowerLoss:          run.powerLoss,
 	})
 	_, err := c.AddStore()
 	Expect(err).NotTo(HaveOccurred())
 	Expect(c.Split(ctxFor(10*time.Second), []byte(quietSplit))).To(Succeed())
-	preload(c, nemesisPreloadMB())
+	preload(c, nemesisPreloadMB(run))
 	return c, skews
 }
 
@@ -274,6 +288,7 @@ func checkNemesisHistory(c *raftstoretest.Cluster, run nemesisRun, h *kvmodel.Hi
 		seed, run.tick, run.dedupWindow, run.followerLeases, len(recorded), reads, nem.probes, leaseReads, duration, len(c.Regions()), faults.summary())
 	Expect(reads).To(BeNumerically(">", 20), "too few successful reads to check anything")
 	Expect(nem.staleViolations).To(BeZero(), "bounded-staleness reads answered older than their bound: %v", faults.list)
+	Expect(nem.reopenErrs).To(BeEmpty(), "stores failed to restart after a power loss (seed %d): %v", seed, faults.list)
 
 	res, info := porcupine.CheckOperationsVerbose(kvModel, ops, 60*time.Second)
 	if res != porcupine.Ok {
@@ -302,10 +317,10 @@ var _ = Describe("linearizability", func() {
 	DescribeTable("puts and gets in every read mode under a nemesis",
 		func(run nemesisRun) { runLinearizability(run, duration) },
 		Entry("seed 1", nemesisRun{seed: 1, tick: 10 * time.Millisecond}),
-		Entry("seed 2", nemesisRun{seed: 2, tick: 10 * time.Millisecond}),
+		Entry("seed 2, power loss", nemesisRun{seed: 2, tick: 10 * time.Millisecond, powerLoss: true}),
 		Entry("seed 3, 50ms ticks (longer leases)", nemesisRun{seed: 3, tick: 50 * time.Millisecond}),
 		Entry("seed 4, a dedup window retries outlive", nemesisRun{seed: 4, tick: 10 * time.Millisecond, dedupWindow: 100}),
-		Entry("seed 5, follower leases", nemesisRun{seed: 5, tick: 10 * time.Millisecond, followerLeases: true}),
+		Entry("seed 5, follower leases, power loss", nemesisRun{seed: 5, tick: 10 * time.Millisecond, followerLeases: true, powerLoss: true}),
 		Entry("seed 6, follower leases, 50ms ticks", nemesisRun{seed: 6, tick: 50 * time.Millisecond, followerLeases: true}),
 	)
 })
