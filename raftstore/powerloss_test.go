@@ -442,7 +442,8 @@ func modelDir(t *testing.T) string {
 func TestDiskFullThenSpaceReturns(t *testing.T) {
 	dir := modelDir(t)
 	m := &powerLossModel{t: t, rng: rand.New(rand.NewPCG(1, 2)), dir: dir, mem: vfs.NewStrictMem(),
-		bolt: &boltModel{path: filepath.Join(dir, "store.db")}, r: testRegion().ID}
+		bolt: &vfstest.OSFile{Path: filepath.Join(dir, "store.db")}, r: testRegion().ID}
+	t.Cleanup(m.bolt.Release)
 	var full atomic.Bool
 	m.injected = vfs.InjectErrors(m.mem, func(op vfs.Op, path string) error {
 		if !full.Load() {
@@ -483,7 +484,7 @@ func TestDiskFullThenSpaceReturns(t *testing.T) {
 	}
 	crash(m.e)
 	m.mem.Crash(vfs.CrashTearLastWrite, m.rng)
-	if err := m.bolt.powerLoss(m.rng); err != nil {
+	if err := m.bolt.PowerLoss(m.rng); err != nil {
 		t.Fatal(err)
 	}
 	m.injected = nil
