@@ -1,0 +1,79 @@
+package crash
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hedgekv/hedgekv/cluster"
+)
+
+// TestDiskFullUnderWriteLoad fills one store's disk (its lossyfs mount
+// refuses every write with ENOSPC) under write load, then a power cut
+// while it is full, then gives the space back: the store says why it
+// stopped taking writes, the other two go on, nothing acknowledged is
+// lost, and the store takes writes again once space returns.
+func TestDiskFullUnderWriteLoad(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	pc := startPowerCluster(t, seed, cluster.ProcessesConfig{})
+	w := startWriters(pc.cli, 4)
+	defer w.stop()
+	const victim = 1
+	time.Sleep(time.Second)
+	before := w.ackedCount()
+	pc.mounts[victim].SetFull(true)
+	time.Sleep(3 * time.Second)
+	during := w.ackedCount()
+	if during <= before {
+		t.Errorf("no write was acknowledged while store %d's disk was full (%d before, %d after)", victim, before, during)
+	}
+	// The store says why it stopped.
+	if line := logLine(t, pc.c.LogPath(victim), "no space left on device"); line != "" {
+		t.Logf("store %d: %s", victim, line)
+	} else {
+		t.Errorf("store %d's log never says its disk is full; its log ends with:\n%s", victim, logTail(pc.c.LogPath(victim), 20))
+	}
+	// A power cut while full: what it acknowledged before is on its disk.
+	if err := pc.c.Kill(victim); err != nil {
+		t.Fatal(err)
+	}
+	pc.mounts[victim].SetFull(false)
+	pc.cutMounts("cut while full", cutModes[seed%3], victim)
+	pc.restart("cut while full", victim)
+	// Full again, this time space comes back under the running store.
+	pc.mounts[victim].SetFull(true)
+	time.Sleep(2 * time.Second)
+	pc.mounts[victim].SetFull(false)
+	deadline := time.Now().Add(30 * time.Second)
+	for !logHas(t, pc.c.LogPath(victim), "disk takes writes again") && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !logHas(t, pc.c.LogPath(victim), "disk takes writes again") {
+		t.Errorf("store %d did not take writes again within 30 s of its space returning; its log ends with:\n%s", victim, logTail(pc.c.LogPath(victim), 20))
+	}
+	time.Sleep(time.Second)
+	w.stop()
+	pc.check("a full disk, a power cut while full, space back", w)
+}
+
+// logHas reports whether the file at path holds s.
+func logHas(t *testing.T, path, s string) bool {
+	t.Helper()
+	return logLine(t, path, s) != ""
+}
+
+// logLine returns the first line of the file at path that holds s.
+func logLine(t *testing.T, path, s string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, s) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
+}
