@@ -60,7 +60,7 @@ type Stats struct {
 	// commit and rebuilt from the WAL before the store went on (batch.go).
 	BatchesRebuilt uint64
 	// WALRecords and WALSyncs: round-log records written, and those
-	// fdatasynced (a record of commit indexes alone is not: wal.go);
+	// fdatasynced (a record of commit indexes alone is not: storage/wal);
 	// BatchCommits: commits of the rounds' shared bbolt transaction
 	// (batch.go): every 20 ms of writes and at checkpoints.
 	WALRecords, WALSyncs, BatchCommits uint64
