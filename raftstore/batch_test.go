@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/hedgekv/hedgekv/storage/wal"
 	"math/rand"
 	"slices"
 	"sync"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/hedgekv/hedgekv/storage/wal"
 )
 
 // mergeScan over a random overlay and file agrees with a model: the map

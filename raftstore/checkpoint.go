@@ -5,14 +5,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/hedgekv/hedgekv/storage/vfs"
-	"github.com/hedgekv/hedgekv/storage/wal"
 	"hash/crc32"
 	"os"
 	"path/filepath"
 	"time"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/hedgekv/hedgekv/storage/vfs"
+	"github.com/hedgekv/hedgekv/storage/wal"
 )
 
 // Checkpoints: how bbolt is committed without an fsync and still survives

@@ -1,11 +1,12 @@
 package raftstore
 
 import (
-	"github.com/hedgekv/hedgekv/storage/wal"
 	"testing"
 	"time"
 
 	"go.etcd.io/bbolt"
+
+	"github.com/hedgekv/hedgekv/storage/wal"
 )
 
 // TestUpdateSyncsWithoutHoldingTheRounds: a write outside the Ready loop

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/hedgekv/hedgekv/storage/vfs"
-	"github.com/hedgekv/hedgekv/storage/wal"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/storage/vfs"
+	"github.com/hedgekv/hedgekv/storage/wal"
 	"go.etcd.io/bbolt"
 	bberrors "go.etcd.io/bbolt/errors"
 	"go.etcd.io/raft/v3/raftpb"

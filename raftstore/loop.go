@@ -2,11 +2,11 @@ package raftstore
 
 import (
 	"fmt"
-	"github.com/hedgekv/hedgekv/storage/wal"
 	"slices"
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/storage/wal"
 	"go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"

@@ -5,11 +5,11 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"github.com/hedgekv/hedgekv/storage/vfs"
 	"path/filepath"
 	"slices"
 
 	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/storage/vfs"
 	"go.etcd.io/bbolt"
 )
 

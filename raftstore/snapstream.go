@@ -6,8 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/hedgekv/hedgekv/storage/vfs"
-	"github.com/hedgekv/hedgekv/storage/wal"
 	"io"
 	"log/slog"
 	"os"
@@ -16,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/storage/vfs"
+	"github.com/hedgekv/hedgekv/storage/wal"
 	"go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
 )

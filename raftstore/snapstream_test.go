@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/hedgekv/hedgekv/storage/vfs"
 	"io"
 	"log/slog"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/storage/vfs"
 	"go.etcd.io/bbolt"
 )
 

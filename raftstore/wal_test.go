@@ -2,8 +2,6 @@ package raftstore
 
 import (
 	"errors"
-	"github.com/hedgekv/hedgekv/storage/vfs"
-	"github.com/hedgekv/hedgekv/storage/wal"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,6 +10,9 @@ import (
 
 	"go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/hedgekv/hedgekv/storage/vfs"
+	"github.com/hedgekv/hedgekv/storage/wal"
 )
 
 // crash closes the engine's files the way kill -9 would: no checkpoint.
