@@ -78,13 +78,11 @@ import (
 // dead records are found within about a quarter of the table's size in
 // entries and the table stays within a small factor of the live records.
 
-// bucketsDedupV1 held the first layout, one global table keyed by request
-// ID alone and with no user keys, which cannot be converted: the engine
-// drops it on open.
-
-// The second layout, per region and keyed by request ID, converts exactly
-// (convertDedupV2): every region of it counted its own log, which is the
-// clock with base 0.
+// Older layouts (storage/layout): the first (bucketsDedupV1), one global
+// table keyed by request ID alone and with no user keys, cannot be
+// converted, and the engine drops it on open; the second (bucketDedupV2),
+// per region and keyed by request ID, converts exactly (convertDedupV2):
+// every region of it counted its own log, which is the clock with base 0.
 
 // Sweep budget per apply round: dedupSweepMin plus dedupSweepPerEntry for
 // every entry the round applied, at most dedupSweepMax records.

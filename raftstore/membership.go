@@ -18,11 +18,10 @@ import (
 // waits for a snapshot (an added replica, or a split this store has not
 // applied yet), and a conf change removes one.
 
-// tombstones: regionID(8) | 't' | peerID(8) -> nil for every peer removed
+// tombstoneKey: regionID(8) | 't' | peerID(8) -> nil for every peer removed
 // here. Messages to such a peer are stale and must not resurrect it; a new
 // replica of the region gets a new peer ID (IDs are cluster-unique, not
 // ordered: allocID puts the allocating store in the low bits).
-
 func tombstoneKey(regionID, peerID uint64) []byte {
 	return binary.BigEndian.AppendUint64(stateKey(regionID, suffixTombstone), peerID)
 }
