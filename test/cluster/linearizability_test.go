@@ -172,6 +172,9 @@ func startNemesisCluster(run nemesisRun, rng *rand.Rand) (*raftstoretest.Cluster
 	skews := map[uint64]func() time.Time{}
 	for id := uint64(1); id <= 4; id++ {
 		skews[id] = raftstoretest.SkewedClock(time.Duration(rng.IntN(41)-20)*time.Millisecond, 0.97+rng.Float64()*0.06)
+		if run.trueClocks {
+			skews[id] = time.Now
+		}
 	}
 	c := startCluster(raftstoretest.Options{
 		TickInterval:       run.tick,

@@ -87,6 +87,12 @@ type nemesisRun struct {
 	// powerLoss runs the stores on modelled disks (raftstoretest.Options.
 	// PowerLoss) and adds the power-loss fault.
 	powerLoss bool
+	// trueClocks: the stores share the real clock. The skewed clocks drift
+	// apart by up to 6% of the time elapsed, past MaxClockOffset within a
+	// second or two: fine for a nemesis run of a few seconds, but a spec
+	// that preloads and then reads stale for longer would see a faster
+	// leader's safe points refused (rightly) and never serve one.
+	trueClocks bool
 }
 
 // nemesis injects faults, one at a time, chosen by rng, until stop closes.
