@@ -48,6 +48,17 @@ type powerLossModel struct {
 
 const modelFirstIndex = 6
 
+// newPowerLossModel is a model over a fresh strict MemFS and a bbolt file
+// in a directory of its own (modelDir); its engine is not open yet.
+func newPowerLossModel(t *testing.T, rng *rand.Rand) *powerLossModel {
+	t.Helper()
+	dir := modelDir(t)
+	m := &powerLossModel{t: t, rng: rng, dir: dir, mem: vfs.NewStrictMem(),
+		bolt: &vfstest.OSFile{Path: filepath.Join(dir, "store.db")}, r: testRegion().ID}
+	t.Cleanup(m.bolt.Release)
+	return m
+}
+
 func (m *powerLossModel) open() error {
 	var fs vfs.FS = m.mem
 	if m.injected != nil {
@@ -189,26 +200,14 @@ func TestEngineSurvivesPowerLoss(t *testing.T) {
 	}
 	for seed := range uint64(seeds) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			dir := modelDir(t)
-			m := &powerLossModel{t: t, rng: rand.New(rand.NewPCG(seed, 29)), dir: dir, mem: vfs.NewStrictMem(),
-				bolt: &vfstest.OSFile{Path: filepath.Join(dir, "store.db")}, r: testRegion().ID}
-			defer m.bolt.Release()
+			m := newPowerLossModel(t, rand.New(rand.NewPCG(seed, 29)))
 			if err := m.open(); err != nil {
 				t.Fatal(err)
 			}
-			r := testRegion()
-			if err := m.e.update(func(tx *bbolt.Tx) error {
-				if err := putRegion(tx, r); err != nil {
-					return err
-				}
-				if err := putHardState(tx, r.ID, raftpb.HardState{Term: 1, Commit: 5}); err != nil {
-					return err
-				}
-				return putApplyState(tx, r.ID, applyState{AppliedIndex: 5, AppliedTerm: 1, TruncatedIndex: 5, TruncatedTerm: 1})
-			}); err != nil {
+			m.hs = raftpb.HardState{Term: 1, Commit: 5}
+			if err := seedRegion(m.e, &m.hs); err != nil {
 				t.Fatal(err)
 			}
-			m.hs = raftpb.HardState{Term: 1, Commit: 5}
 			m.last, m.committed = 5, 5
 			var history []string
 			for range 80 {
@@ -288,10 +287,7 @@ type sweepState struct {
 func cutSweep(t *testing.T, name string, setup func(m *powerLossModel) sweepState, action func(m *powerLossModel) error) {
 	t.Helper()
 	for k := 1; ; k++ {
-		dir := modelDir(t)
-		m := &powerLossModel{t: t, rng: rand.New(rand.NewPCG(uint64(k), 7)), dir: dir, mem: vfs.NewStrictMem(),
-			bolt: &vfstest.OSFile{Path: filepath.Join(dir, "store.db")}, r: testRegion().ID}
-		t.Cleanup(m.bolt.Release)
+		m := newPowerLossModel(t, rand.New(rand.NewPCG(uint64(k), 7)))
 		want := setup(m)
 		var (
 			op      int
@@ -345,15 +341,7 @@ func withRegion(m *powerLossModel) sweepState {
 		m.t.Fatal(err)
 	}
 	r := testRegion()
-	if err := m.e.update(func(tx *bbolt.Tx) error {
-		if err := putRegion(tx, r); err != nil {
-			return err
-		}
-		if err := putHardState(tx, r.ID, raftpb.HardState{Term: 1, Commit: 5}); err != nil {
-			return err
-		}
-		return putApplyState(tx, r.ID, applyState{AppliedIndex: 5, AppliedTerm: 1, TruncatedIndex: 5, TruncatedTerm: 1})
-	}); err != nil {
+	if err := seedRegion(m.e, &raftpb.HardState{Term: 1, Commit: 5}); err != nil {
 		m.t.Fatal(err)
 	}
 	hs := raftpb.HardState{Term: 2, Vote: 3, Commit: 5}
@@ -385,13 +373,7 @@ func TestPowerCutAtEveryStep(t *testing.T) {
 		if err := m.open(); err != nil {
 			return err
 		}
-		r := testRegion()
-		return m.e.update(func(tx *bbolt.Tx) error {
-			if err := putRegion(tx, r); err != nil {
-				return err
-			}
-			return putApplyState(tx, r.ID, applyState{AppliedIndex: 5, AppliedTerm: 1, TruncatedIndex: 5, TruncatedTerm: 1})
-		})
+		return seedRegion(m.e, nil)
 	})
 	cutSweep(t, "checkpoint", func(m *powerLossModel) sweepState {
 		st := withRegion(m)
@@ -440,10 +422,7 @@ func modelDir(t *testing.T) string {
 // returns; a power loss after that keeps everything synced on both sides
 // of the outage.
 func TestDiskFullThenSpaceReturns(t *testing.T) {
-	dir := modelDir(t)
-	m := &powerLossModel{t: t, rng: rand.New(rand.NewPCG(1, 2)), dir: dir, mem: vfs.NewStrictMem(),
-		bolt: &vfstest.OSFile{Path: filepath.Join(dir, "store.db")}, r: testRegion().ID}
-	t.Cleanup(m.bolt.Release)
+	m := newPowerLossModel(t, rand.New(rand.NewPCG(1, 2)))
 	var full atomic.Bool
 	m.injected = vfs.InjectErrors(m.mem, func(op vfs.Op, path string) error {
 		if !full.Load() {

@@ -15,6 +15,23 @@ import (
 	"github.com/hedgekv/hedgekv/storage/wal"
 )
 
+// seedRegion records testRegion in e, its log compacted to index 5 (term
+// 1), with hs as its hard state if set, durably (engine.update).
+func seedRegion(e *engine, hs *raftpb.HardState) error {
+	r := testRegion()
+	return e.update(func(tx *bbolt.Tx) error {
+		if err := putRegion(tx, r); err != nil {
+			return err
+		}
+		if hs != nil {
+			if err := putHardState(tx, r.ID, *hs); err != nil {
+				return err
+			}
+		}
+		return putApplyState(tx, r.ID, applyState{AppliedIndex: 5, AppliedTerm: 1, TruncatedIndex: 5, TruncatedTerm: 1})
+	})
+}
+
 // crash closes the engine's files the way kill -9 would: no checkpoint.
 func crash(e *engine) { e.crash() }
 
@@ -30,12 +47,7 @@ func TestEngineReplaysWALAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := testRegion()
-	if err := e.update(func(tx *bbolt.Tx) error {
-		if err := putRegion(tx, r); err != nil {
-			return err
-		}
-		return putApplyState(tx, r.ID, applyState{AppliedIndex: 5, AppliedTerm: 1, TruncatedIndex: 5, TruncatedTerm: 1})
-	}); err != nil {
+	if err := seedRegion(e, nil); err != nil {
 		t.Fatal(err)
 	}
 	round := func(items []wal.Item, inBolt bool) {
@@ -240,12 +252,7 @@ func TestWALSeqsNotReusedAfterPowerLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := testRegion()
-	if err := e.update(func(tx *bbolt.Tx) error {
-		if err := putRegion(tx, r); err != nil {
-			return err
-		}
-		return putApplyState(tx, r.ID, applyState{AppliedIndex: 5, AppliedTerm: 1, TruncatedIndex: 5, TruncatedTerm: 1})
-	}); err != nil {
+	if err := seedRegion(e, nil); err != nil {
 		t.Fatal(err)
 	}
 	round := func(e *engine, it wal.Item) {
