@@ -164,25 +164,6 @@ func (e *engine) writeCheckpointFile(pages []byte) error {
 	return vfs.SyncDir(e.fs, e.dir)
 }
 
-// syncDir makes dir's entries (a file created, renamed or removed in it)
-// durable.
-func syncDir(dir string, noSync bool) error {
-	if noSync {
-		return nil
-	}
-	return fsyncPath(dir)
-}
-
-// fsyncPath opens path (a file or a directory) and fsyncs it.
-func fsyncPath(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
-}
-
 // checkpointLocked makes everything committed so far durable and the new
 // restore point (see above). e.mu is held.
 func (e *engine) checkpointLocked() error {

@@ -263,14 +263,13 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 	}
 	if !noSync {
 		// bbolt syncs the file it creates, not the directory entry.
-		if err := syncDir(dir, false); err != nil {
+		if err := vfs.SyncDir(vfs.Default, dir); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("open %s: %w", path, err)
 		}
 	}
 	e := &engine{db: db, dir: dir, noSync: noSync, fs: opts.fs, afterBoltSync: opts.afterBoltSync, syncMode: mmapSize() == 0, pin: pin, batchInterval: defaultBatchInterval,
 		ov: newOverlay(), batchFirst: map[uint64]uint64{}}
-	e.boltSynced() // bbolt synced what it opened or created
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, b := range [][]byte{bucketData, bucketRaftLog, bucketRaftState, bucketMeta, bucketDedup} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -293,7 +292,6 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 		db.Close()
 		return nil, fmt.Errorf("create buckets: %w", err)
 	}
-	e.boltSynced() // synced commits, as every one until the first checkpoint
 	if _, err := convertDedupV2(db); err != nil {
 		if pin != nil {
 			pin.Rollback()
@@ -301,6 +299,9 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	// bbolt synced the file it opened or created and every commit since
+	// (NoSync is off until the first checkpoint): the model's restore
+	// point before the first of the engine's own file operations.
 	e.boltSynced()
 	w, recs, err := e.openWAL(filepath.Join(dir, "wal"))
 	if err != nil {
