@@ -194,19 +194,22 @@ func Open(dir string, opts Options) (*WAL, []Record, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		// Every seq up to first-1 was handed out before this segment was
-		// created; after Covered, each of them must be here.
-		if first > 0 && first-1 > opts.Covered && prev < first-1 {
+		// Every seq before first was handed out before this segment was
+		// created; after Covered, each of them must be here. (readSegment
+		// checked that the segment's records start at first.)
+		if first > opts.Covered+1 && prev+1 < first {
 			return nil, nil, fmt.Errorf("wal: %s starts at seq %d but the log before it ends at %d (covered to %d): %w",
 				name, first, prev, opts.Covered, ErrCorrupt)
 		}
-		if len(seg) > 0 && seg[0].Seq <= prev {
-			return nil, nil, fmt.Errorf("wal: %s starts at seq %d after seq %d: %w", name, seg[0].Seq, prev, ErrCorrupt)
+		if len(seg) > 0 && first <= prev {
+			return nil, nil, fmt.Errorf("wal: %s starts at seq %d after seq %d: %w", name, first, prev, ErrCorrupt)
 		}
-		for _, r := range seg {
-			prev = r.Seq
+		if first > 0 {
+			prev = max(prev, first-1)
 		}
-		prev = max(prev, first-min(first, 1))
+		if len(seg) > 0 {
+			prev = seg[len(seg)-1].Seq
+		}
 		recs = append(recs, seg...)
 		if last {
 			if err := w.settleLast(filepath.Join(dir, name), end, torn); err != nil {
