@@ -149,9 +149,10 @@ proto: tools
 FUZZTIME      ?= 10s
 FUZZ_TARGETS  := \
 	./region:FuzzSplitThenLookup ./region:FuzzClampRange ./region:FuzzTreeInsert ./region:FuzzEpochSplit ./region:FuzzFormatKey \
-	./raftstore:FuzzDecodeCommand ./raftstore:FuzzDecodeApplyState ./raftstore:FuzzDecodeConfContext \
-	./raftstore:FuzzDecodeSnapshot ./raftstore:FuzzSnapshotApply ./raftstore:FuzzHandleRaftMessage \
-	./raftstore:FuzzLoadPeers \
+	./raftstore:FuzzDecodeCommand ./raftstore:FuzzDecodeConfContext ./raftstore:FuzzHandleRaftMessage \
+	./raftstore:FuzzLoadPeerStorage \
+	./storage/engine:FuzzDecodeApplyState ./storage/engine:FuzzDecodeSnapshot ./storage/engine:FuzzSnapshotApply \
+	./storage/engine:FuzzSnapshotStreamDecode ./storage/engine:FuzzLoadPeers \
 	./server:FuzzValidateKV ./server:FuzzCheckFaultRequest ./server/controlplane:FuzzValidateJoin ./server:FuzzRaftDeliver \
 	./kvpb:FuzzRegionErrorToError \
 	./client:FuzzParseHedge \

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -142,11 +143,9 @@ type ReadInfo struct {
 	LeaderStoreID uint64
 }
 
-// KV is one key-value pair.
-type KV struct {
-	Key   []byte
-	Value []byte
-}
+// KV is one key-value pair (the engine's: reads return its pairs as they
+// are).
+type KV = engine.KV
 
 // RegionStatus is a peer's view of its region.
 type RegionStatus struct {

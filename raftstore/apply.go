@@ -6,14 +6,14 @@ import (
 	"fmt"
 
 	"github.com/hedgekv/hedgekv/region"
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
 // applyEntryTx applies one committed entry inside the round's transaction.
 // What must happen outside the transaction (creating a split's new peer,
 // telling raft about a conf change) is queued on rp for publish.
-func (s *Store) applyEntryTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry) error {
+func (s *Store) applyEntryTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry) error {
 	switch e.Type {
 	case raftpb.EntryNormal:
 		if len(e.Data) == 0 {
@@ -40,22 +40,22 @@ func (s *Store) applyEntryTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry) error
 // was ordered before it in the log) is refused, and a request the region
 // applied within the dedup window (a client's retry; see dedup.go) is
 // acknowledged again but not re-applied.
-func (s *Store) applyWriteTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry, cmd command) error {
+func (s *Store) applyWriteTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry, cmd command) error {
 	p := rp.p
 	if !p.region.Contains(cmd.key) {
 		rp.ack(cmd.id, e.Term, &region.KeyNotInRegionError{Key: cmd.key, RegionID: p.regionID, StartKey: p.region.StartKey, EndKey: p.region.EndKey})
 		return nil
 	}
-	clock := dedupClockTx(tx, p.regionID, e.Index)
-	if !seenTx(tx, cmd.key, cmd.id, clock, s.cfg.DedupWindow) {
-		if err := rememberTx(tx, cmd.key, cmd.id, clock); err != nil {
+	clock := tx.DedupClock(p.regionID, e.Index)
+	if !tx.DedupSeen(cmd.key, cmd.id, clock, s.cfg.DedupWindow) {
+		if err := tx.DedupRemember(cmd.key, cmd.id, clock); err != nil {
 			return err
 		}
 		var err error
 		if cmd.op == opPut {
-			err = s.eng.putData(tx, cmd.key, cmd.value)
+			err = tx.Put(cmd.key, cmd.value)
 		} else {
-			err = s.eng.deleteData(tx, cmd.key)
+			err = tx.Delete(cmd.key)
 		}
 		if err != nil {
 			return err
@@ -77,7 +77,7 @@ func encodeSplit(newID uint64, ep region.Epoch) []byte {
 	return b
 }
 
-func (s *Store) applySplitTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry, cmd command) error {
+func (s *Store) applySplitTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry, cmd command) error {
 	p := rp.p
 	if len(cmd.value) != 24 {
 		return fmt.Errorf("split command: %w", errCorrupt)
@@ -111,25 +111,22 @@ func (s *Store) applySplitTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry, cmd c
 	// its range and their records (dedup.go). The split costs the same
 	// whatever the region holds.
 	if create {
-		if err := splitDedupTx(tx, p.regionID, newID, e.Index); err != nil {
+		if err := tx.SplitDedup(p.regionID, newID, e.Index, raftInitIndex); err != nil {
 			return err
 		}
 		hs := raftpb.HardState{Term: raftInitTerm, Commit: raftInitIndex}
 		// An uninitialized placeholder may have voted in a later term; that
 		// vote still binds the new peer.
-		if v := tx.Bucket(bucketRaftState).Get(stateKey(newID, suffixHardState)); v != nil {
-			var old raftpb.HardState
-			if err := old.Unmarshal(v); err == nil && old.Term > hs.Term {
-				hs.Term, hs.Vote = old.Term, old.Vote
-			}
+		if old, ok, err := tx.HardState(newID); err == nil && ok && old.Term > hs.Term {
+			hs.Term, hs.Vote = old.Term, old.Vote
 		}
 		if err := putRegion(tx, right); err != nil {
 			return err
 		}
-		if err := putHardState(tx, newID, hs); err != nil {
+		if err := tx.PutHardState(newID, hs); err != nil {
 			return err
 		}
-		if err := putApplyState(tx, newID, initApplyState); err != nil {
+		if err := tx.PutApplyState(newID, initApplyState); err != nil {
 			return err
 		}
 		rp.created = append(rp.created, createdRegion{region: right, hard: hs})
@@ -138,7 +135,7 @@ func (s *Store) applySplitTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry, cmd c
 	return nil
 }
 
-var initApplyState = applyState{AppliedIndex: raftInitIndex, AppliedTerm: raftInitTerm, TruncatedIndex: raftInitIndex, TruncatedTerm: raftInitTerm}
+var initApplyState = engine.ApplyState{AppliedIndex: raftInitIndex, AppliedTerm: raftInitTerm, TruncatedIndex: raftInitIndex, TruncatedTerm: raftInitTerm}
 
 // A conf change entry's Context: requestID(8) | n | n × (peerID(8) | storeID(8)),
 // the placement of the peers it adds (raft knows only their IDs).
@@ -172,7 +169,7 @@ func decodeConfContext(b []byte) (reqID uint64, stores map[uint64]uint64, err er
 
 // applyConfChangeTx records a membership change in the region's metadata;
 // publish hands it to raft. Leaving a joint configuration changes no peer.
-func (s *Store) applyConfChangeTx(tx *bbolt.Tx, rp *readyPeer, e *raftpb.Entry) error {
+func (s *Store) applyConfChangeTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry) error {
 	p := rp.p
 	var cc raftpb.ConfChangeV2
 	if e.Type == raftpb.EntryConfChange {

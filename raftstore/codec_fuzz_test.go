@@ -63,32 +63,6 @@ func FuzzDecodeCommand(f *testing.F) {
 	})
 }
 
-// FuzzDecodeApplyState: the 32-byte apply state record. Every 32-byte input
-// is a state, and the encoding is a bijection.
-func FuzzDecodeApplyState(f *testing.F) {
-	f.Add(initApplyState.encode())
-	f.Add(applyState{AppliedIndex: 1 << 40, AppliedTerm: 3, TruncatedIndex: 1 << 39, TruncatedTerm: 2}.encode())
-	f.Add(make([]byte, 31))
-	f.Add(make([]byte, 33))
-	f.Add([]byte(nil))
-
-	f.Fuzz(func(t *testing.T, b []byte) {
-		as, err := decodeApplyState(b)
-		if len(b) != 32 {
-			if err == nil {
-				t.Fatalf("decodeApplyState accepted %d bytes", len(b))
-			}
-			return
-		}
-		if err != nil {
-			t.Fatalf("decodeApplyState(32 bytes): %v", err)
-		}
-		if got := as.encode(); !bytes.Equal(got, b) {
-			t.Fatalf("encode(decode(%x)) = %x", b, got)
-		}
-	})
-}
-
 // FuzzDecodeConfContext: the Context of a conf-change entry (apply.go),
 // requestID(8) | uvarint n | n × (peerID(8) | storeID(8)). The input is also
 // read as a list of peers to encode, so the round trip from structured

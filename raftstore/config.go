@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"github.com/hedgekv/hedgekv/storage/vfs"
 )
 
@@ -62,7 +63,7 @@ type Config struct {
 	DedupWindow uint64
 	// BatchInterval: the Ready loop's rounds write into one bbolt
 	// transaction, committed at the end of the first round it is this old
-	// (and at every checkpoint, 100 ms; batch.go), as etcd's
+	// (and at every checkpoint, 100 ms; storage/engine, batch.go), as etcd's
 	// backend-batch-interval. Default 20 ms; negative: a commit every round.
 	BatchInterval time.Duration
 	// HibernateAfter: a region idle this long stops ticking until traffic
@@ -89,7 +90,15 @@ type Config struct {
 	// durable: a test's model of what a power loss keeps of that file,
 	// which cannot go through FS. nil in production.
 	AfterBoltSync func()
-	Logger        *slog.Logger
+
+	// applyBatchBytes and clearBatchKeys bound the transactions of a
+	// snapshot applied from its file and of a range clear (0: the
+	// engine's defaults); tests set them small to get many.
+	applyBatchBytes, clearBatchKeys int
+	// checkpointInterval: the engine's (0: its default); tests make it
+	// long to keep rounds in the open batch.
+	checkpointInterval time.Duration
+	Logger             *slog.Logger
 }
 
 // setDefaults fills the zero fields of c with their defaults. It only
@@ -129,7 +138,7 @@ func (c *Config) setDefaults() {
 		c.HibernateAfter = 10 * time.Second
 	}
 	if c.BatchInterval == 0 {
-		c.BatchInterval = defaultBatchInterval
+		c.BatchInterval = engine.DefaultBatchInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
@@ -16,7 +15,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 )
 
 // Replica agreement.
@@ -83,7 +82,7 @@ func (e *ReplicaNotFoundError) Error() string {
 // RegionDigest returns this store's digest of its replica of regionID.
 func (s *Store) RegionDigest(regionID uint64) (ReplicaDigest, error) {
 	d := ReplicaDigest{StoreID: s.cfg.StoreID}
-	err := s.viewReplica(regionID, func(tx *bbolt.Tx, r region.Region, as applyState) error {
+	err := s.viewReplica(regionID, func(tx *engine.Tx, r region.Region, as engine.ApplyState) error {
 		d.Region, d.AppliedIndex, d.AppliedTerm = r, as.AppliedIndex, as.AppliedTerm
 		self, _ := r.PeerOnStore(s.cfg.StoreID)
 		d.PeerID = self.ID
@@ -96,16 +95,16 @@ func (s *Store) RegionDigest(regionID uint64) (ReplicaDigest, error) {
 		})
 		h.Sum(d.Hash[:0])
 		dh := sha256.New()
-		now := dedupClockTx(tx, r.ID, as.AppliedIndex)
-		if err := forEachDedupTx(tx, r.StartKey, r.EndKey, func(rec dedupRecord) error {
-			if rec.clock+s.cfg.DedupWindow <= now {
+		now := tx.DedupClock(r.ID, as.AppliedIndex)
+		if err := tx.ForEachDedup(r.StartKey, r.EndKey, func(rec engine.DedupRecord) error {
+			if rec.Clock+s.cfg.DedupWindow <= now {
 				return nil // dead: no later entry can see it; trimmed at leisure
 			}
 			var b [16]byte
-			binary.BigEndian.PutUint64(b[:], rec.clock)
-			binary.BigEndian.PutUint64(b[8:], rec.id)
+			binary.BigEndian.PutUint64(b[:], rec.Clock)
+			binary.BigEndian.PutUint64(b[8:], rec.ID)
 			dh.Write(b[:])
-			writeHashChunk(dh, rec.key)
+			writeHashChunk(dh, rec.Key)
 			d.DedupRecords++
 			return nil
 		}); err != nil {
@@ -121,7 +120,7 @@ func (s *Store) RegionDigest(regionID uint64) (ReplicaDigest, error) {
 // regionID and the applied index they are as of. It exists to name the
 // first differing key once digests differ: it copies the whole range.
 func (s *Store) RegionDump(regionID uint64) (applied uint64, kvs []KV, err error) {
-	err = s.viewReplica(regionID, func(tx *bbolt.Tx, r region.Region, as applyState) error {
+	err = s.viewReplica(regionID, func(tx *engine.Tx, r region.Region, as engine.ApplyState) error {
 		applied = as.AppliedIndex
 		forEachInRange(tx, r, func(k, v []byte) {
 			kvs = append(kvs, KV{Key: bytes.Clone(k), Value: bytes.Clone(v)})
@@ -134,7 +133,7 @@ func (s *Store) RegionDump(regionID uint64) (applied uint64, kvs []KV, err error
 // viewReplica runs fn in one read transaction with the replica's metadata
 // and apply state as persisted, if this store hosts an initialized replica
 // of regionID that has not been removed.
-func (s *Store) viewReplica(regionID uint64, fn func(tx *bbolt.Tx, r region.Region, as applyState) error) error {
+func (s *Store) viewReplica(regionID uint64, fn func(tx *engine.Tx, r region.Region, as engine.ApplyState) error) error {
 	if s.stopped() {
 		return ErrStopped
 	}
@@ -153,34 +152,33 @@ func (s *Store) viewReplica(regionID uint64, fn func(tx *bbolt.Tx, r region.Regi
 		notFound.Uninitialized = true
 		return notFound
 	}
-	return s.eng.viewCommitted(func(tx *bbolt.Tx) error {
-		st := tx.Bucket(bucketRaftState)
-		meta := st.Get(stateKey(regionID, suffixRegion))
+	return s.eng.ViewCommitted(func(tx *engine.Tx) error {
+		meta := tx.RegionMeta(regionID)
 		if meta == nil {
 			return notFound // destroyed since the lookup
 		}
-		var r region.Region
-		if err := json.Unmarshal(meta, &r); err != nil {
-			return fmt.Errorf("region %d: decode region meta: %w", regionID, err)
+		r, err := decodeRegion(meta)
+		if err != nil {
+			return fmt.Errorf("region %d: %w", regionID, err)
 		}
 		if _, ok := r.PeerOnStore(s.cfg.StoreID); !ok {
 			return notFound // applied its own removal; being destroyed
 		}
-		as, err := decodeApplyState(st.Get(stateKey(regionID, suffixApplyState)))
+		as, err := tx.ApplyState(regionID)
 		if err != nil {
-			return fmt.Errorf("region %d: %w", regionID, err)
+			return err
 		}
 		return fn(tx, r, as)
 	})
 }
 
 // forEachInRange calls fn for every pair of r's range in key order. k and v
-// are bbolt memory: valid only inside the transaction.
-func forEachInRange(tx *bbolt.Tx, r region.Region, fn func(k, v []byte)) {
-	c := tx.Bucket(bucketData).Cursor()
-	for k, v := c.Seek(r.StartKey); k != nil && (len(r.EndKey) == 0 || bytes.Compare(k, r.EndKey) < 0); k, v = c.Next() {
+// are the transaction's memory: valid only inside it.
+func forEachInRange(tx *engine.Tx, r region.Region, fn func(k, v []byte)) {
+	tx.ForEachData(r.StartKey, r.EndKey, func(k, v []byte) bool {
 		fn(k, v)
-	}
+		return true
+	})
 }
 
 func writeHashChunk(h hash.Hash, b []byte) {

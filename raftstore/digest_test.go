@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 )
 
 // newDigestStore opens a store (not started) that bootstrapped region 1 with
@@ -27,9 +27,9 @@ func newDigestStore(t *testing.T, id uint64, initial ...uint64) *Store {
 
 func putData(t *testing.T, s *Store, kv ...string) {
 	t.Helper()
-	mustUpdate(t, s.eng, func(tx *bbolt.Tx) error {
+	mustUpdate(t, s.eng, func(tx *engine.Tx) error {
 		for i := 0; i+1 < len(kv); i += 2 {
-			if err := tx.Bucket(bucketData).Put([]byte(kv[i]), []byte(kv[i+1])); err != nil {
+			if err := tx.Put([]byte(kv[i]), []byte(kv[i+1])); err != nil {
 				return err
 			}
 		}
@@ -39,14 +39,14 @@ func putData(t *testing.T, s *Store, kv ...string) {
 
 func setApplied(t *testing.T, s *Store, regionID, index, term uint64) {
 	t.Helper()
-	mustUpdate(t, s.eng, func(tx *bbolt.Tx) error {
-		return putApplyState(tx, regionID, applyState{AppliedIndex: index, AppliedTerm: term, TruncatedIndex: index, TruncatedTerm: term})
+	mustUpdate(t, s.eng, func(tx *engine.Tx) error {
+		return tx.PutApplyState(regionID, engine.ApplyState{AppliedIndex: index, AppliedTerm: term, TruncatedIndex: index, TruncatedTerm: term})
 	})
 }
 
 func setRegionMeta(t *testing.T, s *Store, r region.Region) {
 	t.Helper()
-	mustUpdate(t, s.eng, func(tx *bbolt.Tx) error { return putRegion(tx, r) })
+	mustUpdate(t, s.eng, func(tx *engine.Tx) error { return putRegion(tx, r) })
 }
 
 func mustDigest(t *testing.T, s *Store, regionID uint64) ReplicaDigest {

@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/bbolt"
-
 	"github.com/hedgekv/hedgekv/region"
 )
 
@@ -93,7 +91,7 @@ func (s *Store) onDiskFailed(cause error) {
 }
 
 // probeDisk tries a small durable write, after rebuilding the batch the
-// failure lost, if it lost one (from the WAL: batch.go); no checkpoint
+// failure lost, if it lost one (from the WAL: storage/engine, batch.go); no checkpoint
 // may run before that rebuild, the probe's included. The rebuild takes
 // the engine back to its last commit, behind what the peers applied: the
 // peers are retired first (retirePeers), and serve nothing until
@@ -103,19 +101,11 @@ func (s *Store) probeDisk() error {
 	if err := s.injectedDiskError(); err != nil {
 		return err
 	}
-	if err := s.eng.recoverLost(s.retirePeers); err != nil {
+	if err := s.eng.RecoverLost(s.retirePeers); err != nil {
 		return fmt.Errorf("rebuild lost batch: %w", err)
 	}
-	return s.eng.update(func(tx *bbolt.Tx) error {
-		b := tx.Bucket(bucketMeta)
-		if err := b.Put(keyDiskProbe, uint64Bytes(uint64(time.Now().UnixNano()))); err != nil {
-			return err
-		}
-		return b.Delete(keyDiskProbe)
-	})
+	return s.eng.Probe()
 }
-
-var keyDiskProbe = []byte("disk-probe")
 
 // retirePeers marks every peer of the frozen store removed, before its
 // engine goes back to what is on disk (the last commit, behind what the
@@ -150,7 +140,7 @@ func (s *Store) retirePeers() {
 // once the disk takes writes again. The loop is the only goroutine that
 // creates or drives peers, and it is the caller, so no round is under way.
 func (s *Store) recoverFromDisk() error {
-	// The probe that succeeded rebuilt a lost batch (batch.go). A snapshot
+	// The probe that succeeded rebuilt a lost batch (storage/engine, batch.go). A snapshot
 	// apply under way is finished or cleared from its marker next: the
 	// peers below are loaded from what the two leave.
 	// Retired already if the probe rebuilt a lost batch; if not, before
@@ -159,7 +149,7 @@ func (s *Store) recoverFromDisk() error {
 	if err := s.snaps.recover(); err != nil {
 		return fmt.Errorf("snapshot applies: %w", err)
 	}
-	persisted, err := s.eng.loadPeers()
+	persisted, err := loadPeers(s.eng)
 	if err != nil {
 		return fmt.Errorf("reload peers: %w", err)
 	}

@@ -34,6 +34,9 @@ func newStaleRebuild(t *testing.T) *staleRebuild {
 	c := newMiniCluster(t, 3, func(cfg *Config) {
 		cfg.BatchInterval = time.Hour
 		cfg.MaxClockOffset = time.Millisecond
+		// No periodic checkpoint: v2 stays in the follower's open batch
+		// until the failed commit below loses it.
+		cfg.checkpointInterval = time.Hour
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -47,11 +50,6 @@ func newStaleRebuild(t *testing.T) *staleRebuild {
 			break
 		}
 	}
-	// No periodic checkpoint on the follower: v2 stays in its open batch
-	// until the failed commit below loses it.
-	sr.f.eng.mu.Lock()
-	sr.f.eng.ckptAt = time.Now().Add(time.Hour)
-	sr.f.eng.mu.Unlock()
 	c.put(ctx, sr.key, []byte("v2"))
 	sr.acked = time.Now()
 	c.waitFor(10*time.Second, "the follower serves v2 stale from a safe point newer than v2's ack", func() bool {

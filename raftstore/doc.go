@@ -1,8 +1,12 @@
 // Package raftstore is one process's Store: the region Peers it hosts, each
-// an etcd-io/raft RawNode, on one bbolt engine; the Ready loop; apply;
-// snapshots; ReadIndex, the leader lease and follower read; typed
-// notices beside raft messages (notice.go); and the Transport that
-// carries both between stores (message.go routes what arrives).
+// an etcd-io/raft RawNode; the Ready loop; apply; snapshots; ReadIndex,
+// the leader lease and follower read; typed notices beside raft messages
+// (notice.go); and the Transport that carries both between stores
+// (message.go routes what arrives). It reaches disk only through one
+// storage engine per store (package storage/engine: bbolt, the round log,
+// the batch and its overlay, checkpoints, snapshot files), whose
+// transactions have a method per kind of record; no file here sees
+// bbolt.
 //
 // # The Ready loop
 //
@@ -25,12 +29,12 @@
 //     indexes alone is only written): group commit, at most one fsync per
 //     round however many regions and requests it carries. Beside that write, in the batch, ONE bbolt
 //     write transaction that the rounds share, committed every 20 ms and
-//     at checkpoints (batch.go; user writes show through the overlay until
+//     at checkpoints (storage/engine, batch.go; user writes show through the overlay until
 //     then): snapshot (the region's log and state; its
 //     data was written before, outside the loop, which held that peer's
 //     Ready meanwhile: snapapply.go), new log entries (dropping any
 //     conflicting tail) and the hard state. bbolt is committed and made
-//     durable by checkpoints (checkpoint.go: every 100 ms, and after any
+//     durable by checkpoints (storage/engine, checkpoint.go: every 100 ms, and after any
 //     round that changes a region's shape, before it sends); a restart
 //     restores the last one and replays the round log. A failed write
 //     freezes the store (diskfail.go); a lost batch is rebuilt from the

@@ -1,6 +1,6 @@
 package raftstore
 
-import "go.etcd.io/bbolt"
+import "github.com/hedgekv/hedgekv/storage/engine"
 
 // CorruptForTest exists for tests only: it writes key=value (nil value:
 // deletes key) straight into this store's user data, behind raft's back,
@@ -8,10 +8,10 @@ import "go.etcd.io/bbolt"
 // can be shown to catch a replica whose data diverged. Never call it
 // outside tests: the replica no longer matches its log.
 func (s *Store) CorruptForTest(key, value []byte) error {
-	return s.eng.db.Update(func(tx *bbolt.Tx) error {
+	return s.eng.Update(func(tx *engine.Tx) error {
 		if value == nil {
-			return tx.Bucket(bucketData).Delete(key)
+			return tx.Delete(key)
 		}
-		return tx.Bucket(bucketData).Put(key, value)
+		return tx.Put(key, value)
 	})
 }

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 )
 
 // Peer instances.
@@ -38,12 +38,9 @@ var errInstancesExhausted = errors.New("peer instance identities exhausted for t
 // (synced, as every engine commit is unless NoSync): no two opens of this
 // data dir ever share one.
 func (s *Store) bumpIncarnation() error {
-	return s.eng.update(func(tx *bbolt.Tx) error {
-		b := tx.Bucket(bucketMeta)
-		var inc uint64
-		if v := b.Get(keyIncarnation); len(v) == 8 {
-			inc = binary.BigEndian.Uint64(v)
-		} else {
+	return s.eng.Update(func(tx *engine.Tx) error {
+		inc := tx.Incarnation()
+		if inc == 0 {
 			var rb [4]byte
 			if _, err := rand.Read(rb[:]); err != nil {
 				return fmt.Errorf("incarnation seed: %w", err)
@@ -54,7 +51,7 @@ func (s *Store) bumpIncarnation() error {
 		if inc >= 1<<32 {
 			return fmt.Errorf("store incarnation %d out of range", inc)
 		}
-		if err := b.Put(keyIncarnation, uint64Bytes(inc)); err != nil {
+		if err := tx.PutIncarnation(inc); err != nil {
 			return fmt.Errorf("write incarnation: %w", err)
 		}
 		s.incarnation = inc

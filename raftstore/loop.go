@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"github.com/hedgekv/hedgekv/storage/wal"
-	"go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -185,7 +185,7 @@ func (s *Store) round() error {
 	batch := s.collectReadyApart(dirty) // snapshot applies held apart (snapapply.go)
 	if len(batch) == 0 {
 		// An idle store still commits (and checkpoints) its last rounds.
-		return s.eng.checkpointIfDue(false)
+		return s.eng.CheckpointIfDue(false)
 	}
 	s.sendEarly(batch)
 	if err := s.persistAndApply(batch); err != nil {
@@ -297,7 +297,7 @@ func (s *Store) persistAndApply(batch []*readyPeer) error {
 		return items
 	}
 	durable := func() { s.sendDurable(early) }
-	err := s.writeTx(prepare, durable, func(tx *bbolt.Tx) error {
+	err := s.writeTx(prepare, durable, func(tx *engine.Tx) error {
 		// Every persist before any apply: a split applied here writes the
 		// new region's state, which must win over (and carry the vote of)
 		// a placeholder of that region persisting in the same round.
@@ -327,7 +327,7 @@ func (s *Store) persistAndApply(batch []*readyPeer) error {
 	s.stats.readyRounds.Add(1)
 	// A round that changed a region's shape is made durable in bbolt
 	// before anything of it is sent or published: the WAL replays only
-	// raft log entries and hard states (checkpoint.go).
+	// raft log entries and hard states (storage/engine, checkpoint.go).
 	var shaped []uint64
 	for _, rp := range batch {
 		if !rp.skip && (rp.snapApplied || rp.regionChanged || rp.removed || len(rp.created) > 0 || len(rp.confChanges) > 0) {
@@ -335,12 +335,12 @@ func (s *Store) persistAndApply(batch []*readyPeer) error {
 		}
 	}
 	if len(shaped) == 0 {
-		return s.eng.checkpointIfDue(false)
+		return s.eng.CheckpointIfDue(false)
 	}
 	// This checkpoint holds every region of the store (it runs in the
 	// loop, and waits for a timed one in flight): say when it was long.
 	start := time.Now()
-	err = s.eng.checkpointIfDue(true)
+	err = s.eng.CheckpointIfDue(true)
 	if took := time.Since(start); took >= slowShapeCheckpoint {
 		s.log.Info("a shape change's checkpoint held the loop", "took_ms", took.Milliseconds(), "regions", shaped)
 	}
@@ -442,11 +442,11 @@ func (s *Store) advance(batch []*readyPeer) error {
 }
 
 // writeTx persists the round (its WAL record, synced, then its bbolt
-// transaction, committed without an fsync: checkpoint.go) and reports how
+// transaction, committed without an fsync: storage/engine, checkpoint.go) and reports how
 // long it took to the metrics hook.
-func (s *Store) writeTx(prepare func() []wal.Item, durable func(), fn func(*bbolt.Tx) error) error {
+func (s *Store) writeTx(prepare func() []wal.Item, durable func(), fn func(*engine.Tx) error) error {
 	start := time.Now()
-	err := s.eng.round(prepare, durable, fn)
+	err := s.eng.Round(prepare, durable, fn)
 	s.stats.observeWriteTx(time.Since(start))
 	return err
 }
@@ -475,7 +475,7 @@ func needsWrite(batch []*readyPeer) bool {
 }
 
 // persistTx writes the Ready's snapshot, entries and hard state.
-func (s *Store) persistTx(tx *bbolt.Tx, rp *readyPeer) error {
+func (s *Store) persistTx(tx *engine.Tx, rp *readyPeer) error {
 	p, rd := rp.p, &rp.rd
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		var r region.Region
@@ -483,7 +483,10 @@ func (s *Store) persistTx(tx *bbolt.Tx, rp *readyPeer) error {
 		if _, _, staged := s.snaps.stagedFile(rd.Snapshot.Data); staged {
 			rp.stagedSnap, r, err = s.snaps.applyStaged(tx, rd.Snapshot)
 		} else {
-			r, err = applySnapshotTx(tx, rd.Snapshot)
+			var meta []byte
+			if meta, err = tx.ApplySnapshot(rd.Snapshot.Data, rd.Snapshot.Metadata.Index, rd.Snapshot.Metadata.Term); err == nil {
+				r, err = decodeRegion(meta)
+			}
 		}
 		if err != nil {
 			return err
@@ -492,23 +495,23 @@ func (s *Store) persistTx(tx *bbolt.Tx, rp *readyPeer) error {
 		p.region = r
 		p.mu.Unlock()
 		rp.snapApplied = true
-		s.eng.wroteRange()
+		s.eng.WroteRange()
 		s.stats.snapshotsApplied.Add(1)
 		rp.applied = rd.Snapshot.Metadata.Index
 		rp.appliedTerm = rd.Snapshot.Metadata.Term
 	}
 	prevLast := p.lastIndex
 	if rp.snapApplied {
-		prevLast = 0 // applySnapshotTx cleared the log
+		prevLast = 0 // the snapshot apply cleared the log
 	}
-	if err := appendEntries(tx, p.regionID, rd.Entries, prevLast); err != nil {
+	if err := tx.AppendEntries(p.regionID, rd.Entries, prevLast); err != nil {
 		return err
 	}
 	if len(rd.Entries) > 0 {
-		s.eng.wroteLog(p.regionID, rd.Entries[0].Index)
+		s.eng.WroteLog(p.regionID, rd.Entries[0].Index)
 	}
 	if !raft.IsEmptyHardState(rd.HardState) {
-		if err := putHardState(tx, p.regionID, rd.HardState); err != nil {
+		if err := tx.PutHardState(p.regionID, rd.HardState); err != nil {
 			return err
 		}
 	}
@@ -516,7 +519,7 @@ func (s *Store) persistTx(tx *bbolt.Tx, rp *readyPeer) error {
 }
 
 // applyTx applies committed entries and records the applied index.
-func (s *Store) applyTx(tx *bbolt.Tx, rp *readyPeer) error {
+func (s *Store) applyTx(tx *engine.Tx, rp *readyPeer) error {
 	p := rp.p
 	if !rp.snapApplied {
 		p.mu.Lock()
@@ -540,7 +543,7 @@ func (s *Store) applyTx(tx *bbolt.Tx, rp *readyPeer) error {
 	if err := s.trimDedupTx(tx, p, rp.applied, len(rp.rd.CommittedEntries)); err != nil {
 		return err
 	}
-	as := applyState{AppliedIndex: rp.applied, AppliedTerm: rp.appliedTerm}
+	as := engine.ApplyState{AppliedIndex: rp.applied, AppliedTerm: rp.appliedTerm}
 	first, _ := p.storage.FirstIndex()
 	as.TruncatedIndex = first - 1
 	as.TruncatedTerm, _ = p.storage.Term(first - 1)
@@ -555,17 +558,17 @@ func (s *Store) applyTx(tx *bbolt.Tx, rp *readyPeer) error {
 		// From this transaction: compactTo is usually below the mirror.
 		term, err := p.storage.termTx(tx, rp.compactTo)
 		if err == nil {
-			if err := deleteLog(tx, p.regionID, as.TruncatedIndex+1, rp.compactTo); err != nil {
+			if err := tx.DeleteLog(p.regionID, as.TruncatedIndex+1, rp.compactTo); err != nil {
 				return err
 			}
 			as.TruncatedIndex, as.TruncatedTerm = rp.compactTo, term
 			rp.compactTerm = term
-			s.eng.commitAtRoundEnd()
+			s.eng.CommitAtRoundEnd()
 		} else {
 			rp.compactTo = 0
 		}
 	}
-	return putApplyState(tx, p.regionID, as)
+	return tx.PutApplyState(p.regionID, as)
 }
 
 // publish updates the in-memory mirror and peer state after commit, and

@@ -2,12 +2,11 @@ package raftstore
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
@@ -18,13 +17,10 @@ import (
 // waits for a snapshot (an added replica, or a split this store has not
 // applied yet), and a conf change removes one.
 
-// tombstoneKey: regionID(8) | 't' | peerID(8) -> nil for every peer removed
+// A tombstone (engine.Tx.PutTombstone) is kept for every peer removed
 // here. Messages to such a peer are stale and must not resurrect it; a new
 // replica of the region gets a new peer ID (IDs are cluster-unique, not
 // ordered: allocID puts the allocating store in the low bits).
-func tombstoneKey(regionID, peerID uint64) []byte {
-	return binary.BigEndian.AppendUint64(stateKey(regionID, suffixTombstone), peerID)
-}
 
 // A tombstone (NoticeTombstone) is how a leader tells a peer it removed to
 // destroy itself; the receiving store handles it before any other check
@@ -173,15 +169,13 @@ func (s *Store) maybeCreatePeer(m *Message) (*Peer, error) {
 	// takes after routeMessage marked it removed. A later term of another
 	// peer ID of the region, kept under the same key, binds it too: a
 	// term never goes back.
-	err := s.eng.viewLatest(func(tx *bbolt.Tx) error {
-		st := tx.Bucket(bucketRaftState)
-		if st.Get(tombstoneKey(m.RegionID, m.ToPeer())) != nil {
+	err := s.eng.ViewLatest(func(tx *engine.Tx) error {
+		if tx.Tombstoned(m.RegionID, m.ToPeer()) {
 			return &region.RegionNotFoundError{RegionID: m.RegionID}
 		}
-		if v := st.Get(stateKey(m.RegionID, suffixHardState)); v != nil {
-			return hs.Unmarshal(v)
-		}
-		return nil
+		var err error
+		hs, _, err = tx.HardState(m.RegionID)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create peer for region %d: %w", m.RegionID, err)
@@ -237,26 +231,19 @@ func (s *Store) destroyPeer(p *Peer) error {
 	// snapshot worker in bounded transactions (snapapply.go): in this
 	// transaction they held the store's loop for as long as they took
 	// (a removed store's replicas went one every 10-17 s at scale).
-	err := s.eng.update(func(tx *bbolt.Tx) error {
-		st := tx.Bucket(bucketRaftState)
-		for _, suf := range []byte{suffixRegion, suffixHardState, suffixApplyState} {
-			if err := st.Delete(stateKey(r.ID, suf)); err != nil {
-				return err
-			}
-		}
-		if err := st.Put(tombstoneKey(r.ID, p.id), []byte{}); err != nil {
+	err := s.eng.Update(func(tx *engine.Tx) error {
+		// The state, log and dedup clock base go; the range's data and
+		// dedup records go with the clear below.
+		if err := tx.DeleteRegion(r.ID); err != nil {
 			return err
 		}
-		if err := deleteLog(tx, r.ID, 0, ^uint64(0)); err != nil {
-			return err
-		}
-		if err := destroyDedupTx(tx, r, false); err != nil { // the clock base; the records go with the range
+		if err := tx.PutTombstone(r.ID, p.id); err != nil {
 			return err
 		}
 		if !p.initialized {
 			return nil
 		}
-		return putJSON(tx, clearMarkerKey(r.ID, p.id), clearMarker{Start: r.StartKey, End: r.EndKey})
+		return putMarker(tx, clearMarkerOf(r.ID, p.id), clearMarker{Start: r.StartKey, End: r.EndKey})
 	})
 	if err != nil {
 		return fmt.Errorf("destroy region %d peer %d: %w", r.ID, p.id, err)
@@ -529,15 +516,10 @@ func (s *Store) waitCaughtUp(ctx context.Context, p *Peer, peerID uint64) error 
 // need to agree on anything to allocate.
 func (s *Store) allocID() (uint64, error) {
 	var id uint64
-	err := s.eng.update(func(tx *bbolt.Tx) error {
-		b := tx.Bucket(bucketMeta)
-		var n uint64
-		if v := b.Get(keyNextID); len(v) == 8 {
-			n = binary.BigEndian.Uint64(v)
-		}
-		n++
+	err := s.eng.Update(func(tx *engine.Tx) error {
+		n := tx.NextID() + 1
 		id = n<<16 | s.cfg.StoreID
-		return b.Put(keyNextID, uint64Bytes(n))
+		return tx.PutNextID(n)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("allocate id: %w", err)

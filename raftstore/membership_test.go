@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 )
 
 // Destroying a replica commits its tombstone and returns; its range is
@@ -30,9 +30,9 @@ func TestDestroyClearsTheRangeOffTheLoop(t *testing.T) {
 	// 40,000 pairs of 1 KB in the replica's range, behind raft's back.
 	val := bytes.Repeat([]byte("v"), 1000)
 	for start := 0; start < 40000; start += 10000 {
-		if err := victim.eng.lockedUpdate(func(tx *bbolt.Tx) error {
+		if err := victim.eng.LockedUpdate(func(tx *engine.Tx) error {
 			for i := start; i < start+10000; i++ {
-				if err := tx.Bucket(bucketData).Put(fmt.Appendf(nil, "x%08d", i), val); err != nil {
+				if err := tx.Put(fmt.Appendf(nil, "x%08d", i), val); err != nil {
 					return err
 				}
 			}
@@ -49,7 +49,7 @@ func TestDestroyClearsTheRangeOffTheLoop(t *testing.T) {
 	destroyed := time.Since(begin)
 	c.waitFor(60*time.Second, "the range cleared", func() bool {
 		pairs, _ := countData(t, victim)
-		a, cl := victim.eng.markerCount()
+		a, cl := victim.eng.MarkerCount()
 		return pairs == 0 && a == 0 && cl == 0
 	})
 	t.Logf("destroyPeer returned in %v; the range of 40,000 pairs was cleared %v after", destroyed, time.Since(begin))
@@ -117,7 +117,7 @@ func TestRemovedStoreLearnsOfEveryRemovalAtOnce(t *testing.T) {
 	}
 	c.waitFor(30*time.Second, "the removed store's data cleared", func() bool {
 		pairs, _ := countData(t, vs)
-		a, cl := vs.eng.markerCount()
+		a, cl := vs.eng.MarkerCount()
 		return pairs == 0 && a == 0 && cl == 0
 	})
 }

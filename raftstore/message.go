@@ -105,7 +105,7 @@ func (s *Store) checkInboundSnapshot(p *Peer, m *Message) error {
 			err = fmt.Errorf("snapshot file of region %d: %w", r.ID, errCorrupt)
 		}
 	} else {
-		r, _, err = decodeSnapshotRegion(m.Msg.Snapshot.Data)
+		r, err = decodeSnapshotRegion(m.Msg.Snapshot.Data)
 	}
 	if err != nil {
 		return fmt.Errorf("region %d: bad snapshot: %w", m.RegionID, err)

@@ -98,13 +98,10 @@ func (v *voteSink) voteResp(from, to uint64) (raftpb.Message, bool) {
 // membership change) and re-created by its own leader's next heartbeat
 // must still refuse a second candidate of the term it voted in.
 func TestRecreatedPlaceholderKeepsItsVote(t *testing.T) {
-	c := newMiniCluster(t, 1, func(cfg *Config) { cfg.BatchInterval = time.Hour })
-	s := c.store(1)
 	// No periodic checkpoint: whatever the rounds below persist stays in
 	// the open batch.
-	s.eng.mu.Lock()
-	s.eng.ckptAt = time.Now().Add(time.Hour)
-	s.eng.mu.Unlock()
+	c := newMiniCluster(t, 1, func(cfg *Config) { cfg.BatchInterval, cfg.checkpointInterval = time.Hour, time.Hour })
+	s := c.store(1)
 	sink := &voteSink{}
 	c.net.Register(2, sink)
 	c.net.Register(3, sink)

@@ -313,7 +313,7 @@ func (s *Store) Get(ctx context.Context, opts ReadOptions, key []byte) (value []
 		return nil, false, info, err
 	}
 	gen := p.dataGen()
-	value, found, err = s.eng.get(key)
+	value, found, err = s.eng.Get(key)
 	if err != nil {
 		return nil, false, info, fmt.Errorf("get: %w", err)
 	}
@@ -337,7 +337,7 @@ func (s *Store) BatchGet(ctx context.Context, opts ReadOptions, keys [][]byte) (
 		return nil, info, err
 	}
 	gen := p.dataGen()
-	kvs, err := s.eng.batchGet(keys)
+	kvs, err := s.eng.BatchGet(keys)
 	if err != nil {
 		return nil, info, fmt.Errorf("batch get: %w", err)
 	}
@@ -365,7 +365,7 @@ func (s *Store) Scan(ctx context.Context, opts ReadOptions, start, end []byte, l
 		return nil, r, info, nil
 	}
 	gen := p.dataGen()
-	kvs, err := s.eng.scan(ctx, lo, hi, limit)
+	kvs, err := s.eng.Scan(ctx, lo, hi, limit)
 	if err != nil {
 		return nil, r, info, fmt.Errorf("scan: %w", err)
 	}

@@ -1,13 +1,13 @@
 package raftstore
 
 import (
-	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
 
 	"github.com/hedgekv/hedgekv/region"
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -55,26 +55,26 @@ import (
 // claims (the jobs run in order, so an apply queued after a clear clears
 // its own range first anyway).
 
-// Variables for tests (many small transactions).
-var (
-	// snapApplyBatch bounds the keys and values one apply transaction
-	// writes: bbolt holds them, their nodes and their pages until commit.
-	snapApplyBatch = 4 << 20
-	// clearBatchKeys bounds the deletes of one clear transaction.
-	clearBatchKeys = 4096
-)
-
 var (
 	errApplyHalted = errors.New("snapshot apply halted")
 	errPeerGone    = errors.New("peer removed during its snapshot apply")
 )
 
-func applyMarkerKey(regionID, peerID uint64) []byte {
-	return binary.BigEndian.AppendUint64(stateKey(regionID, suffixSnapApply), peerID)
+func applyMarkerOf(regionID, peerID uint64) engine.Marker {
+	return engine.Marker{Kind: engine.MarkerSnapApply, RegionID: regionID, PeerID: peerID}
 }
 
-func clearMarkerKey(regionID, peerID uint64) []byte {
-	return binary.BigEndian.AppendUint64(stateKey(regionID, suffixClear), peerID)
+func clearMarkerOf(regionID, peerID uint64) engine.Marker {
+	return engine.Marker{Kind: engine.MarkerClear, RegionID: regionID, PeerID: peerID}
+}
+
+// putMarker records marker m with v, JSON-encoded, as its value.
+func putMarker(tx *engine.Tx, m engine.Marker, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return tx.PutMarker(m, b)
 }
 
 // applyMarker is a snapshot apply begun and not finished.
@@ -122,7 +122,7 @@ type applyJob struct {
 // clearJob clears a range nothing claims, then deletes its marker.
 type clearJob struct {
 	s          *Store
-	key        []byte // the marker to delete
+	marker     engine.Marker // to delete once done
 	start, end []byte
 	why        string
 }
@@ -206,7 +206,7 @@ func (ss *snapshots) divert(s *Store, batch []*readyPeer) []*readyPeer {
 // finishApply writes, in the round's transaction, the state of a snapshot
 // whose data the worker wrote; held is false if no job holds it (one that
 // never went to the worker is applied whole in the transaction).
-func (ss *snapshots) finishApply(tx *bbolt.Tx, id uint64, md raftpb.SnapshotMetadata) (_ region.Region, held bool, _ error) {
+func (ss *snapshots) finishApply(tx *engine.Tx, id uint64, md raftpb.SnapshotMetadata) (_ region.Region, held bool, _ error) {
 	ss.mu.Lock()
 	var j *applyJob
 	for _, h := range ss.held {
@@ -233,7 +233,7 @@ func (ss *snapshots) finishApply(tx *bbolt.Tx, id uint64, md raftpb.SnapshotMeta
 	if err := finishSnapshotTx(tx, rg, md.Index, md.Term, j.dedupBase); err != nil {
 		return region.Region{}, true, err
 	}
-	if err := tx.Bucket(bucketRaftState).Delete(applyMarkerKey(rg.ID, j.p.id)); err != nil {
+	if err := tx.DeleteMarker(applyMarkerOf(rg.ID, j.p.id)); err != nil {
 		return region.Region{}, true, err
 	}
 	ss.mu.Lock()
@@ -261,17 +261,15 @@ func (ss *snapshots) publishedLocked(id uint64) {
 
 // finishSnapshotTx writes a snapshot's state once its data is in: the
 // log starts after it, and the region is the snapshot's.
-func finishSnapshotTx(tx *bbolt.Tx, rg region.Region, index, term, dedupBase uint64) error {
-	if err := putDedupBaseTx(tx, rg.ID, dedupBase); err != nil {
-		return fmt.Errorf("region %d dedup clock: %w", rg.ID, err)
-	}
-	if err := deleteLog(tx, rg.ID, 0, ^uint64(0)); err != nil {
-		return fmt.Errorf("clear region %d log: %w", rg.ID, err)
-	}
-	if err := putApplyState(tx, rg.ID, applyState{AppliedIndex: index, AppliedTerm: term, TruncatedIndex: index, TruncatedTerm: term}); err != nil {
+func finishSnapshotTx(tx *engine.Tx, rg region.Region, index, term, dedupBase uint64) error {
+	meta, err := encodeRegion(rg)
+	if err != nil {
 		return err
 	}
-	return putRegion(tx, rg)
+	if err := tx.FinishSnapshot(meta, index, term, dedupBase); err != nil {
+		return fmt.Errorf("region %d: finish snapshot: %w", rg.ID, err)
+	}
+	return nil
 }
 
 // ---- reads ---------------------------------------------------------------------
@@ -368,14 +366,14 @@ func (ss *snapshots) runApply(j *applyJob) {
 	err := stop()
 	wrote := false
 	if err == nil {
-		err = syncFile(ss.eng.fs, j.st.path, ss.eng.noSync)
+		err = ss.eng.SyncSnapshotFile(j.st.path)
 	}
 	if err == nil {
-		err = ss.eng.lockedUpdate(func(tx *bbolt.Tx) error { return putJSON(tx, applyMarkerKey(j.st.regionID, p.id), j.marker) })
+		err = ss.eng.LockedUpdate(func(tx *engine.Tx) error { return putMarker(tx, applyMarkerOf(j.st.regionID, p.id), j.marker) })
 		wrote = err == nil
 	}
 	if err == nil {
-		base, err = ss.eng.applySnapshotFile(j.st.path, j.st.region, s.claimed(j.st.regionID, j), stop)
+		base, err = ss.eng.ApplySnapshotFile(j.st.path, spanOf(j.st.region), s.claimed(j.st.regionID, j), stop)
 	}
 	ss.mu.Lock()
 	switch {
@@ -394,7 +392,7 @@ func (ss *snapshots) runApply(j *applyJob) {
 	ss.mu.Unlock()
 	switch {
 	case errors.Is(err, errPeerGone) && wrote:
-		c := &clearJob{s: s, key: applyMarkerKey(j.st.regionID, p.id), start: j.st.region.StartKey, end: j.st.region.EndKey,
+		c := &clearJob{s: s, marker: applyMarkerOf(j.st.regionID, p.id), start: j.st.region.StartKey, end: j.st.region.EndKey,
 			why: fmt.Sprintf("region %d peer %d removed during its snapshot apply", j.st.regionID, p.id)}
 		if cerr := ss.runClear(c); cerr != nil && !errors.Is(cerr, errApplyHalted) {
 			s.log.Warn("clearing an abandoned snapshot apply failed; retried at the next start", "region", j.st.regionID, "err", cerr)
@@ -415,7 +413,7 @@ func (ss *snapshots) cleanupLocked(j *applyJob) {
 		j.state = jobGone // never wrote anything
 	case jobApplied, jobFailed:
 		j.state = jobGone
-		ss.enqueueLocked(workerJob{clear: &clearJob{s: j.s, key: applyMarkerKey(j.st.regionID, j.p.id),
+		ss.enqueueLocked(workerJob{clear: &clearJob{s: j.s, marker: applyMarkerOf(j.st.regionID, j.p.id),
 			start: j.st.region.StartKey, end: j.st.region.EndKey,
 			why: fmt.Sprintf("region %d peer %d removed before its snapshot apply finished", j.st.regionID, j.p.id)}})
 	}
@@ -426,29 +424,29 @@ func (ss *snapshots) cleanupLocked(j *applyJob) {
 func (ss *snapshots) enqueueClear(s *Store, regionID, peerID uint64, r region.Region) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	ss.enqueueLocked(workerJob{clear: &clearJob{s: s, key: clearMarkerKey(regionID, peerID), start: r.StartKey, end: r.EndKey,
+	ss.enqueueLocked(workerJob{clear: &clearJob{s: s, marker: clearMarkerOf(regionID, peerID), start: r.StartKey, end: r.EndKey,
 		why: fmt.Sprintf("region %d peer %d destroyed", regionID, peerID)}})
 }
 
 func (ss *snapshots) runClear(c *clearJob) error {
 	claimed := c.s.claimed(0, nil)
-	for _, iv := range freeRanges(c.start, c.end, claimed) {
-		if err := ss.eng.clearUserRange(iv[0], iv[1], ss.haltedErr); err != nil {
+	for _, iv := range engine.FreeRanges(c.start, c.end, claimed) {
+		if err := ss.eng.ClearUserRange(iv[0], iv[1], ss.haltedErr); err != nil {
 			return err
 		}
 	}
-	return ss.eng.lockedUpdate(func(tx *bbolt.Tx) error { return tx.Bucket(bucketRaftState).Delete(c.key) })
+	return ss.eng.LockedUpdate(func(tx *engine.Tx) error { return tx.DeleteMarker(c.marker) })
 }
 
 // claimed returns the ranges a clear must not touch: every region here,
 // and every snapshot waiting to be applied or finished, but for region
 // except (0: none) and job self.
-func (s *Store) claimed(except uint64, self *applyJob) []region.Region {
+func (s *Store) claimed(except uint64, self *applyJob) []engine.Span {
 	s.mu.RLock()
-	var out []region.Region
+	var out []engine.Span
 	for _, r := range s.ranges.All() {
 		if r.ID != except || except == 0 {
-			out = append(out, r)
+			out = append(out, spanOf(r))
 		}
 	}
 	s.mu.RUnlock()
@@ -456,7 +454,7 @@ func (s *Store) claimed(except uint64, self *applyJob) []region.Region {
 	ss.mu.Lock()
 	for _, j := range ss.held {
 		if j != self && j.state != jobGone {
-			out = append(out, j.st.region)
+			out = append(out, spanOf(j.st.region))
 		}
 	}
 	ss.mu.Unlock()

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 )
 
 // miniCluster is stores on the in-memory network for this package's own
@@ -114,7 +114,7 @@ func (c *miniCluster) kill(id uint64) {
 		<-s.done
 		s.bg.Wait()
 		s.snaps.close()
-		crash(s.eng)
+		s.eng.Crash()
 	})
 }
 
@@ -330,16 +330,14 @@ func (g *applyGate) waitReached(t *testing.T, reached chan struct{}) {
 // smallBatches makes applies and clears take many transactions; the gate
 // is installed before any store runs and removed after they stop.
 func smallBatches(t *testing.T) *applyGate {
-	oldB, oldK := snapApplyBatch, clearBatchKeys
-	snapApplyBatch, clearBatchKeys = 64<<10, 128
 	g := &applyGate{}
 	testHookApplyBatch = g.hook
-	t.Cleanup(func() {
-		testHookApplyBatch = nil
-		snapApplyBatch, clearBatchKeys = oldB, oldK
-	})
+	t.Cleanup(func() { testHookApplyBatch = nil })
 	return g
 }
+
+// config gives a store the small transactions (its Config's).
+func (g *applyGate) config(cfg *Config) { cfg.applyBatchBytes, cfg.clearBatchKeys = 64<<10, 128 }
 
 // An apply's transactions: the first stop check, one each to clear the
 // range's pairs, its dedup records and the region's log (each fits in one
@@ -348,10 +346,9 @@ const gateBeforeWrites = 4
 
 func countData(t *testing.T, s *Store) (pairs, records int) {
 	t.Helper()
-	err := s.eng.db.View(func(tx *bbolt.Tx) error {
-		pairs = tx.Bucket(bucketData).Stats().KeyN
-		records = tx.Bucket(bucketDedup).Stats().KeyN
-		return nil
+	err := s.eng.View(func(tx *engine.Tx) error {
+		tx.ForEachData(nil, nil, func(k, v []byte) bool { pairs++; return true })
+		return tx.ForEachDedup(nil, nil, func(engine.DedupRecord) error { records++; return nil })
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -367,7 +364,7 @@ func countData(t *testing.T, s *Store) (pairs, records int) {
 // completes with every replica agreeing.
 func TestSnapshotApplyKilledHalfwayFinishesFromItsFile(t *testing.T) {
 	g := smallBatches(t)
-	c := newMiniCluster(t, 3, nil)
+	c := newMiniCluster(t, 3, g.config)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const n = 2000
@@ -379,10 +376,10 @@ func TestSnapshotApplyKilledHalfwayFinishesFromItsFile(t *testing.T) {
 	}()
 	g.waitReached(t, reached)
 	s4 := c.store(4)
-	if err := s4.eng.checkpointIfDue(true); err != nil {
+	if err := s4.eng.CheckpointIfDue(true); err != nil {
 		t.Fatal(err)
 	}
-	if a, _ := s4.eng.markerCount(); a != 1 {
+	if a, _ := s4.eng.MarkerCount(); a != 1 {
 		t.Fatalf("%d apply markers checkpointed, want 1", a)
 	}
 	reached, release2 := g.arm(gateBeforeWrites + 8)
@@ -396,7 +393,7 @@ func TestSnapshotApplyKilledHalfwayFinishesFromItsFile(t *testing.T) {
 	c.kill(4)
 
 	s4 = c.open(4)
-	if a, cl := s4.eng.markerCount(); a != 0 || cl != 0 {
+	if a, cl := s4.eng.MarkerCount(); a != 0 || cl != 0 {
 		t.Fatalf("after open: %d apply and %d clear markers left", a, cl)
 	}
 	d, err := s4.RegionDigest(1)
@@ -420,7 +417,7 @@ func TestSnapshotApplyKilledHalfwayFinishesFromItsFile(t *testing.T) {
 // finished from its file at the next open.
 func TestSnapshotApplyToAFollowerServesNothingUntilDone(t *testing.T) {
 	g := smallBatches(t)
-	c := newMiniCluster(t, 3, func(cfg *Config) { cfg.LogGCThreshold = 50 })
+	c := newMiniCluster(t, 3, func(cfg *Config) { g.config(cfg); cfg.LogGCThreshold = 50 })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for i := range 100 {
@@ -439,7 +436,7 @@ func TestSnapshotApplyToAFollowerServesNothingUntilDone(t *testing.T) {
 	c.load(ctx, "k", n, 1000)
 	// Snapshots are built from the leader's committed state (batch.go):
 	// commit the load, so that the snapshot holds all of it.
-	if err := c.store(leader.ID()).eng.checkpointIfDue(true); err != nil {
+	if err := c.store(leader.ID()).eng.CheckpointIfDue(true); err != nil {
 		t.Fatal(err)
 	}
 	reached, release := g.arm(gateBeforeWrites + 3)
@@ -483,7 +480,7 @@ func TestSnapshotApplyToAFollowerServesNothingUntilDone(t *testing.T) {
 // what it wrote, and no marker is left.
 func TestSnapshotApplyOfAPeerRemovedHalfwayIsCleared(t *testing.T) {
 	g := smallBatches(t)
-	c := newMiniCluster(t, 3, nil)
+	c := newMiniCluster(t, 3, g.config)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c.load(ctx, "k", 1000, 1000)
@@ -507,30 +504,7 @@ func TestSnapshotApplyOfAPeerRemovedHalfwayIsCleared(t *testing.T) {
 	close(release)
 	c.waitFor(10*time.Second, "store 4's partial apply cleared", func() bool {
 		pairs, records := countData(t, s4)
-		a, cl := s4.eng.markerCount()
+		a, cl := s4.eng.MarkerCount()
 		return pairs == 0 && records == 0 && a == 0 && cl == 0
 	})
-}
-
-func TestFreeRanges(t *testing.T) {
-	r := func(s, e string) region.Region { return region.Region{StartKey: []byte(s), EndKey: []byte(e)} }
-	for _, tc := range []struct {
-		start, end string
-		claimed    []region.Region
-		want       string
-	}{
-		{"", "", nil, `["",""); `},
-		{"b", "m", []region.Region{r("a", "c"), r("f", "g"), r("k", "")}, `["c","f"); ["g","k"); `},
-		{"", "", []region.Region{r("d", "e")}, `["","d"); ["e",""); `},
-		{"d", "e", []region.Region{r("", "")}, ``},
-		{"c", "f", []region.Region{r("a", "b"), r("x", "y")}, `["c","f"); `},
-	} {
-		var got string
-		for _, iv := range freeRanges([]byte(tc.start), []byte(tc.end), tc.claimed) {
-			got += fmt.Sprintf("[%q,%q); ", iv[0], iv[1])
-		}
-		if got != tc.want {
-			t.Errorf("freeRanges(%q, %q, %v) = %s, want %s", tc.start, tc.end, tc.claimed, got, tc.want)
-		}
-	}
 }

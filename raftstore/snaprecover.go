@@ -1,14 +1,11 @@
 package raftstore
 
 import (
-	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
 
-	"github.com/hedgekv/hedgekv/region"
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -40,7 +37,7 @@ func (ss *snapshots) resolve() error {
 			reapply = append(reapply, f)
 			continue
 		}
-		if err := ss.clearResolved(f.key, start, end, 0); err != nil {
+		if err := ss.clearResolved(f.marker, start, end, 0); err != nil {
 			return err
 		}
 	}
@@ -54,7 +51,7 @@ func (ss *snapshots) resolve() error {
 
 // foundMarker is an apply or clear marker found at open.
 type foundMarker struct {
-	key    []byte
+	marker engine.Marker
 	region uint64
 	apply  *applyMarker
 	clear  *clearMarker
@@ -65,19 +62,14 @@ type foundMarker struct {
 func (ss *snapshots) readMarkers() ([]foundMarker, map[uint64]int, error) {
 	var all []foundMarker
 	perRegion := map[uint64]int{}
-	err := ss.eng.db.View(func(tx *bbolt.Tx) error {
-		st := tx.Bucket(bucketRaftState)
-		c := st.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if len(k) != 17 || (k[8] != suffixSnapApply && k[8] != suffixClear) {
-				continue
-			}
-			f := foundMarker{key: bytes.Clone(k), region: binary.BigEndian.Uint64(k)}
+	err := ss.eng.View(func(tx *engine.Tx) error {
+		return tx.ForEachMarker(func(m engine.Marker, v []byte) error {
+			f := foundMarker{marker: m, region: m.RegionID}
 			var err error
-			if k[8] == suffixSnapApply {
+			if m.Kind == engine.MarkerSnapApply {
 				f.apply = &applyMarker{}
 				err = json.Unmarshal(v, f.apply)
-				if err == nil && st.Get(tombstoneKey(f.region, f.apply.Peer)) == nil {
+				if err == nil && !tx.Tombstoned(f.region, f.apply.Peer) {
 					perRegion[f.region]++
 				}
 			} else {
@@ -85,11 +77,11 @@ func (ss *snapshots) readMarkers() ([]foundMarker, map[uint64]int, error) {
 				err = json.Unmarshal(v, f.clear)
 			}
 			if err != nil {
-				return fmt.Errorf("marker %x: %v: %w", k, err, errCorrupt)
+				return fmt.Errorf("marker %+v: %v: %w", m, err, errCorrupt)
 			}
 			all = append(all, f)
-		}
-		return nil
+			return nil
+		})
 	})
 	return all, perRegion, err
 }
@@ -101,26 +93,26 @@ func (ss *snapshots) redoApply(f foundMarker) error {
 	noStop := func() error { return nil }
 	m := f.apply
 	path := filepath.Join(ss.dir, filepath.Base(m.File))
-	claimed, err := ss.eng.persistedRanges(f.region)
+	claimed, err := ss.eng.PersistedRanges(f.region)
 	if err != nil {
 		return err
 	}
-	base, err := ss.eng.applySnapshotFile(path, m.Region, claimed, noStop)
+	base, err := ss.eng.ApplySnapshotFile(path, spanOf(m.Region), claimed, noStop)
 	if err != nil {
 		if m.WasInit {
 			return fmt.Errorf("region %d: snapshot apply at index %d cannot be finished from %s (%v); the replica's log is gone: remove the store's data and add it back", f.region, m.Index, path, err)
 		}
 		ss.log.Warn("an interrupted snapshot apply cannot be redone: cleared; the leader sends another", "region", f.region, "peer", m.Peer, "err", err)
-		return ss.clearResolved(f.key, m.Region.StartKey, m.Region.EndKey, f.region)
+		return ss.clearResolved(f.marker, m.Region.StartKey, m.Region.EndKey, f.region)
 	}
-	err = ss.eng.update(func(tx *bbolt.Tx) error {
-		st := tx.Bucket(bucketRaftState)
+	err = ss.eng.Update(func(tx *engine.Tx) error {
 		var hs raftpb.HardState
 		if m.HasHard {
 			hs = raftpb.HardState{Term: m.HardTerm, Vote: m.HardVote, Commit: m.HardCommit}
-		} else if v := st.Get(stateKey(f.region, suffixHardState)); v != nil {
-			if err := hs.Unmarshal(v); err != nil {
-				return fmt.Errorf("region %d hard state: %w", f.region, err)
+		} else {
+			var err error
+			if hs, _, err = tx.HardState(f.region); err != nil {
+				return err
 			}
 		}
 		// The log ends at the snapshot: the held Ready's entries
@@ -132,10 +124,10 @@ func (ss *snapshots) redoApply(f foundMarker) error {
 		if err := finishSnapshotTx(tx, m.Region, m.Index, m.Term, base); err != nil {
 			return err
 		}
-		if err := putHardState(tx, f.region, hs); err != nil {
+		if err := tx.PutHardState(f.region, hs); err != nil {
 			return err
 		}
-		return st.Delete(f.key)
+		return tx.DeleteMarker(f.marker)
 	})
 	if err != nil {
 		return fmt.Errorf("region %d: finish an interrupted snapshot apply: %w", f.region, err)
@@ -146,66 +138,24 @@ func (ss *snapshots) redoApply(f foundMarker) error {
 
 func (ss *snapshots) tombstoned(regionID, peerID uint64) bool {
 	var t bool
-	_ = ss.eng.db.View(func(tx *bbolt.Tx) error {
-		t = tx.Bucket(bucketRaftState).Get(tombstoneKey(regionID, peerID)) != nil
+	_ = ss.eng.View(func(tx *engine.Tx) error {
+		t = tx.Tombstoned(regionID, peerID)
 		return nil
 	})
 	return t
 }
 
 // clearResolved clears [start, end) but what the persisted regions (less
-// region except) hold, then deletes the marker key.
-func (ss *snapshots) clearResolved(key, start, end []byte, except uint64) error {
-	claimed, err := ss.eng.persistedRanges(except)
+// region except) hold, then deletes the marker.
+func (ss *snapshots) clearResolved(m engine.Marker, start, end []byte, except uint64) error {
+	claimed, err := ss.eng.PersistedRanges(except)
 	if err != nil {
 		return err
 	}
-	for _, iv := range freeRanges(start, end, claimed) {
-		if err := ss.eng.clearUserRange(iv[0], iv[1], func() error { return nil }); err != nil {
+	for _, iv := range engine.FreeRanges(start, end, claimed) {
+		if err := ss.eng.ClearUserRange(iv[0], iv[1], func() error { return nil }); err != nil {
 			return err
 		}
 	}
-	return ss.eng.update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketRaftState).Delete(key) })
-}
-
-// persistedRanges returns the ranges of the regions this store holds data
-// of, as persisted, but region except's.
-func (e *engine) persistedRanges(except uint64) ([]region.Region, error) {
-	var out []region.Region
-	err := e.db.View(func(tx *bbolt.Tx) error {
-		st := tx.Bucket(bucketRaftState)
-		c := st.Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if len(k) != 9 || k[8] != suffixRegion || binary.BigEndian.Uint64(k) == except {
-				continue
-			}
-			as, err := decodeApplyState(st.Get(stateKey(binary.BigEndian.Uint64(k), suffixApplyState)))
-			if err != nil || as.AppliedIndex == 0 {
-				continue
-			}
-			var r region.Region
-			if err := json.Unmarshal(v, &r); err != nil {
-				return fmt.Errorf("decode region meta: %w", err)
-			}
-			out = append(out, r)
-		}
-		return nil
-	})
-	return out, err
-}
-
-// markerCount is for tests: the apply and clear markers on disk.
-func (e *engine) markerCount() (applies, clears int) {
-	_ = e.db.View(func(tx *bbolt.Tx) error {
-		c := tx.Bucket(bucketRaftState).Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			if len(k) == 17 && k[8] == suffixSnapApply {
-				applies++
-			} else if len(k) == 17 && k[8] == suffixClear {
-				clears++
-			}
-		}
-		return nil
-	})
-	return applies, clears
+	return ss.eng.Update(func(tx *engine.Tx) error { return tx.DeleteMarker(m) })
 }

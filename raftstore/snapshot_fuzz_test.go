@@ -4,16 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"hash/crc32"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -23,34 +20,36 @@ import (
 // state a restarting store loads.
 
 // fuzzEngine opens a scratch engine for one fuzz target; inputs share it.
-func fuzzEngine(f *testing.F) *engine {
-	e, err := openEngine(f.TempDir(), true)
+func fuzzEngine(f *testing.F) *engine.Engine {
+	e, err := engine.Open(f.TempDir(), engine.Options{NoSync: true})
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Cleanup(func() { _ = e.close() })
+	f.Cleanup(func() { _ = e.Close() })
 	return e
 }
 
 // fuzzSnapshot builds a real snapshot of region r holding kvs (alternating
 // keys and values) and dedup records, with the engine's own encoder.
-func fuzzSnapshot(tb testing.TB, e *engine, r region.Region, dedup []dedupRecord, kvs ...string) []byte {
+func fuzzSnapshot(tb testing.TB, e *engine.Engine, r region.Region, dedup []engine.DedupRecord, kvs ...string) []byte {
 	tb.Helper()
-	err := e.db.Update(func(tx *bbolt.Tx) error {
+	err := e.Update(func(tx *engine.Tx) error {
 		if err := putRegion(tx, r); err != nil {
 			return err
 		}
-		if err := putApplyState(tx, r.ID, applyState{AppliedIndex: 10, AppliedTerm: 6, TruncatedIndex: 5, TruncatedTerm: 5}); err != nil {
+		if err := tx.PutApplyState(r.ID, engine.ApplyState{AppliedIndex: 10, AppliedTerm: 6, TruncatedIndex: 5, TruncatedTerm: 5}); err != nil {
 			return err
 		}
-		if err := replaceDedupTx(tx, r, dedup); err != nil {
+		if err := tx.ClearDedupRange(r.StartKey, r.EndKey); err != nil {
 			return err
 		}
-		if err := putDedupBaseTx(tx, r.ID, 1000+r.ID); err != nil {
-			return err
+		for _, d := range dedup {
+			if err := tx.DedupRemember(d.Key, d.ID, d.Clock); err != nil {
+				return err
+			}
 		}
 		for i := 0; i+1 < len(kvs); i += 2 {
-			if err := tx.Bucket(bucketData).Put([]byte(kvs[i]), []byte(kvs[i+1])); err != nil {
+			if err := tx.Put([]byte(kvs[i]), []byte(kvs[i+1])); err != nil {
 				return err
 			}
 		}
@@ -59,7 +58,7 @@ func fuzzSnapshot(tb testing.TB, e *engine, r region.Region, dedup []dedupRecord
 	if err != nil {
 		tb.Fatal(err)
 	}
-	snap, err := e.buildSnapshot(r.ID)
+	snap, err := buildSnapshot(e, r.ID)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -71,10 +70,10 @@ func snapshotSeeds(f *testing.F) [][]byte {
 	e := fuzzEngine(f)
 	peers := []region.Peer{{ID: 1, StoreID: 1}, {ID: 2, StoreID: 2}, {ID: 3, StoreID: 3, IsLearner: true}}
 	full := fuzzSnapshot(f, e, region.Region{ID: 3, StartKey: []byte("b"), EndKey: []byte("m"), Epoch: region.Epoch{ConfVer: 2, Version: 5}, Peers: peers},
-		[]dedupRecord{{clock: 1008, id: 77, key: []byte("c")}, {clock: 1009, id: 78, key: []byte("k")}, {clock: 1009, id: 79, key: []byte("k")}},
+		[]engine.DedupRecord{{Clock: 1008, ID: 77, Key: []byte("c")}, {Clock: 1009, ID: 78, Key: []byte("k")}, {Clock: 1009, ID: 79, Key: []byte("k")}},
 		"a", "outside", "b", "1", "c", "", "l\xff", "big", "m", "outside")
 	empty := fuzzSnapshot(f, e, region.Region{ID: 4, StartKey: []byte("x"), Epoch: region.Epoch{ConfVer: 1, Version: 1}}, nil)
-	unbounded := fuzzSnapshot(f, e, region.Region{ID: 5, Peers: peers[:1]}, []dedupRecord{{clock: 6, id: 1, key: []byte("zz")}}, "zz", "top")
+	unbounded := fuzzSnapshot(f, e, region.Region{ID: 5, Peers: peers[:1]}, []engine.DedupRecord{{Clock: 6, ID: 1, Key: []byte("zz")}}, "zz", "top")
 	flipped := bytes.Clone(full)
 	flipped[len(flipped)/2] ^= 0x10
 	return [][]byte{
@@ -98,151 +97,11 @@ func snapshotSeeds(f *testing.F) [][]byte {
 // checksum of what precedes, so mutated inputs get past the checksum and
 // reach the structure decoder.
 func fixCRC(b []byte) []byte {
-	if len(b) < len(snapMagic)+4 {
+	if len(b) < len("HKVS4")+4 {
 		return b
 	}
 	body := bytes.Clone(b[:len(b)-4])
-	return binary.BigEndian.AppendUint32(body, crc32.Checksum(body, snapCRC))
-}
-
-// checkDecodedSnapshot checks what decodeSnapshotData says about data: an
-// error wrapping errCorrupt, or a snapshot whose every key lies in its
-// region. It returns whether data was accepted.
-func checkDecodedSnapshot(t *testing.T, data []byte) (snapshotData, bool) {
-	t.Helper()
-	sd, err := decodeSnapshotData(data)
-	if err != nil {
-		if !errors.Is(err, errCorrupt) {
-			t.Fatalf("decodeSnapshotData error %v does not wrap errCorrupt", err)
-		}
-		return sd, false
-	}
-	r, kvs, err := decodeSnapshotRegion(data)
-	if err != nil || r.ID != sd.region.ID || !bytes.Equal(kvs, sd.kvs) {
-		t.Fatalf("decodeSnapshotRegion disagrees with decodeSnapshotData: %v", err)
-	}
-	for _, d := range sd.dedup {
-		if !sd.region.Contains(d.key) {
-			t.Fatalf("accepted dedup record %v outside %s", d, sd.region.String())
-		}
-	}
-	n := 0
-	if err := forEachKV(sd.kvs, func(k, v []byte) error {
-		if !sd.region.Contains(k) {
-			return fmt.Errorf("accepted key %q outside %s", k, sd.region.String())
-		}
-		n++
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if 2*n+17*len(sd.dedup) > len(data) {
-		t.Fatalf("%d pairs and %d dedup records from %d bytes", n, len(sd.dedup), len(data))
-	}
-	return sd, true
-}
-
-// FuzzDecodeSnapshot: snapshot data as it arrives from a leader, checked by
-// HandleRaftMessage and decoded again by the apply. Every input is tried as
-// is and with its checksum fixed, so mutations reach the structure.
-func FuzzDecodeSnapshot(f *testing.F) {
-	for _, s := range snapshotSeeds(f) {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		checkDecodedSnapshot(t, data)
-		checkDecodedSnapshot(t, fixCRC(data))
-	})
-}
-
-// FuzzSnapshotApply: a snapshot the decoder accepts must apply (an apply
-// error stops the store: HandleRaftMessage decodes every snapshot first so
-// that a bad one never reaches the Ready loop), and the state it leaves must
-// build the same snapshot again: decode(build(apply(x))) == decode(x), with
-// repeated data keys resolved as the apply resolves them (the later one
-// wins; dedup records come in strict order, so they cannot repeat).
-func FuzzSnapshotApply(f *testing.F) {
-	for _, s := range snapshotSeeds(f) {
-		f.Add(s, uint64(10), uint64(6))
-	}
-	e := fuzzEngine(f)
-	f.Fuzz(func(t *testing.T, data []byte, index, term uint64) {
-		data = fixCRC(data)
-		sd, ok := checkDecodedSnapshot(t, data)
-		if !ok {
-			return
-		}
-		snap := raftpb.Snapshot{Data: data, Metadata: raftpb.SnapshotMetadata{Index: index, Term: term}}
-		var applied region.Region
-		err := e.db.Update(func(tx *bbolt.Tx) error {
-			var err error
-			applied, err = applySnapshotTx(tx, snap)
-			return err
-		})
-		if err != nil {
-			t.Fatalf("a snapshot the decoder accepted does not apply: %v", err)
-		}
-		if !sameRegion(applied, sd.region) {
-			t.Fatalf("applied region %s, snapshot has %s", applied.String(), sd.region.String())
-		}
-		again, err := e.buildSnapshot(sd.region.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if again.Metadata.Index != index || again.Metadata.Term != term {
-			t.Fatalf("rebuilt snapshot at %d/%d, applied at %d/%d", again.Metadata.Index, again.Metadata.Term, index, term)
-		}
-		sd2, err := decodeSnapshotData(again.Data)
-		if err != nil {
-			t.Fatalf("the rebuilt snapshot does not decode: %v", err)
-		}
-		if !sameRegion(sd2.region, sd.region) {
-			t.Fatalf("region %s rebuilt as %s", sd.region.String(), sd2.region.String())
-		}
-		if got, want := kvMap(t, sd2.kvs), kvMap(t, sd.kvs); !equalKV(got, want) {
-			t.Fatalf("pairs %q rebuilt as %q", want, got)
-		}
-		if got, want := sd2.dedup, sd.dedup; !slices.EqualFunc(got, want, func(a, b dedupRecord) bool {
-			return a.clock == b.clock && a.id == b.id && bytes.Equal(a.key, b.key)
-		}) {
-			t.Fatalf("dedup table %v rebuilt as %v", want, got)
-		}
-		if sd2.dedupBase != sd.dedupBase {
-			t.Fatalf("dedup clock base %d rebuilt as %d", sd.dedupBase, sd2.dedupBase)
-		}
-	})
-}
-
-// sameRegion compares regions as their JSON encoding does (nil and empty
-// keys are both "no bound").
-func sameRegion(a, b region.Region) bool {
-	ja, _ := json.Marshal(a)
-	jb, _ := json.Marshal(b)
-	return a.ID == b.ID && bytes.Equal(a.StartKey, b.StartKey) && bytes.Equal(a.EndKey, b.EndKey) &&
-		a.Epoch == b.Epoch && slices.Equal(a.Peers, b.Peers) || bytes.Equal(ja, jb)
-}
-
-func kvMap(t *testing.T, kvs []byte) map[string]string {
-	m := map[string]string{}
-	if err := forEachKV(kvs, func(k, v []byte) error {
-		m[string(k)] = string(v)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-func equalKV(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
+	return binary.BigEndian.AppendUint32(body, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
 }
 
 // FuzzHandleRaftMessage: a raft message exactly as the gRPC transport hands
@@ -315,81 +174,54 @@ func FuzzHandleRaftMessage(f *testing.F) {
 	})
 }
 
-// FuzzLoadPeers: the persisted state of one region as a restarting store
-// reads it (engine.loadPeers, then newPeerStorage): region meta (JSON),
-// hard state and log entries (raft protobuf), apply state. A corrupt record
-// must fail the load with an error, not crash the store.
-func FuzzLoadPeers(f *testing.F) {
+// FuzzLoadPeerStorage: whatever well-formed records a region's persisted
+// state holds (any metadata bytes, hard state, apply state and log
+// entries), a restarting store loads it (loadPeers, then newPeerStorage)
+// or fails with an error; it never crashes. Records the engine cannot
+// decode are the engine's FuzzLoadPeers.
+func FuzzLoadPeerStorage(f *testing.F) {
 	r := region.Region{ID: 7, StartKey: []byte("a"), Epoch: region.Epoch{ConfVer: 1, Version: 2}, Peers: []region.Peer{{ID: 1, StoreID: 1}, {ID: 2, StoreID: 2}}}
 	meta, _ := json.Marshal(r)
-	hs, _ := (&raftpb.HardState{Term: 6, Vote: 1, Commit: 6}).Marshal()
-	ent := func(e raftpb.Entry) []byte {
-		b, _ := e.Marshal()
-		return b
-	}
-	e6 := ent(raftpb.Entry{Term: 6, Index: 6, Data: command{op: opPut, id: 1, key: []byte("k")}.encode()})
-	e7 := ent(raftpb.Entry{Term: 6, Index: 7})
-	f.Add(meta, hs, initApplyState.encode(), e6, e7)
-	f.Add(meta, hs, initApplyState.encode(), e7, e6) // entries out of order
-	f.Add(meta, hs, applyState{AppliedIndex: 6, AppliedTerm: 6, TruncatedIndex: 6, TruncatedTerm: 6}.encode(), []byte(nil), e7)
-	f.Add(meta, hs, initApplyState.encode(), ent(raftpb.Entry{Term: 6, Index: 60}), []byte(nil)) // a gap
-	f.Add(meta[:len(meta)/2], hs, initApplyState.encode(), e6, e7)                               // truncated meta
-	f.Add([]byte(`{"ID":7,"StartKey":"!!"}`), hs, initApplyState.encode(), e6, e7)               // bad base64
-	f.Add(meta, hs[:1], initApplyState.encode(), e6, e7)                                         // truncated hard state
-	f.Add(meta, hs, initApplyState.encode()[:31], e6, e7)                                        // short apply state
-	f.Add(meta, hs, initApplyState.encode(), e6[:len(e6)-1], e7)                                 // truncated entry
-	f.Add(meta, hs, applyState{TruncatedIndex: ^uint64(0)}.encode(), e6, e7)                     // truncated index at the top
+	f.Add(meta, uint64(6), uint64(6), uint64(5), uint64(5), uint64(6), uint64(6), uint64(7))
+	f.Add(meta, uint64(6), uint64(6), uint64(6), uint64(6), uint64(6), uint64(6), uint64(7))
+	f.Add(meta, uint64(6), uint64(60), uint64(5), uint64(5), uint64(60), uint64(6), uint64(61)) // commit past the log
+	f.Add(meta[:len(meta)/2], uint64(6), uint64(6), uint64(5), uint64(5), uint64(6), uint64(6), uint64(7))
+	f.Add([]byte(`{"ID":7,"StartKey":"!!"}`), uint64(6), uint64(6), uint64(5), uint64(5), uint64(6), uint64(6), uint64(7))
+	f.Add(meta, uint64(6), uint64(6), ^uint64(0), uint64(5), uint64(6), uint64(6), uint64(7)) // truncated index at the top
+	f.Add(meta, uint64(2), uint64(6), uint64(5), uint64(5), uint64(6), uint64(7), uint64(8))  // entries of a later term than the hard state
 
 	e := fuzzEngine(f)
-	f.Fuzz(func(t *testing.T, meta, hard, apply, ent1, ent2 []byte) {
-		err := e.db.Update(func(tx *bbolt.Tx) error {
-			for _, b := range [][]byte{bucketRaftState, bucketRaftLog} {
-				if err := tx.DeleteBucket(b); err != nil {
-					return err
-				}
-				if _, err := tx.CreateBucket(b); err != nil {
-					return err
-				}
-			}
-			st := tx.Bucket(bucketRaftState)
-			put := func(b *bbolt.Bucket, k, v []byte) error {
-				if v == nil {
-					return nil
-				}
-				return b.Put(k, v)
-			}
-			if err := put(st, stateKey(7, suffixRegion), meta); err != nil {
+	f.Fuzz(func(t *testing.T, meta []byte, term, commit, applied, truncated, first, entTerm, last uint64) {
+		if last-first > 64 {
+			last = first + 64 // a bounded log
+		}
+		err := e.Update(func(tx *engine.Tx) error {
+			if err := tx.DeleteRegion(7); err != nil {
 				return err
 			}
-			if err := put(st, stateKey(7, suffixHardState), hard); err != nil {
+			if err := tx.PutRegionMeta(7, meta); err != nil {
 				return err
 			}
-			if err := put(st, stateKey(7, suffixApplyState), apply); err != nil {
+			if err := tx.PutHardState(7, raftpb.HardState{Term: term, Vote: 1, Commit: commit}); err != nil {
 				return err
 			}
-			// The log entries sit where the apply state says the log starts.
-			first := uint64(raftInitIndex + 1)
-			if as, err := decodeApplyState(apply); err == nil {
-				first = as.TruncatedIndex + 1
-			}
-			if err := put(tx.Bucket(bucketRaftLog), logKey(7, first), ent1); err != nil {
+			if err := tx.PutApplyState(7, engine.ApplyState{AppliedIndex: applied, AppliedTerm: term, TruncatedIndex: truncated, TruncatedTerm: term}); err != nil {
 				return err
 			}
-			return put(tx.Bucket(bucketRaftLog), logKey(7, first+1), ent2)
+			var ents []raftpb.Entry
+			for i := first; i <= last && i >= first; i++ {
+				ents = append(ents, raftpb.Entry{Term: entTerm, Index: i})
+			}
+			return tx.AppendEntries(7, ents, 0)
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		pps, err := e.loadPeers()
+		pps, err := loadPeers(e)
 		if err != nil {
 			return
 		}
 		for _, pp := range pps {
-			for i, ent := range pp.entries {
-				if want := pp.apply.TruncatedIndex + 1 + uint64(i); ent.Index != want {
-					t.Fatalf("loaded entry %d holds index %d, want %d", i, ent.Index, want)
-				}
-			}
 			if _, err := newPeerStorage(e, pp, new(atomic.Uint64)); err != nil {
 				t.Logf("newPeerStorage: %v", err)
 			}

@@ -1,22 +1,17 @@
 package raftstore
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/storage/vfs"
-	"github.com/hedgekv/hedgekv/storage/wal"
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -80,7 +75,7 @@ func IsSnapshotDescriptor(data []byte) bool {
 }
 
 type sendSource struct {
-	tx       *bbolt.Tx
+	tx       *engine.Tx
 	regionID uint64
 	opened   time.Time
 }
@@ -94,7 +89,7 @@ type stagedSnap struct {
 
 // snapshots is a store's snapshot sources and staged files.
 type snapshots struct {
-	eng  *engine
+	eng  *engine.Engine
 	log  *slog.Logger
 	dir  string
 	rate *rateLimiter
@@ -118,8 +113,8 @@ type snapshots struct {
 	workers sync.WaitGroup
 }
 
-func newSnapshots(eng *engine, log *slog.Logger, dataDir string, rate int64) (*snapshots, error) {
-	dir := filepath.Join(dataDir, "snap")
+func newSnapshots(eng *engine.Engine, log *slog.Logger, rate int64) (*snapshots, error) {
+	dir := eng.SnapshotDir()
 	ss := &snapshots{
 		eng: eng, log: log, dir: dir, rate: newRateLimiter(rate),
 		sources:  make(map[uint64]*sendSource),
@@ -135,11 +130,8 @@ func newSnapshots(eng *engine, log *slog.Logger, dataDir string, rate int64) (*s
 	}
 	// Whatever else is here was received before a restart: raft has
 	// forgotten it, and the leader sends another.
-	if err := eng.fs.RemoveAll(dir); err != nil {
-		return nil, fmt.Errorf("clear %s: %w", dir, err)
-	}
-	if err := wal.MkdirAll(eng.fs, dir, eng.noSync); err != nil {
-		return nil, fmt.Errorf("create %s: %w", dir, err)
+	if err := eng.ResetSnapshotDir(); err != nil {
+		return nil, err
 	}
 	return ss, nil
 }
@@ -147,19 +139,19 @@ func newSnapshots(eng *engine, log *slog.Logger, dataDir string, rate int64) (*s
 // open files a read transaction as the source of a snapshot of the region
 // and returns the snapshot raft sends: its metadata and a descriptor.
 func (ss *snapshots) open(regionID uint64) (raftpb.Snapshot, error) {
-	tx, err := ss.eng.db.Begin(false)
+	tx, err := ss.eng.BeginRead()
 	if err != nil {
 		return raftpb.Snapshot{}, fmt.Errorf("begin snapshot of region %d: %w", regionID, err)
 	}
-	md, _, err := snapshotMetaTx(tx, regionID)
+	md, err := snapshotMetaTx(tx, regionID)
 	if err != nil {
-		_ = tx.Rollback()
+		tx.Release()
 		return raftpb.Snapshot{}, fmt.Errorf("snapshot of region %d: %w", regionID, err)
 	}
 	ss.mu.Lock()
 	if ss.closed {
 		ss.mu.Unlock()
-		_ = tx.Rollback()
+		tx.Release()
 		return raftpb.Snapshot{}, ErrStopped
 	}
 	ss.nextID++
@@ -213,18 +205,14 @@ func (ss *snapshots) stream(desc []byte) (io.ReadCloser, error) {
 		return nil, fmt.Errorf("snapshot %d: no such source (sent already, or expired): %w", id, ErrInvalidRequest)
 	}
 	if closed {
-		_ = src.tx.Rollback()
+		src.tx.Release()
 		return nil, ErrStopped
 	}
 	go func() {
 		defer ss.wg.Done()
 		err := func() error {
-			defer func() { _ = src.tx.Rollback() }()
-			_, r, err := snapshotMetaTx(src.tx, src.regionID)
-			if err != nil {
-				return err
-			}
-			return writeSnapshotTx(src.tx, r, pw)
+			defer src.tx.Release()
+			return src.tx.WriteSnapshot(src.regionID, pw)
 		}()
 		ss.mu.Lock()
 		delete(ss.streams, pw)
@@ -265,9 +253,9 @@ func (s *Store) ReceiveSnapshot(m *Message, r io.Reader) error {
 	id := ss.nextID
 	ss.mu.Unlock()
 	path := filepath.Join(ss.dir, fmt.Sprintf("%d-%d-%d.hkvs", m.RegionID, m.Msg.Snapshot.Metadata.Index, id))
-	rg, err := receiveSnapshotFile(ss.eng.fs, path, m.RegionID, r)
+	rg, err := receiveSnapshotFile(ss.eng, path, m.RegionID, r)
 	if err != nil {
-		_ = ss.eng.fs.Remove(path)
+		_ = ss.eng.RemoveSnapshotFile(path)
 		return fmt.Errorf("region %d: receive snapshot: %w", m.RegionID, err)
 	}
 	ss.mu.Lock()
@@ -284,28 +272,14 @@ func (s *Store) ReceiveSnapshot(m *Message, r io.Reader) error {
 	return nil
 }
 
-// receiveSnapshotFile writes a snapshot stream to path, checking it.
-func receiveSnapshotFile(fs vfs.FS, path string, regionID uint64, r io.Reader) (region.Region, error) {
-	f, err := fs.Create(path)
+// receiveSnapshotFile writes a snapshot stream to path, checking it, and
+// returns the region it is of.
+func receiveSnapshotFile(e *engine.Engine, path string, regionID uint64, r io.Reader) (region.Region, error) {
+	meta, err := e.ReceiveSnapshotFile(path, regionID, r)
 	if err != nil {
-		return region.Region{}, fmt.Errorf("create %s: %w", path, err)
+		return region.Region{}, err
 	}
-	bw := bufio.NewWriterSize(f, 256<<10)
-	var rg region.Region
-	err = decodeSnapshotStream(io.TeeReader(r, bw), func(sd *snapshotData) error {
-		rg = sd.region
-		if sd.region.ID != regionID {
-			return fmt.Errorf("snapshot of region %d sent as region %d's: %w", sd.region.ID, regionID, errCorrupt)
-		}
-		return nil
-	}, func(k, v []byte) error { return nil })
-	if err == nil {
-		err = bw.Flush()
-	}
-	if cerr := f.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("write %s: %w", path, cerr)
-	}
-	return rg, err
+	return decodeRegion(meta)
 }
 
 // stagedFile returns the staged snapshot a local descriptor names.
@@ -329,7 +303,7 @@ func (ss *snapshots) dropStaged(id uint64) {
 	ss.publishedLocked(id)
 	ss.mu.Unlock()
 	if ok {
-		if err := ss.eng.fs.Remove(st.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := ss.eng.RemoveSnapshotFile(st.path); err != nil {
 			ss.log.Warn("remove snapshot file", "path", st.path, "err", err)
 		}
 	}
@@ -338,7 +312,7 @@ func (ss *snapshots) dropStaged(id uint64) {
 // applyStaged writes, inside the round's tx, the staged snapshot desc
 // names: the state of one the worker applied (finishApply), or the whole
 // of one that never went to it.
-func (ss *snapshots) applyStaged(tx *bbolt.Tx, snap raftpb.Snapshot) (uint64, region.Region, error) {
+func (ss *snapshots) applyStaged(tx *engine.Tx, snap raftpb.Snapshot) (uint64, region.Region, error) {
 	st, id, ok := ss.stagedFile(snap.Data)
 	if !ok {
 		return 0, region.Region{}, fmt.Errorf("snapshot file gone: %w", errCorrupt)
@@ -346,12 +320,11 @@ func (ss *snapshots) applyStaged(tx *bbolt.Tx, snap raftpb.Snapshot) (uint64, re
 	if r, held, err := ss.finishApply(tx, id, snap.Metadata); held {
 		return id, r, err
 	}
-	f, err := ss.eng.fs.Open(st.path)
+	meta, err := tx.ApplySnapshotFile(st.path, snap.Metadata.Index, snap.Metadata.Term)
 	if err != nil {
-		return 0, region.Region{}, fmt.Errorf("open snapshot file: %w", err)
+		return 0, region.Region{}, err
 	}
-	defer f.Close()
-	r, err := applySnapshotStreamTx(tx, snap.Metadata, f)
+	r, err := decodeRegion(meta)
 	return id, r, err
 }
 
@@ -377,7 +350,7 @@ func (s *Store) sweepSnapshots() {
 	ss.mu.Unlock()
 	for _, src := range expired {
 		s.log.Warn("snapshot never sent: its transaction closed", "region", src.regionID)
-		_ = src.tx.Rollback()
+		src.tx.Release()
 	}
 	for id, st := range staged {
 		p, ok := s.peer(st.regionID)
@@ -407,7 +380,7 @@ func (ss *snapshots) close() {
 	}
 	ss.mu.Unlock()
 	for _, src := range srcs {
-		_ = src.tx.Rollback()
+		src.tx.Release()
 	}
 	ss.wg.Wait()
 	ss.workers.Wait() // an apply stops between transactions; its marker stays

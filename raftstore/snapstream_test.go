@@ -14,66 +14,26 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/storage/vfs"
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 )
 
-// FuzzSnapshotStreamDecode: the streaming decoder (what a receiver checks a
-// snapshot with as it arrives, and what the Ready loop applies it with)
-// accepts exactly what decodeSnapshotData accepts, agrees on the region,
-// the dedup table and the pairs, and never panics.
-func FuzzSnapshotStreamDecode(f *testing.F) {
-	for _, s := range snapshotSeeds(f) {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		want, werr := decodeSnapshotData(data)
-		var got snapshotData
-		var kvs bytes.Buffer
-		err := decodeSnapshotStream(bytes.NewReader(data), func(sd *snapshotData) error {
-			got = *sd
-			return nil
-		}, func(k, v []byte) error {
-			fmt.Fprintf(&kvs, "%q=%q;", k, v)
-			return nil
-		})
-		if (err == nil) != (werr == nil) {
-			t.Fatalf("stream decoder err %v, in-memory decoder err %v", err, werr)
-		}
-		if err != nil {
-			if !errors.Is(err, errCorrupt) {
-				t.Fatalf("stream decoder error %v does not wrap errCorrupt", err)
-			}
-			return
-		}
-		var wantKVs bytes.Buffer
-		_ = forEachKV(want.kvs, func(k, v []byte) error {
-			fmt.Fprintf(&wantKVs, "%q=%q;", k, v)
-			return nil
-		})
-		if got.region.String() != want.region.String() || got.dedupBase != want.dedupBase || len(got.dedup) != len(want.dedup) || kvs.String() != wantKVs.String() {
-			t.Fatalf("stream decoder disagrees: %+v %s vs %+v %s", got, kvs.String(), want, wantKVs.String())
-		}
-	})
-}
-
-// loadRegion writes n pairs of size-byte values into region 1 of e.
-func loadSnapRegion(tb testing.TB, e *engine, n, size int) region.Region {
+// loadSnapRegion writes n pairs of size-byte values into region 1 of e.
+func loadSnapRegion(tb testing.TB, e *engine.Engine, n, size int) region.Region {
 	tb.Helper()
 	r := region.Region{ID: 1, Epoch: region.Epoch{ConfVer: 1, Version: 1}, Peers: []region.Peer{{ID: 1, StoreID: 1}, {ID: 2, StoreID: 2}}}
 	val := bytes.Repeat([]byte("v"), size)
 	for start := 0; start < n; start += 10000 {
-		err := e.db.Update(func(tx *bbolt.Tx) error {
+		err := e.Update(func(tx *engine.Tx) error {
 			if start == 0 {
 				if err := putRegion(tx, r); err != nil {
 					return err
 				}
-				if err := putApplyState(tx, r.ID, applyState{AppliedIndex: 100, AppliedTerm: 6, TruncatedIndex: 100, TruncatedTerm: 6}); err != nil {
+				if err := tx.PutApplyState(r.ID, engine.ApplyState{AppliedIndex: 100, AppliedTerm: 6, TruncatedIndex: 100, TruncatedTerm: 6}); err != nil {
 					return err
 				}
 			}
 			for i := start; i < min(n, start+10000); i++ {
-				if err := tx.Bucket(bucketData).Put(fmt.Appendf(nil, "key%08d", i), val); err != nil {
+				if err := tx.Put(fmt.Appendf(nil, "key%08d", i), val); err != nil {
 					return err
 				}
 			}
@@ -91,14 +51,14 @@ func loadSnapRegion(tb testing.TB, e *engine, n, size int) region.Region {
 // from the file on another engine with the same data; a corrupted stream
 // is refused; a source is read once.
 func TestSnapshotStreamed(t *testing.T) {
-	src, err := openEngine(t.TempDir(), true)
+	src, err := engine.Open(t.TempDir(), engine.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer src.close()
+	defer src.Close()
 	const n, size = 2000, 1000
 	r := loadSnapRegion(t, src, n, size)
-	ss, err := newSnapshots(src, slog.Default(), t.TempDir(), 8<<20)
+	ss, err := newSnapshots(src, slog.Default(), 8<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +71,7 @@ func TestSnapshotStreamed(t *testing.T) {
 		t.Fatalf("snapshot = %+v, want a descriptor at index 100", snap.Metadata)
 	}
 	// Written after the snapshot was taken: not in it.
-	if err := src.db.Update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketData).Put([]byte("key99999999"), []byte("late")) }); err != nil {
+	if err := src.Update(func(tx *engine.Tx) error { return tx.Put([]byte("key99999999"), []byte("late")) }); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -133,44 +93,46 @@ func TestSnapshotStreamed(t *testing.T) {
 		t.Errorf("2 MB streamed in %v at 8 MiB/s: not paced", took)
 	}
 	path := filepath.Join(t.TempDir(), "recv")
-	got, err := receiveSnapshotFile(vfs.Default, path, r.ID, bytes.NewReader(wire.Bytes()))
+	got, err := receiveSnapshotFile(src, path, r.ID, bytes.NewReader(wire.Bytes()))
 	if err != nil || got.ID != r.ID {
 		t.Fatalf("receive = %v, %v", got, err)
 	}
 	bad := bytes.Clone(wire.Bytes())
 	bad[len(bad)/2] ^= 1
-	if _, err := receiveSnapshotFile(vfs.Default, filepath.Join(t.TempDir(), "bad"), r.ID, bytes.NewReader(bad)); !errors.Is(err, errCorrupt) {
+	if _, err := receiveSnapshotFile(src, filepath.Join(t.TempDir(), "bad"), r.ID, bytes.NewReader(bad)); !errors.Is(err, errCorrupt) {
 		t.Fatalf("corrupted stream: err = %v, want errCorrupt", err)
 	}
-	if _, err := receiveSnapshotFile(vfs.Default, filepath.Join(t.TempDir(), "other"), 2, bytes.NewReader(wire.Bytes())); !errors.Is(err, errCorrupt) {
+	if _, err := receiveSnapshotFile(src, filepath.Join(t.TempDir(), "other"), 2, bytes.NewReader(wire.Bytes())); !errors.Is(err, errCorrupt) {
 		t.Fatalf("region 1's snapshot received as region 2's: err = %v", err)
 	}
 
-	dst, err := openEngine(t.TempDir(), true)
+	dst, err := engine.Open(t.TempDir(), engine.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dst.close()
+	defer dst.Close()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := dst.db.Update(func(tx *bbolt.Tx) error {
-		_, err := applySnapshotStreamTx(tx, snap.Metadata, f)
+	if err := dst.Update(func(tx *engine.Tx) error {
+		_, err := tx.ApplySnapshotFrom(f, snap.Metadata.Index, snap.Metadata.Term)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	keys := 0
-	if err := dst.db.View(func(tx *bbolt.Tx) error {
-		return tx.Bucket(bucketData).ForEach(func(k, v []byte) error {
+	if err := dst.View(func(tx *engine.Tx) error {
+		var err error
+		tx.ForEachData(nil, nil, func(k, v []byte) bool {
 			keys++
 			if len(v) != size {
-				return fmt.Errorf("key %s: %d-byte value", k, len(v))
+				err = fmt.Errorf("key %s: %d-byte value", k, len(v))
 			}
-			return nil
+			return err == nil
 		})
+		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -182,12 +144,12 @@ func TestSnapshotStreamed(t *testing.T) {
 // TestSnapshotSourcesClose: Stop's close ends a send in progress and
 // closes unclaimed sources, so the engine can close.
 func TestSnapshotSourcesClose(t *testing.T) {
-	e, err := openEngine(t.TempDir(), true)
+	e, err := engine.Open(t.TempDir(), engine.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := loadSnapRegion(t, e, 2000, 1000)
-	ss, err := newSnapshots(e, slog.Default(), t.TempDir(), 1<<20)
+	ss, err := newSnapshots(e, slog.Default(), 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +168,7 @@ func TestSnapshotSourcesClose(t *testing.T) {
 	ss.close()
 	wg.Wait()
 	done := make(chan error, 1)
-	go func() { done <- e.close() }()
+	go func() { done <- e.Close() }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -224,13 +186,13 @@ func TestSnapshotSourcesClose(t *testing.T) {
 // heap each needed.
 // go test ./raftstore/ -run '^$' -bench SnapshotStream -benchtime 1x
 func BenchmarkSnapshotStream(b *testing.B) {
-	src, err := openEngine(b.TempDir(), true)
+	src, err := engine.Open(b.TempDir(), engine.Options{NoSync: true})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer src.close()
+	defer src.Close()
 	r := loadSnapRegion(b, src, 64<<10, 1<<10)
-	ss, err := newSnapshots(src, slog.Default(), b.TempDir(), -1)
+	ss, err := newSnapshots(src, slog.Default(), -1)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -250,7 +212,7 @@ func BenchmarkSnapshotStream(b *testing.B) {
 			b.Fatal(err)
 		}
 		path := filepath.Join(b.TempDir(), "recv")
-		if _, err := receiveSnapshotFile(vfs.Default, path, r.ID, rc); err != nil {
+		if _, err := receiveSnapshotFile(src, path, r.ID, rc); err != nil {
 			b.Fatal(err)
 		}
 		rc.Close()
@@ -258,7 +220,7 @@ func BenchmarkSnapshotStream(b *testing.B) {
 		sendPeak := peak()
 		fi, _ := os.Stat(path)
 
-		dst, err := openEngine(b.TempDir(), true)
+		dst, err := engine.Open(b.TempDir(), engine.Options{NoSync: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -267,14 +229,14 @@ func BenchmarkSnapshotStream(b *testing.B) {
 		runtime.ReadMemStats(&m2)
 		peak = watchHeap()
 		start = time.Now()
-		if _, err := dst.applySnapshotFile(path, r, nil, func() error { return nil }); err != nil {
+		if _, err := dst.ApplySnapshotFile(path, spanOf(r), nil, func() error { return nil }); err != nil {
 			b.Fatal(err)
 		}
 		apply := time.Since(start)
 		applyPeak := peak()
-		dst.close()
+		dst.Close()
 
-		one, err := openEngine(b.TempDir(), true)
+		one, err := engine.Open(b.TempDir(), engine.Options{NoSync: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -283,8 +245,8 @@ func BenchmarkSnapshotStream(b *testing.B) {
 		peak = watchHeap()
 		start = time.Now()
 		f, _ := os.Open(path)
-		if err := one.db.Update(func(tx *bbolt.Tx) error {
-			_, err := applySnapshotStreamTx(tx, snap.Metadata, f)
+		if err := one.Update(func(tx *engine.Tx) error {
+			_, err := tx.ApplySnapshotFrom(f, snap.Metadata.Index, snap.Metadata.Term)
 			return err
 		}); err != nil {
 			b.Fatal(err)
@@ -292,7 +254,7 @@ func BenchmarkSnapshotStream(b *testing.B) {
 		f.Close()
 		apply1 := time.Since(start)
 		apply1Peak := peak()
-		one.close()
+		one.Close()
 		mib := float64(fi.Size()) / (1 << 20)
 		b.ReportMetric(mib, "snapshot-MiB")
 		b.ReportMetric(mib/send.Seconds(), "stream+check-MiB/s")

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -74,7 +74,7 @@ func (s *Store) splitCheck() {
 				continue
 			}
 			delete(last, st.Region.ID)
-			size, key, ok := s.eng.splitKey(st.Region, s.cfg.SplitMaxKeys, s.cfg.SplitMaxBytes, s.stopc)
+			size, key, ok := splitKey(s.eng, st.Region, s.cfg.SplitMaxKeys, s.cfg.SplitMaxBytes, s.stopc)
 			p, found := s.peer(st.Region.ID)
 			if !found {
 				continue
@@ -137,7 +137,7 @@ func sampleEvery(threshold, most uint64) uint64 {
 
 // splitKey counts the region, and returns the key to split at if it is
 // over either threshold. It gives up (size not counted) if stop closes.
-func (e *engine) splitKey(r region.Region, maxKeys, maxBytes uint64, stop <-chan struct{}) (size regionSize, key []byte, ok bool) {
+func splitKey(e *engine.Engine, r region.Region, maxKeys, maxBytes uint64, stop <-chan struct{}) (size regionSize, key []byte, ok bool) {
 	size = regionSize{version: r.Epoch.Version}
 	type sample struct {
 		key         []byte
@@ -154,13 +154,12 @@ func (e *engine) splitKey(r region.Region, maxKeys, maxBytes uint64, stop <-chan
 		default:
 		}
 		var next []byte
-		err := e.db.View(func(tx *bbolt.Tx) error {
-			c := tx.Bucket(bucketData).Cursor()
+		err := e.View(func(tx *engine.Tx) error {
 			n := 0
-			for k, v := c.Seek(from); k != nil && (len(r.EndKey) == 0 || bytes.Compare(k, r.EndKey) < 0); k, v = c.Next() {
+			tx.ForEachData(from, r.EndKey, func(k, v []byte) bool {
 				if n == splitCheckBatch {
 					next = bytes.Clone(k)
-					return nil
+					return false
 				}
 				n++
 				if size.keys > 0 && (size.keys-sampledKeys >= everyKeys || size.bytes-sampledBytes >= everyBytes) {
@@ -169,7 +168,8 @@ func (e *engine) splitKey(r region.Region, maxKeys, maxBytes uint64, stop <-chan
 				}
 				size.keys++
 				size.bytes += uint64(len(k) + len(v))
-			}
+				return true
+			})
 			return nil
 		})
 		if err != nil {

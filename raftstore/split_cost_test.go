@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
 // The cost of applying a split, measured on the real apply path
-// (applySplitTx inside one bbolt write transaction, committed): a region
+// (applySplitTx inside one engine write transaction, committed): a region
 // holding n keys, each written once by its own request (random request
 // IDs, random user keys), so that its dedup table is full, split at its
 // middle key. Issue 18 measured 11.8 s for n = 100,000 when the split
@@ -24,7 +24,7 @@ import (
 // splitFixture is an engine holding one region [nil, +inf) with n keys and
 // their dedup records, as apply rounds of a busy leader would leave them.
 type splitFixture struct {
-	e      *engine
+	e      *engine.Engine
 	s      *Store
 	p      *Peer
 	mid    []byte // the middle key
@@ -33,11 +33,11 @@ type splitFixture struct {
 
 func newSplitFixture(tb testing.TB, n int) *splitFixture {
 	tb.Helper()
-	e, err := openEngine(tb.TempDir(), true)
+	e, err := engine.Open(tb.TempDir(), engine.Options{NoSync: true})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { e.close() })
+	tb.Cleanup(func() { e.Close() })
 	r := testRegion()
 	r.ID = 1
 	rng := rand.New(rand.NewPCG(uint64(n), 18))
@@ -50,7 +50,7 @@ func newSplitFixture(tb testing.TB, n int) *splitFixture {
 	window := uint64(max(n, 1)) + 1000
 	idx := uint64(raftInitIndex)
 	for lo := 0; lo < n || lo == 0; lo += perRound {
-		err := e.db.Update(func(tx *bbolt.Tx) error {
+		err := e.Update(func(tx *engine.Tx) error {
 			if lo == 0 {
 				if err := putRegion(tx, r); err != nil {
 					return err
@@ -58,10 +58,10 @@ func newSplitFixture(tb testing.TB, n int) *splitFixture {
 			}
 			for _, k := range keys[lo:min(lo+perRound, n)] {
 				idx++
-				if err := rememberTx(tx, k, rng.Uint64(), idx); err != nil {
+				if err := tx.DedupRemember(k, rng.Uint64(), idx); err != nil {
 					return err
 				}
-				if err := tx.Bucket(bucketData).Put(k, value); err != nil {
+				if err := tx.Put(k, value); err != nil {
 					return err
 				}
 			}
@@ -81,28 +81,24 @@ func newSplitFixture(tb testing.TB, n int) *splitFixture {
 }
 
 // split applies the split entry at the next index and returns how long the
-// apply took and how long the commit took.
+// apply took and how long the rest of its update (the commit, and the
+// checkpoint's bookkeeping: no fsync) took.
 func (f *splitFixture) split(tb testing.TB, newID uint64) (apply, commit time.Duration) {
 	tb.Helper()
-	tx, err := f.e.db.Begin(true)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer tx.Rollback()
 	rp := &readyPeer{p: f.p}
 	f.lastAt++
 	cmd := command{op: opSplit, id: 99, key: f.mid, value: encodeSplit(newID, f.p.region.Epoch)}
 	ent := raftpb.Entry{Index: f.lastAt, Term: 6}
 	start := time.Now()
-	if err := f.s.applySplitTx(tx, rp, &ent, cmd); err != nil {
+	err := f.e.Update(func(tx *engine.Tx) error {
+		err := f.s.applySplitTx(tx, rp, &ent, cmd)
+		apply = time.Since(start)
+		return err
+	})
+	if err != nil {
 		tb.Fatal(err)
 	}
-	apply = time.Since(start)
-	start = time.Now()
-	if err := tx.Commit(); err != nil {
-		tb.Fatal(err)
-	}
-	commit = time.Since(start)
+	commit = time.Since(start) - apply
 	if len(rp.acked) != 1 || rp.acked[0].err != nil || len(rp.created) != 1 {
 		tb.Fatalf("split not applied: acked %+v, created %d", rp.acked, len(rp.created))
 	}
@@ -158,21 +154,21 @@ func TestSplitApplyCostIsIndependentOfTheDedupTable(t *testing.T) {
 func TestSplitKeyCountsInBatchesAndSplitsNearTheMiddle(t *testing.T) {
 	e := testEngine(t)
 	const n = 3*splitCheckBatch + 17
-	mustUpdate(t, e, func(tx *bbolt.Tx) error {
+	mustUpdate(t, e, func(tx *engine.Tx) error {
 		for _, k := range []string{"a", "zz"} { // outside the region
-			if err := tx.Bucket(bucketData).Put([]byte(k), []byte("x")); err != nil {
+			if err := tx.Put([]byte(k), []byte("x")); err != nil {
 				return err
 			}
 		}
 		for i := range n {
-			if err := tx.Bucket(bucketData).Put(fmt.Appendf(nil, "k%06d", i), make([]byte, 10)); err != nil {
+			if err := tx.Put(fmt.Appendf(nil, "k%06d", i), make([]byte, 10)); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	r := region.Region{ID: 1, StartKey: []byte("b"), EndKey: []byte("z"), Epoch: region.Epoch{Version: 3}}
-	size, key, ok := e.splitKey(r, 0, 1<<30, nil)
+	size, key, ok := splitKey(e, r, 0, 1<<30, nil)
 	if !size.counted || size.keys != n || size.bytes != n*(7+10) || size.version != 3 || ok {
 		t.Fatalf("under the threshold: size %+v, key %q, ok %v", size, key, ok)
 	}
@@ -183,38 +179,38 @@ func TestSplitKeyCountsInBatchesAndSplitsNearTheMiddle(t *testing.T) {
 		}
 		return i
 	}
-	_, key, ok = e.splitKey(r, n-1, 0, nil)
+	_, key, ok = splitKey(e, r, n-1, 0, nil)
 	if !ok || mid(key) < n/2 || mid(key) > n/2+splitSampleKeys {
 		t.Fatalf("over the key threshold: split at %q, ok %v", key, ok)
 	}
-	_, key, ok = e.splitKey(r, 0, 1000, nil)
+	_, key, ok = splitKey(e, r, 0, 1000, nil)
 	if !ok || mid(key) < n/2 || mid(key) > n/2+splitSampleKeys {
 		t.Fatalf("over the size threshold: split at %q, ok %v", key, ok)
 	}
 	stop := make(chan struct{})
 	close(stop)
-	if size, _, ok := e.splitKey(r, 1, 0, stop); size.counted || ok {
+	if size, _, ok := splitKey(e, r, 1, 0, stop); size.counted || ok {
 		t.Fatal("a stopped check counted")
 	}
 
 	// A few big values: sampled by size, split by size.
 	big := testEngine(t)
-	mustUpdate(t, big, func(tx *bbolt.Tx) error {
+	mustUpdate(t, big, func(tx *engine.Tx) error {
 		for i := range 8 {
-			if err := tx.Bucket(bucketData).Put(fmt.Appendf(nil, "k%06d", i), make([]byte, 1<<20)); err != nil {
+			if err := tx.Put(fmt.Appendf(nil, "k%06d", i), make([]byte, 1<<20)); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	_, key, ok = big.splitKey(region.Region{ID: 1}, 0, 4<<20, nil)
+	_, key, ok = splitKey(big, region.Region{ID: 1}, 0, 4<<20, nil)
 	if !ok || mid(key) != 4 {
 		t.Fatalf("8 values of 1 MiB over 4 MiB: split at %q, ok %v", key, ok)
 	}
 	// A single key cannot be split.
 	one := testEngine(t)
-	mustUpdate(t, one, func(tx *bbolt.Tx) error { return tx.Bucket(bucketData).Put([]byte("k"), make([]byte, 1<<20)) })
-	if _, key, ok := one.splitKey(region.Region{ID: 1}, 0, 1<<10, nil); ok {
+	mustUpdate(t, one, func(tx *engine.Tx) error { return tx.Put([]byte("k"), make([]byte, 1<<20)) })
+	if _, key, ok := splitKey(one, region.Region{ID: 1}, 0, 1<<10, nil); ok {
 		t.Fatalf("a one-key region split at %q", key)
 	}
 }
@@ -224,31 +220,31 @@ func TestSplitKeyCountsInBatchesAndSplitsNearTheMiddle(t *testing.T) {
 // go test ./raftstore/ -run '^$' -bench SnapshotApplyFullDedup -benchtime 1x
 func BenchmarkSnapshotApplyFullDedup(b *testing.B) {
 	f := newSplitFixture(b, 100000)
-	if err := f.e.db.Update(func(tx *bbolt.Tx) error {
-		return putApplyState(tx, 1, applyState{AppliedIndex: f.lastAt, AppliedTerm: 6, TruncatedIndex: f.lastAt, TruncatedTerm: 6})
+	if err := f.e.Update(func(tx *engine.Tx) error {
+		return tx.PutApplyState(1, engine.ApplyState{AppliedIndex: f.lastAt, AppliedTerm: 6, TruncatedIndex: f.lastAt, TruncatedTerm: 6})
 	}); err != nil {
 		b.Fatal(err)
 	}
-	snap, err := f.e.buildSnapshot(1)
+	snap, err := buildSnapshot(f.e, 1)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		dst, err := openEngine(b.TempDir(), true)
+		dst, err := engine.Open(b.TempDir(), engine.Options{NoSync: true})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		if err := dst.db.Update(func(tx *bbolt.Tx) error {
-			_, err := applySnapshotTx(tx, snap)
+		if err := dst.Update(func(tx *engine.Tx) error {
+			_, err := tx.ApplySnapshot(snap.Data, snap.Metadata.Index, snap.Metadata.Term)
 			return err
 		}); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		dst.close()
+		dst.Close()
 	}
 	b.ReportMetric(float64(len(snap.Data))/(1<<20), "snapshot-MiB")
 }

@@ -57,12 +57,12 @@ type Stats struct {
 	// until a write succeeded again (diskfail.go).
 	DiskFailures uint64
 	// BatchesRebuilt: uncommitted rounds lost with a failed round or
-	// commit and rebuilt from the WAL before the store went on (batch.go).
+	// commit and rebuilt from the WAL before the store went on (storage/engine, batch.go).
 	BatchesRebuilt uint64
 	// WALRecords and WALSyncs: round-log records written, and those
 	// fdatasynced (a record of commit indexes alone is not: storage/wal);
 	// BatchCommits: commits of the rounds' shared bbolt transaction
-	// (batch.go): every 20 ms of writes and at checkpoints.
+	// (storage/engine, batch.go): every 20 ms of writes and at checkpoints.
 	WALRecords, WALSyncs, BatchCommits uint64
 	// LeadershipsByTransfer and LeadershipsByElection count the times a
 	// peer here became leader, by how: by a transfer (it won the campaign
@@ -96,7 +96,7 @@ type stats struct {
 
 // Stats returns a snapshot of the counters.
 func (s *Store) Stats() Stats {
-	walRecords, walSyncs, batchCommits, batchesRebuilt := s.eng.writeStats()
+	walRecords, walSyncs, batchCommits, batchesRebuilt := s.eng.WriteStats()
 	return Stats{
 		WALRecords: walRecords, WALSyncs: walSyncs, BatchCommits: batchCommits, BatchesRebuilt: batchesRebuilt,
 		ReadsLease:        s.stats.readsLease.Load(),
@@ -219,7 +219,7 @@ func (s *Store) Gauges() Gauges {
 	}
 	// The file, not bbolt's own stats: its size is what fills the disk,
 	// free pages included.
-	if fi, err := os.Stat(s.eng.db.Path()); err == nil {
+	if fi, err := os.Stat(s.eng.DBPath()); err == nil {
 		g.DBFileBytes = fi.Size()
 	}
 	return g

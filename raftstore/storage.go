@@ -1,14 +1,14 @@
 package raftstore
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
 
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -44,7 +44,7 @@ const (
 // current applied index on demand.
 type peerStorage struct {
 	*raft.MemoryStorage
-	eng      *engine
+	eng      *engine.Engine
 	built    *atomic.Uint64
 	regionID uint64
 	// snaps, if set, makes Snapshot file a streaming source and return
@@ -70,9 +70,39 @@ type peerStorage struct {
 
 var _ raft.Storage = (*peerStorage)(nil)
 
+// persistedPeer is everything a peer needs to restart.
+type persistedPeer struct {
+	region  region.Region
+	hard    raftpb.HardState
+	apply   engine.ApplyState
+	entries []raftpb.Entry
+	// tailFrom is the index of entries[0] when the log is loaded from past
+	// its first index (only its tail goes in the mirror), with tailTerm the
+	// term before it; 0 when entries start at the first index.
+	tailFrom, tailTerm uint64
+}
+
+// loadPeers reads every region the engine holds, each log's applied part
+// only as far back as the mirror keeps (see above).
+func loadPeers(e *engine.Engine) ([]persistedPeer, error) {
+	pps, err := e.LoadPeers(engine.MirrorBound{Entries: mirrorTailEntries, Bytes: mirrorTailBytes})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]persistedPeer, 0, len(pps))
+	for _, pp := range pps {
+		r, err := decodeRegion(pp.Meta)
+		if err != nil {
+			return nil, fmt.Errorf("region %d: %w", pp.Span.ID, err)
+		}
+		out = append(out, persistedPeer{region: r, hard: pp.Hard, apply: pp.Apply, entries: pp.Entries, tailFrom: pp.TailFrom, tailTerm: pp.TailTerm})
+	}
+	return out, nil
+}
+
 // newPeerStorage rebuilds the mirror from what was persisted: the log's
 // tail that loadPeers read, based at the entry before it.
-func newPeerStorage(eng *engine, p persistedPeer, built *atomic.Uint64) (*peerStorage, error) {
+func newPeerStorage(eng *engine.Engine, p persistedPeer, built *atomic.Uint64) (*peerStorage, error) {
 	ms := raft.NewMemoryStorage()
 	base, baseTerm := p.apply.TruncatedIndex, p.apply.TruncatedTerm
 	if p.tailFrom > base+1 {
@@ -108,7 +138,7 @@ func (s *peerStorage) Snapshot() (raftpb.Snapshot, error) {
 	if s.snaps != nil {
 		snap, err = s.snaps.open(s.regionID)
 	} else {
-		snap, err = s.eng.buildSnapshot(s.regionID)
+		snap, err = buildSnapshot(s.eng, s.regionID)
 	}
 	if err != nil {
 		// Raft retries at the follower's next heartbeat response; any other
@@ -123,45 +153,6 @@ func (s *peerStorage) Snapshot() (raftpb.Snapshot, error) {
 	}
 	s.built.Add(1)
 	return snap, nil
-}
-
-// mirrorTailTx is where a region's mirror starts at open (loadPeers): the
-// index of its first entry and the term of the one before. It keeps the
-// entries past the applied index and the applied tail the mirror keeps
-// while running. A log that does not reach the applied index (never
-// written so) is loaded whole, and checked as before.
-func mirrorTailTx(lb *bbolt.Bucket, id uint64, as applyState) (from, baseTerm uint64, err error) {
-	lo := as.TruncatedIndex + 1
-	if as.AppliedIndex <= as.TruncatedIndex || lb.Get(logKey(id, as.AppliedIndex)) == nil {
-		return lo, as.TruncatedTerm, nil
-	}
-	from = as.AppliedIndex + 1
-	var size uint64
-	for n := 0; from > lo && n < mirrorTailEntries; n++ {
-		v := lb.Get(logKey(id, from-1))
-		if v == nil {
-			break
-		}
-		if size += uint64(len(v)); size > mirrorTailBytes {
-			break
-		}
-		from--
-	}
-	if from == lo {
-		return lo, as.TruncatedTerm, nil
-	}
-	var ent raftpb.Entry
-	v := lb.Get(logKey(id, from-1))
-	if v == nil {
-		return 0, 0, fmt.Errorf("log entry %d missing below %d: %w", from-1, from, errCorrupt)
-	}
-	if err := ent.Unmarshal(v); err != nil {
-		return 0, 0, fmt.Errorf("decode entry %d: %w", from-1, err)
-	}
-	if ent.Index != from-1 {
-		return 0, 0, fmt.Errorf("log entry holds index %d, want %d: %w", ent.Index, from-1, errCorrupt)
-	}
-	return from, ent.Term, nil
 }
 
 // bounds returns the durable log's first index and the term before it.
@@ -294,27 +285,10 @@ func (s *peerStorage) entriesAcross(lo, hi, maxSize, mfirst uint64) ([]raftpb.En
 func (s *peerStorage) readLog(lo, hi, maxSize uint64) ([]raftpb.Entry, error) {
 	s.diskReads.Add(1)
 	var out []raftpb.Entry
-	err := s.eng.db.View(func(tx *bbolt.Tx) error {
-		c := tx.Bucket(bucketRaftLog).Cursor()
-		var size uint64
-		for k, v := c.Seek(logKey(s.regionID, lo)); k != nil; k, v = c.Next() {
-			want := lo + uint64(len(out))
-			if want >= hi || len(k) != 16 || binary.BigEndian.Uint64(k) != s.regionID || binary.BigEndian.Uint64(k[8:]) != want {
-				return nil
-			}
-			var e raftpb.Entry
-			if err := e.Unmarshal(v); err != nil {
-				return fmt.Errorf("decode log entry %d: %w", want, err)
-			}
-			if e.Index != want {
-				return fmt.Errorf("log entry holds index %d, want %d: %w", e.Index, want, errCorrupt)
-			}
-			if size += uint64(e.Size()); len(out) > 0 && size > maxSize {
-				return nil
-			}
-			out = append(out, e)
-		}
-		return nil
+	err := s.eng.View(func(tx *engine.Tx) error {
+		var err error
+		out, err = tx.Entries(s.regionID, lo, hi, maxSize)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("region %d: read log [%d, %d): %w", s.regionID, lo, hi, err)
@@ -363,8 +337,8 @@ func (s *peerStorage) trim(applied, compactTo, compactTerm uint64) error {
 		s.mu.Unlock()
 	}
 	// Never past what committed bbolt state holds: older entries are read
-	// from there (batch.go).
-	to := max(compactTo, s.tailTrimPoint(min(applied, s.eng.logFloor(s.regionID))))
+	// from there (storage/engine, batch.go).
+	to := max(compactTo, s.tailTrimPoint(min(applied, s.eng.LogFloor(s.regionID))))
 	mfirst, _ := s.MemoryStorage.FirstIndex()
 	last, _ := s.MemoryStorage.LastIndex()
 	if to < mfirst || to > last { // nothing to drop; or not yet in the mirror (Compact panics)
@@ -407,17 +381,16 @@ func (s *peerStorage) tailTrimPoint(applied uint64) uint64 {
 
 // termTx is the term of i from the mirror, or else from tx: the loop's own
 // write transaction (applyTx), never a second one on its goroutine.
-func (s *peerStorage) termTx(tx *bbolt.Tx, i uint64) (uint64, error) {
+func (s *peerStorage) termTx(tx *engine.Tx, i uint64) (uint64, error) {
 	if t, _, below, err := s.termAbove(i); !below {
 		return t, err
 	}
-	v := tx.Bucket(bucketRaftLog).Get(logKey(s.regionID, i))
-	if v == nil {
+	t, ok, err := tx.Term(s.regionID, i)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
 		return 0, raft.ErrCompacted
 	}
-	var e raftpb.Entry
-	if err := e.Unmarshal(v); err != nil {
-		return 0, fmt.Errorf("region %d: decode log entry %d: %w", s.regionID, i, err)
-	}
-	return e.Term, nil
+	return t, nil
 }

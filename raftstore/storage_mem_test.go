@@ -1,13 +1,14 @@
 package raftstore
 
 import (
+	"math"
 	"os"
 	"runtime"
 	"sync/atomic"
 	"testing"
 
 	"github.com/hedgekv/hedgekv/region"
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -63,27 +64,27 @@ func TestMirrorHeapHeld(t *testing.T) {
 	}
 	runOld, runNew := heapHeld(running(false)), heapHeld(running(true))
 
-	e, err := openEngine(t.TempDir(), true)
+	e, err := engine.Open(t.TempDir(), engine.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.close()
+	defer e.Close()
 	for r := range regions {
 		rg := testRegion()
 		rg.ID = uint64(r + 1)
 		last := uint64(raftInitIndex + perRegion)
-		mustUpdate(t, e, func(tx *bbolt.Tx) error {
+		mustUpdate(t, e, func(tx *engine.Tx) error {
 			if err := putRegion(tx, rg); err != nil {
 				return err
 			}
-			if err := appendEntries(tx, rg.ID, sizedEnts(6, raftInitIndex+1, last, size), 0); err != nil {
+			if err := tx.AppendEntries(rg.ID, sizedEnts(6, raftInitIndex+1, last, size), 0); err != nil {
 				return err
 			}
-			return putApplyState(tx, rg.ID, applyState{AppliedIndex: last - batch, AppliedTerm: 6, TruncatedIndex: raftInitIndex, TruncatedTerm: raftInitTerm})
+			return tx.PutApplyState(rg.ID, engine.ApplyState{AppliedIndex: last - batch, AppliedTerm: 6, TruncatedIndex: raftInitIndex, TruncatedTerm: raftInitTerm})
 		})
 	}
 	openNew := heapHeld(func() any {
-		pps, err := e.loadPeers()
+		pps, err := loadPeers(e)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +98,7 @@ func TestMirrorHeapHeld(t *testing.T) {
 		}
 		return held
 	})
-	openOld := heapHeld(func() any { return loadWholeLogs(t, e) })
+	openOld := heapHeld(func() any { return loadWholeLogs(t, e, regions) })
 	const mb = 1 << 20
 	t.Logf("%d regions x %d entries of %d B: heap held by the log mirrors: running %.1f MB before, %.1f MB after; after open %.1f MB before, %.1f MB after",
 		regions, perRegion, size, float64(runOld)/mb, float64(runNew)/mb, float64(openOld)/mb, float64(openNew)/mb)
@@ -106,27 +107,22 @@ func TestMirrorHeapHeld(t *testing.T) {
 	}
 }
 
-// loadWholeLogs mirrors every region's whole log, as open did before the
-// bound.
-func loadWholeLogs(t *testing.T, e *engine) []*raft.MemoryStorage {
+// loadWholeLogs mirrors the whole log of regions 1..n, as open did before
+// the bound.
+func loadWholeLogs(t *testing.T, e *engine.Engine, n int) []*raft.MemoryStorage {
 	var out []*raft.MemoryStorage
-	err := e.db.View(func(tx *bbolt.Tx) error {
-		c := tx.Bucket(bucketRaftLog).Cursor()
-		var ms *raft.MemoryStorage
-		var region uint64
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			var ent raftpb.Entry
-			if err := ent.Unmarshal(v); err != nil {
+	err := e.View(func(tx *engine.Tx) error {
+		for id := uint64(1); id <= uint64(n); id++ {
+			ents, err := tx.Entries(id, raftInitIndex+1, math.MaxUint64, math.MaxUint64)
+			if err != nil {
 				return err
 			}
-			if id := logKeyRegion(k); ms == nil || id != region {
-				ms, region = raft.NewMemoryStorage(), id
-				_ = ms.ApplySnapshot(raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{Index: ent.Index - 1, Term: raftInitTerm}})
-				out = append(out, ms)
-			}
-			if err := ms.Append([]raftpb.Entry{ent}); err != nil {
+			ms := raft.NewMemoryStorage()
+			_ = ms.ApplySnapshot(raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{Index: raftInitIndex, Term: raftInitTerm}})
+			if err := ms.Append(ents); err != nil {
 				return err
 			}
+			out = append(out, ms)
 		}
 		return nil
 	})
@@ -134,12 +130,4 @@ func loadWholeLogs(t *testing.T, e *engine) []*raft.MemoryStorage {
 		t.Fatal(err)
 	}
 	return out
-}
-
-func logKeyRegion(k []byte) uint64 {
-	var id uint64
-	for _, b := range k[:8] {
-		id = id<<8 | uint64(b)
-	}
-	return id
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -28,26 +28,26 @@ func sizedEnts(term, lo, hi uint64, size int) []raftpb.Entry {
 
 // mirrorFixture writes region 7's log, [6, 1100] (term 5 to 500, then 6),
 // applied through 1000, and loads it as a restart does.
-func mirrorFixture(t *testing.T) (*engine, *peerStorage, *raft.MemoryStorage) {
+func mirrorFixture(t *testing.T) (*engine.Engine, *peerStorage, *raft.MemoryStorage) {
 	t.Helper()
-	e, err := openEngine(t.TempDir(), true)
+	e, err := engine.Open(t.TempDir(), engine.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.close() })
+	t.Cleanup(func() { e.Close() })
 	r := testRegion()
 	log := append(sizedEnts(5, 6, 500, 100), sizedEnts(6, 501, 1100, 100)...)
-	mustUpdate(t, e, func(tx *bbolt.Tx) error {
+	mustUpdate(t, e, func(tx *engine.Tx) error {
 		if err := putRegion(tx, r); err != nil {
 			return err
 		}
-		if err := putHardState(tx, r.ID, raftpb.HardState{Term: 6, Commit: 1050}); err != nil {
+		if err := tx.PutHardState(r.ID, raftpb.HardState{Term: 6, Commit: 1050}); err != nil {
 			return err
 		}
-		if err := appendEntries(tx, r.ID, log, 0); err != nil {
+		if err := tx.AppendEntries(r.ID, log, 0); err != nil {
 			return err
 		}
-		return putApplyState(tx, r.ID, applyState{AppliedIndex: 1000, AppliedTerm: 6, TruncatedIndex: 5, TruncatedTerm: 5})
+		return tx.PutApplyState(r.ID, engine.ApplyState{AppliedIndex: 1000, AppliedTerm: 6, TruncatedIndex: 5, TruncatedTerm: 5})
 	})
 	ref := raft.NewMemoryStorage()
 	_ = ref.ApplySnapshot(raftpb.Snapshot{Metadata: raftpb.SnapshotMetadata{Index: 5, Term: 5}})
@@ -104,12 +104,12 @@ func TestPeerStorageReadsAcrossMirrorAndLog(t *testing.T) {
 	}
 
 	// A durable compaction through 600, as applyTx and publish do it.
-	mustUpdate(t, e, func(tx *bbolt.Tx) error {
+	mustUpdate(t, e, func(tx *engine.Tx) error {
 		term, err := s.termTx(tx, 600)
 		if err != nil || term != 6 {
 			t.Errorf("termTx(600) = %d, %v", term, err)
 		}
-		return deleteLog(tx, 7, 6, 600)
+		return tx.DeleteLog(7, 6, 600)
 	})
 	if err := s.trim(1000, 600, 6); err != nil {
 		t.Fatal(err)
@@ -120,7 +120,7 @@ func TestPeerStorageReadsAcrossMirrorAndLog(t *testing.T) {
 
 	// Appends and applies: the mirror keeps the bound, trimming in steps.
 	more := sizedEnts(6, 1101, 1500, 100)
-	mustUpdate(t, e, func(tx *bbolt.Tx) error { return appendEntries(tx, 7, more, 1100) })
+	mustUpdate(t, e, func(tx *engine.Tx) error { return tx.AppendEntries(7, more, 1100) })
 	_ = s.Append(more)
 	_ = ref.Append(more)
 	if err := s.trim(1500, 0, 0); err != nil {
@@ -147,22 +147,22 @@ func TestPeerStorageReadsAcrossMirrorAndLog(t *testing.T) {
 // Big entries: the mirror's applied tail is bounded in bytes too, at open
 // and running.
 func TestMirrorTailBoundedInBytes(t *testing.T) {
-	e, err := openEngine(t.TempDir(), true)
+	e, err := engine.Open(t.TempDir(), engine.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.close()
+	defer e.Close()
 	r := testRegion()
 	const size = 64 << 10
 	log := sizedEnts(5, 6, 105, size)
-	mustUpdate(t, e, func(tx *bbolt.Tx) error {
+	mustUpdate(t, e, func(tx *engine.Tx) error {
 		if err := putRegion(tx, r); err != nil {
 			return err
 		}
-		if err := appendEntries(tx, r.ID, log, 0); err != nil {
+		if err := tx.AppendEntries(r.ID, log, 0); err != nil {
 			return err
 		}
-		return putApplyState(tx, r.ID, applyState{AppliedIndex: 100, AppliedTerm: 5, TruncatedIndex: 5, TruncatedTerm: 5})
+		return tx.PutApplyState(r.ID, engine.ApplyState{AppliedIndex: 100, AppliedTerm: 5, TruncatedIndex: 5, TruncatedTerm: 5})
 	})
 	s := reload(t, e)
 	esz := uint64(log[0].Size()) // with its encoding's overhead
@@ -172,7 +172,7 @@ func TestMirrorTailBoundedInBytes(t *testing.T) {
 	}
 	check(t, "big", s, want{first: 6, last: 105, terms: map[uint64]uint64{5: 5, 6: 5, 105: 5}})
 	more := sizedEnts(5, 106, 120, size)
-	mustUpdate(t, e, func(tx *bbolt.Tx) error { return appendEntries(tx, 7, more, 105) })
+	mustUpdate(t, e, func(tx *engine.Tx) error { return tx.AppendEntries(7, more, 105) })
 	_ = s.Append(more)
 	if err := s.trim(110, 0, 0); err != nil {
 		t.Fatal(err)
@@ -188,9 +188,9 @@ func TestMirrorTailBoundedInBytes(t *testing.T) {
 func TestPeerStorageOfNewPeers(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		apply applyState
+		apply engine.ApplyState
 		first uint64
-	}{{"split-born", initApplyState, raftInitIndex + 1}, {"placeholder", applyState{}, 1}} {
+	}{{"split-born", initApplyState, raftInitIndex + 1}, {"placeholder", engine.ApplyState{}, 1}} {
 		s, err := newPeerStorage(nil, persistedPeer{region: testRegion(), apply: tc.apply}, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -224,7 +224,7 @@ func TestLaggingFollowerCatchesUpFromTheLog(t *testing.T) {
 	leader, _ = c.leaderOf([]byte("k"))
 	// The mirror also keeps what the open batch wrote (batch.go): commit
 	// it, and let one more round trim.
-	if err := leader.eng.checkpointIfDue(true); err != nil {
+	if err := leader.eng.CheckpointIfDue(true); err != nil {
 		t.Fatal(err)
 	}
 	c.put(ctx, []byte("k-trim"), []byte("v"))

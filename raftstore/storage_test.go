@@ -1,14 +1,12 @@
 package raftstore
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"testing"
 
 	"github.com/hedgekv/hedgekv/region"
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -21,17 +19,29 @@ func testRegion() region.Region {
 	return region.Region{ID: 7, Epoch: region.Epoch{ConfVer: 1, Version: 1}, Peers: []region.Peer{{ID: 1, StoreID: 1}, {ID: 2, StoreID: 2}, {ID: 3, StoreID: 3}}}
 }
 
-func mustUpdate(t *testing.T, e *engine, fn func(*bbolt.Tx) error) {
+func mustUpdate(t testing.TB, e *engine.Engine, fn func(*engine.Tx) error) {
 	t.Helper()
-	if err := e.db.Update(fn); err != nil {
+	if err := e.Update(fn); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// testEngine is an engine in a temporary directory, without fsyncs,
+// closed when the test ends.
+func testEngine(tb testing.TB) *engine.Engine {
+	tb.Helper()
+	e, err := engine.Open(tb.TempDir(), engine.Options{NoSync: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
 // reload rebuilds the region's storage from what bbolt holds.
-func reload(t *testing.T, e *engine) *peerStorage {
+func reload(t *testing.T, e *engine.Engine) *peerStorage {
 	t.Helper()
-	pps, err := e.loadPeers()
+	pps, err := loadPeers(e)
 	if err != nil || len(pps) != 1 {
 		t.Fatalf("loadPeers = %d peers, %v", len(pps), err)
 	}
@@ -95,20 +105,20 @@ func check(t *testing.T, name string, s raft.Storage, w want) {
 }
 
 func TestPeerStorageConformance(t *testing.T) {
-	e, err := openEngine(t.TempDir(), true)
+	e, err := engine.Open(t.TempDir(), engine.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.close()
+	defer e.Close()
 	r := testRegion()
-	mustUpdate(t, e, func(tx *bbolt.Tx) error {
+	mustUpdate(t, e, func(tx *engine.Tx) error {
 		if err := putRegion(tx, r); err != nil {
 			return err
 		}
-		if err := putHardState(tx, r.ID, raftpb.HardState{Term: 5, Commit: 5}); err != nil {
+		if err := tx.PutHardState(r.ID, raftpb.HardState{Term: 5, Commit: 5}); err != nil {
 			return err
 		}
-		return putApplyState(tx, r.ID, applyState{AppliedIndex: 5, AppliedTerm: 5, TruncatedIndex: 5, TruncatedTerm: 5})
+		return tx.PutApplyState(r.ID, engine.ApplyState{AppliedIndex: 5, AppliedTerm: 5, TruncatedIndex: 5, TruncatedTerm: 5})
 	})
 	s := reload(t, e)
 	check(t, "bootstrap", s, want{first: 6, last: 5, terms: map[uint64]uint64{5: 5}})
@@ -120,9 +130,9 @@ func TestPeerStorageConformance(t *testing.T) {
 	}
 
 	// Append 6..20 in term 5, then 15..17 in term 7 over a conflicting tail.
-	mustUpdate(t, e, func(tx *bbolt.Tx) error { return appendEntries(tx, r.ID, ents(5, 6, 20), 5) })
+	mustUpdate(t, e, func(tx *engine.Tx) error { return tx.AppendEntries(r.ID, ents(5, 6, 20), 5) })
 	check(t, "append", reload(t, e), want{first: 6, last: 20, terms: map[uint64]uint64{5: 5, 6: 5, 20: 5}})
-	mustUpdate(t, e, func(tx *bbolt.Tx) error { return appendEntries(tx, r.ID, ents(7, 15, 17), 20) })
+	mustUpdate(t, e, func(tx *engine.Tx) error { return tx.AppendEntries(r.ID, ents(7, 15, 17), 20) })
 	s = reload(t, e)
 	check(t, "overwrite", s, want{first: 6, last: 17, terms: map[uint64]uint64{14: 5, 15: 7, 17: 7}})
 
@@ -134,23 +144,22 @@ func TestPeerStorageConformance(t *testing.T) {
 	check(t, "memory reference", ms, want{first: 6, last: 17, terms: map[uint64]uint64{14: 5, 15: 7, 17: 7}})
 
 	// Compact through 10.
-	mustUpdate(t, e, func(tx *bbolt.Tx) error {
-		if err := deleteLog(tx, r.ID, 6, 10); err != nil {
+	mustUpdate(t, e, func(tx *engine.Tx) error {
+		if err := tx.DeleteLog(r.ID, 6, 10); err != nil {
 			return err
 		}
-		return putApplyState(tx, r.ID, applyState{AppliedIndex: 12, AppliedTerm: 5, TruncatedIndex: 10, TruncatedTerm: 5})
+		return tx.PutApplyState(r.ID, engine.ApplyState{AppliedIndex: 12, AppliedTerm: 5, TruncatedIndex: 10, TruncatedTerm: 5})
 	})
 	check(t, "compacted", reload(t, e), want{first: 11, last: 17, terms: map[uint64]uint64{10: 5, 11: 5, 17: 7}})
 
 	// Snapshot at the applied index, with data, moved to a fresh engine.
-	mustUpdate(t, e, func(tx *bbolt.Tx) error {
-		b := tx.Bucket(bucketData)
+	mustUpdate(t, e, func(tx *engine.Tx) error {
 		for _, k := range []string{"a", "b", "c"} {
-			if err := b.Put([]byte(k), []byte("v"+k)); err != nil {
+			if err := tx.Put([]byte(k), []byte("v"+k)); err != nil {
 				return err
 			}
 		}
-		return putApplyState(tx, r.ID, applyState{AppliedIndex: 16, AppliedTerm: 7, TruncatedIndex: 10, TruncatedTerm: 5})
+		return tx.PutApplyState(r.ID, engine.ApplyState{AppliedIndex: 16, AppliedTerm: 7, TruncatedIndex: 10, TruncatedTerm: 5})
 	})
 	snap, err := reload(t, e).Snapshot()
 	if err != nil {
@@ -159,25 +168,25 @@ func TestPeerStorageConformance(t *testing.T) {
 	if snap.Metadata.Index != 16 || snap.Metadata.Term != 7 || len(snap.Metadata.ConfState.Voters) != 3 {
 		t.Fatalf("snapshot metadata = %+v", snap.Metadata)
 	}
-	e2, err := openEngine(t.TempDir(), true)
+	e2, err := engine.Open(t.TempDir(), engine.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e2.close()
-	mustUpdate(t, e2, func(tx *bbolt.Tx) error {
+	defer e2.Close()
+	mustUpdate(t, e2, func(tx *engine.Tx) error {
 		// Stale state the snapshot must replace.
-		if err := tx.Bucket(bucketData).Put([]byte("b"), []byte("old")); err != nil {
+		if err := tx.Put([]byte("b"), []byte("old")); err != nil {
 			return err
 		}
-		if err := appendEntries(tx, r.ID, ents(2, 1, 3), 0); err != nil {
+		if err := tx.AppendEntries(r.ID, ents(2, 1, 3), 0); err != nil {
 			return err
 		}
-		_, err := applySnapshotTx(tx, snap)
+		_, err := tx.ApplySnapshot(snap.Data, snap.Metadata.Index, snap.Metadata.Term)
 		return err
 	})
 	check(t, "after snapshot", reload(t, e2), want{first: 17, last: 16, terms: map[uint64]uint64{16: 7}})
 	for _, k := range []string{"a", "b", "c"} {
-		v, ok, err := e2.get([]byte(k))
+		v, ok, err := e2.Get([]byte(k))
 		if err != nil || !ok || string(v) != "v"+k {
 			t.Errorf("after snapshot get %s = %q %v %v", k, v, ok, err)
 		}
@@ -199,31 +208,5 @@ func TestCommandRoundTrip(t *testing.T) {
 		if _, err := decodeCommand(bad); err == nil {
 			t.Errorf("decodeCommand(%v) succeeded", bad)
 		}
-	}
-}
-
-func TestScanStopsWhenCancelled(t *testing.T) {
-	e, err := openEngine(t.TempDir(), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.close()
-	mustUpdate(t, e, func(tx *bbolt.Tx) error {
-		b := tx.Bucket(bucketData)
-		for i := range 3 * scanCheckEvery {
-			if err := b.Put(fmt.Appendf(nil, "k%05d", i), []byte("v")); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	kvs, err := e.scan(context.Background(), nil, nil, 10000)
-	if err != nil || len(kvs) != 3*scanCheckEvery {
-		t.Fatalf("scan: %d pairs, %v", len(kvs), err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := e.scan(ctx, nil, nil, 10000); !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled scan: %v, want context.Canceled", err)
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
-	"go.etcd.io/bbolt"
+	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
@@ -31,7 +31,7 @@ const (
 type Store struct {
 	cfg   Config
 	log   *slog.Logger
-	eng   *engine
+	eng   *engine.Engine
 	trans Transport
 
 	mu     sync.RWMutex
@@ -88,14 +88,9 @@ func NewStore(cfg Config, trans Transport) (*Store, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	eng, err := openEngineWith(cfg.DataDir, engineOptions{noSync: cfg.NoSync, fs: cfg.FS, afterBoltSync: cfg.AfterBoltSync})
-	if err != nil {
-		return nil, err
-	}
 	s := &Store{
 		cfg:   cfg,
 		log:   cfg.Logger.With("store", cfg.StoreID),
-		eng:   eng,
 		trans: trans,
 		peers: make(map[uint64]*Peer),
 		dirty: make(map[uint64]*Peer),
@@ -103,25 +98,37 @@ func NewStore(cfg Config, trans Transport) (*Store, error) {
 		stopc: make(chan struct{}),
 		done:  make(chan struct{}),
 	}
-	eng.failCommit = s.injectedDiskError
-	eng.batchInterval = max(cfg.BatchInterval, 0)
-	if eng.replayed > 0 {
-		s.log.Info("replayed the round log after the last checkpoint", "records", eng.replayed)
+	eng, err := engine.Open(cfg.DataDir, engine.Options{
+		NoSync:             cfg.NoSync,
+		FS:                 cfg.FS,
+		AfterBoltSync:      cfg.AfterBoltSync,
+		BatchInterval:      cfg.BatchInterval,
+		FailCommit:         s.injectedDiskError,
+		ApplyBatchBytes:    cfg.applyBatchBytes,
+		ClearBatchKeys:     cfg.clearBatchKeys,
+		CheckpointInterval: cfg.checkpointInterval,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.eng = eng
+	if n := eng.Replayed(); n > 0 {
+		s.log.Info("replayed the round log after the last checkpoint", "records", n)
 	}
 	// A random base keeps proposal IDs unique across restarts, so an entry
 	// proposed before a crash can never wake a waiter of a new proposal.
 	var rb [8]byte
 	if _, err := rand.Read(rb[:]); err != nil {
-		eng.close()
+		eng.Close()
 		return nil, fmt.Errorf("proposal id seed: %w", err)
 	}
 	s.proposalBase = binary.BigEndian.Uint64(rb[:])
-	if s.snaps, err = newSnapshots(eng, s.log, cfg.DataDir, cfg.SnapshotSendRate); err != nil {
-		eng.close()
+	if s.snaps, err = newSnapshots(eng, s.log, cfg.SnapshotSendRate); err != nil {
+		eng.Close()
 		return nil, err
 	}
 	if err := s.load(); err != nil {
-		eng.close()
+		eng.Close()
 		return nil, err
 	}
 	return s, nil
@@ -130,7 +137,7 @@ func NewStore(cfg Config, trans Transport) (*Store, error) {
 // load checks the store identity, bootstraps if the engine is empty, and
 // creates a peer for every persisted region.
 func (s *Store) load() error {
-	id, err := s.eng.storeID()
+	id, err := s.eng.StoreID()
 	if err != nil {
 		return fmt.Errorf("read store id: %w", err)
 	}
@@ -145,7 +152,7 @@ func (s *Store) load() error {
 	if err := s.bumpIncarnation(); err != nil {
 		return err
 	}
-	persisted, err := s.eng.loadPeers()
+	persisted, err := loadPeers(s.eng)
 	if err != nil {
 		return fmt.Errorf("load peers: %w", err)
 	}
@@ -158,8 +165,8 @@ func (s *Store) load() error {
 }
 
 func (s *Store) bootstrap() error {
-	return s.eng.update(func(tx *bbolt.Tx) error {
-		if err := tx.Bucket(bucketMeta).Put(keyStoreID, uint64Bytes(s.cfg.StoreID)); err != nil {
+	return s.eng.Update(func(tx *engine.Tx) error {
+		if err := tx.PutStoreID(s.cfg.StoreID); err != nil {
 			return err
 		}
 		if len(s.cfg.InitialStores) == 0 {
@@ -179,10 +186,10 @@ func (s *Store) bootstrap() error {
 		if err := putRegion(tx, r); err != nil {
 			return err
 		}
-		if err := putHardState(tx, r.ID, raftpb.HardState{Term: raftInitTerm, Commit: raftInitIndex}); err != nil {
+		if err := tx.PutHardState(r.ID, raftpb.HardState{Term: raftInitTerm, Commit: raftInitIndex}); err != nil {
 			return err
 		}
-		return putApplyState(tx, r.ID, applyState{
+		return tx.PutApplyState(r.ID, engine.ApplyState{
 			AppliedIndex: raftInitIndex, AppliedTerm: raftInitTerm,
 			TruncatedIndex: raftInitIndex, TruncatedTerm: raftInitTerm,
 		})
@@ -339,10 +346,10 @@ func (s *Store) stop(crash bool) error {
 		// transaction, a snapshot being sent included.
 		s.snaps.close()
 		if crash {
-			s.eng.crash()
+			s.eng.Crash()
 			return
 		}
-		err = s.eng.close()
+		err = s.eng.Close()
 	})
 	return err
 }

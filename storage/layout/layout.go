@@ -28,6 +28,7 @@
 //	            "incarnation" -> the store's incarnation(8)
 //	            "next_id" -> the next ID this store allocates(8)
 //	            "wal_seq" -> the last round-log record this state holds(8)
+//	            "disk-probe" -> written and deleted at once (a probe of a failed disk)
 //	dedup3      the write-dedup table, keyed by user key (raftstore/dedup.go)
 //
 // Integers are big-endian unless a comment says otherwise. The layout is
@@ -66,6 +67,7 @@ var (
 	KeyIncarnation = []byte("incarnation")
 	KeyNextID      = []byte("next_id")
 	KeyWALSeq      = []byte("wal_seq")
+	KeyDiskProbe   = []byte("disk-probe") // written and deleted by a disk probe: never present
 )
 
 // Suffixes of a region's keys in BucketRaftState (after its ID).

@@ -1,4 +1,4 @@
-package raftstore
+package engine
 
 import (
 	"bytes"
@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 
-	"go.etcd.io/bbolt"
-	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/hedgekv/hedgekv/storage/vfs"
@@ -32,7 +30,7 @@ type powerLossModel struct {
 	dir  string
 	mem  *vfs.MemFS
 	bolt *vfstest.OSFile
-	e    *engine
+	e    *Engine
 	r    uint64 // the region
 	// injected, if set, is the FS the engine opens on (mem behind an
 	// injector that takes crash images): see cutSweep.
@@ -54,7 +52,7 @@ func newPowerLossModel(t *testing.T, rng *rand.Rand) *powerLossModel {
 	t.Helper()
 	dir := modelDir(t)
 	m := &powerLossModel{t: t, rng: rng, dir: dir, mem: vfs.NewStrictMem(),
-		bolt: &vfstest.OSFile{Path: filepath.Join(dir, "store.db")}, r: testRegion().ID}
+		bolt: &vfstest.OSFile{Path: filepath.Join(dir, "store.db")}, r: testRegionID}
 	t.Cleanup(m.bolt.Release)
 	return m
 }
@@ -64,7 +62,7 @@ func (m *powerLossModel) open() error {
 	if m.injected != nil {
 		fs = m.injected
 	}
-	e, err := openEngineWith(m.dir, engineOptions{fs: fs, afterBoltSync: m.bolt.Synced})
+	e, err := Open(m.dir, Options{FS: fs, AfterBoltSync: m.bolt.Synced})
 	if err != nil {
 		return err
 	}
@@ -75,11 +73,11 @@ func (m *powerLossModel) open() error {
 func (m *powerLossModel) lastIndex() uint64 { return modelFirstIndex - 1 + uint64(len(m.log)) }
 
 func (m *powerLossModel) round(it wal.Item, prevLast uint64) error {
-	return m.e.round(func() []wal.Item { return []wal.Item{it} }, nil, func(tx *bbolt.Tx) error {
-		if err := appendEntries(tx, it.RegionID, it.Entries, prevLast); err != nil {
+	return m.e.Round(func() []wal.Item { return []wal.Item{it} }, nil, func(tx *Tx) error {
+		if err := tx.AppendEntries(it.RegionID, it.Entries, prevLast); err != nil {
 			return err
 		}
-		return putHardState(tx, it.RegionID, *it.Hard)
+		return tx.PutHardState(it.RegionID, *it.Hard)
 	})
 }
 
@@ -122,7 +120,7 @@ func (m *powerLossModel) step() (string, error) {
 		m.hs = hs
 		return fmt.Sprintf("vote term %d for %d", hs.Term, hs.Vote), nil
 	case n < 80:
-		return "checkpoint", m.e.checkpointIfDue(true)
+		return "checkpoint", m.e.CheckpointIfDue(true)
 	case n < 85:
 		if err := m.e.checkpointAsync(); err != nil {
 			return "", err
@@ -149,11 +147,11 @@ func (m *powerLossModel) restart() error {
 	if err := m.open(); err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
-	pps, err := m.e.loadPeers()
+	pps, err := m.e.LoadPeers(testMirror)
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
-	if len(pps) == 0 && len(m.log) == 0 && raft.IsEmptyHardState(m.hs) {
+	if len(pps) == 0 && len(m.log) == 0 && m.hs == (raftpb.HardState{}) {
 		// Nothing was promised (a cut in the first open): an empty store.
 		return m.checkBolt()
 	}
@@ -161,31 +159,32 @@ func (m *powerLossModel) restart() error {
 		return fmt.Errorf("%d regions after restart, want 1", len(pps))
 	}
 	p := pps[0]
-	if len(p.entries) != len(m.log) {
-		return fmt.Errorf("log after restart holds %d entries, want %d", len(p.entries), len(m.log))
+	if p.TailFrom != 0 {
+		return fmt.Errorf("log after restart loaded from %d, not from its first index", p.TailFrom)
 	}
-	for i := range p.entries {
-		if g, w := p.entries[i], m.log[i]; g.Index != w.Index || g.Term != w.Term || !bytes.Equal(g.Data, w.Data) {
+	if len(p.Entries) != len(m.log) {
+		return fmt.Errorf("log after restart holds %d entries, want %d", len(p.Entries), len(m.log))
+	}
+	for i := range p.Entries {
+		if g, w := p.Entries[i], m.log[i]; g.Index != w.Index || g.Term != w.Term || !bytes.Equal(g.Data, w.Data) {
 			return fmt.Errorf("entry %d after restart: term %d %q, want term %d %q", w.Index, g.Term, g.Data, w.Term, w.Data)
 		}
 	}
-	if p.hard.Term != m.hs.Term || p.hard.Vote != m.hs.Vote {
-		return fmt.Errorf("hard state after restart: term %d vote %d, want term %d vote %d", p.hard.Term, p.hard.Vote, m.hs.Term, m.hs.Vote)
+	if p.Hard.Term != m.hs.Term || p.Hard.Vote != m.hs.Vote {
+		return fmt.Errorf("hard state after restart: term %d vote %d, want term %d vote %d", p.Hard.Term, p.Hard.Vote, m.hs.Term, m.hs.Vote)
 	}
-	if p.hard.Commit < m.hs.Commit || (len(m.log) > 0 && p.hard.Commit > m.lastIndex()) {
-		return fmt.Errorf("commit %d after restart, want within [%d, %d]", p.hard.Commit, m.hs.Commit, m.lastIndex())
+	if p.Hard.Commit < m.hs.Commit || (len(m.log) > 0 && p.Hard.Commit > m.lastIndex()) {
+		return fmt.Errorf("commit %d after restart, want within [%d, %d]", p.Hard.Commit, m.hs.Commit, m.lastIndex())
 	}
-	m.last = p.hard.Commit
+	m.last = p.Hard.Commit
 	return m.checkBolt()
 }
 
 func (m *powerLossModel) checkBolt() error {
-	return m.e.db.View(func(tx *bbolt.Tx) error {
-		for err := range tx.Check() {
-			return fmt.Errorf("bbolt check: %w", err)
-		}
-		return nil
-	})
+	if err := checkBolt(m.e); err != nil {
+		return fmt.Errorf("bbolt check: %w", err)
+	}
+	return nil
 }
 
 // TestEngineSurvivesPowerLoss runs the model over many seeds: a
@@ -255,7 +254,7 @@ func TestTornBootstrapBoots(t *testing.T) {
 			if err != nil {
 				t.Fatalf("a store torn in its first open does not boot: %v", err)
 			}
-			e.close()
+			e.Close()
 		})
 	}
 	// The same damage beside a checkpoint is not a first open: refused.
@@ -264,12 +263,12 @@ func TestTornBootstrapBoots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.close()
+	e.Close()
 	if err := os.WriteFile(filepath.Join(dir, "store.db"), make([]byte, page), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if e, err := openEngine(dir, false); err == nil {
-		e.close()
+		e.Close()
 		t.Fatal("a store that had booted opened over a zeroed file")
 	}
 }
@@ -340,7 +339,7 @@ func withRegion(m *powerLossModel) sweepState {
 	if err := m.open(); err != nil {
 		m.t.Fatal(err)
 	}
-	r := testRegion()
+	r := Span{ID: testRegionID}
 	if err := seedRegion(m.e, &raftpb.HardState{Term: 1, Commit: 5}); err != nil {
 		m.t.Fatal(err)
 	}
@@ -388,7 +387,7 @@ func TestPowerCutAtEveryStep(t *testing.T) {
 		if err := m.round(wal.Item{RegionID: m.r, Hard: &hs}, 9); err != nil {
 			return err
 		}
-		return m.e.checkpointIfDue(true)
+		return m.e.CheckpointIfDue(true)
 	})
 	cutSweep(t, "update", func(m *powerLossModel) sweepState {
 		st := withRegion(m)
@@ -398,7 +397,7 @@ func TestPowerCutAtEveryStep(t *testing.T) {
 		if err := m.open(); err != nil {
 			return err
 		}
-		return m.e.update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyIncarnation, uint64Bytes(2)) })
+		return m.e.Update(func(tx *Tx) error { return tx.PutIncarnation(2) })
 	})
 }
 
@@ -444,16 +443,16 @@ func TestDiskFullThenSpaceReturns(t *testing.T) {
 	if err := m.round(wal.Item{RegionID: m.r, Hard: &hs, Entries: ents(2, 10, 10), MustSync: true}, 9); err == nil {
 		t.Fatal("a round after a failed round-log write succeeded on a full disk")
 	}
-	if err := m.e.checkpointIfDue(true); !errors.Is(err, syscall.ENOSPC) {
+	if err := m.e.CheckpointIfDue(true); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("a checkpoint on a full disk: %v, want ENOSPC", err)
 	}
 	full.Store(false)
 	// Space is back: a checkpoint starts a new segment, and rounds go on
 	// (the store rebuilds its peers from the engine first: diskfail.go).
-	if err := m.e.recoverLost(nil); err != nil {
+	if err := m.e.RecoverLost(nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.e.checkpointIfDue(true); err != nil {
+	if err := m.e.CheckpointIfDue(true); err != nil {
 		t.Fatalf("checkpoint once space returned: %v", err)
 	}
 	hs2 := raftpb.HardState{Term: 3, Vote: 1, Commit: 9}

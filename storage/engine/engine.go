@@ -1,8 +1,23 @@
-package raftstore
+// Package engine is a store's storage below raft: one bbolt file holding
+// the state machine (user data and the dedup table), every region's raft
+// log, hard state, apply state and metadata; the round log (storage/wal)
+// that makes a round durable with one fdatasync; the batch and its
+// overlay, which let many rounds share one bbolt commit; checkpoints,
+// which make bbolt's unsynced commits survive power loss; replay; and the
+// region snapshot file format. Package storage/layout names every file
+// and key it writes.
+//
+// The replication layer above (raftstore) reaches it through Engine and
+// Tx: a transaction's methods are one per kind of record (a region's hard
+// state, its log, a dedup record...), so nothing above sees bbolt's
+// buckets or keys. Region metadata is stored as the bytes raftstore
+// encodes (JSON); the engine reads only its ID and key range from them
+// (Span).
+package engine
 
 import (
+	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,7 +27,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/storage/vfs"
 	"github.com/hedgekv/hedgekv/storage/wal"
 	"go.etcd.io/bbolt"
@@ -26,15 +40,16 @@ import (
 // live in one file so that applying a batch of entries and recording the
 // applied index is one atomic transaction.
 
-// applyState is what a region peer has applied and where its log starts.
-type applyState struct {
+// ApplyState is what a region peer has applied and where its log starts.
+type ApplyState struct {
 	AppliedIndex   uint64
 	AppliedTerm    uint64
 	TruncatedIndex uint64 // the last index removed by log compaction (or the snapshot index)
 	TruncatedTerm  uint64
 }
 
-func (a applyState) encode() []byte {
+// Encode is the apply state as stored (4 × 8 bytes, big-endian).
+func (a ApplyState) Encode() []byte {
 	b := make([]byte, 32)
 	binary.BigEndian.PutUint64(b[0:], a.AppliedIndex)
 	binary.BigEndian.PutUint64(b[8:], a.AppliedTerm)
@@ -43,11 +58,12 @@ func (a applyState) encode() []byte {
 	return b
 }
 
-func decodeApplyState(b []byte) (applyState, error) {
+// DecodeApplyState reads what Encode wrote.
+func DecodeApplyState(b []byte) (ApplyState, error) {
 	if len(b) != 32 {
-		return applyState{}, fmt.Errorf("apply state: bad length %d", len(b))
+		return ApplyState{}, fmt.Errorf("apply state: bad length %d", len(b))
 	}
-	return applyState{
+	return ApplyState{
 		AppliedIndex:   binary.BigEndian.Uint64(b[0:]),
 		AppliedTerm:    binary.BigEndian.Uint64(b[8:]),
 		TruncatedIndex: binary.BigEndian.Uint64(b[16:]),
@@ -70,13 +86,16 @@ func logKey(regionID, index uint64) []byte {
 }
 
 // engine wraps the store's bbolt file.
-type engine struct {
+type Engine struct {
 	db     *bbolt.DB
 	dir    string
 	noSync bool
 	fs     vfs.FS // the engine's own files (engineOptions.fs)
 
-	afterBoltSync func() // engineOptions.afterBoltSync
+	afterBoltSync func() // Options.AfterBoltSync
+	applyBatch    int    // Options.ApplyBatchBytes
+	ckptInterval  time.Duration
+	clearBatch    int // Options.ClearBatchKeys
 
 	// mu orders every write transaction, WAL append and checkpoint
 	// (checkpoint.go); wal, pin, ckptAt and syncMode are under it.
@@ -111,7 +130,7 @@ type engine struct {
 	batchFirst                   map[uint64]uint64 // region -> first log index the open batch wrote
 
 	// failCommit, if set, is an injected disk failure: a batch commit
-	// fails with it, as a full disk would fail one (diskfail.go).
+	// fails with it, as a full disk would fail one (Options.FailCommit).
 	failCommit func() error
 
 	// sweep is where each region's dedup trimming goes on from (dedup.go).
@@ -143,43 +162,61 @@ func mmapSize() int {
 	return initialMmapSize
 }
 
-// engineOptions: how an engine is opened.
-type engineOptions struct {
-	noSync bool
-	// fs holds the files the engine writes itself (the round log, the
-	// checkpoint file); nil: the operating system's. bbolt's file is
-	// always on the operating system's.
-	fs vfs.FS
-	// afterBoltSync, if set, runs each time bbolt's file was just made
+// Options: how an engine is opened. The zero value is a durable engine
+// on the operating system's file system.
+type Options struct {
+	// NoSync skips every fsync (tests and benchmarks only: a crash of
+	// the machine may lose anything).
+	NoSync bool
+	// FS holds the files the engine writes itself (the round log, the
+	// checkpoint file, snapshot files); nil: the operating system's.
+	// bbolt's file is always on the operating system's.
+	FS vfs.FS
+	// AfterBoltSync, if set, runs each time bbolt's file was just made
 	// durable (a crash test's model of what a power loss keeps of it).
-	afterBoltSync func()
+	AfterBoltSync func()
+	// BatchInterval: a batch open this long commits at its round's end
+	// (0: DefaultBatchInterval; negative: every round commits).
+	BatchInterval time.Duration
+	// CheckpointInterval: rounds are checkpointed at most this often
+	// (0: DefaultCheckpointInterval). Each checkpoint costs an fsync of
+	// bbolt's file; the round log grows with the rounds between two.
+	CheckpointInterval time.Duration
+	// FailCommit, if set, is asked before each batch commit; an error
+	// fails the commit as a full disk would (the store's injected disk
+	// failures).
+	FailCommit func() error
+	// ApplyBatchBytes and ClearBatchKeys bound the transactions of a
+	// snapshot applied from a file and of a range clear (0: 4 MiB and
+	// 4096 keys; tests make them small to get many transactions).
+	ApplyBatchBytes int
+	ClearBatchKeys  int
 }
 
-func openEngine(dir string, noSync bool) (*engine, error) {
-	return openEngineWith(dir, engineOptions{noSync: noSync})
-}
-
-func openEngineWith(dir string, opts engineOptions) (*engine, error) {
-	if opts.fs == nil {
-		opts.fs = vfs.Default
+// Open opens (or creates) the engine in dir: it locks the directory,
+// restores the last checkpoint, replays the round log after it and
+// checkpoints again.
+func Open(dir string, opts Options) (*Engine, error) {
+	if opts.FS == nil {
+		opts.FS = vfs.Default
 	}
-	if err := wal.MkdirAll(vfs.Default, dir, opts.noSync); err != nil {
+	if err := wal.MkdirAll(vfs.Default, dir, opts.NoSync); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", dir, err)
 	}
-	if opts.fs != vfs.Default {
-		if err := wal.MkdirAll(opts.fs, dir, opts.noSync); err != nil {
+	if opts.FS != vfs.Default {
+		if err := wal.MkdirAll(opts.FS, dir, opts.NoSync); err != nil {
 			return nil, fmt.Errorf("create data dir %s: %w", dir, err)
 		}
 	}
-	path := filepath.Join(dir, "store.db")
+	path := filepath.Join(dir, boltFile)
 	lock, err := lockDir(dir)
 	if errors.Is(err, errDirLocked) {
-		return nil, fmt.Errorf("data dir %s is in use by another hedgekv process (%s is locked): %w", dir, filepath.Join(dir, "store.lock"), err)
+		return nil, fmt.Errorf("data dir %s is in use by another hedgekv process (%s is locked): %w", dir, filepath.Join(dir, lockFile), err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock data dir %s: %w", dir, err)
 	}
-	e, err := openEngineLocked(dir, path, opts)
+	e, err := openLocked(dir, path, opts)
 	if err != nil {
 		lock.Close()
 		return nil, err
@@ -203,25 +240,25 @@ func neverBooted(fs vfs.FS, dir, path string) bool {
 	if _, err := fs.Stat(filepath.Join(dir, ckptFile)); !errors.Is(err, os.ErrNotExist) {
 		return false
 	}
-	walDir := filepath.Join(dir, "wal")
-	firsts, err := wal.ListSegments(fs, walDir)
+	wd := filepath.Join(dir, walDir)
+	firsts, err := wal.ListSegments(fs, wd)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return false
 	}
 	for _, first := range firsts {
-		if fi, err := fs.Stat(filepath.Join(walDir, wal.SegmentName(first))); err != nil || fi.Size() > 0 {
+		if fi, err := fs.Stat(filepath.Join(wd, wal.SegmentName(first))); err != nil || fi.Size() > 0 {
 			return false
 		}
 	}
 	return true
 }
 
-func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
-	noSync := opts.noSync
+func openLocked(dir, path string, opts Options) (*Engine, error) {
+	noSync := opts.NoSync
 	// Back to the last checkpoint first: later commits were not synced
 	// (checkpoint.go). A store without a checkpoint file was last closed
 	// in sync mode or by an older version, whose every commit was synced.
-	if err := restoreCheckpoint(opts.fs, dir); err != nil {
+	if err := restoreCheckpoint(opts.FS, dir); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	bopts := &bbolt.Options{
@@ -233,7 +270,7 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 		FreelistType:    bbolt.FreelistMapType,
 		InitialMmapSize: mmapSize(),
 	}
-	if mmapSize() > 0 && neverBooted(opts.fs, dir, path) {
+	if mmapSize() > 0 && neverBooted(opts.FS, dir, path) {
 		// A power cut while bbolt wrote its first pages (etcd#16596): the
 		// store never finished its first open, so it promised nothing,
 		// and starts again from an empty file (bbolt refuses such a
@@ -268,8 +305,22 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 			return nil, fmt.Errorf("open %s: %w", path, err)
 		}
 	}
-	e := &engine{db: db, dir: dir, noSync: noSync, fs: opts.fs, afterBoltSync: opts.afterBoltSync, syncMode: mmapSize() == 0, pin: pin, batchInterval: defaultBatchInterval,
+	e := &Engine{db: db, dir: dir, noSync: noSync, fs: opts.FS, afterBoltSync: opts.AfterBoltSync, syncMode: mmapSize() == 0, pin: pin,
+		batchInterval: opts.BatchInterval, failCommit: opts.FailCommit, applyBatch: opts.ApplyBatchBytes, clearBatch: opts.ClearBatchKeys,
 		ov: newOverlay(), batchFirst: map[uint64]uint64{}}
+	if e.batchInterval == 0 {
+		e.batchInterval = DefaultBatchInterval
+	}
+	e.batchInterval = max(e.batchInterval, 0)
+	if e.ckptInterval = opts.CheckpointInterval; e.ckptInterval <= 0 {
+		e.ckptInterval = DefaultCheckpointInterval
+	}
+	if e.applyBatch <= 0 {
+		e.applyBatch = 4 << 20
+	}
+	if e.clearBatch <= 0 {
+		e.clearBatch = 4096
+	}
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, b := range [][]byte{bucketData, bucketRaftLog, bucketRaftState, bucketMeta, bucketDedup} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -303,7 +354,7 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 	// (NoSync is off until the first checkpoint): the model's restore
 	// point before the first of the engine's own file operations.
 	e.boltSynced()
-	w, recs, err := e.openWAL(filepath.Join(dir, "wal"))
+	w, recs, err := e.openWAL(filepath.Join(dir, walDir))
 	if err != nil {
 		if pin != nil {
 			pin.Rollback()
@@ -318,7 +369,9 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 	}
 	e.wal = w
 	if e.replayed, err = e.replayWAL(recs); err != nil {
-		pin.Rollback()
+		if pin != nil {
+			pin.Rollback()
+		}
 		w.Close()
 		db.Close()
 		return nil, fmt.Errorf("open %s: replay wal: %w", path, err)
@@ -335,14 +388,14 @@ func openEngineLocked(dir, path string, opts engineOptions) (*engine, error) {
 	e.mu.Unlock()
 	e.ckptMu.Unlock()
 	if err != nil {
-		e.close()
+		e.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return e, nil
 }
 
 // boltSynced records that bbolt's file was just made durable.
-func (e *engine) boltSynced() {
+func (e *Engine) boltSynced() {
 	if e.afterBoltSync != nil {
 		e.afterBoltSync()
 	}
@@ -350,7 +403,7 @@ func (e *engine) boltSynced() {
 
 // close checkpoints (so that the next open restores nothing newer than the
 // file holds) and closes the WAL and bbolt.
-func (e *engine) close() error {
+func (e *Engine) Close() error {
 	e.ckptMu.Lock()
 	defer e.ckptMu.Unlock()
 	e.mu.Lock()
@@ -380,7 +433,7 @@ func (e *engine) close() error {
 // committed, flushed or checkpointed (the open batch is rolled back, as
 // the process's memory would be lost), the files are closed. The next
 // open restores the last checkpoint and replays the round log.
-func (e *engine) crash() {
+func (e *Engine) Crash() {
 	e.ckptMu.Lock() // a background checkpoint finishes first
 	defer e.ckptMu.Unlock()
 	e.mu.Lock()
@@ -399,32 +452,32 @@ func (e *engine) crash() {
 	}
 }
 
-// storeID returns the store ID recorded in the engine, 0 if none.
-func (e *engine) storeID() (id uint64, err error) {
-	err = e.db.View(func(tx *bbolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get(keyStoreID); len(v) == 8 {
-			id = binary.BigEndian.Uint64(v)
-		}
-		return nil
-	})
-	return id, err
+// PersistedPeer is everything a region's peer needs to restart.
+type PersistedPeer struct {
+	Meta    []byte // the region's metadata, as written (Tx.PutRegionMeta)
+	Span    Span   // its ID and range, read from Meta
+	Hard    raftpb.HardState
+	Apply   ApplyState
+	Entries []raftpb.Entry
+	// TailFrom is the index of Entries[0] when the log is loaded from past
+	// its first index (only its tail goes in raft's in-memory mirror),
+	// with TailTerm the term before it; 0 when Entries start at the first
+	// index.
+	TailFrom, TailTerm uint64
 }
 
-// persistedPeer is everything a peer needs to restart.
-type persistedPeer struct {
-	region  region.Region
-	hard    raftpb.HardState
-	apply   applyState
-	entries []raftpb.Entry
-	// tailFrom is the index of entries[0] when the log is loaded from past
-	// its first index (only its tail goes in the mirror: storage.go), with
-	// tailTerm the term before it; 0 when entries start at the first index.
-	tailFrom, tailTerm uint64
+// MirrorBound bounds the applied entries LoadPeers loads of a region's
+// log (the tail raft's in-memory mirror keeps while running): at most
+// Entries of them, of at most Bytes in all.
+type MirrorBound struct {
+	Entries int
+	Bytes   uint64
 }
 
-// loadPeers reads every region this store hosts.
-func (e *engine) loadPeers() ([]persistedPeer, error) {
-	var out []persistedPeer
+// LoadPeers reads every region this store hosts, each log from its first
+// index, or from the tail mb allows of its applied entries on.
+func (e *Engine) LoadPeers(mb MirrorBound) ([]PersistedPeer, error) {
+	var out []PersistedPeer
 	err := e.db.View(func(tx *bbolt.Tx) error {
 		st := tx.Bucket(bucketRaftState)
 		c := st.Cursor()
@@ -432,27 +485,30 @@ func (e *engine) loadPeers() ([]persistedPeer, error) {
 			if len(k) != 9 || k[8] != suffixRegion {
 				continue
 			}
-			var p persistedPeer
-			if err := json.Unmarshal(v, &p.region); err != nil {
-				return fmt.Errorf("decode region meta: %w", err)
+			var p PersistedPeer
+			p.Meta = bytes.Clone(v)
+			sp, err := DecodeSpan(v)
+			if err != nil {
+				return err
 			}
-			id := p.region.ID
+			p.Span = sp
+			id := sp.ID
 			if hs := st.Get(stateKey(id, suffixHardState)); hs != nil {
-				if err := p.hard.Unmarshal(hs); err != nil {
+				if err := p.Hard.Unmarshal(hs); err != nil {
 					return fmt.Errorf("region %d: decode hard state: %w", id, err)
 				}
 			}
-			as, err := decodeApplyState(st.Get(stateKey(id, suffixApplyState)))
+			as, err := DecodeApplyState(st.Get(stateKey(id, suffixApplyState)))
 			if err != nil {
 				return fmt.Errorf("region %d: %w", id, err)
 			}
-			p.apply = as
-			from, tailTerm, err := mirrorTailTx(tx.Bucket(bucketRaftLog), id, as)
+			p.Apply = as
+			from, tailTerm, err := mirrorTailTx(tx.Bucket(bucketRaftLog), id, as, mb)
 			if err != nil {
 				return fmt.Errorf("region %d: %w", id, err)
 			}
 			if from > as.TruncatedIndex+1 {
-				p.tailFrom, p.tailTerm = from, tailTerm
+				p.TailFrom, p.TailTerm = from, tailTerm
 			}
 			lc := tx.Bucket(bucketRaftLog).Cursor()
 			prefix := logKey(id, 0)[:8]
@@ -465,10 +521,10 @@ func (e *engine) loadPeers() ([]persistedPeer, error) {
 				// one index per entry; raft's MemoryStorage panics on an entry
 				// that does not (FuzzLoadPeers reproduces it), so a record that says
 				// otherwise is refused as corrupt.
-				if want := from + uint64(len(p.entries)); ent.Index != want {
-					return fmt.Errorf("region %d: log entry holds index %d, want %d: %w", id, ent.Index, want, errCorrupt)
+				if want := from + uint64(len(p.Entries)); ent.Index != want {
+					return fmt.Errorf("region %d: log entry holds index %d, want %d: %w", id, ent.Index, want, ErrCorrupt)
 				}
-				p.entries = append(p.entries, ent)
+				p.Entries = append(p.Entries, ent)
 			}
 			out = append(out, p)
 		}
@@ -477,14 +533,49 @@ func (e *engine) loadPeers() ([]persistedPeer, error) {
 	return out, err
 }
 
+// mirrorTailTx is where a region's loaded log starts: the index of its
+// first entry and the term of the one before. It keeps the entries past
+// the applied index and the applied tail mb allows. A log that does not
+// reach the applied index (never written so) is loaded whole, and checked
+// as before.
+func mirrorTailTx(lb *bbolt.Bucket, id uint64, as ApplyState, mb MirrorBound) (from, baseTerm uint64, err error) {
+	lo := as.TruncatedIndex + 1
+	if as.AppliedIndex <= as.TruncatedIndex || lb.Get(logKey(id, as.AppliedIndex)) == nil {
+		return lo, as.TruncatedTerm, nil
+	}
+	from = as.AppliedIndex + 1
+	var size uint64
+	for n := 0; from > lo && n < mb.Entries; n++ {
+		v := lb.Get(logKey(id, from-1))
+		if v == nil {
+			break
+		}
+		if size += uint64(len(v)); size > mb.Bytes {
+			break
+		}
+		from--
+	}
+	if from == lo {
+		return lo, as.TruncatedTerm, nil
+	}
+	var ent raftpb.Entry
+	v := lb.Get(logKey(id, from-1))
+	if v == nil {
+		return 0, 0, fmt.Errorf("log entry %d missing below %d: %w", from-1, from, ErrCorrupt)
+	}
+	if err := ent.Unmarshal(v); err != nil {
+		return 0, 0, fmt.Errorf("decode entry %d: %w", from-1, err)
+	}
+	if ent.Index != from-1 {
+		return 0, 0, fmt.Errorf("log entry holds index %d, want %d: %w", ent.Index, from-1, ErrCorrupt)
+	}
+	return from, ent.Term, nil
+}
+
 // The write helpers below run inside the loop's single transaction.
 
-func putRegion(tx *bbolt.Tx, r region.Region) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("encode region %d: %w", r.ID, err)
-	}
-	return tx.Bucket(bucketRaftState).Put(stateKey(r.ID, suffixRegion), b)
+func putRegionMeta(tx *bbolt.Tx, regionID uint64, meta []byte) error {
+	return tx.Bucket(bucketRaftState).Put(stateKey(regionID, suffixRegion), bytes.Clone(meta))
 }
 
 func putHardState(tx *bbolt.Tx, regionID uint64, hs raftpb.HardState) error {
@@ -495,8 +586,8 @@ func putHardState(tx *bbolt.Tx, regionID uint64, hs raftpb.HardState) error {
 	return tx.Bucket(bucketRaftState).Put(stateKey(regionID, suffixHardState), b)
 }
 
-func putApplyState(tx *bbolt.Tx, regionID uint64, as applyState) error {
-	return tx.Bucket(bucketRaftState).Put(stateKey(regionID, suffixApplyState), as.encode())
+func putApplyState(tx *bbolt.Tx, regionID uint64, as ApplyState) error {
+	return tx.Bucket(bucketRaftState).Put(stateKey(regionID, suffixApplyState), as.Encode())
 }
 
 // appendEntries writes ents and drops any older suffix beyond them: raft
@@ -555,4 +646,6 @@ func deleteRange(tx *bbolt.Tx, start, end []byte) error {
 	return nil
 }
 
-var errCorrupt = errors.New("raftstore: corrupt data")
+// ErrCorrupt: what the engine read is not what it writes (a damaged
+// file, or bytes from elsewhere).
+var ErrCorrupt = errors.New("corrupt data")

@@ -1,4 +1,4 @@
-package raftstore
+package engine
 
 import (
 	"errors"
@@ -8,32 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"go.etcd.io/bbolt"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/hedgekv/hedgekv/storage/vfs"
 	"github.com/hedgekv/hedgekv/storage/wal"
 )
-
-// seedRegion records testRegion in e, its log compacted to index 5 (term
-// 1), with hs as its hard state if set, durably (engine.update).
-func seedRegion(e *engine, hs *raftpb.HardState) error {
-	r := testRegion()
-	return e.update(func(tx *bbolt.Tx) error {
-		if err := putRegion(tx, r); err != nil {
-			return err
-		}
-		if hs != nil {
-			if err := putHardState(tx, r.ID, *hs); err != nil {
-				return err
-			}
-		}
-		return putApplyState(tx, r.ID, applyState{AppliedIndex: 5, AppliedTerm: 1, TruncatedIndex: 5, TruncatedTerm: 1})
-	})
-}
-
-// crash closes the engine's files the way kill -9 would: no checkpoint.
-func crash(e *engine) { e.crash() }
 
 // A round whose WAL record was synced but whose bbolt transaction never
 // committed (a kill between the two), and rounds whose bbolt commits were
@@ -46,19 +25,19 @@ func TestEngineReplaysWALAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := testRegion()
+	r := Span{ID: testRegionID}
 	if err := seedRegion(e, nil); err != nil {
 		t.Fatal(err)
 	}
 	round := func(items []wal.Item, inBolt bool) {
 		t.Helper()
-		err := e.round(func() []wal.Item { return items }, nil, func(tx *bbolt.Tx) error {
+		err := e.Round(func() []wal.Item { return items }, nil, func(tx *Tx) error {
 			for _, it := range items {
-				if err := appendEntries(tx, it.RegionID, it.Entries, 0); err != nil {
+				if err := tx.AppendEntries(it.RegionID, it.Entries, 0); err != nil {
 					return err
 				}
 				if it.Hard != nil {
-					if err := putHardState(tx, it.RegionID, *it.Hard); err != nil {
+					if err := tx.PutHardState(it.RegionID, *it.Hard); err != nil {
 						return err
 					}
 				}
@@ -86,19 +65,19 @@ func TestEngineReplaysWALAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.close()
-	pps, err := e.loadPeers()
+	defer func() { e.Close() }()
+	pps, err := e.LoadPeers(testMirror)
 	if err != nil || len(pps) != 1 {
-		t.Fatalf("loadPeers: %d, %v", len(pps), err)
+		t.Fatalf("LoadPeers: %d, %v", len(pps), err)
 	}
 	p := pps[0]
 	var got []uint64
-	for _, ent := range p.entries {
+	for _, ent := range p.Entries {
 		got = append(got, ent.Index*10+ent.Term)
 	}
 	want := []uint64{62, 72, 83, 93, 103}
-	if !reflect.DeepEqual(got, want) || p.hard != (raftpb.HardState{Term: 3, Vote: 2, Commit: 9}) {
-		t.Fatalf("after replay: entries (index*10+term) %v, hard state %+v; want %v and term 3 vote 2 commit 9", got, p.hard, want)
+	if !reflect.DeepEqual(got, want) || p.Hard != (raftpb.HardState{Term: 3, Vote: 2, Commit: 9}) {
+		t.Fatalf("after replay: entries (index*10+term) %v, hard state %+v; want %v and term 3 vote 2 commit 9", got, p.Hard, want)
 	}
 	// Replayed and checkpointed at open: the WAL is empty now and a
 	// second crash and open finds the same.
@@ -107,12 +86,14 @@ func TestEngineReplaysWALAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pps2, err := e2.loadPeers()
-	e2.close()
-	if err != nil || !reflect.DeepEqual(pps2[0].entries, p.entries) || pps2[0].hard != p.hard {
+	pps2, err := e2.LoadPeers(testMirror)
+	e2.Close()
+	if err != nil || len(pps2) != 1 || !reflect.DeepEqual(pps2[0].Entries, p.Entries) || pps2[0].Hard != p.Hard {
 		t.Fatalf("second open: %v, %+v", err, pps2)
 	}
-	e, _ = openEngine(dir, false) // for the deferred close
+	if e, err = openEngine(dir, false); err != nil { // for the deferred close
+		t.Fatal(err)
+	}
 }
 
 // Commits after a checkpoint never overwrite a page its tree uses, so
@@ -125,8 +106,8 @@ func TestCheckpointRestoreGivesCheckpointState(t *testing.T) {
 		t.Fatal(err)
 	}
 	put := func(k, v string) error {
-		return e.round(func() []wal.Item { return nil }, nil, func(tx *bbolt.Tx) error {
-			return tx.Bucket(bucketData).Put([]byte(k), []byte(v))
+		return e.Round(func() []wal.Item { return nil }, nil, func(tx *Tx) error {
+			return tx.Put([]byte(k), []byte(v))
 		})
 	}
 	for i := range 2000 {
@@ -134,7 +115,7 @@ func TestCheckpointRestoreGivesCheckpointState(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := e.checkpointIfDue(true); err != nil {
+	if err := e.CheckpointIfDue(true); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2000 {
@@ -147,30 +128,25 @@ func TestCheckpointRestoreGivesCheckpointState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.close()
-	err = e.db.View(func(tx *bbolt.Tx) error {
+	defer e.Close()
+	err = e.View(func(tx *Tx) error {
 		n := 0
-		err := tx.Bucket(bucketData).ForEach(func(k, v []byte) error {
+		tx.ForEachData(nil, nil, func(k, v []byte) bool {
 			n++
 			if string(v) != "before" {
 				t.Fatalf("key %q = %q after restore, want the checkpoint's value", k, v)
 			}
-			return nil
+			return true
 		})
 		if n != 2000 {
 			t.Fatalf("%d keys after restore, want 2000", n)
 		}
-		return err
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.db.View(func(tx *bbolt.Tx) error {
-		for err := range tx.Check() {
-			return err
-		}
-		return nil
-	}); err != nil {
+	if err := checkBolt(e); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -186,8 +162,8 @@ func TestAsyncCheckpointRestoresItsState(t *testing.T) {
 	}
 	put := func(i int, v string) {
 		t.Helper()
-		err := e.round(func() []wal.Item { return nil }, nil, func(tx *bbolt.Tx) error {
-			return tx.Bucket(bucketData).Put([]byte{byte(i >> 8), byte(i)}, []byte(v))
+		err := e.Round(func() []wal.Item { return nil }, nil, func(tx *Tx) error {
+			return tx.Put([]byte{byte(i >> 8), byte(i)}, []byte(v))
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -215,27 +191,25 @@ func TestAsyncCheckpointRestoresItsState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.close()
-	err = e.db.View(func(tx *bbolt.Tx) error {
+	defer e.Close()
+	err = e.View(func(tx *Tx) error {
 		n := 0
-		if err := tx.Bucket(bucketData).ForEach(func(k, v []byte) error {
+		tx.ForEachData(nil, nil, func(k, v []byte) bool {
 			n++
 			if string(v) != "at-checkpoint" {
 				t.Fatalf("key %x = %q after restore, want the checkpoint's value", k, v)
 			}
-			return nil
-		}); err != nil {
-			return err
-		}
+			return true
+		})
 		if n != 2000 {
 			t.Fatalf("%d keys after restore, want 2000", n)
-		}
-		for err := range tx.Check() {
-			return err
 		}
 		return nil
 	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkBolt(e); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -251,17 +225,17 @@ func TestWALSeqsNotReusedAfterPowerLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := testRegion()
+	r := Span{ID: testRegionID}
 	if err := seedRegion(e, nil); err != nil {
 		t.Fatal(err)
 	}
-	round := func(e *engine, it wal.Item) {
+	round := func(e *Engine, it wal.Item) {
 		t.Helper()
-		err := e.round(func() []wal.Item { return []wal.Item{it} }, nil, func(tx *bbolt.Tx) error {
-			if err := appendEntries(tx, it.RegionID, it.Entries, 0); err != nil {
+		err := e.Round(func() []wal.Item { return []wal.Item{it} }, nil, func(tx *Tx) error {
+			if err := tx.AppendEntries(it.RegionID, it.Entries, 0); err != nil {
 				return err
 			}
-			return putHardState(tx, it.RegionID, *it.Hard)
+			return tx.PutHardState(it.RegionID, *it.Hard)
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -282,7 +256,7 @@ func TestWALSeqsNotReusedAfterPowerLoss(t *testing.T) {
 	round(e, wal.Item{RegionID: r.ID, Hard: &raftpb.HardState{Term: 2, Vote: 1, Commit: 5}, Entries: ents(2, 6, 7), MustSync: true})
 	synced := segSize()
 	round(e, wal.Item{RegionID: r.ID, Hard: &raftpb.HardState{Term: 2, Vote: 1, Commit: 7}}) // commit only: not synced
-	if err := e.checkpointIfDue(true); err != nil {
+	if err := e.CheckpointIfDue(true); err != nil {
 		t.Fatal(err)
 	}
 	crash(e)
@@ -305,13 +279,13 @@ func TestWALSeqsNotReusedAfterPowerLoss(t *testing.T) {
 	if e, err = openEngine(dir, false); err != nil {
 		t.Fatal(err)
 	}
-	defer e.close()
-	pps, err := e.loadPeers()
+	defer e.Close()
+	pps, err := e.LoadPeers(testMirror)
 	if err != nil || len(pps) != 1 {
-		t.Fatalf("loadPeers: %d, %v", len(pps), err)
+		t.Fatalf("LoadPeers: %d, %v", len(pps), err)
 	}
 	var got []uint64
-	for _, ent := range pps[0].entries {
+	for _, ent := range pps[0].Entries {
 		got = append(got, ent.Index)
 	}
 	if !reflect.DeepEqual(got, []uint64{6, 7, 8}) {

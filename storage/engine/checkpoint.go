@@ -1,4 +1,4 @@
-package raftstore
+package engine
 
 import (
 	"bytes"
@@ -40,7 +40,7 @@ import (
 //     bucket, "wal_seq", written by each round) is replayed into bbolt's
 //     raft log and hard state; raft then re-applies the committed entries
 //     past the applied index, as after any restart.
-//   - A checkpoint runs every checkpointInterval of rounds, after every
+//   - A checkpoint runs every Options.CheckpointInterval of rounds, after every
 //     round that changes a region's shape (a snapshot, a split, a
 //     membership change, a removal), after every write outside the Ready
 //     loop (engine.update), and at close; it deletes the WAL segments it
@@ -51,7 +51,8 @@ import (
 // that happen only past 8 GiB; a store whose file comes within 1 GiB of
 // its mapping (or one on a 32-bit platform) stops checkpointing this way
 // and commits every transaction with bbolt's own fsyncs (sync mode).
-const checkpointInterval = 100 * time.Millisecond
+// DefaultCheckpointInterval is Options.CheckpointInterval's default.
+const DefaultCheckpointInterval = 100 * time.Millisecond
 
 var ckptMagic = []byte("HKVCKPT1")
 
@@ -68,15 +69,15 @@ func restoreCheckpoint(fs vfs.FS, dir string) error {
 		return err
 	}
 	if len(data) < 16 || !bytes.Equal(data[:8], ckptMagic) {
-		return fmt.Errorf("%s: bad header: %w", ckptFile, errCorrupt)
+		return fmt.Errorf("%s: bad header: %w", ckptFile, ErrCorrupt)
 	}
 	pageSize := binary.BigEndian.Uint32(data[8:])
 	sum := binary.BigEndian.Uint32(data[12:])
 	pages := data[16:]
 	if uint64(len(pages)) != 2*uint64(pageSize) || crc32.Checksum(pages, wal.CRC) != sum {
-		return fmt.Errorf("%s: bad checksum or size: %w", ckptFile, errCorrupt)
+		return fmt.Errorf("%s: bad checksum or size: %w", ckptFile, ErrCorrupt)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "store.db"), os.O_RDWR, 0)
+	f, err := os.OpenFile(filepath.Join(dir, boltFile), os.O_RDWR, 0)
 	if err != nil {
 		return fmt.Errorf("restore checkpoint: %w", err)
 	}
@@ -87,7 +88,7 @@ func restoreCheckpoint(fs vfs.FS, dir string) error {
 	if fi, err := f.Stat(); err != nil {
 		return fmt.Errorf("restore checkpoint: %w", err)
 	} else if need := metaHighWater(pages, pageSize); fi.Size() < need {
-		return fmt.Errorf("store.db holds %d bytes, its checkpoint's tree %d: %w", fi.Size(), need, errCorrupt)
+		return fmt.Errorf("store.db holds %d bytes, its checkpoint's tree %d: %w", fi.Size(), need, ErrCorrupt)
 	}
 	if _, err := f.WriteAt(pages, 0); err != nil {
 		return fmt.Errorf("restore checkpoint: %w", err)
@@ -117,9 +118,9 @@ func metaHighWater(pages []byte, pageSize uint32) int64 {
 }
 
 // readMetaPages returns the bbolt file's two meta pages as they are now.
-func (e *engine) readMetaPages() ([]byte, error) {
+func (e *Engine) readMetaPages() ([]byte, error) {
 	pageSize := e.db.Info().PageSize
-	f, err := os.Open(filepath.Join(e.dir, "store.db"))
+	f, err := os.Open(filepath.Join(e.dir, boltFile))
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +133,7 @@ func (e *engine) readMetaPages() ([]byte, error) {
 }
 
 // writeCheckpointFile makes pages (two synced meta pages) store.ckpt.
-func (e *engine) writeCheckpointFile(pages []byte) error {
+func (e *Engine) writeCheckpointFile(pages []byte) error {
 	out := append([]byte(nil), ckptMagic...)
 	out = binary.BigEndian.AppendUint32(out, uint32(len(pages)/2))
 	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(pages, wal.CRC))
@@ -166,7 +167,7 @@ func (e *engine) writeCheckpointFile(pages []byte) error {
 
 // checkpointLocked makes everything committed so far durable and the new
 // restore point (see above). e.mu is held.
-func (e *engine) checkpointLocked() error {
+func (e *Engine) checkpointLocked() error {
 	if err := e.settleBatchLocked(); err != nil {
 		return err
 	}
@@ -176,7 +177,7 @@ func (e *engine) checkpointLocked() error {
 		}
 		e.boltSynced()
 	}
-	if !e.syncMode && (mmapSize() == 0 || e.fileSize() > int64(mmapSize())-(1<<30)) {
+	if !e.syncMode && (mmapSize() == 0 || e.FileSize() > int64(mmapSize())-(1<<30)) {
 		if err := e.enterSyncModeLocked(); err != nil {
 			return err
 		}
@@ -209,7 +210,7 @@ func (e *engine) checkpointLocked() error {
 // checkpointAsync starts a checkpoint whose sync runs off the caller's
 // goroutine (the Ready loop goes on meanwhile), if none is in flight. An
 // error is kept for the next round.
-func (e *engine) checkpointAsync() error {
+func (e *Engine) checkpointAsync() error {
 	if !e.ckptMu.TryLock() {
 		return nil
 	}
@@ -245,8 +246,8 @@ func (e *engine) checkpointAsync() error {
 
 // offLockCheckpointsLocked reports whether a checkpoint may sync outside
 // e.mu (beginCheckpointLocked): not in sync mode nor about to enter it.
-func (e *engine) offLockCheckpointsLocked() bool {
-	return !e.syncMode && !e.noSync && e.wal != nil && mmapSize() > 0 && e.fileSize() <= int64(mmapSize())-(1<<30)
+func (e *Engine) offLockCheckpointsLocked() bool {
+	return !e.syncMode && !e.noSync && e.wal != nil && mmapSize() > 0 && e.FileSize() <= int64(mmapSize())-(1<<30)
 }
 
 // pendingCheckpoint is a checkpoint begun under e.mu and finished outside.
@@ -263,7 +264,7 @@ type pendingCheckpoint struct {
 // force, both pinned), store.ckpt gets T's meta pages, and only then does
 // T's reader replace the old pin and the WAL lose the records T covers.
 // e.mu and ckptMu are held.
-func (e *engine) beginCheckpointLocked() (pendingCheckpoint, error) {
+func (e *Engine) beginCheckpointLocked() (pendingCheckpoint, error) {
 	if err := e.settleBatchLocked(); err != nil {
 		return pendingCheckpoint{}, err
 	}
@@ -288,7 +289,7 @@ func (e *engine) beginCheckpointLocked() (pendingCheckpoint, error) {
 var testHookCheckpointSync func()
 
 // finishCheckpoint: see beginCheckpointLocked. ckptMu is held, e.mu not.
-func (e *engine) finishCheckpoint(ck pendingCheckpoint) error {
+func (e *Engine) finishCheckpoint(ck pendingCheckpoint) error {
 	if testHookCheckpointSync != nil {
 		testHookCheckpointSync()
 	}
@@ -316,7 +317,7 @@ func (e *engine) finishCheckpoint(ck pendingCheckpoint) error {
 
 // enterSyncModeLocked: from now on every commit runs bbolt's own fsyncs and
 // nothing is restored on open (the file was just synced).
-func (e *engine) enterSyncModeLocked() error {
+func (e *Engine) enterSyncModeLocked() error {
 	e.db.NoSync = e.noSync
 	if err := e.fs.Remove(filepath.Join(e.dir, ckptFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
@@ -334,20 +335,32 @@ func (e *engine) enterSyncModeLocked() error {
 	return nil
 }
 
-func (e *engine) fileSize() int64 {
-	fi, err := os.Stat(filepath.Join(e.dir, "store.db"))
+func (e *Engine) FileSize() int64 {
+	fi, err := os.Stat(filepath.Join(e.dir, boltFile))
 	if err != nil {
 		return 0
 	}
 	return fi.Size()
 }
 
-// update runs fn in a write transaction outside the Ready loop and returns
+// Probe writes and deletes a record and makes that durable: whether the
+// disk takes writes again after a failure.
+func (e *Engine) Probe() error {
+	return e.Update(func(tx *Tx) error {
+		b := tx.tx.Bucket(bucketMeta)
+		if err := b.Put(keyDiskProbe, uint64Bytes(uint64(time.Now().UnixNano()))); err != nil {
+			return err
+		}
+		return b.Delete(keyDiskProbe)
+	})
+}
+
+// Update runs fn in a write transaction outside the Ready loop and returns
 // once it is durable (a checkpoint). Only the commit holds e.mu: the
 // checkpoint's sync runs outside it, as a background one's does, so the
 // Ready loop's rounds go on meanwhile (a split's ID allocation held every
 // region of its store for 8-23 ms under load).
-func (e *engine) update(fn func(*bbolt.Tx) error) error {
+func (e *Engine) Update(fn func(*Tx) error) error {
 	e.ckptMu.Lock()
 	defer e.ckptMu.Unlock()
 	e.mu.Lock()
@@ -356,7 +369,7 @@ func (e *engine) update(fn func(*bbolt.Tx) error) error {
 		err = e.commitBatchLocked()
 	}
 	if err == nil {
-		err = e.db.Update(fn)
+		err = e.db.Update(e.wrapFn(fn))
 	}
 	if err != nil {
 		e.mu.Unlock()
@@ -385,7 +398,7 @@ func (e *engine) update(fn func(*bbolt.Tx) error) error {
 // write failed), while fn may still run: what the round promises with
 // the WAL alone (a follower's acks) may go then. It must not take the
 // engine's lock, which round holds.
-func (e *engine) round(prepare func() []wal.Item, durable func(), fn func(*bbolt.Tx) error) error {
+func (e *Engine) Round(prepare func() []wal.Item, durable func(), fn func(*Tx) error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var seq uint64
@@ -422,11 +435,11 @@ func (e *engine) round(prepare func() []wal.Item, durable func(), fn func(*bbolt
 }
 
 // checkpointIfDue checkpoints if force is set or the last checkpoint is
-// checkpointInterval old.
-func (e *engine) checkpointIfDue(force bool) error {
+// Options.CheckpointInterval old.
+func (e *Engine) CheckpointIfDue(force bool) error {
 	if !force {
 		e.mu.Lock()
-		due := e.sinceCkpt && time.Since(e.ckptAt) >= checkpointInterval
+		due := e.sinceCkpt && time.Since(e.ckptAt) >= e.ckptInterval
 		err := e.ckptErr
 		e.ckptErr = nil
 		if e.lost && err == nil {
@@ -454,7 +467,7 @@ func (e *engine) checkpointIfDue(force bool) error {
 // one bbolt's committed state covers (its wal_seq): a power loss may take
 // WAL records a checkpoint covers (commit-only records are not synced),
 // and a seq reused would be skipped by the next replay.
-func (e *engine) openWAL(dir string) (*wal.WAL, []wal.Record, error) {
+func (e *Engine) openWAL(dir string) (*wal.WAL, []wal.Record, error) {
 	var covered uint64
 	if err := e.db.View(func(tx *bbolt.Tx) error {
 		if v := tx.Bucket(bucketMeta).Get(keyWALSeq); len(v) == 8 {
@@ -474,7 +487,7 @@ func (e *engine) openWAL(dir string) (*wal.WAL, []wal.Record, error) {
 // checkpoints before it sends anything, so a record of one found after the
 // checkpoint is of a round that never completed (nothing of it was
 // promised).
-func (e *engine) replayWAL(recs []wal.Record) (replayed int, err error) {
+func (e *Engine) replayWAL(recs []wal.Record) (replayed int, err error) {
 	err = e.db.Update(func(tx *bbolt.Tx) error {
 		var walSeq uint64
 		if v := tx.Bucket(bucketMeta).Get(keyWALSeq); len(v) == 8 {
@@ -494,7 +507,7 @@ func (e *engine) replayWAL(recs []wal.Record) (replayed int, err error) {
 				}
 				var truncated uint64
 				if v := st.Get(stateKey(it.RegionID, suffixApplyState)); v != nil {
-					as, err := decodeApplyState(v)
+					as, err := DecodeApplyState(v)
 					if err != nil {
 						return fmt.Errorf("region %d: %w", it.RegionID, err)
 					}

@@ -1,14 +1,12 @@
-package raftstore
+package engine
 
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
 
-	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/storage/vfs"
 	"go.etcd.io/bbolt"
 )
@@ -18,7 +16,9 @@ import (
 
 // lockedUpdate runs fn in a write transaction under the engine's lock,
 // committed as the loop's rounds are (made durable by the next checkpoint).
-func (e *engine) lockedUpdate(fn func(*bbolt.Tx) error) error {
+func (e *Engine) LockedUpdate(fn func(*Tx) error) error { return e.lockedUpdate(e.wrapFn(fn)) }
+
+func (e *Engine) lockedUpdate(fn func(*bbolt.Tx) error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.commitBatchLocked(); err != nil {
@@ -27,14 +27,15 @@ func (e *engine) lockedUpdate(fn func(*bbolt.Tx) error) error {
 	return e.db.Update(fn)
 }
 
-// applySnapshotFile writes the snapshot in the file at path into the
+// ApplySnapshotFile writes the snapshot in the file at path into the
 // engine in bounded transactions: it clears rg's range (but what claimed
 // holds) and the region's log, then writes the dedup records and the
 // pairs. stop is checked before each transaction. It returns the dedup
-// clock base, which the caller writes with the region's state.
-func (e *engine) applySnapshotFile(path string, rg region.Region, claimed []region.Region, stop func() error) (uint64, error) {
-	for _, iv := range freeRanges(rg.StartKey, rg.EndKey, claimed) {
-		if err := e.clearUserRange(iv[0], iv[1], stop); err != nil {
+// clock base, which the caller writes with the region's state
+// (Tx.FinishSnapshot).
+func (e *Engine) ApplySnapshotFile(path string, rg Span, claimed []Span, stop func() error) (uint64, error) {
+	for _, iv := range FreeRanges(rg.StartKey, rg.EndKey, claimed) {
+		if err := e.ClearUserRange(iv[0], iv[1], stop); err != nil {
 			return 0, err
 		}
 	}
@@ -49,15 +50,15 @@ func (e *engine) applySnapshotFile(path string, rg region.Region, claimed []regi
 	w := &batchWriter{e: e, stop: stop}
 	var base uint64
 	err = decodeSnapshotStream(f, func(sd *snapshotData) error {
-		if sd.region.ID != rg.ID || !bytes.Equal(sd.region.StartKey, rg.StartKey) || !bytes.Equal(sd.region.EndKey, rg.EndKey) {
-			return fmt.Errorf("snapshot file holds %s, not %s: %w", sd.region.String(), rg.String(), errCorrupt)
+		if sd.span.ID != rg.ID || !bytes.Equal(sd.span.StartKey, rg.StartKey) || !bytes.Equal(sd.span.EndKey, rg.EndKey) {
+			return fmt.Errorf("snapshot file holds %s, not %s: %w", sd.span, rg, ErrCorrupt)
 		}
 		base = sd.dedupBase
 		for _, d := range sd.dedup {
-			if !dedupKeyFits(d.key) {
+			if !dedupKeyFits(d.Key) {
 				continue
 			}
-			if err := w.put(bucketDedup, dedupKey(d.key, d.id), binary.BigEndian.AppendUint64(nil, d.clock)); err != nil {
+			if err := w.put(bucketDedup, dedupKey(d.Key, d.ID), binary.BigEndian.AppendUint64(nil, d.Clock)); err != nil {
 				return err
 			}
 		}
@@ -69,9 +70,9 @@ func (e *engine) applySnapshotFile(path string, rg region.Region, claimed []regi
 	return base, err
 }
 
-// batchWriter puts pairs in transactions of at most snapApplyBatch bytes.
+// batchWriter puts pairs in transactions of at most Options.ApplyBatchBytes.
 type batchWriter struct {
-	e     *engine
+	e     *Engine
 	stop  func() error
 	arena []byte
 	puts  []batchPut
@@ -89,7 +90,7 @@ func (w *batchWriter) put(bucket, k, v []byte) error {
 		}
 	}
 	if w.arena == nil {
-		w.arena = make([]byte, 0, max(snapApplyBatch, len(k)+len(v)))
+		w.arena = make([]byte, 0, max(w.e.applyBatch, len(k)+len(v)))
 	}
 	if len(k)+len(v) > cap(w.arena)-len(w.arena) {
 		w.arena = make([]byte, 0, len(k)+len(v)) // one oversized pair
@@ -121,7 +122,7 @@ func (w *batchWriter) flush() error {
 	})
 	clear(w.puts)
 	w.puts = w.puts[:0]
-	if cap(w.arena) > snapApplyBatch {
+	if cap(w.arena) > w.e.applyBatch {
 		w.arena = nil
 	} else {
 		w.arena = w.arena[:0]
@@ -129,9 +130,9 @@ func (w *batchWriter) flush() error {
 	return err
 }
 
-// clearUserRange deletes the pairs of user keys in [start, end) (end
+// ClearUserRange deletes the pairs of user keys in [start, end) (end
 // empty: no bound) and their dedup records.
-func (e *engine) clearUserRange(start, end []byte, stop func() error) error {
+func (e *Engine) ClearUserRange(start, end []byte, stop func() error) error {
 	var hi []byte
 	if len(end) > 0 {
 		hi = end
@@ -144,10 +145,10 @@ func (e *engine) clearUserRange(start, end []byte, stop func() error) error {
 }
 
 // clearKeys deletes bucket's keys in [lo, hi) (hi nil: no bound),
-// clearBatchKeys a transaction. Each transaction collects its keys first
+// Options.ClearBatchKeys a transaction. Each transaction collects its keys first
 // and deletes them by key: deleting under a cursor and seeking the start
 // again walks every leaf emptied so far, which is quadratic.
-func (e *engine) clearKeys(bucket, lo, hi []byte, stop func() error) error {
+func (e *Engine) clearKeys(bucket, lo, hi []byte, stop func() error) error {
 	for {
 		if err := stop(); err != nil {
 			return err
@@ -158,7 +159,7 @@ func (e *engine) clearKeys(bucket, lo, hi []byte, stop func() error) error {
 			keys := make([][]byte, 0, 256)
 			c := b.Cursor()
 			k, _ := c.Seek(lo)
-			for ; k != nil && (hi == nil || bytes.Compare(k, hi) < 0) && len(keys) < clearBatchKeys; k, _ = c.Next() {
+			for ; k != nil && (hi == nil || bytes.Compare(k, hi) < 0) && len(keys) < e.clearBatch; k, _ = c.Next() {
 				keys = append(keys, bytes.Clone(k))
 			}
 			done = k == nil || (hi != nil && bytes.Compare(k, hi) >= 0)
@@ -179,11 +180,11 @@ func (e *engine) clearKeys(bucket, lo, hi []byte, stop func() error) error {
 	}
 }
 
-// freeRanges returns [start, end) (end empty: no bound) less the ranges of
+// FreeRanges returns [start, end) (end empty: no bound) less the ranges of
 // claimed, as [start, end) pairs in key order.
-func freeRanges(start, end []byte, claimed []region.Region) [][2][]byte {
+func FreeRanges(start, end []byte, claimed []Span) [][2][]byte {
 	cs := slices.Clone(claimed)
-	slices.SortFunc(cs, func(a, b region.Region) int { return bytes.Compare(a.StartKey, b.StartKey) })
+	slices.SortFunc(cs, func(a, b Span) int { return bytes.Compare(a.StartKey, b.StartKey) })
 	var out [][2][]byte
 	cur := start
 	for _, c := range cs {
@@ -207,21 +208,13 @@ func freeRanges(start, end []byte, claimed []region.Region) [][2][]byte {
 	return out
 }
 
-func putJSON(tx *bbolt.Tx, key []byte, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return tx.Bucket(bucketRaftState).Put(key, b)
-}
-
-// syncFile makes a received snapshot file durable: a restart may apply it
-// again.
-func syncFile(fs vfs.FS, path string, noSync bool) error {
-	if noSync {
+// SyncSnapshotFile makes a received snapshot file durable: a restart may
+// apply it again.
+func (e *Engine) SyncSnapshotFile(path string) error {
+	if e.noSync {
 		return nil
 	}
-	f, err := fs.Open(path)
+	f, err := e.fs.Open(path)
 	if err != nil {
 		return err
 	}
@@ -232,7 +225,5 @@ func syncFile(fs vfs.FS, path string, noSync bool) error {
 	if err != nil {
 		return err
 	}
-	return vfs.SyncDir(fs, filepath.Dir(path))
+	return vfs.SyncDir(e.fs, filepath.Dir(path))
 }
-
-// ---- after a restart or a disk failure --------------------------------------------

@@ -1,4 +1,4 @@
-package raftstore
+package engine
 
 import (
 	"strings"
@@ -13,7 +13,7 @@ func TestOpenEngineDataDirInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.close()
+	defer e.Close()
 	_, err = openEngine(dir, true)
 	if err == nil || !strings.Contains(err.Error(), "data dir "+dir+" is in use by another hedgekv process") {
 		t.Fatalf("second open: %v, want the data dir named as in use", err)

@@ -1,4 +1,4 @@
-package raftstore
+package engine
 
 import (
 	"bytes"
@@ -32,7 +32,7 @@ import (
 // batch wrote (logFloor).
 
 // batchLocked is the open batch, begun if none is. e.mu is held.
-func (e *engine) batchLocked() (*bbolt.Tx, error) {
+func (e *Engine) batchLocked() (*bbolt.Tx, error) {
 	if e.batch == nil {
 		tx, err := e.db.Begin(true)
 		if err != nil {
@@ -48,7 +48,7 @@ func (e *engine) batchLocked() (*bbolt.Tx, error) {
 // round that fails leaves the batch unusable: it is rolled back with every
 // round since the last commit, and the store (frozen by the failure)
 // replays them from the WAL before it goes on (recoverLost). e.mu is held.
-func (e *engine) roundTxLocked(fn func(*bbolt.Tx) error, seq uint64) error {
+func (e *Engine) roundTxLocked(fn func(*Tx) error, seq uint64) error {
 	if e.lost {
 		return errBatchLost
 	}
@@ -57,7 +57,7 @@ func (e *engine) roundTxLocked(fn func(*bbolt.Tx) error, seq uint64) error {
 		return err
 	}
 	e.staged = e.staged[:0]
-	err = fn(tx)
+	err = fn(&Tx{e: e, tx: tx, round: true})
 	if err == nil && seq > 0 {
 		err = tx.Bucket(bucketMeta).Put(keyWALSeq, uint64Bytes(seq))
 	}
@@ -83,7 +83,7 @@ func (e *engine) roundTxLocked(fn func(*bbolt.Tx) error, seq uint64) error {
 // commits every 100 ms or 10,000 writes).
 const batchMaxWrites = 10000
 
-// defaultBatchInterval (Config.BatchInterval): a batch that has been open
+// DefaultBatchInterval (Options.BatchInterval): a batch that has been open
 // this long commits at its round's end. A commit holds the loop for as
 // long as it writes the batch's pages, and with random keys over a 2 GB store nearly every
 // write dirties its own data and dedup leaves: a 100 ms batch held every
@@ -91,7 +91,7 @@ const batchMaxWrites = 10000
 // scale run's p99.9 rose 29% over per-round commits), a 20 ms one a
 // fifth of that, while rounds still share the commit of the log, state
 // and branch pages they all rewrite.
-const defaultBatchInterval = 20 * time.Millisecond
+const DefaultBatchInterval = 20 * time.Millisecond
 
 // commitBatchLocked commits the open batch, if any, and empties the
 // overlay once the file shows what it held. Readers go on during the
@@ -99,7 +99,7 @@ const defaultBatchInterval = 20 * time.Millisecond
 // overlay, the same data) unless the batch holds writes the overlay does
 // not show (a snapshot's data, written whole in its round): then they
 // wait, so that none sees part of the change. e.mu is held.
-func (e *engine) commitBatchLocked() error {
+func (e *Engine) commitBatchLocked() error {
 	if e.batch == nil {
 		return nil
 	}
@@ -142,7 +142,7 @@ func (e *engine) commitBatchLocked() error {
 // (recoverLost, then recoverFromDisk) may bring them back, since the
 // peers in memory have applied what the file no longer holds. e.mu and
 // ckptMu are held.
-func (e *engine) settleBatchLocked() error {
+func (e *Engine) settleBatchLocked() error {
 	if e.lost {
 		return fmt.Errorf("checkpoint: %w", errBatchLost)
 	}
@@ -154,7 +154,7 @@ func (e *engine) settleBatchLocked() error {
 }
 
 // abandonBatchLocked rolls the open batch back after a failed round.
-func (e *engine) abandonBatchLocked() {
+func (e *Engine) abandonBatchLocked() {
 	if e.batch != nil {
 		_ = e.batch.Rollback()
 		e.batch = nil
@@ -171,7 +171,7 @@ func (e *engine) abandonBatchLocked() {
 // the failure and rebuilds them right after: diskfail.go). The overlay is
 // emptied: the file and the peers rebuilt from it agree again. e.mu and
 // ckptMu are held.
-func (e *engine) recoverLostLocked() error {
+func (e *Engine) recoverLostLocked() error {
 	if !e.lost {
 		return nil
 	}
@@ -196,7 +196,7 @@ func (e *engine) recoverLostLocked() error {
 
 // writeStats is what the engine wrote: WAL records, those synced, batch
 // commits, lost batches rebuilt.
-func (e *engine) writeStats() (records, syncs, commits, rebuilt uint64) {
+func (e *Engine) WriteStats() (records, syncs, commits, rebuilt uint64) {
 	return e.stats.walRecords.Load(), e.stats.walSyncs.Load(), e.stats.batchCommits.Load(), e.stats.batchesRebuilt.Load()
 }
 
@@ -207,7 +207,7 @@ func (e *engine) writeStats() (records, syncs, commits, rebuilt uint64) {
 // applied the lost rounds must serve no read from that (its applied index
 // and safe points cover what the file no longer holds). It takes the
 // peers' mutexes, as a round does under this lock.
-func (e *engine) recoverLost(retire func()) error {
+func (e *Engine) RecoverLost(retire func()) error {
 	e.ckptMu.Lock()
 	defer e.ckptMu.Unlock()
 	e.mu.Lock()
@@ -231,7 +231,7 @@ var errBatchLost = errors.New("the uncommitted rounds were lost; rebuilding from
 // putData and deleteData write user data in a round's transaction and
 // stage the write for the overlay. The bytes are copied: bbolt keeps what
 // it is given until the batch commits, and the overlay longer.
-func (e *engine) putData(tx *bbolt.Tx, key, value []byte) error {
+func (e *Engine) putData(tx *bbolt.Tx, key, value []byte) error {
 	kv := make([]byte, len(key)+len(value))
 	k, v := kv[:len(key):len(key)], kv[len(key):]
 	copy(k, key)
@@ -243,7 +243,7 @@ func (e *engine) putData(tx *bbolt.Tx, key, value []byte) error {
 	return nil
 }
 
-func (e *engine) deleteData(tx *bbolt.Tx, key []byte) error {
+func (e *Engine) deleteData(tx *bbolt.Tx, key []byte) error {
 	k := bytes.Clone(key)
 	if err := tx.Bucket(bucketData).Delete(k); err != nil {
 		return err
@@ -254,16 +254,16 @@ func (e *engine) deleteData(tx *bbolt.Tx, key []byte) error {
 
 // wroteRange says the round wrote user data the overlay does not show (a
 // snapshot's): the batch commits at the round's end, readers held off.
-func (e *engine) wroteRange() { e.rangeWrites, e.commitNow = true, true }
+func (e *Engine) WroteRange() { e.rangeWrites, e.commitNow = true, true }
 
 // commitAtRoundEnd asks for the batch to commit at the round's end (a log
 // compaction: a snapshot built from the file must not predate the log's
 // new first index).
-func (e *engine) commitAtRoundEnd() { e.commitNow = true }
+func (e *Engine) CommitAtRoundEnd() { e.commitNow = true }
 
 // wroteLog records that the open batch wrote regionID's log from index
 // first on.
-func (e *engine) wroteLog(regionID, first uint64) {
+func (e *Engine) WroteLog(regionID, first uint64) {
 	e.logMu.Lock()
 	if f, ok := e.batchFirst[regionID]; !ok || first < f {
 		e.batchFirst[regionID] = first
@@ -273,7 +273,7 @@ func (e *engine) wroteLog(regionID, first uint64) {
 
 // forgetBatchLog: the file holds every log entry written so far (the
 // batch committed, or was rebuilt).
-func (e *engine) forgetBatchLog() {
+func (e *Engine) forgetBatchLog() {
 	e.logMu.Lock()
 	clear(e.batchFirst)
 	e.logMu.Unlock()
@@ -283,7 +283,7 @@ func (e *engine) forgetBatchLog() {
 // holds as raft last wrote it: entries after it may be only in the open
 // batch, so the mirror keeps them (storage.go). MaxUint64: the batch
 // wrote none.
-func (e *engine) logFloor(regionID uint64) uint64 {
+func (e *Engine) LogFloor(regionID uint64) uint64 {
 	if e == nil {
 		return math.MaxUint64 // a storage without an engine (tests)
 	}
@@ -299,7 +299,7 @@ func (e *engine) logFloor(regionID uint64) uint64 {
 // open batch is committed first (a replica's digest must cover the writes
 // it applied, not those of the last checkpoint). Not for a caller that
 // holds a peer's mutex: a round holds e.mu while it takes those.
-func (e *engine) viewCommitted(fn func(*bbolt.Tx) error) error {
+func (e *Engine) ViewCommitted(fn func(*Tx) error) error {
 	e.mu.Lock()
 	err := e.commitBatchLocked()
 	var tx *bbolt.Tx
@@ -311,7 +311,7 @@ func (e *engine) viewCommitted(fn func(*bbolt.Tx) error) error {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	return fn(tx)
+	return fn(e.wrap(tx))
 }
 
 // viewLatest runs fn on the engine's latest state: the open batch, which
@@ -323,19 +323,37 @@ func (e *engine) viewCommitted(fn func(*bbolt.Tx) error) error {
 // not take a peer's mutex (a round takes those under this lock). A lost
 // batch is not read: the store is frozen until its rounds are rebuilt
 // from the WAL into committed state, and nothing steps a peer meanwhile.
-func (e *engine) viewLatest(fn func(*bbolt.Tx) error) error {
+func (e *Engine) ViewLatest(fn func(*Tx) error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.batch != nil && !e.lost {
-		return fn(e.batch)
+		return fn(e.wrap(e.batch))
 	}
-	return e.db.View(fn)
+	return e.db.View(e.wrapFn(fn))
 }
+
+// View runs fn in a read transaction of committed state, which lags the
+// open batch by up to its interval (see above): for what a consistent
+// apply point is enough for.
+func (e *Engine) View(fn func(*Tx) error) error { return e.db.View(e.wrapFn(fn)) }
+
+// BeginRead opens a read transaction of committed state, held until
+// Release: a snapshot's source, read while it is sent.
+func (e *Engine) BeginRead() (*Tx, error) {
+	tx, err := e.db.Begin(false)
+	if err != nil {
+		return nil, err
+	}
+	return e.wrap(tx), nil
+}
+
+// Release ends a transaction BeginRead opened.
+func (t *Tx) Release() { _ = t.tx.Rollback() }
 
 // Reads of user data: the overlay over committed bbolt state. Values are
 // copied out: bbolt memory is valid only inside its transaction.
 
-func (e *engine) get(key []byte) (val []byte, found bool, err error) {
+func (e *Engine) Get(key []byte) (val []byte, found bool, err error) {
 	e.view.RLock()
 	defer e.view.RUnlock()
 	if v, del, ok := e.ov.get(key); ok {
@@ -354,7 +372,7 @@ func (e *engine) get(key []byte) (val []byte, found bool, err error) {
 	return val, found, err
 }
 
-func (e *engine) batchGet(keys [][]byte) (out []KV, err error) {
+func (e *Engine) BatchGet(keys [][]byte) (out []KV, err error) {
 	e.view.RLock()
 	defer e.view.RUnlock()
 	err = e.db.View(func(tx *bbolt.Tx) error {
@@ -382,7 +400,7 @@ const scanCheckEvery = 256
 // ctx's error once ctx ends, so a caller that gave up does not keep a
 // read transaction open over a long range. The view lock is held only to
 // pair a read transaction with the overlay's part of the range.
-func (e *engine) scan(ctx context.Context, start, end []byte, limit int) (out []KV, err error) {
+func (e *Engine) Scan(ctx context.Context, start, end []byte, limit int) (out []KV, err error) {
 	if limit <= 0 {
 		return nil, nil
 	}

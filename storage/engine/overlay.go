@@ -1,4 +1,4 @@
-package raftstore
+package engine
 
 import (
 	"bytes"
@@ -94,4 +94,10 @@ func mergeScan(ov []ovItem, next func() (k, v []byte, ok bool), limit int) []KV 
 		ov = ov[1:]
 	}
 	return out
+}
+
+// KV is one key-value pair.
+type KV struct {
+	Key   []byte
+	Value []byte
 }

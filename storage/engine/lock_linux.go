@@ -1,7 +1,8 @@
-package raftstore
+package engine
 
 import (
 	"os"
+	"path/filepath"
 	"syscall"
 )
 
@@ -12,7 +13,7 @@ func fdatasyncFile(f *os.File) error { return syscall.Fdatasync(int(f.Fd())) }
 // engine is open: the checkpoint restore writes store.db before bbolt
 // takes its own lock, so another process must be kept out first.
 func lockDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(dir+"/store.lock", os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err
 	}

@@ -1,12 +1,16 @@
-package raftstore
+package engine
 
 import "github.com/hedgekv/hedgekv/storage/layout"
 
 // The store's on-disk names, all defined (and documented) in
-// storage/layout; the short names here keep the code that uses them
+// storage/layout; the short names here keep the engine code
 // readable.
 const (
 	ckptFile = layout.CheckpointFile
+	boltFile = layout.BoltFile
+	snapDir  = layout.SnapDir
+	walDir   = layout.WALDir
+	lockFile = layout.LockFile
 
 	suffixHardState  = layout.SuffixHardState
 	suffixApplyState = layout.SuffixApplyState
@@ -31,4 +35,5 @@ var (
 	keyIncarnation = layout.KeyIncarnation
 	keyNextID      = layout.KeyNextID
 	keyWALSeq      = layout.KeyWALSeq
+	keyDiskProbe   = layout.KeyDiskProbe
 )

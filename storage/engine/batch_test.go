@@ -1,4 +1,4 @@
-package raftstore
+package engine
 
 import (
 	"context"
@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"go.etcd.io/bbolt"
 
 	"github.com/hedgekv/hedgekv/storage/wal"
 )
@@ -86,42 +84,42 @@ func TestRoundWritesVisibleBeforeCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.close()
-	write := func(fn func(tx *bbolt.Tx) error) {
+	defer e.Close()
+	write := func(fn func(tx *Tx) error) {
 		t.Helper()
-		if err := e.round(func() []wal.Item { return nil }, nil, fn); err != nil {
+		if err := e.Round(func() []wal.Item { return nil }, nil, fn); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write(func(tx *bbolt.Tx) error {
+	write(func(tx *Tx) error {
 		for _, k := range []string{"a", "b", "c"} {
-			if err := e.putData(tx, []byte(k), []byte("1")); err != nil {
+			if err := tx.Put([]byte(k), []byte("1")); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	if err := e.checkpointIfDue(true); err != nil {
+	if err := e.CheckpointIfDue(true); err != nil {
 		t.Fatal(err)
 	}
-	write(func(tx *bbolt.Tx) error {
-		if err := e.deleteData(tx, []byte("a")); err != nil {
+	write(func(tx *Tx) error {
+		if err := tx.Delete([]byte("a")); err != nil {
 			return err
 		}
-		if err := e.putData(tx, []byte("b"), []byte("2")); err != nil {
+		if err := tx.Put([]byte("b"), []byte("2")); err != nil {
 			return err
 		}
-		return e.putData(tx, []byte("d"), []byte("2"))
+		return tx.Put([]byte("d"), []byte("2"))
 	})
 	check := func(when string) {
 		t.Helper()
-		if _, found, _ := e.get([]byte("a")); found {
+		if _, found, _ := e.Get([]byte("a")); found {
 			t.Errorf("%s: a deleted in the open batch is found", when)
 		}
-		if v, _, _ := e.get([]byte("b")); string(v) != "2" {
+		if v, _, _ := e.Get([]byte("b")); string(v) != "2" {
 			t.Errorf("%s: b = %q, want 2", when, v)
 		}
-		kvs, err := e.scan(context.Background(), nil, nil, 10)
+		kvs, err := e.Scan(context.Background(), nil, nil, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +131,7 @@ func TestRoundWritesVisibleBeforeCommit(t *testing.T) {
 			t.Errorf("%s: scan %v, want %v", when, got, want)
 		}
 		got = nil
-		kvs, _ = e.batchGet([][]byte{[]byte("a"), []byte("b"), []byte("c")})
+		kvs, _ = e.BatchGet([][]byte{[]byte("a"), []byte("b"), []byte("c")})
 		for _, kv := range kvs {
 			got = append(got, string(kv.Key)+"="+string(kv.Value))
 		}
@@ -145,7 +143,7 @@ func TestRoundWritesVisibleBeforeCommit(t *testing.T) {
 		t.Fatalf("after a round: batch open %v, overlay %d items; want open, 3", e.batch != nil, e.ov.len())
 	}
 	check("before the commit")
-	if err := e.checkpointIfDue(true); err != nil {
+	if err := e.CheckpointIfDue(true); err != nil {
 		t.Fatal(err)
 	}
 	if e.batch != nil || e.ov.len() != 0 {
@@ -162,12 +160,12 @@ func TestReadersSeeWholeRoundsAcrossCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.close()
+	defer e.Close()
 	const keys = 50
 	writeAll := func(gen int) error {
-		return e.round(func() []wal.Item { return nil }, nil, func(tx *bbolt.Tx) error {
+		return e.Round(func() []wal.Item { return nil }, nil, func(tx *Tx) error {
 			for i := range keys {
-				if err := e.putData(tx, fmt.Appendf(nil, "k%03d", i), fmt.Appendf(nil, "%d", gen)); err != nil {
+				if err := tx.Put(fmt.Appendf(nil, "k%03d", i), fmt.Appendf(nil, "%d", gen)); err != nil {
 					return err
 				}
 			}
@@ -185,7 +183,7 @@ func TestReadersSeeWholeRoundsAcrossCommits(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
-				kvs, err := e.scan(context.Background(), nil, nil, 2*keys)
+				kvs, err := e.Scan(context.Background(), nil, nil, 2*keys)
 				if err != nil {
 					errs <- err
 					return
@@ -209,7 +207,7 @@ func TestReadersSeeWholeRoundsAcrossCommits(t *testing.T) {
 			t.Fatal(err)
 		}
 		if gen%7 == 0 {
-			if err := e.checkpointIfDue(true); err != nil {
+			if err := e.CheckpointIfDue(true); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -223,7 +221,7 @@ func TestReadersSeeWholeRoundsAcrossCommits(t *testing.T) {
 }
 
 // A round that fails loses the open batch (the rounds before it since the
-// last commit): the store is frozen until recoverLost rebuilds their raft
+// last commit): the store is frozen until RecoverLost rebuilds their raft
 // log and hard state from the WAL; rounds and checkpoints are refused
 // meanwhile.
 func TestLostBatchRebuiltFromWAL(t *testing.T) {
@@ -231,20 +229,20 @@ func TestLostBatchRebuiltFromWAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.close()
+	defer e.Close()
 	log := ents(2, 1, 5)
 	item := wal.Item{RegionID: 7, Entries: log}
-	err = e.round(func() []wal.Item { return []wal.Item{item} }, nil, func(tx *bbolt.Tx) error {
-		return appendEntries(tx, 7, log, 0)
+	err = e.Round(func() []wal.Item { return []wal.Item{item} }, nil, func(tx *Tx) error {
+		return tx.AppendEntries(7, log, 0)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	boom := fmt.Errorf("boom")
-	if err := e.round(func() []wal.Item { return nil }, nil, func(*bbolt.Tx) error { return boom }); err != boom {
+	if err := e.Round(func() []wal.Item { return nil }, nil, func(*Tx) error { return boom }); err != boom {
 		t.Fatalf("failed round: %v", err)
 	}
-	if err := e.round(func() []wal.Item { return nil }, nil, func(*bbolt.Tx) error { return nil }); err != errBatchLost {
+	if err := e.Round(func() []wal.Item { return nil }, nil, func(*Tx) error { return nil }); err != errBatchLost {
 		t.Fatalf("a round after the loss: %v, want errBatchLost", err)
 	}
 	// No checkpoint may pass over the loss: it would drop the WAL records
@@ -254,17 +252,21 @@ func TestLostBatchRebuiltFromWAL(t *testing.T) {
 	e.sinceCkpt = true
 	e.ckptAt = time.Time{}
 	for _, force := range []bool{false, true} {
-		if err := e.checkpointIfDue(force); !errors.Is(err, errBatchLost) {
+		if err := e.CheckpointIfDue(force); !errors.Is(err, errBatchLost) {
 			t.Fatalf("checkpoint (force %v) after the loss: %v, want errBatchLost", force, err)
 		}
 	}
-	if err := e.recoverLost(nil); err != nil {
+	if err := e.RecoverLost(nil); err != nil {
 		t.Fatal(err)
 	}
-	err = e.db.View(func(tx *bbolt.Tx) error {
+	err = e.View(func(tx *Tx) error {
 		for _, ent := range log {
-			if tx.Bucket(bucketRaftLog).Get(logKey(7, ent.Index)) == nil {
-				return fmt.Errorf("entry %d not rebuilt", ent.Index)
+			term, ok, err := tx.Term(7, ent.Index)
+			if err != nil {
+				return err
+			}
+			if !ok || term != ent.Term {
+				return fmt.Errorf("entry %d not rebuilt (found %v, term %d)", ent.Index, ok, term)
 			}
 		}
 		return nil
@@ -272,7 +274,7 @@ func TestLostBatchRebuiltFromWAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.round(func() []wal.Item { return nil }, nil, func(*bbolt.Tx) error { return nil }); err != nil {
+	if err := e.Round(func() []wal.Item { return nil }, nil, func(*Tx) error { return nil }); err != nil {
 		t.Fatalf("a round after the rebuild: %v", err)
 	}
 }

@@ -1,16 +1,14 @@
-package raftstore
+package engine
 
 import (
 	"testing"
 	"time"
 
-	"go.etcd.io/bbolt"
-
 	"github.com/hedgekv/hedgekv/storage/wal"
 )
 
 // TestUpdateSyncsWithoutHoldingTheRounds: a write outside the Ready loop
-// (engine.update: an ID allocation, a peer created or destroyed) returns
+// (Engine.Update: an ID allocation, a peer created or destroyed) returns
 // once durable, but the Ready loop's rounds go on while its checkpoint
 // syncs; after a crash its write is there.
 func TestUpdateSyncsWithoutHoldingTheRounds(t *testing.T) {
@@ -27,14 +25,14 @@ func TestUpdateSyncsWithoutHoldingTheRounds(t *testing.T) {
 	defer func() { testHookCheckpointSync = nil }()
 	done := make(chan error, 1)
 	go func() {
-		done <- e.update(func(tx *bbolt.Tx) error { return tx.Bucket(bucketMeta).Put([]byte("k"), []byte("durable")) })
+		done <- e.Update(func(tx *Tx) error { return tx.PutNextID(42) })
 	}()
 	<-syncing
 	testHookCheckpointSync = nil
 	round := make(chan error, 1)
 	go func() {
-		round <- e.round(func() []wal.Item { return nil }, nil, func(tx *bbolt.Tx) error {
-			return tx.Bucket(bucketData).Put([]byte("r"), []byte("v"))
+		round <- e.Round(func() []wal.Item { return nil }, nil, func(tx *Tx) error {
+			return tx.Put([]byte("r"), []byte("v"))
 		})
 	}()
 	select {
@@ -43,11 +41,11 @@ func TestUpdateSyncsWithoutHoldingTheRounds(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("a round waited for update's checkpoint to sync")
+		t.Fatal("a round waited for Update's checkpoint to sync")
 	}
 	select {
 	case err := <-done:
-		t.Fatalf("update returned before its checkpoint synced (err %v)", err)
+		t.Fatalf("Update returned before its checkpoint synced (err %v)", err)
 	default:
 	}
 	close(release)
@@ -59,16 +57,16 @@ func TestUpdateSyncsWithoutHoldingTheRounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.close()
-	if err := e.db.View(func(tx *bbolt.Tx) error {
-		if v := tx.Bucket(bucketMeta).Get([]byte("k")); string(v) != "durable" {
-			t.Errorf("update's write after a crash: %q, want durable", v)
-		}
-		for err := range tx.Check() {
-			return err
+	defer e.Close()
+	if err := e.View(func(tx *Tx) error {
+		if n := tx.NextID(); n != 42 {
+			t.Errorf("Update's write after a crash: next ID %d, want 42", n)
 		}
 		return nil
 	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkBolt(e); err != nil {
 		t.Fatal(err)
 	}
 }
