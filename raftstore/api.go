@@ -118,8 +118,11 @@ type ReadOptions struct {
 
 	// scan and scanEnd: the read is a scan of [its key, scanEnd); a
 	// follower-lease read waits for pending writes in that range.
-	scan    bool
-	scanEnd []byte
+	// wholeRegion: the read may read any key of the region (ReadView); a
+	// follower-lease read waits for every pending write.
+	scan        bool
+	scanEnd     []byte
+	wholeRegion bool
 }
 
 // WriteOptions routes one write.
@@ -215,6 +218,10 @@ var (
 	// ErrProposalDropped: raft refused the proposal (no leader known, or a
 	// leadership transfer under way). Retryable.
 	ErrProposalDropped = errors.New("raftstore: proposal dropped")
+	// ErrNoApplier: a command for Config.Applier, on a store that has
+	// none (Propose refuses it up front; an entry of one that reaches
+	// such a store's apply is acknowledged with it and writes nothing).
+	ErrNoApplier = errors.New("raftstore: no Applier configured")
 )
 
 // StoreInfo is what the balancer knows about one store of the cluster.

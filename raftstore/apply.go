@@ -28,6 +28,8 @@ func (s *Store) applyEntryTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry) erro
 			return s.applyWriteTx(tx, rp, e, cmd)
 		case opSplit:
 			return s.applySplitTx(tx, rp, e, cmd)
+		case opApply:
+			return s.applyCommandTx(tx, rp, e, cmd)
 		}
 		return nil
 	case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:

@@ -23,6 +23,8 @@ func FuzzDecodeCommand(f *testing.F) {
 	f.Add(command{op: opDelete, id: 1 << 63, key: []byte("key")}.encode())
 	f.Add(command{op: opSplit, id: 3, key: []byte("m"), value: encodeSplit(2, region.Epoch{ConfVer: 1, Version: 4})}.encode())
 	f.Add(command{op: opPut, id: 9, key: nil, value: nil}.encode())
+	f.Add(command{op: opApply, id: 11, key: []byte("k"), value: []byte("incr k")}.encode())
+	f.Add(command{op: opApply, id: 12, key: nil, value: nil}.encode())
 	f.Add([]byte{})
 	f.Add([]byte{byte(opPut), 0, 0, 0, 0, 0, 0, 0, 1})                                            // no key length
 	f.Add([]byte{byte(opPut), 0, 0, 0, 0, 0, 0, 0, 1, 5, 'a'})                                    // key runs past the end
@@ -39,7 +41,7 @@ func FuzzDecodeCommand(f *testing.F) {
 			return
 		}
 		switch c.op {
-		case opPut, opDelete, opSplit:
+		case opPut, opDelete, opSplit, opApply:
 		default:
 			t.Fatalf("decodeCommand accepted op %d", c.op)
 		}

@@ -10,13 +10,16 @@ import (
 //	op(1) | proposalID(8) | uvarint len(key) | key | value
 //
 // The proposal ID lets the proposing leader find the waiter to wake when the
-// entry is applied; other replicas ignore it.
+// entry is applied; other replicas ignore it. An opApply's key only routes
+// it (it must lie in the region when the entry applies) and its value is
+// the payload for Config.Applier (applier.go).
 type cmdOp byte
 
 const (
 	opPut cmdOp = iota + 1
 	opDelete
 	opSplit // key: the split key; value: encodeSplit
+	opApply // key: routes it; value: the Applier's payload (Store.Propose)
 )
 
 type command struct {
@@ -48,7 +51,7 @@ func decodeCommand(b []byte) (command, error) {
 	c.key = rest[w : w+int(n)]
 	c.value = rest[w+int(n):]
 	switch c.op {
-	case opPut, opDelete, opSplit:
+	case opPut, opDelete, opSplit, opApply:
 	default:
 		return command{}, fmt.Errorf("command: unknown op %d: %w", c.op, errCorrupt)
 	}

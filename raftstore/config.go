@@ -61,6 +61,11 @@ type Config struct {
 	// request IDs for, so that retried writes apply once. Default 100000: at
 	// 5,000 writes a second that outlasts a client's 10s retry deadline twice.
 	DedupWindow uint64
+	// Applier applies the commands another layer proposes through
+	// Store.Propose (applier.go); nil: Propose is refused. Every store of
+	// a cluster must run the same one: a replica without it applies such
+	// a command as nothing, and its data would part from the others'.
+	Applier Applier
 	// BatchInterval: the Ready loop's rounds write into one bbolt
 	// transaction, committed at the end of the first round it is this old
 	// (and at every checkpoint, 100 ms; storage/engine, batch.go), as etcd's

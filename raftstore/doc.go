@@ -40,7 +40,9 @@
 //     freezes the store (diskfail.go); a lost batch is rebuilt from the
 //     round log before it goes on.
 //  3. In the same transaction, apply committed entries (they are durable on
-//     a quorum already; raft only hands out entries this peer persisted) and
+//     a quorum already; raft only hands out entries this peer persisted:
+//     puts and deletes, splits, conf changes, and the commands of another
+//     layer, which its Config.Applier applies: applier.go) and
 //     record the applied index with the data it covers, and compact the log
 //     once it grows past the GC threshold. The round's user writes join
 //     the overlay when it ends, all at once.

@@ -52,13 +52,19 @@ type createdRegion struct {
 }
 
 type ackedProposal struct {
-	id   uint64
-	term uint64
-	err  error
+	id     uint64
+	term   uint64
+	result []byte // an opApply's: what the Applier returned
+	err    error
 }
 
 func (rp *readyPeer) ack(id, term uint64, err error) {
 	rp.acked = append(rp.acked, ackedProposal{id: id, term: term, err: err})
+}
+
+// ackResult is ack for an entry that answers with a result (opApply).
+func (rp *readyPeer) ackResult(id, term uint64, result []byte) {
+	rp.acked = append(rp.acked, ackedProposal{id: id, term: term, result: result})
 }
 
 // run is the Ready loop; see doc.go for the contract it keeps.
@@ -662,7 +668,7 @@ func (s *Store) publish(rp *readyPeer) error {
 		if a.term == pr.term {
 			p.extendLeaseLocked(pr.term, pr.proposed)
 		}
-		pr.finish(a.err)
+		pr.finishWith(a.result, a.err)
 	}
 	p.onReadStatesLocked(rd.ReadStates)
 	p.notifyAppliedLocked()

@@ -140,11 +140,28 @@ type proposal struct {
 	term     uint64
 	proposed time.Time
 	waiters  []chan error // each buffered(1): a retry of a pending request joins it
+	// results are the waiters that also take the entry's result: a
+	// Propose's, whose command the Applier answered (buffered(1) too).
+	results []chan proposalResult
 }
 
-func (pr *proposal) finish(err error) {
+// proposalResult is what a Propose waits for: the Applier's result, or
+// why there is none.
+type proposalResult struct {
+	result []byte
+	err    error
+}
+
+func (pr *proposal) finish(err error) { pr.finishWith(nil, err) }
+
+// finishWith wakes every waiter: those of a plain write with err, those
+// of a Propose with result and err.
+func (pr *proposal) finishWith(result []byte, err error) {
 	for _, w := range pr.waiters {
 		w <- err
+	}
+	for _, w := range pr.results {
+		w <- proposalResult{result: result, err: err}
 	}
 }
 

@@ -9,8 +9,9 @@ import (
 // pendingWrites records, for a peer's log entries past its applied index,
 // which keys each writes, so that a follower-lease read of a key waits for
 // exactly the entries that write it and writes of other keys never hold it
-// back. An entry that is not a put or delete (a split, a conf change,
-// anything undecodable) writes every key. Guarded by the peer's mu.
+// back. An entry that is not a put or delete (a split, a conf change, an
+// Applier's command, which may write any key of the region, anything
+// undecodable) writes every key. Guarded by the peer's mu.
 type pendingWrites struct {
 	entries []pendingEntry // in index order
 	byKey   map[string]uint64

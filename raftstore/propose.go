@@ -18,32 +18,79 @@ func (s *Store) Delete(ctx context.Context, opts WriteOptions, key []byte) error
 	return s.propose(ctx, opts, command{op: opDelete, key: key})
 }
 
+// Propose runs an Applier's command (Config.Applier, applier.go) through
+// the raft log of the region holding key and returns the Applier's result
+// once the command is applied on this leader. key routes it as a Put's key
+// does (opts.RegionID and opts.Epoch as for Put), and must still lie in the
+// region when the entry applies; payload is the Applier's alone.
+//
+// An error means no result: the command may still have been applied (a
+// NotLeader after it was appended, a ctx that ended while it committed),
+// and Propose does not deduplicate, so opts.RequestID must be 0: the
+// Applier makes retries harmless (see Applier). Refused with ErrNoApplier
+// when the store has no Applier.
+func (s *Store) Propose(ctx context.Context, opts WriteOptions, key []byte, payload []byte) ([]byte, error) {
+	if s.cfg.Applier == nil {
+		return nil, ErrNoApplier
+	}
+	if opts.RequestID != 0 {
+		return nil, fmt.Errorf("%w: Propose does not deduplicate: RequestID must be 0", ErrInvalidRequest)
+	}
+	done := make(chan proposalResult, 1)
+	p, err := s.queueProposal(opts, command{op: opApply, key: key, value: payload}, func(pr *proposal) {
+		pr.results = append(pr.results, done)
+	})
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-done:
+		return r.result, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("region %d: wait for apply: %w", p.regionID, ctx.Err())
+	case <-s.stopc:
+		return nil, ErrStopped
+	}
+}
+
 // propose appends cmd to the region's log and waits until it is applied.
 func (s *Store) propose(ctx context.Context, opts WriteOptions, cmd command) error {
-	if err := s.diskError(); err != nil {
+	done := make(chan error, 1)
+	p, err := s.queueProposal(opts, cmd, func(pr *proposal) { pr.waiters = append(pr.waiters, done) })
+	if err != nil {
 		return err
+	}
+	return s.waitProposal(ctx, p, done)
+}
+
+// queueProposal routes cmd and, on the region's leader, queues it for the
+// loop's next round with the waiter wait adds to its proposal; a request
+// ID already in flight here only gains the waiter (a retry joins it). It
+// returns the peer to wait on.
+func (s *Store) queueProposal(opts WriteOptions, cmd command, wait func(*proposal)) (*Peer, error) {
+	if err := s.diskError(); err != nil {
+		return nil, err
 	}
 	p, err := s.route(opts.RegionID, opts.Epoch, cmd.key)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cmd.id = opts.RequestID
 	if cmd.id == 0 {
 		cmd.id = s.nextRequestID()
 	}
-	done := make(chan error, 1)
 	p.mu.Lock()
 	st := p.rn.BasicStatus()
 	if st.RaftState != raft.StateLeader {
 		err := p.notLeaderLocked()
 		p.mu.Unlock()
-		return err
+		return nil, err
 	}
 	if pr, ok := p.proposals[cmd.id]; ok {
 		// The same request is already in flight here: wait for it.
-		pr.waiters = append(pr.waiters, done)
+		wait(pr)
 		p.mu.Unlock()
-		return s.waitProposal(ctx, p, done)
+		return p, nil
 	}
 	// Queued, not stepped: the loop steps every queued write of the region
 	// as one proposal at its next round (batchProposalsLocked). The time
@@ -53,10 +100,12 @@ func (s *Store) propose(ctx context.Context, opts WriteOptions, cmd command) err
 	p.queued = append(p.queued, raftpb.Entry{Data: cmd.encode()})
 	p.queuedIDs = append(p.queuedIDs, cmd.id)
 	s.stats.proposals.Add(1)
-	p.proposals[cmd.id] = &proposal{term: st.Term, proposed: proposed, waiters: []chan error{done}}
+	pr := &proposal{term: st.Term, proposed: proposed}
+	wait(pr)
+	p.proposals[cmd.id] = pr
 	p.mu.Unlock()
 	s.markDirty(p)
-	return s.waitProposal(ctx, p, done)
+	return p, nil
 }
 
 func (s *Store) waitProposal(ctx context.Context, p *Peer, done <-chan error) error {

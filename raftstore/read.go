@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/storage/engine"
 )
 
 // route finds the peer a request is for and checks its epoch and key.
@@ -240,7 +241,9 @@ func (s *Store) followerLeaseRead(ctx context.Context, p *Peer, opts ReadOptions
 		return s.readIndexRead(ctx, p, sc, info)
 	}
 	var idx uint64
-	if opts.scan {
+	if opts.wholeRegion {
+		idx = p.fl.pending.waitIndex(nil, true, p.region.StartKey, p.region.EndKey)
+	} else if opts.scan {
 		lo, hi, _ := p.region.ClampRange(sc.keys[0], opts.scanEnd)
 		idx = p.fl.pending.waitIndex(nil, true, lo, hi)
 	} else {
@@ -373,6 +376,53 @@ func (s *Store) Scan(ctx context.Context, opts ReadOptions, start, end []byte, l
 		return nil, r, info, err
 	}
 	return kvs, r, info, nil
+}
+
+// ReadView runs fn on a read view of the region holding key (or
+// opts.RegionID), for a layer that keeps its own records in the region
+// through Propose (applier.go) and reads them with several lookups that
+// must agree. The view is taken after the read barrier a Get of key goes
+// through with opts (the leader lease, ReadIndex, the follower lease, or a
+// bounded-staleness read, as prepareRead decides; on a follower lease it
+// waits for every pending write of the region, not only key's), so it
+// holds every write and command acknowledged before ReadView was called
+// (within the bound, for a stale read). It is one moment of the store's
+// data (engine.Snapshot), bounded to the region's key range as of the
+// barrier: a Get outside fails with engine.ErrOutOfBounds, a Scan is
+// clamped.
+//
+// After fn the read is checked as a Get's is: the region still holds key
+// at the version the read was decided at (no split, no epoch change:
+// EpochNotMatch), and the peer still serves it with the data it had
+// (removed, or a snapshot applied: RegionNotFound). If that check fails its
+// error is returned, not fn's, and whatever fn made of the view is stale:
+// the caller must discard it (and retry with fresh routing). Otherwise
+// fn's error is returned as is. The view is released when fn returns: fn
+// must not keep it, nor bytes a Scan lent it.
+func (s *Store) ReadView(ctx context.Context, opts ReadOptions, key []byte, fn func(v *engine.Snapshot) error) (ReadInfo, error) {
+	p, err := s.route(opts.RegionID, opts.Epoch, key)
+	if err != nil {
+		return ReadInfo{}, err
+	}
+	opts.scan, opts.scanEnd, opts.wholeRegion = false, nil, true
+	info, r, err := s.prepareRead(ctx, p, opts, key)
+	if err != nil {
+		return info, err
+	}
+	gen := p.dataGen()
+	snap, err := s.eng.Snapshot()
+	if err != nil {
+		return info, fmt.Errorf("read view: %w", err)
+	}
+	ferr := fn(snap.Within(r.StartKey, r.EndKey))
+	snap.Release()
+	if _, err := s.recheck(p, &readScope{epoch: opts.Epoch, keys: [][]byte{key}, version: r.Epoch.Version}); err != nil {
+		return info, err
+	}
+	if err := s.stillHolds(p, gen); err != nil {
+		return info, err
+	}
+	return info, ferr
 }
 
 // stillHolds is checked after a read: it fails if p was removed from its

@@ -50,6 +50,9 @@ type Options struct {
 	// FollowerLeaseDuration is their longest grant (0: the store's default).
 	FollowerLeases        bool
 	FollowerLeaseDuration time.Duration
+	// Applier is every store's Config.Applier (nil: none), for the
+	// commands of Store.Propose.
+	Applier raftstore.Applier
 	// PowerLoss runs every store on a modelled disk, so that its power
 	// can be cut (CutPower, PowerLoss): the files a store writes through
 	// vfs on its own vfs.NewStrictMem, and bbolt's file on the OS's with a
@@ -151,6 +154,7 @@ func (c *Cluster) StartStore(id uint64) error {
 
 		FollowerLeaseDuration: c.opts.FollowerLeaseDuration,
 		DedupWindow:           c.opts.DedupWindow,
+		Applier:               c.opts.Applier,
 		NoSync:                true,
 		Logger:                log,
 	}

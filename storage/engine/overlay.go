@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"sync"
 
 	"github.com/google/btree"
 )
@@ -17,6 +18,10 @@ import (
 // overlay (the same data), never the new-but-one.
 type overlay struct {
 	t *btree.BTreeG[ovItem]
+	// cloneMu: clones are taken under the view lock's read side, and
+	// btree's Clone writes the tree's copy-on-write context, so two must
+	// not run at once (the reads beside them touch only the nodes).
+	cloneMu sync.Mutex
 }
 
 // ovItem is a key's latest value since the last commit, or its deletion.
@@ -43,6 +48,16 @@ func (o *overlay) add(items []ovItem) {
 	for _, it := range items {
 		o.t.ReplaceOrInsert(it)
 	}
+}
+
+// clone is a copy of the overlay as it is now, for a Snapshot: lazy
+// (btree's copy-on-write), so it costs nothing until the overlay is next
+// written, and then only the nodes that write changes. The caller holds
+// the view lock's read side; the clone is read only.
+func (o *overlay) clone() *overlay {
+	o.cloneMu.Lock()
+	defer o.cloneMu.Unlock()
+	return &overlay{t: o.t.Clone()}
 }
 
 // get is the overlay's word on key: ok is false if it has none (read the
@@ -74,26 +89,43 @@ func (o *overlay) rangeFrom(start, end []byte, limit int) []ovItem {
 
 // mergeScan merges the overlay's items ov (key order, from rangeFrom)
 // over the file's pairs, which next yields in key order (nil key: no
-// more), into at most limit pairs. An overlay item replaces or deletes
-// the file's pair of the same key.
+// more), into at most limit pairs (copies). An overlay item replaces or
+// deletes the file's pair of the same key.
 func mergeScan(ov []ovItem, next func() (k, v []byte, ok bool), limit int) []KV {
 	var out []KV
+	if limit <= 0 {
+		return nil
+	}
+	mergeEach(ov, next, func(k, v []byte) bool {
+		out = append(out, KV{Key: bytes.Clone(k), Value: bytes.Clone(v)})
+		return len(out) < limit
+	})
+	return out
+}
+
+// mergeEach is mergeScan's merge: it calls fn with each live pair in key
+// order, the overlay's item winning over the file's pair of its key and a
+// deleted item hiding it, until fn returns false or both run out. k and v
+// alias the overlay's or the file's memory.
+func mergeEach(ov []ovItem, next func() (k, v []byte, ok bool), fn func(k, v []byte) bool) {
 	fk, fv, fok := next()
-	for len(out) < limit && (fok || len(ov) > 0) {
+	for fok || len(ov) > 0 {
 		if fok && (len(ov) == 0 || bytes.Compare(fk, ov[0].key) < 0) {
-			out = append(out, KV{Key: bytes.Clone(fk), Value: bytes.Clone(fv)})
+			if !fn(fk, fv) {
+				return
+			}
 			fk, fv, fok = next()
 			continue
 		}
 		if fok && bytes.Equal(fk, ov[0].key) {
 			fk, fv, fok = next() // replaced or deleted since the commit
 		}
-		if !ov[0].del {
-			out = append(out, KV{Key: bytes.Clone(ov[0].key), Value: bytes.Clone(ov[0].val)})
-		}
+		it := ov[0]
 		ov = ov[1:]
+		if !it.del && !fn(it.key, it.val) {
+			return
+		}
 	}
-	return out
 }
 
 // KV is one key-value pair.

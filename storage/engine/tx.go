@@ -253,6 +253,19 @@ func (t *Tx) Delete(key []byte) error {
 	return t.tx.Bucket(bucketData).Delete(bytes.Clone(key))
 }
 
+// Get reads a user key as this transaction holds it (a copy; found is
+// false if the key is missing). A round's transaction is the open batch,
+// which holds the writes of every round since the last commit and of this
+// round so far: what an apply reads to modify. A read transaction's is
+// committed state only, not the overlay (Engine.Get and Snapshot read
+// both).
+func (t *Tx) Get(key []byte) (value []byte, found bool) {
+	if v := t.tx.Bucket(bucketData).Get(key); v != nil {
+		return bytes.Clone(v), true
+	}
+	return nil, false
+}
+
 // ForEachData calls fn for every user pair in [start, end) (end empty: no
 // bound), in key order, until fn returns false. k and v alias the
 // transaction's memory. Only what the transaction's file state holds is

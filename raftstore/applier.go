@@ -1,0 +1,77 @@
+package raftstore
+
+import (
+	"fmt"
+
+	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/storage/engine"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Applier applies the commands of a layer above raftstore (Config.Applier),
+// which proposes them with Store.Propose: opaque payloads that travel
+// through a region's raft log like any write and are applied, at the same
+// log position, on every replica. raftstore knows nothing of what they
+// mean; it promises the order (the region's log), the transaction (the
+// round's, with everything else applied in it), and the result's delivery
+// to the proposer.
+//
+// Apply is called in the Ready loop, inside the round's transaction, once
+// for each committed command entry of region r (the region as of the
+// entry: its key range and epoch) at log index index, on every replica. It
+// must:
+//
+//   - be deterministic: given the same log (the same payloads in the same
+//     order over the same data), write the same keys and values and return
+//     the same result on every replica and on every replay. It may read
+//     only through tx (tx.Get sees every earlier entry's writes) and keep
+//     no state of its own that a write depends on: a replica that catches
+//     up from a region snapshot never sees the entries the snapshot covers,
+//     and an entry is applied again, its earlier writes discarded, after a
+//     crash or a lost batch (Apply may see an index twice).
+//   - write only user keys inside r (tx.Put and tx.Delete), and nothing
+//     else of tx's: the region's data is what snapshots carry, digests
+//     compare and splits divide; other records are raftstore's.
+//   - return quickly: the loop, and every region of the store, waits.
+//
+// An error from Apply is a storage failure: the round fails as a failed
+// write of the engine does, and the store freezes until a write succeeds
+// and rebuilds its peers from disk (diskfail.go), which applies the entry
+// again. So a command the Applier refuses (a failed precondition, a bad
+// payload) is not an error: the refusal belongs in result, which every
+// replica computes alike and which reaches the proposer as is.
+//
+// There is no deduplication: a command proposed twice (a client's retry
+// after a lost answer, a proposal that failed with NotLeader but was
+// committed anyway) is applied twice. Making a retry harmless (a request
+// ID in the payload, a revision to compare against) is the Applier's.
+//
+// payload is the entry's memory: read it, do not modify or keep it. result
+// belongs to raftstore once returned.
+type Applier interface {
+	Apply(tx *engine.Tx, r region.Region, index uint64, payload []byte) (result []byte, err error)
+}
+
+// applyCommandTx applies an Applier's command: like a put, refused if its
+// key left the region (a split ordered before it), then handed to the
+// Applier, whose result answers the proposer. A store without an Applier
+// acknowledges it with ErrNoApplier and writes nothing.
+func (s *Store) applyCommandTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry, cmd command) error {
+	p := rp.p
+	if !p.region.Contains(cmd.key) {
+		rp.ack(cmd.id, e.Term, &region.KeyNotInRegionError{Key: cmd.key, RegionID: p.regionID, StartKey: p.region.StartKey, EndKey: p.region.EndKey})
+		return nil
+	}
+	if s.cfg.Applier == nil {
+		s.log.Error("a command for an Applier was applied as nothing: this store has none, and its data may now differ from its region's other replicas",
+			"region", p.regionID, "index", e.Index)
+		rp.ack(cmd.id, e.Term, fmt.Errorf("region %d: entry %d: %w", p.regionID, e.Index, ErrNoApplier))
+		return nil
+	}
+	result, err := s.cfg.Applier.Apply(tx, p.region.Clone(), e.Index, cmd.value)
+	if err != nil {
+		return fmt.Errorf("applier: %w", err)
+	}
+	rp.ackResult(cmd.id, e.Term, result)
+	return nil
+}

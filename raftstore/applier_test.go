@@ -1,0 +1,463 @@
+package raftstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/storage/engine"
+)
+
+// counter is an Applier: "incr <key>[ <token>]" adds one to the decimal
+// counter at key and writes the new value to key, to key+"/copy" (a read
+// view must always see the two equal) and, given a token, to
+// key+"/by/"+token (which proposal got which value). The result is the
+// new value; a refusal is a result that starts with "refused".
+type counter struct{}
+
+func copyKey(key string) []byte           { return []byte(key + "/copy") }
+func byKey(key, token string) []byte      { return []byte(key + "/by/" + token) }
+func incr(key string) []byte              { return []byte("incr " + key) }
+func incrAs(key, token string) []byte     { return []byte("incr " + key + " " + token) }
+func parseCount(v []byte) (uint64, error) { return strconv.ParseUint(string(v), 10, 64) }
+
+func (counter) Apply(tx *engine.Tx, r region.Region, index uint64, payload []byte) ([]byte, error) {
+	f := strings.Fields(string(payload))
+	if len(f) < 2 || len(f) > 3 || f[0] != "incr" {
+		return []byte("refused: bad payload"), nil
+	}
+	keys := [][]byte{[]byte(f[1]), copyKey(f[1])}
+	if len(f) == 3 {
+		keys = append(keys, byKey(f[1], f[2]))
+	}
+	for _, k := range keys {
+		if !r.Contains(k) {
+			return []byte("refused: key outside the region"), nil
+		}
+	}
+	var n uint64
+	if v, ok := tx.Get(keys[0]); ok {
+		var err error
+		if n, err = parseCount(v); err != nil {
+			return nil, fmt.Errorf("counter %q holds %q", keys[0], v) // not ours to refuse: corrupt
+		}
+	}
+	n++
+	val := strconv.AppendUint(nil, n, 10)
+	for _, k := range keys {
+		if err := tx.Put(k, val); err != nil {
+			return nil, err
+		}
+	}
+	return val, nil
+}
+
+// leaderStore is the store leading the region of key.
+func leaderStore(t testing.TB, c *raftstoretest.Cluster, key []byte) *raftstore.Store {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if id, ok := c.LeaderOf(key); ok {
+			if s, ok := c.Store(id); ok {
+				return s
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no leader for %q", key)
+	return nil
+}
+
+// settledLeader is leaderStore once a write went through the cluster: a
+// fresh cluster may still change leaders, and a Propose that fails is not
+// retried by tests that count every apply.
+func settledLeader(t testing.TB, c *raftstoretest.Cluster, key []byte) *raftstore.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Put(ctx, []byte("settle"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	return leaderStore(t, c, key)
+}
+
+// proposeRetrying proposes payload on key's leader until it succeeds, for
+// tests that do not mind a command applied twice (a retry after an error
+// may be a second apply).
+func proposeRetrying(ctx context.Context, c *raftstoretest.Cluster, key, payload []byte) ([]byte, error) {
+	for {
+		var res []byte
+		var err error
+		if id, ok := c.LeaderOf(key); ok {
+			if s, ok := c.Store(id); ok {
+				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				res, err = s.Propose(pctx, raftstore.WriteOptions{}, key, payload)
+				cancel()
+				if err == nil || !raftstoretest.Retryable(err) {
+					return res, err
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// readCounter reads key's counter and its copy in one ReadView on s.
+func readCounter(ctx context.Context, s *raftstore.Store, opts raftstore.ReadOptions, key string) (uint64, raftstore.ReadInfo, error) {
+	var n uint64
+	info, err := s.ReadView(ctx, opts, []byte(key), func(v *engine.Snapshot) error {
+		a, foundA, err := v.Get([]byte(key))
+		if err != nil {
+			return err
+		}
+		b, foundB, err := v.Get(copyKey(key))
+		if err != nil {
+			return err
+		}
+		if foundA != foundB || string(a) != string(b) {
+			return fmt.Errorf("one view shows %s=%q and its copy %q: parts of two applies", key, a, b)
+		}
+		if foundA {
+			n, err = parseCount(a)
+		}
+		return err
+	})
+	return n, info, err
+}
+
+// Concurrent proposals of one counter get every value from 1 to N once,
+// each proposer's in increasing order; every replica ends at N.
+func TestProposeCounterAgreesOnEveryReplica(t *testing.T) {
+	c := newCluster(t, raftstoretest.Options{Applier: counter{}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const workers, each = 8, 25
+	s := settledLeader(t, c, []byte("ctr"))
+	got := make([][]uint64, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range each {
+				res, err := s.Propose(ctx, raftstore.WriteOptions{}, []byte("ctr"), incr("ctr"))
+				if err != nil {
+					t.Errorf("worker %d: propose: %v", w, err)
+					return
+				}
+				n, err := parseCount(res)
+				if err != nil {
+					t.Errorf("worker %d: result %q", w, res)
+					return
+				}
+				got[w] = append(got[w], n)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	var all []uint64
+	for w, ns := range got {
+		if !slices.IsSorted(ns) || len(slices.Compact(slices.Clone(ns))) != len(ns) {
+			t.Errorf("worker %d: results %v not strictly increasing", w, ns)
+		}
+		all = append(all, ns...)
+	}
+	slices.Sort(all)
+	for i, n := range all {
+		if n != uint64(i+1) {
+			t.Fatalf("results sorted are %v..., want 1..%d with no gap or repeat (at %d: %d)", all[:i+1], workers*each, i, n)
+		}
+	}
+	for _, id := range c.IDs() {
+		st, _ := c.Store(id)
+		n, info, err := readCounter(ctx, st, raftstore.ReadOptions{ReplicaRead: true}, "ctr")
+		if err != nil || n != workers*each {
+			t.Errorf("store %d (%v): counter %d, %v; want %d", id, info.Mode, n, err, workers*each)
+		}
+	}
+	if err := c.CheckReplicas(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Proposals racing leader transfers return their own result or an error:
+// the value each success returned is the one its apply recorded for its
+// token, no value is given twice, and the counter counts exactly the
+// commands applied (those that failed included).
+func TestProposeResultsSurviveLeaderTransfer(t *testing.T) {
+	c := newCluster(t, raftstoretest.Options{Applier: counter{}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	type success struct {
+		token string
+		n     uint64
+	}
+	var mu sync.Mutex
+	var oks []success
+	var failed atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				token := fmt.Sprintf("w%d-%d", w, i)
+				id, ok := c.LeaderOf([]byte("ctr"))
+				s, running := c.Store(id)
+				if !ok || !running {
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				res, err := s.Propose(pctx, raftstore.WriteOptions{}, []byte("ctr"), incrAs("ctr", token))
+				cancel()
+				if err != nil {
+					if !raftstoretest.Retryable(err) {
+						t.Errorf("propose %s: %v", token, err)
+						return
+					}
+					failed.Add(1)
+					continue
+				}
+				n, err := parseCount(res)
+				if err != nil {
+					t.Errorf("propose %s: result %q", token, res)
+					return
+				}
+				mu.Lock()
+				oks = append(oks, success{token, n})
+				mu.Unlock()
+			}
+		})
+	}
+	ids := c.IDs()
+	transfers := 0
+	for i := range 4 {
+		time.Sleep(150 * time.Millisecond)
+		from := leaderStore(t, c, []byte("ctr"))
+		to := ids[(slices.Index(ids, from.ID())+1)%len(ids)]
+		if err := from.TransferLeader(ctx, 1, to); err != nil {
+			t.Logf("transfer %d from store %d to %d: %v", i, from.ID(), to, err)
+		} else {
+			transfers++
+		}
+	}
+	if transfers == 0 {
+		t.Error("no leader transfer succeeded")
+	}
+	time.Sleep(150 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(oks) == 0 {
+		t.Fatal("no proposal succeeded")
+	}
+	s := leaderStore(t, c, []byte("ctr"))
+	var total uint64
+	var recorded int
+	_, err := s.ReadView(ctx, raftstore.ReadOptions{}, []byte("ctr"), func(v *engine.Snapshot) error {
+		val, _, err := v.Get([]byte("ctr"))
+		if err != nil {
+			return err
+		}
+		if total, err = parseCount(val); err != nil {
+			return err
+		}
+		seen := map[uint64]bool{}
+		for _, ok := range oks {
+			if seen[ok.n] {
+				return fmt.Errorf("value %d returned twice", ok.n)
+			}
+			seen[ok.n] = true
+			v, found, err := v.Get(byKey("ctr", ok.token))
+			if err != nil {
+				return err
+			}
+			if !found || string(v) != strconv.FormatUint(ok.n, 10) {
+				return fmt.Errorf("proposal %s returned %d, its apply recorded %q (found %v)", ok.token, ok.n, v, found)
+			}
+		}
+		return v.Scan(ctx, []byte("ctr/by/"), []byte("ctr/by0"), func(k, _ []byte) bool {
+			recorded++
+			return true
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recorded != int(total) {
+		t.Errorf("counter at %d, but %d commands recorded their token: one applied twice or not at all", total, recorded)
+	}
+	if total < uint64(len(oks)) || total > uint64(len(oks))+uint64(failed.Load()) {
+		t.Errorf("counter at %d after %d successes and %d failures", total, len(oks), failed.Load())
+	}
+	t.Logf("%d transfers; %d successes, %d failures, counter %d", transfers, len(oks), failed.Load(), total)
+	if err := c.CheckReplicas(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Propose is refused up front without an Applier, and with a request ID
+// (it does not deduplicate).
+func TestProposeRefused(t *testing.T) {
+	tests := []struct {
+		name    string
+		applier raftstore.Applier
+		opts    raftstore.WriteOptions
+		want    error
+	}{
+		{"no applier", nil, raftstore.WriteOptions{}, raftstore.ErrNoApplier},
+		{"request id", counter{}, raftstore.WriteOptions{RequestID: 7}, raftstore.ErrInvalidRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(t, raftstoretest.Options{Stores: 1, Applier: tt.applier})
+			s := settledLeader(t, c, []byte("ctr"))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			res, err := s.Propose(ctx, tt.opts, []byte("ctr"), incr("ctr"))
+			if !errors.Is(err, tt.want) || res != nil {
+				t.Fatalf("Propose = %q, %v; want %v", res, err, tt.want)
+			}
+			// Nothing was proposed: the store goes on as before.
+			if err := c.Put(ctx, []byte("k"), []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+			if v, found, _, err := s.Get(ctx, raftstore.ReadOptions{}, []byte("ctr")); err != nil || found {
+				t.Fatalf("ctr = %q %v %v after a refused Propose", v, found, err)
+			}
+		})
+	}
+}
+
+// A ReadView sees every Propose acknowledged before it began, on the
+// leader (lease or ReadIndex) and on a follower (ReadIndex, or its follower
+// lease, which waits for every pending command of the region), and the
+// view is one moment: a counter and its copy, written by one apply, agree.
+func TestReadViewSeesAcknowledgedProposals(t *testing.T) {
+	tests := []struct {
+		name           string
+		follower       bool
+		followerLeases bool
+		modes          []raftstore.ReadMode // the modes the reads may be served in
+		want           raftstore.ReadMode   // one some read must be served in
+	}{
+		{"leader", false, false, []raftstore.ReadMode{raftstore.ReadModeLease, raftstore.ReadModeReadIndex}, raftstore.ReadModeLease},
+		{"follower read index", true, false, []raftstore.ReadMode{raftstore.ReadModeReadIndex}, raftstore.ReadModeReadIndex},
+		{"follower lease", true, true, []raftstore.ReadMode{raftstore.ReadModeFollowerLease, raftstore.ReadModeReadIndex}, raftstore.ReadModeFollowerLease},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(t, raftstoretest.Options{Applier: counter{}, FollowerLeases: tt.followerLeases})
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			leader := settledLeader(t, c, []byte("ctr"))
+			reader := leader
+			opts := raftstore.ReadOptions{}
+			if tt.follower {
+				for _, id := range c.IDs() {
+					if id != leader.ID() {
+						reader, _ = c.Store(id)
+						break
+					}
+				}
+				opts.ReplicaRead = true
+			}
+			var mu sync.Mutex
+			served := map[raftstore.ReadMode]int{}
+			var wg sync.WaitGroup
+			for w := range 4 {
+				wg.Go(func() {
+					for i := range 30 {
+						res, err := proposeRetrying(ctx, c, []byte("ctr"), incr("ctr"))
+						if err != nil {
+							t.Errorf("worker %d: propose %d: %v", w, i, err)
+							return
+						}
+						acked, _ := parseCount(res)
+						n, info, err := readCounter(ctx, reader, opts, "ctr")
+						for err != nil && raftstoretest.Retryable(err) && ctx.Err() == nil {
+							// The leader moved (rare once settled): read again
+							// from the one that leads now.
+							r := reader
+							if !tt.follower {
+								r = leaderStore(t, c, []byte("ctr"))
+							}
+							n, info, err = readCounter(ctx, r, opts, "ctr")
+						}
+						if err != nil {
+							t.Errorf("worker %d: read view after %d: %v", w, acked, err)
+							return
+						}
+						if n < acked {
+							t.Errorf("worker %d: read view on store %d (%v) shows %d after Propose returned %d", w, reader.ID(), info.Mode, n, acked)
+						}
+						if !slices.Contains(tt.modes, info.Mode) {
+							t.Errorf("served as %v, want one of %v", info.Mode, tt.modes)
+						}
+						mu.Lock()
+						served[info.Mode]++
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			if served[tt.want] == 0 {
+				t.Errorf("no read served as %v: %v", tt.want, served)
+			}
+			t.Logf("served: %v", served)
+		})
+	}
+}
+
+// A split of the region while fn reads makes ReadView return
+// EpochNotMatch, not fn's answer: what fn read may span the split.
+func TestReadViewRecheckFailsAfterSplit(t *testing.T) {
+	c := newCluster(t, raftstoretest.Options{Applier: counter{}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := proposeRetrying(ctx, c, []byte("a"), incr("a")); err != nil {
+		t.Fatal(err)
+	}
+	s := settledLeader(t, c, []byte("a"))
+	called := false
+	_, err := s.ReadView(ctx, raftstore.ReadOptions{}, []byte("a"), func(v *engine.Snapshot) error {
+		called = true
+		if _, found, err := v.Get([]byte("a")); err != nil || !found {
+			return fmt.Errorf("a: found %v, %v", found, err)
+		}
+		return c.Split(ctx, []byte("m"))
+	})
+	var en *region.EpochNotMatchError
+	if !called || !errors.As(err, &en) {
+		t.Fatalf("ReadView across a split = %v (fn called %v), want EpochNotMatch", err, called)
+	}
+	// Fresh routing: the region now ends at the split key, and so does
+	// the view.
+	if _, err := s.ReadView(ctx, raftstore.ReadOptions{}, []byte("a"), func(v *engine.Snapshot) error {
+		if _, _, err := v.Get([]byte("z")); !errors.Is(err, engine.ErrOutOfBounds) {
+			return fmt.Errorf("get past the region's end: %v, want ErrOutOfBounds", err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
