@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/hedgekv/hedgekv/region"
@@ -49,8 +50,40 @@ import (
 // payload is the entry's memory: read it, do not modify or keep it. result
 // belongs to raftstore once returned.
 type Applier interface {
-	Apply(tx *engine.Tx, r region.Region, index uint64, payload []byte) (result []byte, err error)
+	Apply(tx StateTx, r region.Region, index uint64, payload []byte) (result []byte, err error)
 }
+
+// StateTx is what an Applier sees of the round's transaction: the region's
+// user data, read and written. (It is the engine's transaction, narrowed:
+// a layer above raftstore reaches storage only through raftstore.)
+type StateTx interface {
+	// Get reads a key as the transaction sees it: with every earlier
+	// entry's writes. The value is a copy.
+	Get(key []byte) (value []byte, found bool)
+	// Put and Delete write a key; readers see it once the round ends.
+	Put(key, value []byte) error
+	Delete(key []byte) error
+	// ForEachData calls fn for the keys in [start, end) (end empty: no
+	// bound) in order until it returns false; k and v are valid only
+	// during the call.
+	ForEachData(start, end []byte, fn func(k, v []byte) bool)
+}
+
+// StateView is a consistent read of the region's user data, as of the
+// read's barrier (Store.ReadView), bounded to the region.
+type StateView interface {
+	// Get reads a key; an error for a key outside the region.
+	Get(key []byte) (value []byte, found bool, err error)
+	// Scan calls fn for the keys in [start, end) (clamped to the region)
+	// in order until it returns false or ctx ends; k and v are valid only
+	// during the call.
+	Scan(ctx context.Context, start, end []byte, fn func(k, v []byte) bool) error
+}
+
+var (
+	_ StateTx   = (*engine.Tx)(nil)
+	_ StateView = (*engine.Snapshot)(nil)
+)
 
 // applyCommandTx applies an Applier's command: like a put, refused if its
 // key left the region (a split ordered before it), then handed to the

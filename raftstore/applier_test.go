@@ -31,7 +31,7 @@ func incr(key string) []byte              { return []byte("incr " + key) }
 func incrAs(key, token string) []byte     { return []byte("incr " + key + " " + token) }
 func parseCount(v []byte) (uint64, error) { return strconv.ParseUint(string(v), 10, 64) }
 
-func (counter) Apply(tx *engine.Tx, r region.Region, index uint64, payload []byte) ([]byte, error) {
+func (counter) Apply(tx raftstore.StateTx, r region.Region, index uint64, payload []byte) ([]byte, error) {
 	f := strings.Fields(string(payload))
 	if len(f) < 2 || len(f) > 3 || f[0] != "incr" {
 		return []byte("refused: bad payload"), nil
@@ -119,7 +119,7 @@ func proposeRetrying(ctx context.Context, c *raftstoretest.Cluster, key, payload
 // readCounter reads key's counter and its copy in one ReadView on s.
 func readCounter(ctx context.Context, s *raftstore.Store, opts raftstore.ReadOptions, key string) (uint64, raftstore.ReadInfo, error) {
 	var n uint64
-	info, err := s.ReadView(ctx, opts, []byte(key), func(v *engine.Snapshot) error {
+	info, err := s.ReadView(ctx, opts, []byte(key), func(v raftstore.StateView) error {
 		a, foundA, err := v.Get([]byte(key))
 		if err != nil {
 			return err
@@ -273,7 +273,7 @@ func TestProposeResultsSurviveLeaderTransfer(t *testing.T) {
 	s := leaderStore(t, c, []byte("ctr"))
 	var total uint64
 	var recorded int
-	_, err := s.ReadView(ctx, raftstore.ReadOptions{}, []byte("ctr"), func(v *engine.Snapshot) error {
+	_, err := s.ReadView(ctx, raftstore.ReadOptions{}, []byte("ctr"), func(v raftstore.StateView) error {
 		val, _, err := v.Get([]byte("ctr"))
 		if err != nil {
 			return err
@@ -439,7 +439,7 @@ func TestReadViewRecheckFailsAfterSplit(t *testing.T) {
 	}
 	s := settledLeader(t, c, []byte("a"))
 	called := false
-	_, err := s.ReadView(ctx, raftstore.ReadOptions{}, []byte("a"), func(v *engine.Snapshot) error {
+	_, err := s.ReadView(ctx, raftstore.ReadOptions{}, []byte("a"), func(v raftstore.StateView) error {
 		called = true
 		if _, found, err := v.Get([]byte("a")); err != nil || !found {
 			return fmt.Errorf("a: found %v, %v", found, err)
@@ -452,7 +452,7 @@ func TestReadViewRecheckFailsAfterSplit(t *testing.T) {
 	}
 	// Fresh routing: the region now ends at the split key, and so does
 	// the view.
-	if _, err := s.ReadView(ctx, raftstore.ReadOptions{}, []byte("a"), func(v *engine.Snapshot) error {
+	if _, err := s.ReadView(ctx, raftstore.ReadOptions{}, []byte("a"), func(v raftstore.StateView) error {
 		if _, _, err := v.Get([]byte("z")); !errors.Is(err, engine.ErrOutOfBounds) {
 			return fmt.Errorf("get past the region's end: %v, want ErrOutOfBounds", err)
 		}

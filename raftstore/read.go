@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/storage/engine"
 )
 
 // route finds the peer a request is for and checks its epoch and key.
@@ -399,7 +398,7 @@ func (s *Store) Scan(ctx context.Context, opts ReadOptions, start, end []byte, l
 // the caller must discard it (and retry with fresh routing). Otherwise
 // fn's error is returned as is. The view is released when fn returns: fn
 // must not keep it, nor bytes a Scan lent it.
-func (s *Store) ReadView(ctx context.Context, opts ReadOptions, key []byte, fn func(v *engine.Snapshot) error) (ReadInfo, error) {
+func (s *Store) ReadView(ctx context.Context, opts ReadOptions, key []byte, fn func(v StateView) error) (ReadInfo, error) {
 	p, err := s.route(opts.RegionID, opts.Epoch, key)
 	if err != nil {
 		return ReadInfo{}, err
