@@ -28,6 +28,7 @@ import (
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/server/controlplane"
+	"github.com/hedgekv/hedgekv/server/etcdapi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 )
@@ -112,16 +113,19 @@ type Server struct {
 	store  *raftstore.Store
 	// cp is the control plane: address book, joins and removals, the
 	// cluster view, zone addresses.
-	cp      *controlplane.Plane
-	trans   *transport
-	admin   *adminService
-	raft    *raftService
-	grpc    *grpc.Server
-	http    *http.Server
-	metrics *metrics
-	load    *loadTracker
-	faults  *faultInjector
-	health  *health
+	cp *controlplane.Plane
+	// etcdApplier applies the etcd keyspace's writes and wakes the etcd
+	// API's watchers.
+	etcdApplier *etcdapi.Applier
+	trans       *transport
+	admin       *adminService
+	raft        *raftService
+	grpc        *grpc.Server
+	http        *http.Server
+	metrics     *metrics
+	load        *loadTracker
+	faults      *faultInjector
+	health      *health
 	// inflight counts unary requests being handled, so Stop can let them
 	// finish before it cuts raft traffic.
 	inflight atomic.Int64
@@ -221,7 +225,12 @@ func New(cfg Config) (*Server, error) {
 	s.trans = newTransport(cfg.Store.StoreID, cp.DialAddrs(), topts, s.metrics, logger)
 	s.trans.stalled = s.faults.stalled
 
-	store, err := raftstore.NewStore(cfg.Store, s.trans)
+	// Every store applies the etcd keyspace's writes (etcdapi): a
+	// replica without the Applier would skip them.
+	scfg := cfg.Store
+	etcdApplier := etcdapi.NewApplier()
+	scfg.Applier = etcdApplier
+	store, err := raftstore.NewStore(scfg, s.trans)
 	if err != nil {
 		s.trans.Close()
 		s.cancel()
@@ -229,6 +238,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: open store %d: %w", cfg.Store.StoreID, err)
 	}
 	s.store = store
+	s.etcdApplier = etcdApplier
 	s.health = &health{store: store}
 	s.metrics.registerStoreStats(store.Stats)
 	s.metrics.registerStoreGauges(store.Gauges, func() bool { ok, _ := s.health.ready(); return ok })
@@ -277,6 +287,14 @@ func (s *Server) newGRPCServer(store *raftstore.Store) *grpc.Server {
 	kvpb.RegisterKVServer(g, &kvService{store: store, load: s.load, metrics: s.metrics, faults: s.faults})
 	kvpb.RegisterAdminServer(g, s.admin)
 	kvpb.RegisterRaftServer(g, s.raft)
+	etcdapi.Register(g, etcdapi.Config{
+		Store:   store,
+		Applier: s.etcdApplier,
+		Conn:    s.trans.conn,
+		Members: s.cp.DialAddrs,
+		TLS:     s.cfg.TLS != nil,
+		Logger:  s.logger,
+	})
 	return g
 }
 

@@ -1,0 +1,225 @@
+package etcdapi_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/hedgekv/hedgekv/cluster"
+	"github.com/hedgekv/hedgekv/server/etcdapi"
+)
+
+// startCluster starts three in-process stores on loopback ports, with
+// automatic splits off (the etcd keyspace is the whole of region 1 until
+// the store keeps it in its own region).
+func startCluster(t *testing.T) *cluster.Local {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := cluster.StartLocal(ctx, cluster.LocalConfig{NoSync: true, DisableSplit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// client is a clientv3 client of one endpoint (one store), so that the
+// test says which store answers.
+func client(t *testing.T, endpoint string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestKVThroughEveryStore: clientv3 against each store in turn (the
+// leader's and the followers', whose writes are forwarded): revisions grow
+// by one per write, keys carry create/mod revision and version, prefixes,
+// deletes with prev_kv, a compare-and-swap Txn.
+func TestKVThroughEveryStore(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxFor(t, 60*time.Second)
+	var last int64
+	for i, ep := range c.Endpoints {
+		cli := client(t, ep)
+		key := fmt.Sprintf("dir/k%d", i)
+		p1, err := cli.Put(ctx, key, "v1")
+		if err != nil {
+			t.Fatalf("store %d: put: %v", i+1, err)
+		}
+		if p1.Header.Revision <= last {
+			t.Fatalf("store %d: put revision %d after %d", i+1, p1.Header.Revision, last)
+		}
+		p2, err := cli.Put(ctx, key, "v2", clientv3.WithPrevKV())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p2.Header.Revision != p1.Header.Revision+1 || p2.PrevKv == nil || string(p2.PrevKv.Value) != "v1" {
+			t.Fatalf("store %d: second put: revision %d (first %d), prev %v", i+1, p2.Header.Revision, p1.Header.Revision, p2.PrevKv)
+		}
+		g, err := cli.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(g.Kvs) != 1 || string(g.Kvs[0].Value) != "v2" || g.Kvs[0].Version != 2 ||
+			g.Kvs[0].CreateRevision != p1.Header.Revision || g.Kvs[0].ModRevision != p2.Header.Revision || g.Header.Revision < p2.Header.Revision {
+			t.Fatalf("store %d: get %s = %+v (header %d)", i+1, key, g.Kvs, g.Header.Revision)
+		}
+		last = p2.Header.Revision
+	}
+	cli := client(t, c.Endpoints[len(c.Endpoints)-1])
+	all, err := cli.Get(ctx, "dir/", clientv3.WithPrefix())
+	if err != nil || len(all.Kvs) != len(c.Endpoints) {
+		t.Fatalf("prefix get: %d keys, %v", len(all.Kvs), err)
+	}
+	// A compare-and-swap: succeeds on the current mod revision, fails after.
+	mod := all.Kvs[0].ModRevision
+	key := string(all.Kvs[0].Key)
+	for _, want := range []bool{true, false} {
+		tr, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", mod)).
+			Then(clientv3.OpPut(key, "swapped")).Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr.Succeeded != want {
+			t.Fatalf("txn on mod revision %d: succeeded %v, want %v", mod, tr.Succeeded, want)
+		}
+	}
+	d, err := cli.Delete(ctx, "dir/", clientv3.WithPrefix(), clientv3.WithPrevKV())
+	if err != nil || d.Deleted != int64(len(c.Endpoints)) || len(d.PrevKvs) != len(c.Endpoints) {
+		t.Fatalf("delete prefix: %d deleted, %d prev, %v", d.Deleted, len(d.PrevKvs), err)
+	}
+	if g, err := cli.Get(ctx, "dir/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || g.Count != 0 {
+		t.Fatalf("after delete: count %d, %v", g.Count, err)
+	}
+}
+
+// TestCompactRefusesOldRevisions: a Range at a revision before the
+// compaction is ErrCompacted, one after it reads history.
+func TestCompactRefusesOldRevisions(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxFor(t, 60*time.Second)
+	cli := client(t, c.Endpoints[0])
+	var revs []int64
+	for i := range 5 {
+		r, err := cli.Put(ctx, "k", fmt.Sprint(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, r.Header.Revision)
+	}
+	g, err := cli.Get(ctx, "k", clientv3.WithRev(revs[1]))
+	if err != nil || len(g.Kvs) != 1 || string(g.Kvs[0].Value) != "1" {
+		t.Fatalf("get at revision %d: %+v, %v", revs[1], g.Kvs, err)
+	}
+	if _, err := cli.Compact(ctx, revs[3]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Get(ctx, "k", clientv3.WithRev(revs[1])); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatalf("get before the compaction: %v, want ErrCompacted", err)
+	}
+	if g, err := cli.Get(ctx, "k", clientv3.WithRev(revs[3])); err != nil || string(g.Kvs[0].Value) != "3" {
+		t.Fatalf("get at the compaction: %+v, %v", g, err)
+	}
+	if _, err := cli.Get(ctx, "k", clientv3.WithRev(revs[4]+100)); !errors.Is(err, rpctypes.ErrFutureRev) {
+		t.Fatalf("get in the future: %v, want ErrFutureRev", err)
+	}
+}
+
+// TestFollowerReadsAreLinearizable: a session reading in "follower" mode
+// from every store sees every write acknowledged before the read began,
+// with header revisions that never go back, while writers run.
+func TestFollowerReadsAreLinearizable(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxFor(t, 60*time.Second)
+	writer := client(t, c.Endpoints[0])
+	var mu sync.Mutex
+	acked := int64(0) // the highest value acknowledged
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := int64(1); i <= 200; i++ {
+			if _, err := writer.Put(ctx, "counter", fmt.Sprint(i)); err != nil {
+				t.Errorf("put %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			acked = i
+			mu.Unlock()
+		}
+	}()
+	rctx := metadata.AppendToOutgoingContext(ctx, etcdapi.MetadataReadMode, etcdapi.ReadFollower)
+	readers := make([]*clientv3.Client, len(c.Endpoints))
+	for i, ep := range c.Endpoints {
+		readers[i] = client(t, ep)
+	}
+	var lastRev int64
+	for n := 0; ; n++ {
+		select {
+		case <-done:
+			if n == 0 {
+				t.Fatal("no read ran")
+			}
+			return
+		default:
+		}
+		mu.Lock()
+		before := acked
+		mu.Unlock()
+		g, err := readers[n%len(readers)].Get(rctx, "counter")
+		if err != nil {
+			t.Fatalf("read from store %d: %v", n%len(readers)+1, err)
+		}
+		var got int64
+		if len(g.Kvs) == 1 {
+			fmt.Sscan(string(g.Kvs[0].Value), &got)
+		}
+		if got < before {
+			t.Fatalf("read from store %d saw %d after %d was acknowledged", n%len(readers)+1, got, before)
+		}
+		if g.Header.Revision < lastRev {
+			t.Fatalf("header revision went back: %d after %d", g.Header.Revision, lastRev)
+		}
+		lastRev = g.Header.Revision
+	}
+}
+
+// TestStatusAndMembers: what etcdctl endpoint status and member list read.
+func TestStatusAndMembers(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxFor(t, 30*time.Second)
+	cli := client(t, c.Endpoints[1])
+	st, err := cli.Status(ctx, c.Endpoints[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Version != etcdapi.Version || st.Leader == 0 || st.Header.MemberId == 0 || st.DbSize == 0 {
+		t.Fatalf("status = %+v", st)
+	}
+	ml, err := cli.MemberList(ctx)
+	if err != nil || len(ml.Members) != len(c.Endpoints) {
+		t.Fatalf("member list = %+v, %v", ml, err)
+	}
+	for _, m := range ml.Members {
+		if len(m.ClientURLs) != 1 || m.Name == "" {
+			t.Fatalf("member %+v", m)
+		}
+	}
+}

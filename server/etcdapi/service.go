@@ -1,0 +1,449 @@
+// Package etcdapi serves etcd's v3 gRPC API (go.etcd.io/etcd/api/v3:
+// KV, and the parts of Maintenance and Cluster etcdctl and clientv3 call)
+// on a hedgekv store, so that clients written for etcd run unchanged.
+//
+// The whole etcd keyspace lives in one region (its raw keys under Prefix,
+// a range the store never splits), so a revision is that region's count of
+// its writes, exactly etcd's model (etcd is one raft group): every promise
+// etcd makes about revisions holds as it does there, and a Txn is atomic
+// over any keys. Writes go through the region's raft log as commands the
+// Applier evaluates with etcdmvcc; a store that does not lead the region
+// forwards them to the one that does. Linearizable Ranges read after the
+// session's read barrier (the leader's lease, or a follower's ReadIndex
+// or follower lease, chosen per request by gRPC metadata or the endpoint's
+// default); serializable ones read the closest replica's state.
+package etcdapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/hedgekv/hedgekv/etcdmvcc"
+	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/region"
+)
+
+// Prefix is where the etcd keyspace's raw keys live; the store keeps
+// [Prefix, End) one region, and hedgekv's own KV API refuses it.
+const (
+	Prefix = "\xffetcd/"
+	End    = "\xffetcd0"
+)
+
+// Version is the etcd API version served (Maintenance.Status).
+const Version = "3.7.3"
+
+// clusterID names the etcd "cluster" in response headers: one hedgekv
+// cluster, as one etcd cluster.
+const clusterID = 0x6865646765
+
+// Session read modes, chosen per request with the gRPC metadata key
+// MetadataReadMode (clientv3: metadata.AppendToOutgoingContext), else
+// the endpoint's default (Config.DefaultRead).
+const (
+	MetadataReadMode     = "hedgekv-read-mode"
+	MetadataMaxStaleness = "hedgekv-max-staleness"
+	// ReadLeader: the region's leader answers (its lease, else ReadIndex);
+	// a follower forwards the read. etcd's own behaviour.
+	ReadLeader = "leader"
+	// ReadFollower: the store the client called answers, after a
+	// ReadIndex round trip to the leader or under a follower lease:
+	// linearizable, served in the caller's zone.
+	ReadFollower = "follower"
+	// ReadStale: the local replica answers from state at most
+	// hedgekv-max-staleness old (default 10s), with no round trip.
+	ReadStale = "stale"
+)
+
+// mdForwarded marks a request one store forwarded to the region's leader:
+// the leader must not forward it again.
+const mdForwarded = "hedgekv-forwarded"
+
+// Store is what the service needs of a raftstore.Store.
+type Store interface {
+	ID() uint64
+	Propose(ctx context.Context, opts raftstore.WriteOptions, key []byte, payload []byte) ([]byte, error)
+	ReadView(ctx context.Context, opts raftstore.ReadOptions, key []byte, fn func(raftstore.StateView) error) (raftstore.ReadInfo, error)
+	Regions() []raftstore.RegionStatus
+	Gauges() raftstore.Gauges
+}
+
+// Config wires the service to its store and its peers.
+type Config struct {
+	Store Store
+	// Applier is the one the store applies the keyspace's writes with
+	// (raftstore.Config.Applier): watchers wait on it.
+	Applier *Applier
+	// Conn returns a connection to another store's gRPC server, which
+	// serves this API too: a write, or a read the session sends to the
+	// leader, goes there when this store does not lead the region.
+	Conn func(storeID uint64) (*grpc.ClientConn, error)
+	// Members returns every store's client address (Cluster.MemberList).
+	Members func() map[uint64]string
+	// TLS: the members' URLs are https.
+	TLS bool
+	// DefaultRead is the read mode of a request that names none
+	// (ReadLeader if empty).
+	DefaultRead string
+	Logger      *slog.Logger
+}
+
+// Service implements etcd's KV, Maintenance and Cluster services.
+type Service struct {
+	pb.UnimplementedKVServer
+	pb.UnimplementedMaintenanceServer
+	pb.UnimplementedClusterServer
+	cfg Config
+}
+
+// Register serves the etcd API on g.
+func Register(g *grpc.Server, cfg Config) *Service {
+	if cfg.DefaultRead == "" {
+		cfg.DefaultRead = ReadLeader
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Applier == nil {
+		cfg.Applier = NewApplier() // watchers then poll (tests)
+	}
+	s := &Service{cfg: cfg}
+	pb.RegisterKVServer(g, s)
+	pb.RegisterMaintenanceServer(g, s)
+	pb.RegisterClusterServer(g, s)
+	return s
+}
+
+func (s *Service) header(rev int64) *pb.ResponseHeader {
+	h := &pb.ResponseHeader{ClusterId: clusterID, MemberId: s.cfg.Store.ID(), Revision: rev}
+	if st, ok := s.regionStatus(); ok {
+		h.RaftTerm = st.Term
+	}
+	return h
+}
+
+// regionStatus is this store's view of the etcd region.
+func (s *Service) regionStatus() (raftstore.RegionStatus, bool) {
+	for _, st := range s.cfg.Store.Regions() {
+		if st.Region.Contains([]byte(Prefix)) {
+			return st, true
+		}
+	}
+	return raftstore.RegionStatus{}, false
+}
+
+// ---- writes ---------------------------------------------------------------------
+
+// write proposes payload to the etcd region and returns its revision and
+// response; leader is the store to forward to when this one cannot
+// propose (0: no forwarding possible).
+func (s *Service) write(ctx context.Context, payload []byte) (int64, *pb.ResponseOp, uint64, error) {
+	res, err := s.cfg.Store.Propose(ctx, raftstore.WriteOptions{}, []byte(Prefix), payload)
+	if err != nil {
+		return 0, nil, leaderOf(err), toStatus(err)
+	}
+	rev, resp, err := decodeResult(res)
+	return rev, resp, 0, err
+}
+
+// leaderOf is the store a NotLeader error names, 0 if none.
+func leaderOf(err error) uint64 {
+	var nl *region.NotLeaderError
+	if errors.As(err, &nl) && nl.Leader != nil {
+		return nl.Leader.StoreID
+	}
+	return 0
+}
+
+// toStatus maps a store's error to what an etcd client expects.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var nl *region.NotLeaderError
+	var rnf *region.RegionNotFoundError
+	switch {
+	case errors.As(err, &nl):
+		return rpctypes.ErrGRPCNoLeader
+	case errors.As(err, &rnf), errors.Is(err, raftstore.ErrStopped):
+		return status.Error(codes.Unavailable, "etcdserver: hedgekv: the etcd keyspace is not served here now: "+err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return rpctypes.ErrGRPCTimeout
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	var ep *region.EpochNotMatchError
+	if errors.As(err, &ep) {
+		return status.Error(codes.Unavailable, "etcdserver: hedgekv: "+err.Error())
+	}
+	return status.Error(codes.Unavailable, "etcdserver: hedgekv: "+err.Error())
+}
+
+// forwarded reports whether ctx carries a request another store forwarded.
+func forwarded(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return len(md.Get(mdForwarded)) > 0
+}
+
+// forward sends a request to store id's etcd API: the leader's.
+func forward[T any](s *Service, ctx context.Context, id uint64, err error, call func(pb.KVClient, context.Context) (T, error)) (T, error) {
+	var zero T
+	if id == 0 || id == s.cfg.Store.ID() || forwarded(ctx) || s.cfg.Conn == nil {
+		return zero, err
+	}
+	conn, cerr := s.cfg.Conn(id)
+	if cerr != nil {
+		return zero, status.Errorf(codes.Unavailable, "etcdserver: hedgekv: forward to store %d: %v", id, cerr)
+	}
+	out := metadata.AppendToOutgoingContext(ctx, mdForwarded, "1")
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		for _, k := range []string{MetadataReadMode, MetadataMaxStaleness} {
+			for _, v := range md.Get(k) {
+				out = metadata.AppendToOutgoingContext(out, k, v)
+			}
+		}
+	}
+	return call(pb.NewKVClient(conn), out)
+}
+
+func (s *Service) request(ctx context.Context, op *pb.RequestOp) (int64, *pb.ResponseOp, uint64, error) {
+	if err := etcdmvcc.CheckRequest(op, etcdmvcc.DefaultMaxTxnOps); err != nil {
+		if errors.Is(err, etcdmvcc.ErrEmptyRequest) {
+			return 0, nil, 0, status.Error(codes.InvalidArgument, "etcdserver: hedgekv: empty request")
+		}
+		return 0, nil, 0, err
+	}
+	payload, err := encodeRequest(op)
+	if err != nil {
+		return 0, nil, 0, status.Error(codes.Internal, err.Error())
+	}
+	return s.write(ctx, payload)
+}
+
+// Put implements etcd's KV.Put.
+func (s *Service) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
+	rev, resp, leader, err := s.request(ctx, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: req}})
+	if leader != 0 {
+		return forward(s, ctx, leader, err, func(c pb.KVClient, ctx context.Context) (*pb.PutResponse, error) { return c.Put(ctx, req) })
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := resp.GetResponsePut()
+	if out == nil {
+		out = &pb.PutResponse{}
+	}
+	out.Header = s.header(rev)
+	return out, nil
+}
+
+// DeleteRange implements etcd's KV.DeleteRange.
+func (s *Service) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	rev, resp, leader, err := s.request(ctx, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: req}})
+	if leader != 0 {
+		return forward(s, ctx, leader, err, func(c pb.KVClient, ctx context.Context) (*pb.DeleteRangeResponse, error) {
+			return c.DeleteRange(ctx, req)
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := resp.GetResponseDeleteRange()
+	if out == nil {
+		out = &pb.DeleteRangeResponse{}
+	}
+	out.Header = s.header(rev)
+	return out, nil
+}
+
+// Txn implements etcd's KV.Txn. A Txn of Ranges alone is still proposed,
+// as etcd applies every Txn through raft: it is linearizable.
+func (s *Service) Txn(ctx context.Context, req *pb.TxnRequest) (*pb.TxnResponse, error) {
+	rev, resp, leader, err := s.request(ctx, &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: req}})
+	if leader != 0 {
+		return forward(s, ctx, leader, err, func(c pb.KVClient, ctx context.Context) (*pb.TxnResponse, error) { return c.Txn(ctx, req) })
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := resp.GetResponseTxn()
+	if out == nil {
+		out = &pb.TxnResponse{}
+	}
+	out.Header = s.header(rev)
+	return out, nil
+}
+
+// Compact implements etcd's KV.Compact: history before the revision is
+// dropped on every replica, in the apply; Physical changes nothing (the
+// apply is physical already).
+func (s *Service) Compact(ctx context.Context, req *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	payload, err := encodeCompact(req)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	rev, _, leader, err := s.write(ctx, payload)
+	if leader != 0 {
+		return forward(s, ctx, leader, err, func(c pb.KVClient, ctx context.Context) (*pb.CompactionResponse, error) {
+			return c.Compact(ctx, req)
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &pb.CompactionResponse{Header: s.header(rev)}, nil
+}
+
+// ---- reads ----------------------------------------------------------------------
+
+// readOptions is the read barrier a Range takes: serializable ones read
+// the local replica's state; linearizable ones follow the session's mode.
+func (s *Service) readOptions(ctx context.Context, serializable bool) (raftstore.ReadOptions, error) {
+	mode, staleness := s.cfg.DefaultRead, 10*time.Second
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(MetadataReadMode); len(v) > 0 {
+			mode = strings.ToLower(v[len(v)-1])
+		}
+		if v := md.Get(MetadataMaxStaleness); len(v) > 0 {
+			d, err := time.ParseDuration(v[len(v)-1])
+			if err != nil || d <= 0 {
+				return raftstore.ReadOptions{}, status.Errorf(codes.InvalidArgument, "etcdserver: hedgekv: %s %q: want a positive duration", MetadataMaxStaleness, v[len(v)-1])
+			}
+			staleness = d
+		}
+	}
+	if serializable {
+		// etcd's serializable read: the member's own state, however old.
+		return raftstore.ReadOptions{MaxStaleness: time.Hour}, nil
+	}
+	switch mode {
+	case ReadLeader:
+		return raftstore.ReadOptions{}, nil
+	case ReadFollower:
+		return raftstore.ReadOptions{ReplicaRead: true}, nil
+	case ReadStale:
+		return raftstore.ReadOptions{MaxStaleness: staleness}, nil
+	}
+	return raftstore.ReadOptions{}, status.Errorf(codes.InvalidArgument, "etcdserver: hedgekv: read mode %q: want %s, %s or %s", mode, ReadLeader, ReadFollower, ReadStale)
+}
+
+// Range implements etcd's KV.Range.
+func (s *Service) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if err := etcdmvcc.CheckRequest(&pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: req}}, etcdmvcc.DefaultMaxTxnOps); err != nil {
+		return nil, err
+	}
+	opts, err := s.readOptions(ctx, req.Serializable)
+	if err != nil {
+		return nil, err
+	}
+	var out *pb.RangeResponse
+	_, err = s.cfg.Store.ReadView(ctx, opts, []byte(Prefix), func(sv raftstore.StateView) error {
+		v := readView(ctx, sv)
+		cur, err := v.currentRev()
+		if err != nil {
+			return err
+		}
+		compacted, err := v.compactRev()
+		if err != nil {
+			return err
+		}
+		at, err := etcdmvcc.ReadRev(req.Revision, compacted, cur)
+		if err != nil {
+			return err
+		}
+		if out, err = etcdmvcc.Range(v, req, at); err != nil {
+			return err
+		}
+		out.Header = s.header(cur)
+		return nil
+	})
+	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return nil, err // etcd's refusal: compacted, future revision...
+		}
+		if leader := s.leaderFor(err); leader != 0 {
+			return forward(s, ctx, leader, toStatus(err), func(c pb.KVClient, ctx context.Context) (*pb.RangeResponse, error) {
+				return c.Range(ctx, req)
+			})
+		}
+		return nil, toStatus(err)
+	}
+	return out, nil
+}
+
+// leaderFor is the store a read that failed here should go to: the leader
+// a NotLeader names, or the one this store last knew (a replica that
+// cannot serve: no stale safe point yet, a snapshot being applied).
+func (s *Service) leaderFor(err error) uint64 {
+	if id := leaderOf(err); id != 0 {
+		return id
+	}
+	if st, ok := s.regionStatus(); ok {
+		return st.LeaderStoreID
+	}
+	return 0
+}
+
+// ---- maintenance and cluster -------------------------------------------------------
+
+// Status implements etcd's Maintenance.Status (etcdctl endpoint status).
+func (s *Service) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	var rev int64 = 1
+	_, err := s.cfg.Store.ReadView(ctx, raftstore.ReadOptions{MaxStaleness: time.Hour}, []byte(Prefix), func(sv raftstore.StateView) error {
+		var err error
+		rev, err = readView(ctx, sv).currentRev()
+		return err
+	})
+	out := &pb.StatusResponse{Header: s.header(rev), Version: Version, StorageVersion: "3.6.0"}
+	if err != nil {
+		out.Errors = append(out.Errors, fmt.Sprintf("etcd keyspace: %v", err))
+	}
+	g := s.cfg.Store.Gauges()
+	out.DbSize, out.DbSizeInUse, out.DbSizeQuota = g.DBFileBytes, g.DBFileBytes, 0
+	if st, ok := s.regionStatus(); ok {
+		out.Leader = st.LeaderStoreID
+		out.RaftIndex, out.RaftTerm, out.RaftAppliedIndex = st.CommitIndex, st.Term, st.AppliedIndex
+	} else {
+		out.Errors = append(out.Errors, "this store holds no replica of the etcd keyspace")
+	}
+	return out, nil
+}
+
+// MemberList implements etcd's Cluster.MemberList: a member per store,
+// its client URL the store's gRPC address.
+func (s *Service) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	var ids []uint64
+	addrs := map[uint64]string{}
+	if s.cfg.Members != nil {
+		addrs = s.cfg.Members()
+	}
+	for id := range addrs {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	scheme := "http://"
+	if s.cfg.TLS {
+		scheme = "https://"
+	}
+	out := &pb.MemberListResponse{Header: s.header(0)}
+	for _, id := range ids {
+		u := scheme + addrs[id]
+		out.Members = append(out.Members, &pb.Member{ID: id, Name: fmt.Sprintf("store-%d", id), PeerURLs: []string{u}, ClientURLs: []string{u}})
+	}
+	return out, nil
+}
