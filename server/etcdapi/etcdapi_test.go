@@ -223,3 +223,100 @@ func TestStatusAndMembers(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchDeliversEveryEventOnceInOrder: watches on every store, one from
+// the start and one of a prefix with prev_kv, see every change in revision
+// order exactly once, while a writer changes keys through another store;
+// a watch from an old revision replays history, and one from before a
+// compaction is cancelled with the compaction revision.
+func TestWatchDeliversEveryEventOnceInOrder(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxFor(t, 60*time.Second)
+	writer := client(t, c.Endpoints[0])
+	first, err := writer.Put(ctx, "w/seed", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	type got struct {
+		revs  []int64
+		kinds []string
+	}
+	results := make([]got, len(c.Endpoints))
+	var wg sync.WaitGroup
+	for i, ep := range c.Endpoints {
+		cli := client(t, ep)
+		wch := cli.Watch(ctx, "w/", clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(first.Header.Revision+1))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for wr := range wch {
+				if err := wr.Err(); err != nil {
+					t.Errorf("store %d: watch: %v", i+1, err)
+					return
+				}
+				for _, ev := range wr.Events {
+					results[i].revs = append(results[i].revs, ev.Kv.ModRevision)
+					results[i].kinds = append(results[i].kinds, ev.Type.String())
+					if ev.Type == clientv3.EventTypePut && ev.Kv.Version > 1 && ev.PrevKv == nil {
+						t.Errorf("store %d: put of %s at %d without prev_kv", i+1, ev.Kv.Key, ev.Kv.ModRevision)
+					}
+				}
+				if len(results[i].revs) >= n {
+					return
+				}
+			}
+		}()
+	}
+	var revs []int64
+	for i := range n {
+		var rev int64
+		key := func(i int) string { return fmt.Sprintf("w/k%d", i-i%4+i%2) }
+		if i%4 == 3 { // the key the last put wrote: every step is one event
+			r, err := writer.Delete(ctx, key(i-1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rev = r.Header.Revision
+		} else {
+			r, err := writer.Put(ctx, key(i), fmt.Sprint(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rev = r.Header.Revision
+		}
+		revs = append(revs, rev)
+	}
+	wg.Wait()
+	for i := range results {
+		if fmt.Sprint(results[i].revs) != fmt.Sprint(revs) {
+			t.Fatalf("store %d: watched revisions %v, want %v", i+1, results[i].revs, revs)
+		}
+	}
+	// History: a watch from the first revision replays it all.
+	cli := client(t, c.Endpoints[2])
+	hctx, cancel := context.WithCancel(ctx)
+	var replay []int64
+	for wr := range cli.Watch(hctx, "w/", clientv3.WithPrefix(), clientv3.WithRev(first.Header.Revision)) {
+		for _, ev := range wr.Events {
+			replay = append(replay, ev.Kv.ModRevision)
+		}
+		if len(replay) >= n+1 {
+			break
+		}
+	}
+	cancel()
+	if want := append([]int64{first.Header.Revision}, revs...); fmt.Sprint(replay) != fmt.Sprint(want) {
+		t.Fatalf("replayed %v, want %v", replay, want)
+	}
+	// Compacted history cancels the watch with the compaction revision.
+	if _, err := writer.Compact(ctx, revs[n/2]); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel2 := context.WithCancel(ctx)
+	defer cancel2()
+	wr := <-cli.Watch(cctx, "w/", clientv3.WithPrefix(), clientv3.WithRev(first.Header.Revision))
+	if wr.CompactRevision != revs[n/2] || !wr.Canceled {
+		t.Fatalf("watch before the compaction: %+v, want cancelled at %d", wr, revs[n/2])
+	}
+}

@@ -100,11 +100,12 @@ type Config struct {
 	Logger      *slog.Logger
 }
 
-// Service implements etcd's KV, Maintenance and Cluster services.
+// Service implements etcd's KV, Watch, Maintenance and Cluster services.
 type Service struct {
 	pb.UnimplementedKVServer
 	pb.UnimplementedMaintenanceServer
 	pb.UnimplementedClusterServer
+	pb.UnimplementedWatchServer
 	cfg Config
 }
 
@@ -123,6 +124,7 @@ func Register(g *grpc.Server, cfg Config) *Service {
 	pb.RegisterKVServer(g, s)
 	pb.RegisterMaintenanceServer(g, s)
 	pb.RegisterClusterServer(g, s)
+	pb.RegisterWatchServer(g, s)
 	return s
 }
 

@@ -1,0 +1,359 @@
+package etcdapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hedgekv/hedgekv/etcdmvcc"
+	"github.com/hedgekv/hedgekv/raftstore"
+)
+
+// Watch: any replica serves a watch from its own state. A watcher keeps
+// next, the first revision it has not sent, and reads the events at and
+// after it from the keyspace's history in revision order (the "r/"
+// index, then each change's history record), whenever the Applier tells
+// it a revision was applied here, and at least every watchPoll. The state
+// is the only source of events, so every event is sent once, in revision
+// order, whether the watcher started before, during or after the apply
+// that made it, and whichever store serves it (a client that reconnects
+// elsewhere resumes from its last revision + 1, as clientv3 does).
+
+const (
+	// watchPoll bounds how long an event a watcher was not woken for
+	// (applied while it was reading) waits.
+	watchPoll = 100 * time.Millisecond
+	// watchBatch bounds the events of one response (whole revisions).
+	watchBatch = 1000
+	// progressEvery is how often a watcher that asked for progress
+	// notifications gets one while idle (etcd's default is 10 minutes;
+	// clients wait for it, so it is shorter here).
+	progressEvery = 10 * time.Second
+)
+
+// Watch implements etcd's Watch service.
+func (s *Service) Watch(stream pb.Watch_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	ws := &watchStream{s: s, stream: stream, ctx: ctx, cancels: map[int64]context.CancelFunc{}}
+	defer ws.stopAll()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch r := req.RequestUnion.(type) {
+		case *pb.WatchRequest_CreateRequest:
+			if err := ws.create(r.CreateRequest); err != nil {
+				return err
+			}
+		case *pb.WatchRequest_CancelRequest:
+			if err := ws.cancel(r.CancelRequest.WatchId, ""); err != nil {
+				return err
+			}
+		case *pb.WatchRequest_ProgressRequest:
+			rev, err := s.localRev(ctx)
+			if err != nil {
+				return toStatus(err)
+			}
+			if err := ws.send(&pb.WatchResponse{Header: s.header(rev), WatchId: -1}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// watchStream is one Watch call: its watchers share the stream.
+type watchStream struct {
+	s       *Service
+	stream  pb.Watch_WatchServer
+	ctx     context.Context
+	sendMu  sync.Mutex
+	mu      sync.Mutex
+	nextID  int64
+	cancels map[int64]context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func (ws *watchStream) send(r *pb.WatchResponse) error {
+	ws.sendMu.Lock()
+	defer ws.sendMu.Unlock()
+	return ws.stream.Send(r)
+}
+
+func (ws *watchStream) stopAll() {
+	ws.mu.Lock()
+	for _, c := range ws.cancels {
+		c()
+	}
+	ws.mu.Unlock()
+	ws.wg.Wait()
+}
+
+func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
+	ws.mu.Lock()
+	id := cr.WatchId
+	if id == 0 { // clientv3's AutoWatchID: the server picks
+		for {
+			id = ws.nextID
+			ws.nextID++
+			if _, used := ws.cancels[id]; !used {
+				break
+			}
+		}
+	} else if _, used := ws.cancels[id]; used {
+		ws.mu.Unlock()
+		return ws.send(&pb.WatchResponse{WatchId: id, Created: true, Canceled: true, CancelReason: "etcdserver: duplicate watch ID"})
+	}
+	wctx, cancel := context.WithCancel(ws.ctx)
+	ws.cancels[id] = cancel
+	ws.mu.Unlock()
+
+	start, end := etcdmvcc.RangeSpan(cr.Key, cr.RangeEnd)
+	w := &watcher{ws: ws, id: id, start: start, end: end, prevKV: cr.PrevKv, progress: cr.ProgressNotify}
+	for _, f := range cr.Filters {
+		switch f {
+		case pb.WatchCreateRequest_NOPUT:
+			w.noPut = true
+		case pb.WatchCreateRequest_NODELETE:
+			w.noDelete = true
+		}
+	}
+	cur, compacted, err := ws.s.localRevs(wctx)
+	if err != nil {
+		cancel()
+		ws.forget(id)
+		return ws.send(&pb.WatchResponse{WatchId: id, Created: true, Canceled: true, CancelReason: toStatus(err).Error()})
+	}
+	w.next = cr.StartRevision
+	if w.next <= 0 {
+		w.next = cur + 1
+	}
+	if err := ws.send(&pb.WatchResponse{Header: ws.s.header(cur), WatchId: id, Created: true}); err != nil {
+		cancel()
+		return err
+	}
+	if w.next < compacted {
+		cancel()
+		ws.forget(id)
+		return ws.send(&pb.WatchResponse{Header: ws.s.header(cur), WatchId: id, Canceled: true, CompactRevision: compacted,
+			CancelReason: "etcdserver: mvcc: required revision has been compacted"})
+	}
+	ws.wg.Add(1)
+	go func() {
+		defer ws.wg.Done()
+		if err := w.run(wctx); err != nil && wctx.Err() == nil {
+			ws.s.cfg.Logger.Warn("etcd watch ended", "watch", id, "err", err)
+			_ = ws.cancel(id, err.Error())
+		}
+	}()
+	return nil
+}
+
+func (ws *watchStream) forget(id int64) {
+	ws.mu.Lock()
+	delete(ws.cancels, id)
+	ws.mu.Unlock()
+}
+
+func (ws *watchStream) cancel(id int64, reason string) error {
+	ws.mu.Lock()
+	c, ok := ws.cancels[id]
+	delete(ws.cancels, id)
+	ws.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	c()
+	return ws.send(&pb.WatchResponse{WatchId: id, Canceled: true, CancelReason: reason})
+}
+
+// watcher is one watch of a stream.
+type watcher struct {
+	ws                      *watchStream
+	id                      int64
+	start, end              []byte // etcd keys; end nil: no bound
+	next                    int64  // the first revision not sent
+	prevKV, noPut, noDelete bool
+	progress                bool
+}
+
+func (w *watcher) run(ctx context.Context) error {
+	s := w.ws.s
+	lastSent := time.Now()
+	for {
+		wake, _ := s.cfg.Applier.hub.next()
+		evs, cur, compacted, err := s.eventsFrom(ctx, w)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if st, ok := status.FromError(err); ok && st.Code() != codes.Unavailable {
+				return err
+			}
+			// The replica cannot serve now (a snapshot applying, the
+			// store rebuilding): try again.
+		} else if w.next < compacted {
+			return w.ws.send(&pb.WatchResponse{Header: s.header(cur), WatchId: w.id, Canceled: true, CompactRevision: compacted,
+				CancelReason: "etcdserver: mvcc: required revision has been compacted"})
+		} else if len(evs) > 0 || (w.progress && time.Since(lastSent) >= progressEvery) {
+			if err := w.ws.send(&pb.WatchResponse{Header: s.header(cur), WatchId: w.id, Events: evs}); err != nil {
+				return err
+			}
+			lastSent = time.Now()
+			if len(evs) > 0 {
+				continue // more may be waiting: read again before sleeping
+			}
+		}
+		t := time.NewTimer(watchPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// eventsFrom reads w's events at and after w.next from this replica's
+// state, whole revisions, at most about watchBatch of them, advancing
+// w.next past what it returns (filtered-out events included). It also
+// returns the replica's current and compaction revisions.
+func (s *Service) eventsFrom(ctx context.Context, w *watcher) (evs []*mvccpb.Event, cur, compacted int64, err error) {
+	err = s.localView(ctx, func(v view) error {
+		if cur, err = v.currentRev(); err != nil {
+			return err
+		}
+		if compacted, err = v.compactRev(); err != nil {
+			return err
+		}
+		if w.next < compacted || w.next > cur {
+			return nil
+		}
+		next := w.next
+		var derr error
+		n := 0
+		ierr := v.r.scan(revIndexKey(etcdmvcc.Revision{Main: w.next}), revEnd, func(k, key []byte) bool {
+			r, err := etcdmvcc.ParseRevision(k[len(revPrefix):])
+			if err != nil {
+				derr = err
+				return false
+			}
+			if r.Main > cur {
+				return false
+			}
+			if r.Main >= next && n >= watchBatch {
+				return false // a whole revision per response, at most ~watchBatch events
+			}
+			next = r.Main + 1
+			if bytes.Compare(key, w.start) < 0 || (w.end != nil && bytes.Compare(key, w.end) >= 0) {
+				return true
+			}
+			ev, err := s.event(v, bytes.Clone(key), r, w.prevKV)
+			if err != nil {
+				derr = err
+				return false
+			}
+			if (ev.Type == mvccpb.PUT && w.noPut) || (ev.Type == mvccpb.DELETE && w.noDelete) {
+				return true
+			}
+			evs = append(evs, ev)
+			n++
+			return true
+		})
+		if derr != nil {
+			return derr
+		}
+		if ierr != nil {
+			return ierr
+		}
+		w.next = next
+		if len(evs) == 0 && next <= cur {
+			w.next = cur + 1 // nothing of w's in the rest: skip to the end
+		}
+		return nil
+	})
+	return evs, cur, compacted, err
+}
+
+// event is the change of key at r as a watcher sees it.
+func (s *Service) event(v view, key []byte, r etcdmvcc.Revision, withPrev bool) (*mvccpb.Event, error) {
+	b, ok, err := v.r.get(histKey(key, r))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "etcdserver: hedgekv: history of %q at %v missing", key, r)
+	}
+	h, err := etcdmvcc.DecodeHistRecord(bytes.Clone(b))
+	if err != nil {
+		return nil, err
+	}
+	ev := &mvccpb.Event{Type: mvccpb.PUT, Kv: h.Record(r.Main).KeyValue(key)}
+	if h.Kind == etcdmvcc.KindDelete {
+		ev.Type, ev.Kv = mvccpb.DELETE, &mvccpb.KeyValue{Key: key, ModRevision: r.Main}
+	}
+	if withPrev {
+		if prev, ok, err := v.GetAt(key, r.Main-1); err != nil {
+			return nil, err
+		} else if ok {
+			ev.PrevKv = prev.KeyValue(key)
+		}
+	}
+	return ev, nil
+}
+
+// localView reads this replica's state as it is, with no round trip: a
+// watch is served from the store the client called.
+func (s *Service) localView(ctx context.Context, fn func(view) error) error {
+	read := func(opts raftstore.ReadOptions) error {
+		_, err := s.cfg.Store.ReadView(ctx, opts, []byte(Prefix), func(sv raftstore.StateView) error {
+			return fn(readView(ctx, sv))
+		})
+		return err
+	}
+	err := read(raftstore.ReadOptions{MaxStaleness: time.Hour})
+	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return err
+		}
+		// No safe point yet (a replica just started): a ReadIndex read.
+		if err = read(raftstore.ReadOptions{ReplicaRead: true}); err != nil {
+			if _, ok := status.FromError(err); ok {
+				return err
+			}
+			return toStatus(err)
+		}
+	}
+	return nil
+}
+
+// localRevs is this replica's current and compaction revisions.
+func (s *Service) localRevs(ctx context.Context) (cur, compacted int64, err error) {
+	err = s.localView(ctx, func(v view) error {
+		if cur, err = v.currentRev(); err != nil {
+			return err
+		}
+		compacted, err = v.compactRev()
+		return err
+	})
+	return cur, compacted, err
+}
+
+func (s *Service) localRev(ctx context.Context) (int64, error) {
+	cur, _, err := s.localRevs(ctx)
+	return cur, err
+}
