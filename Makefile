@@ -25,7 +25,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # 15 minutes on 2 cores.
 TEST_TIMEOUT  ?= 10m
 SMOKE_TIMEOUT ?= 10m
-SMOKE_PKG     := ./test/smoke/... ./test/multistore/... ./test/wan/... ./test/chaos/... ./test/crash/... ./test/rolling/...
+SMOKE_PKG     := ./test/smoke/... ./test/multistore/... ./test/wan/... ./test/chaos/... ./test/crash/... ./test/rolling/... ./test/etcdctl/...
 # Power cuts per power-loss test in test/crash (one store, a minority, all
 # stores; each cut costs a restart, ~1-2 s): make test's short count. The
 # reliability figures use CRASH_CUTS=50. The tests need FUSE (fuse3,
@@ -51,11 +51,11 @@ build:
 # Everything except the multi-process tests, which run processes of their
 # own and are run without -race against the built binary.
 unit-test:
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e '/test/smoke' -e '/test/multistore' -e '/test/wan' -e '/test/chaos' -e '/test/crash' -e '/test/rolling' -e '/test/docker')
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e '/test/smoke' -e '/test/multistore' -e '/test/wan' -e '/test/chaos' -e '/test/crash' -e '/test/rolling' -e '/test/etcdctl' -e '/test/docker')
 
 # One package at a time: they time fail-overs (and, in test/wan, simulated WAN
 # latency) of real processes.
-smoke-test: build
+smoke-test: build etcdctl
 	HEDGEKV_BIN=$(CURDIR)/$(BIN) CRASH_CUTS=$(CRASH_CUTS) $(GO) test -p 1 -count=1 -timeout $(SMOKE_TIMEOUT) $(SMOKE_PKG)
 
 # The nemesis over real processes (test/chaos): three stores behind the
