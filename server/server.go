@@ -85,6 +85,10 @@ type Config struct {
 	// changes the cluster (adminGuard): what clients need for routing
 	// and what only reads stays open.
 	DisableAdmin bool
+	// EtcdReadMode is the etcd API's read mode for a linearizable Range
+	// whose session names none (etcdapi.ReadLeader, ReadFollower,
+	// ReadStale; "": ReadLeader).
+	EtcdReadMode string
 }
 
 // Shutdown bounds: in-flight requests get gracefulStopTimeout to finish
@@ -173,6 +177,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Listener == nil && cfg.ListenAddr == "" {
 		return nil, errors.New("server: no listen address")
+	}
+	switch cfg.EtcdReadMode {
+	case "", etcdapi.ReadLeader, etcdapi.ReadFollower, etcdapi.ReadStale:
+	default:
+		return nil, fmt.Errorf("server: etcd read mode %q: want %s, %s or %s", cfg.EtcdReadMode, etcdapi.ReadLeader, etcdapi.ReadFollower, etcdapi.ReadStale)
 	}
 	logger := cfg.Store.Logger
 	if logger == nil {
@@ -288,12 +297,13 @@ func (s *Server) newGRPCServer(store *raftstore.Store) *grpc.Server {
 	kvpb.RegisterAdminServer(g, s.admin)
 	kvpb.RegisterRaftServer(g, s.raft)
 	etcdapi.Register(g, etcdapi.Config{
-		Store:   store,
-		Applier: s.etcdApplier,
-		Conn:    s.trans.conn,
-		Members: s.cp.DialAddrs,
-		TLS:     s.cfg.TLS != nil,
-		Logger:  s.logger,
+		Store:       store,
+		Applier:     s.etcdApplier,
+		Conn:        s.trans.conn,
+		Members:     s.cp.DialAddrs,
+		TLS:         s.cfg.TLS != nil,
+		DefaultRead: s.cfg.EtcdReadMode,
+		Logger:      s.logger,
 	})
 	return g
 }

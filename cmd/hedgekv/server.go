@@ -15,6 +15,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/server"
+	"github.com/hedgekv/hedgekv/server/etcdapi"
 )
 
 // serverFlags are the server command's flags.
@@ -36,6 +37,8 @@ type serverFlags struct {
 	zoneAddrs string
 	// allowFaults is --allow-faults: accept ctl fault.
 	allowFaults bool
+	// etcdReadMode is --etcd-read-mode: the etcd API's default read mode.
+	etcdReadMode string
 	// disableAdmin is --disable-admin: refuse the mutating Admin calls.
 	disableAdmin bool
 	// followerLeases is --follower-leases; leaseDuration and leaseStores
@@ -99,6 +102,7 @@ store's default; a value out of range stops the server before it starts.`,
 			}
 			cfg.AllowFaults = f.allowFaults
 			cfg.DisableAdmin = f.disableAdmin
+			cfg.EtcdReadMode = f.etcdReadMode
 			if cfg.TLS, err = a.serverTLS(); err != nil {
 				return err
 			}
@@ -137,6 +141,7 @@ store's default; a value out of range stops the server before it starts.`,
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.DurationVar(&f.balanceInterval, "balance-interval", 0, "how often the store balances replicas and leaders (0: default 5s, negative: never)")
 	fl.DurationVar(&f.maxStoreDownTime, "max-store-down-time", 0, "how long a store may be down before its replicas are replaced elsewhere (0: default 30s)")
+	fl.StringVar(&f.etcdReadMode, "etcd-read-mode", etcdapi.ReadLeader, "who answers a linearizable Range of the etcd API whose session names no mode (gRPC metadata hedgekv-read-mode): leader, follower (this store, after a ReadIndex or under a follower lease) or stale (this store, at most hedgekv-max-staleness old)")
 	fl.BoolVar(&f.disableAdmin, "disable-admin", false, "refuse the Admin calls that change the cluster (split, transfer-leader, add/remove-peer, fault, join from a non-store) with PermissionDenied; routing lookups and reads stay open")
 	fl.BoolVar(&f.allowFaults, "allow-faults", false, "accept fault injection (ctl fault: delays, stalls); for tests and benchmarks")
 	fl.BoolVar(&f.followerLeases, "follower-leases", false, "followers hold read leases and serve linearizable reads locally, with no round trip; writes then also wait for every lease holder (every store of the cluster must agree)")
