@@ -49,6 +49,14 @@ type Config struct {
 	SplitCheckInterval time.Duration
 	SplitMaxKeys       uint64
 	SplitMaxBytes      uint64
+	// KeepWhole names key ranges no split may cut (keepwhole.go): the
+	// split check never splits inside one, Split refuses a key inside
+	// one, and EnsureBoundaries at a range's start and end makes it a
+	// region of its own. Each is [Start, End), End not empty and after
+	// Start; no two may overlap. A leader checks it when it proposes a
+	// split, so stores that differ on it for a while (a rolling restart)
+	// stay consistent.
+	KeepWhole []KeepRange
 	// Balancing: every BalanceInterval (negative disables; default 5s) a
 	// store moves leaders and replicas toward an even spread, using the
 	// ClusterView. A store down longer than MaxStoreDownTime (default
@@ -231,6 +239,9 @@ func (c *Config) Validate() error {
 		return &ConfigError{"HibernateAfter", c.HibernateAfter, fmt.Sprintf("is shorter than one tick (TickInterval %v); negative disables hibernation", d.TickInterval)}
 	}
 	if err := checkStoreIDs("InitialStores", c.InitialStores); err != nil {
+		return err
+	}
+	if err := checkKeepWhole(c.KeepWhole); err != nil {
 		return err
 	}
 	return checkStoreIDs("FollowerLeaseStores", c.FollowerLeaseStores)

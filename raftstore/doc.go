@@ -6,7 +6,9 @@
 // storage engine per store (package storage/engine: bbolt, the round log,
 // the batch and its overlay, checkpoints, snapshot files), whose
 // transactions have a method per kind of record; no file here sees
-// bbolt.
+// bbolt. Regions split by hand or when the split check finds them too big
+// (split.go), never inside a range Config.KeepWhole keeps whole, which
+// EnsureBoundaries makes a region of its own (keepwhole.go).
 //
 // # The Ready loop
 //

@@ -15,7 +15,13 @@ import (
 // command every replica applies at the same log position. The left part
 // keeps the region's ID; the right part is a new region whose peers start
 // on the same stores and serve at once. It runs on the region's leader.
+//
+// A key strictly inside a range of Config.KeepWhole is refused with a
+// *KeptRangeError (an ErrInvalidRequest), whatever region holds it.
 func (s *Store) Split(ctx context.Context, key []byte) (left, right region.Region, err error) {
+	if kr, ok := keptRangeAt(s.cfg.KeepWhole, key); ok {
+		return left, right, &KeptRangeError{Key: bytes.Clone(key), Range: kr}
+	}
 	p, err := s.route(0, region.Epoch{}, key)
 	if err != nil {
 		return left, right, err
@@ -51,7 +57,9 @@ func (s *Store) Split(ctx context.Context, key []byte) (left, right region.Regio
 // SplitMaxBytes bytes is split at its middle key (by count, or by size when
 // size is what overflowed). A region whose applied index and epoch have
 // not moved since its last count, and which was under both thresholds
-// then, is not counted again: its count still holds.
+// then (or could not be split: it lies in a kept range), is not counted
+// again: its count still holds. No split cuts a kept range
+// (Config.KeepWhole, keepwhole.go).
 func (s *Store) splitCheck() {
 	t := time.NewTicker(s.cfg.SplitCheckInterval)
 	defer t.Stop()
@@ -74,7 +82,7 @@ func (s *Store) splitCheck() {
 				continue
 			}
 			delete(last, st.Region.ID)
-			size, key, ok := splitKey(s.eng, st.Region, s.cfg.SplitMaxKeys, s.cfg.SplitMaxBytes, s.stopc)
+			size, key, ok := splitKey(s.eng, st.Region, s.cfg.SplitMaxKeys, s.cfg.SplitMaxBytes, s.cfg.KeepWhole, s.stopc)
 			p, found := s.peer(st.Region.ID)
 			if !found {
 				continue
@@ -137,7 +145,12 @@ func sampleEvery(threshold, most uint64) uint64 {
 
 // splitKey counts the region, and returns the key to split at if it is
 // over either threshold. It gives up (size not counted) if stop closes.
-func splitKey(e *engine.Engine, r region.Region, maxKeys, maxBytes uint64, stop <-chan struct{}) (size regionSize, key []byte, ok bool) {
+// The key is never strictly inside a range of keep (sorted, none
+// overlapping): a middle inside one moves to whichever of the range's
+// start and end lies strictly inside the region and is nearer the middle
+// (by count, or by size when size is what overflowed); if neither does,
+// the region is not split (ok false, size counted).
+func splitKey(e *engine.Engine, r region.Region, maxKeys, maxBytes uint64, keep []KeepRange, stop <-chan struct{}) (size regionSize, key []byte, ok bool) {
 	size = regionSize{version: r.Epoch.Version}
 	type sample struct {
 		key         []byte
@@ -146,6 +159,11 @@ func splitKey(e *engine.Engine, r region.Region, maxKeys, maxBytes uint64, stop 
 	var samples []sample
 	var sampledKeys, sampledBytes uint64 // at the last sample
 	everyKeys, everyBytes := sampleEvery(maxKeys, splitSampleKeys), sampleEvery(maxBytes, splitSampleBytes)
+	// The kept ranges' bounds inside the region, with the keys and bytes
+	// counted before each: where a split key inside a kept range may go.
+	bounds := keptBoundsInside(keep, r)
+	atBound := make([]sample, len(bounds))
+	nextBound := 0
 	from := r.StartKey
 	for {
 		select {
@@ -162,6 +180,10 @@ func splitKey(e *engine.Engine, r region.Region, maxKeys, maxBytes uint64, stop 
 					return false
 				}
 				n++
+				for nextBound < len(bounds) && bytes.Compare(k, bounds[nextBound]) >= 0 {
+					atBound[nextBound] = sample{key: bounds[nextBound], keys: size.keys, bytes: size.bytes}
+					nextBound++
+				}
 				if size.keys > 0 && (size.keys-sampledKeys >= everyKeys || size.bytes-sampledBytes >= everyBytes) {
 					samples = append(samples, sample{key: bytes.Clone(k), keys: size.keys, bytes: size.bytes})
 					sampledKeys, sampledBytes = size.keys, size.bytes
@@ -180,6 +202,9 @@ func splitKey(e *engine.Engine, r region.Region, maxKeys, maxBytes uint64, stop 
 		}
 		from = next
 	}
+	for ; nextBound < len(bounds); nextBound++ {
+		atBound[nextBound] = sample{key: bounds[nextBound], keys: size.keys, bytes: size.bytes}
+	}
 	size.counted = true
 	overKeys, overBytes := maxKeys > 0 && size.keys > maxKeys, maxBytes > 0 && size.bytes > maxBytes
 	if !overKeys && !overBytes {
@@ -187,13 +212,45 @@ func splitKey(e *engine.Engine, r region.Region, maxKeys, maxBytes uint64, stop 
 	}
 	for _, sm := range samples {
 		if (overKeys && sm.keys >= size.keys/2) || (!overKeys && sm.bytes >= size.bytes/2) {
-			return size, sm.key, true
+			key, ok = sm.key, true
+			break
 		}
 	}
-	if n := len(samples); n > 0 { // the middle lies after the last sample
-		return size, samples[n-1].key, true
+	if n := len(samples); !ok && n > 0 { // the middle lies after the last sample
+		key, ok = samples[n-1].key, true
 	}
-	return size, nil, false
+	if !ok {
+		return size, nil, false
+	}
+	kr, inside := keptRangeAt(keep, key)
+	if !inside {
+		return size, key, true
+	}
+	// Off the middle, to the nearer end of the kept range in the region.
+	dist := func(sm sample) uint64 {
+		if overKeys {
+			return absDiff(sm.keys, size.keys/2)
+		}
+		return absDiff(sm.bytes, size.bytes/2)
+	}
+	var best *sample
+	for i := range atBound {
+		b := &atBound[i]
+		if (bytes.Equal(b.key, kr.Start) || bytes.Equal(b.key, kr.End)) && (best == nil || dist(*b) < dist(*best)) {
+			best = b
+		}
+	}
+	if best == nil { // the region lies in the kept range: it stays whole
+		return size, nil, false
+	}
+	return size, bytes.Clone(best.key), true
+}
+
+func absDiff(a, b uint64) uint64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
 }
 
 // answerSplitCampaign runs on a follower of the parent region once it has

@@ -168,7 +168,7 @@ func TestSplitKeyCountsInBatchesAndSplitsNearTheMiddle(t *testing.T) {
 		return nil
 	})
 	r := region.Region{ID: 1, StartKey: []byte("b"), EndKey: []byte("z"), Epoch: region.Epoch{Version: 3}}
-	size, key, ok := splitKey(e, r, 0, 1<<30, nil)
+	size, key, ok := splitKey(e, r, 0, 1<<30, nil, nil)
 	if !size.counted || size.keys != n || size.bytes != n*(7+10) || size.version != 3 || ok {
 		t.Fatalf("under the threshold: size %+v, key %q, ok %v", size, key, ok)
 	}
@@ -179,17 +179,17 @@ func TestSplitKeyCountsInBatchesAndSplitsNearTheMiddle(t *testing.T) {
 		}
 		return i
 	}
-	_, key, ok = splitKey(e, r, n-1, 0, nil)
+	_, key, ok = splitKey(e, r, n-1, 0, nil, nil)
 	if !ok || mid(key) < n/2 || mid(key) > n/2+splitSampleKeys {
 		t.Fatalf("over the key threshold: split at %q, ok %v", key, ok)
 	}
-	_, key, ok = splitKey(e, r, 0, 1000, nil)
+	_, key, ok = splitKey(e, r, 0, 1000, nil, nil)
 	if !ok || mid(key) < n/2 || mid(key) > n/2+splitSampleKeys {
 		t.Fatalf("over the size threshold: split at %q, ok %v", key, ok)
 	}
 	stop := make(chan struct{})
 	close(stop)
-	if size, _, ok := splitKey(e, r, 1, 0, stop); size.counted || ok {
+	if size, _, ok := splitKey(e, r, 1, 0, nil, stop); size.counted || ok {
 		t.Fatal("a stopped check counted")
 	}
 
@@ -203,14 +203,14 @@ func TestSplitKeyCountsInBatchesAndSplitsNearTheMiddle(t *testing.T) {
 		}
 		return nil
 	})
-	_, key, ok = splitKey(big, region.Region{ID: 1}, 0, 4<<20, nil)
+	_, key, ok = splitKey(big, region.Region{ID: 1}, 0, 4<<20, nil, nil)
 	if !ok || mid(key) != 4 {
 		t.Fatalf("8 values of 1 MiB over 4 MiB: split at %q, ok %v", key, ok)
 	}
 	// A single key cannot be split.
 	one := testEngine(t)
 	mustUpdate(t, one, func(tx *engine.Tx) error { return tx.Put([]byte("k"), make([]byte, 1<<20)) })
-	if _, key, ok := splitKey(one, region.Region{ID: 1}, 0, 1<<10, nil); ok {
+	if _, key, ok := splitKey(one, region.Region{ID: 1}, 0, 1<<10, nil, nil); ok {
 		t.Fatalf("a one-key region split at %q", key)
 	}
 }

@@ -88,6 +88,7 @@ func NewStore(cfg Config, trans Transport) (*Store, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
+	cfg.KeepWhole = sortedKeepRanges(cfg.KeepWhole) // the store's own copy, sorted
 	s := &Store{
 		cfg:   cfg,
 		log:   cfg.Logger.With("store", cfg.StoreID),

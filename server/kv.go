@@ -20,7 +20,7 @@ type kvService struct {
 }
 
 func (s *kvService) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetResponse, error) {
-	if err := validateKey("key", req.GetKey()); err != nil {
+	if err := validateUserKey("key", req.GetKey()); err != nil {
 		return nil, err
 	}
 	var (
@@ -61,12 +61,17 @@ func (s *kvService) Scan(ctx context.Context, req *kvpb.ScanRequest) (*kvpb.Scan
 	if err != nil {
 		return nil, err
 	}
+	// Never the etcd API's keyspace (validate.go, scanReadRange).
+	readEnd, none := scanReadRange(req.GetStartKey(), req.GetEndKey())
+	if none {
+		limit = 0
+	}
 	var (
 		kvs []raftstore.KV
 		r   region.Region
 	)
 	info, load, err := s.serveRead(ctx, req.GetContext(), func(ctx context.Context) (info raftstore.ReadInfo, err error) {
-		kvs, r, info, err = s.store.Scan(ctx, readOptions(req.GetContext()), req.GetStartKey(), req.GetEndKey(), limit)
+		kvs, r, info, err = s.store.Scan(ctx, readOptions(req.GetContext()), req.GetStartKey(), readEnd, limit)
 		return info, err
 	})
 	if err != nil {
@@ -76,7 +81,7 @@ func (s *kvService) Scan(ctx context.Context, req *kvpb.ScanRequest) (*kvpb.Scan
 		Pairs:        fromKVs(kvs),
 		ReadInfo:     info,
 		Load:         load,
-		RegionEndKey: r.EndKey,
+		RegionEndKey: scanRegionEnd(req.GetStartKey(), req.GetEndKey(), r.EndKey),
 	}, nil
 }
 
@@ -111,7 +116,7 @@ func (s *kvService) serveRead(ctx context.Context, rc *kvpb.ReadContext, read fu
 }
 
 func (s *kvService) Put(ctx context.Context, req *kvpb.PutRequest) (*kvpb.PutResponse, error) {
-	if err := validateKey("key", req.GetKey()); err != nil {
+	if err := validateUserKey("key", req.GetKey()); err != nil {
 		return nil, err
 	}
 	if err := validateValue(req.GetValue()); err != nil {
@@ -124,7 +129,7 @@ func (s *kvService) Put(ctx context.Context, req *kvpb.PutRequest) (*kvpb.PutRes
 }
 
 func (s *kvService) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.DeleteResponse, error) {
-	if err := validateKey("key", req.GetKey()); err != nil {
+	if err := validateUserKey("key", req.GetKey()); err != nil {
 		return nil, err
 	}
 	if err := s.store.Delete(ctx, writeOptions(req.GetContext()), req.GetKey()); err != nil {

@@ -2,11 +2,14 @@ package server
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"time"
 
+	"github.com/hedgekv/hedgekv/keyspace"
 	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/region"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -39,6 +42,31 @@ func validateKey(what string, key []byte) error {
 	return nil
 }
 
+// validateUserKey checks a key the KV API reads or writes: validateKey's
+// limits, and outside the etcd API's keyspace (package keyspace), which
+// is the etcd layer's alone: a KV write there would change its records
+// behind its back, and a KV read would show them as they are stored.
+func validateUserKey(what string, key []byte) error {
+	if err := validateKey(what, key); err != nil {
+		return err
+	}
+	if keyspace.IsEtcd(key) {
+		return status.Errorf(codes.InvalidArgument, "%s %s has the reserved prefix %s: keys under it are the etcd API's keyspace, not the KV API's",
+			what, shortKey(key), region.FormatKey([]byte(keyspace.EtcdPrefix)))
+	}
+	return nil
+}
+
+// shortKey shows a key in an error message (region.FormatKey), its first
+// 64 bytes if it is longer.
+func shortKey(key []byte) string {
+	const most = 64
+	if len(key) <= most {
+		return region.FormatKey(key)
+	}
+	return fmt.Sprintf("%s... (%d bytes)", region.FormatKey(key[:most]), len(key))
+}
+
 func validateValue(value []byte) error {
 	if len(value) > MaxValueSize {
 		return status.Errorf(codes.InvalidArgument, "value is %d bytes, over the %d byte limit", len(value), MaxValueSize)
@@ -51,7 +79,7 @@ func validateBatchGet(req *kvpb.BatchGetRequest) error {
 		return status.Errorf(codes.InvalidArgument, "batch get of %d keys, over the %d key limit", n, MaxBatchGetKeys)
 	}
 	for _, k := range req.GetKeys() {
-		if err := validateKey("key in batch", k); err != nil {
+		if err := validateUserKey("key in batch", k); err != nil {
 			return err
 		}
 	}
@@ -79,6 +107,54 @@ func validateScan(req *kvpb.ScanRequest) (int, error) {
 	default:
 		return int(limit), nil
 	}
+}
+
+// A scan's range may cover the etcd API's keyspace [keyspace.EtcdPrefix,
+// keyspace.EtcdEnd): the KV API reads around it, never in it, and answers
+// so that a client's scan across regions, which goes on from each
+// answer's RegionEndKey (client.Session.Scan), steps over it:
+//
+//   - a scan that starts before the range and reaches into it reads up to
+//     the range's start only, and answers a RegionEndKey no later than
+//     the range's start: the client's next request starts there;
+//   - a scan that starts inside the range reads nothing (it still passes
+//     the region's read barrier, so it is routed, and refused with
+//     NotLeader or EpochNotMatch, as any read is) and answers the range's
+//     end as its RegionEndKey: the client goes on from there.
+//
+// Refusing a scan that starts inside would break every scan of the whole
+// key space (ctl kv scan with no end) once the range is a region of its
+// own; as it is, such a scan costs one more round trip, answered empty.
+
+// scanReadRange returns what a validated scan of [start, end) reads:
+// [start, readEnd), or nothing if none.
+func scanReadRange(start, end []byte) (readEnd []byte, none bool) {
+	if keyspace.IsEtcd(start) {
+		return end, true
+	}
+	if scanReachesEtcd(start, end) {
+		return []byte(keyspace.EtcdPrefix), false
+	}
+	return end, false
+}
+
+// scanRegionEnd returns the RegionEndKey to answer a validated scan of
+// [start, end) served by a region ending at regionEnd (empty: +infinity).
+func scanRegionEnd(start, end, regionEnd []byte) []byte {
+	if keyspace.IsEtcd(start) {
+		return []byte(keyspace.EtcdEnd)
+	}
+	if scanReachesEtcd(start, end) && (len(regionEnd) == 0 || bytes.Compare(regionEnd, []byte(keyspace.EtcdPrefix)) > 0) {
+		return []byte(keyspace.EtcdPrefix)
+	}
+	return regionEnd
+}
+
+// scanReachesEtcd: a scan of [start, end) starts before the etcd API's
+// keyspace and reaches into it.
+func scanReachesEtcd(start, end []byte) bool {
+	prefix := []byte(keyspace.EtcdPrefix)
+	return bytes.Compare(start, prefix) < 0 && (len(end) == 0 || bytes.Compare(end, prefix) > 0)
 }
 
 func readOptions(rc *kvpb.ReadContext) raftstore.ReadOptions {

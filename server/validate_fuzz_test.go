@@ -3,12 +3,14 @@ package server
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"testing"
 	"time"
 
+	"github.com/hedgekv/hedgekv/keyspace"
 	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"go.etcd.io/raft/v3/raftpb"
@@ -64,6 +66,10 @@ func FuzzValidateKV(f *testing.F) {
 	f.Add([]byte{}, uint16(MaxKeySize), []byte{}, uint32(MaxValueSize), []byte("b"), []byte("a"), uint32(MaxScanLimit), []byte("\x00"), uint64(math.MaxUint64))
 	f.Add([]byte("k"), uint16(MaxKeySize), []byte("v"), uint32(MaxValueSize), []byte("a"), []byte(""), uint32(MaxScanLimit+1), []byte("\x01a\x00"), maxStaleMs+1)
 	f.Add([]byte("a\x00"), uint16(0), []byte(nil), uint32(0), []byte("a\x00"), []byte("a"), uint32(math.MaxUint32), []byte("\xff"), uint64(1))
+	// The etcd API's keyspace: a key in it, a scan over it in a region
+	// reaching past it (value: the region's end), one starting inside it.
+	f.Add([]byte(keyspace.EtcdPrefix+"k"), uint16(0), []byte("\xff\xff"), uint32(0), []byte("a"), []byte(""), uint32(0), []byte("\x07\xffetcd/x\x01a"), uint64(0))
+	f.Add([]byte(keyspace.EtcdEnd), uint16(0), []byte(keyspace.EtcdPrefix+"m"), uint32(0), []byte(keyspace.EtcdPrefix), []byte("\xff\xff"), uint32(5), []byte("\x06\xffetcd"), uint64(0))
 
 	f.Fuzz(func(t *testing.T, key []byte, keyPad uint16, value []byte, valPad uint32, start, end []byte, limit uint32, batch []byte, staleMs uint64) {
 		k := padded(key, int(keyPad)%(MaxKeySize+2))
@@ -72,6 +78,13 @@ func FuzzValidateKV(f *testing.F) {
 			t.Fatalf("validateKey(%d bytes) = %v", len(k), err)
 		} else if bad {
 			wantInvalidArgument(t, "key", err)
+		}
+		// The KV API's keys: the same, and none of the etcd API's.
+		err = validateUserKey("key", k)
+		if bad := len(k) == 0 || len(k) > MaxKeySize || bytes.HasPrefix(k, []byte(keyspace.EtcdPrefix)); bad != (err != nil) {
+			t.Fatalf("validateUserKey(%q) = %v", shortKey(k), err)
+		} else if bad {
+			wantInvalidArgument(t, "user key", err)
 		}
 
 		// Only a value's length is checked: no need to copy it.
@@ -100,13 +113,19 @@ func FuzzValidateKV(f *testing.F) {
 			wantInvalidArgument(t, "scan", err)
 		} else if n < 1 || n > MaxScanLimit || (limit > 0 && n != int(limit)) || (limit == 0 && n != DefaultScanLimit) {
 			t.Fatalf("validateScan(limit %d) = %d", limit, n)
+		} else {
+			// value, as a store would answer it: the end of a region holding s.
+			regionEnd := value
+			if len(regionEnd) == 0 || bytes.Compare(regionEnd, s) > 0 {
+				checkScanCut(t, s, e, regionEnd)
+			}
 		}
 
 		keys := splitKeys(batch)
 		err = validateBatchGet(&kvpb.BatchGetRequest{Keys: keys})
 		bad = len(keys) > MaxBatchGetKeys
 		for _, k := range keys {
-			bad = bad || len(k) == 0 || len(k) > MaxKeySize
+			bad = bad || len(k) == 0 || len(k) > MaxKeySize || keyspace.IsEtcd(k)
 		}
 		if bad != (err != nil) {
 			t.Fatalf("validateBatchGet(%q) = %v", keys, err)
@@ -119,6 +138,57 @@ func FuzzValidateKV(f *testing.F) {
 			t.Fatalf("staleness %d ms became %v", staleMs, ro.MaxStaleness)
 		}
 	})
+}
+
+// endBefore orders range ends: an empty end is +infinity.
+func endBefore(a, b []byte) bool {
+	return len(a) > 0 && (len(b) == 0 || bytes.Compare(a, b) < 0)
+}
+
+func minEnd(a, b []byte) []byte {
+	if endBefore(b, a) {
+		return b
+	}
+	return a
+}
+
+// checkScanCut: a validated scan of [start, end) served by a region
+// ending at regionEnd reads no key of the etcd API's keyspace, never
+// widens the range, moves the client forward, and skips no other key: the
+// keys between what it read and where the client goes on from are all
+// the etcd API's.
+func checkScanCut(t *testing.T, start, end, regionEnd []byte) {
+	t.Helper()
+	p, pe := []byte(keyspace.EtcdPrefix), []byte(keyspace.EtcdEnd)
+	readEnd, none := scanReadRange(start, end)
+	next := scanRegionEnd(start, end, regionEnd)
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("scan [%q, %q) in a region ending at %q: reads to %q (none %v), goes on at %q: %s",
+			start, end, regionEnd, readEnd, none, next, fmt.Sprintf(format, args...))
+	}
+	if none != keyspace.IsEtcd(start) {
+		fail("reads nothing only when it starts in the etcd keyspace")
+	}
+	if endBefore(end, readEnd) {
+		fail("widened")
+	}
+	if !none && bytes.Compare(start, p) < 0 && endBefore(p, readEnd) {
+		fail("reads into the etcd keyspace")
+	}
+	if len(next) > 0 && bytes.Compare(next, start) <= 0 {
+		fail("no progress")
+	}
+	// What the store read, clamped to its region, and where the client
+	// stops this step: the gap between must be the etcd API's.
+	read := start
+	if !none {
+		read = minEnd(readEnd, regionEnd)
+	}
+	upto := minEnd(next, end)
+	if endBefore(read, upto) && (bytes.Compare(read, p) < 0 || endBefore(pe, upto)) {
+		fail("skips keys in [%q, %q) that are not the etcd API's", read, upto)
+	}
 }
 
 // FuzzCheckFaultRequest: the Admin Fault call. An accepted request must

@@ -3,9 +3,11 @@ package server
 import (
 	"bytes"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/hedgekv/hedgekv/keyspace"
 	"github.com/hedgekv/hedgekv/kvpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -42,6 +44,15 @@ func TestValidateRequests(t *testing.T) {
 		{"scan end equals start", scanErr(&kvpb.ScanRequest{StartKey: []byte("b"), EndKey: []byte("b")}), true},
 		{"scan big start", scanErr(&kvpb.ScanRequest{StartKey: bigKey}), false},
 		{"scan big end", scanErr(&kvpb.ScanRequest{EndKey: bigKey}), false},
+		{"scan over the etcd keyspace", scanErr(&kvpb.ScanRequest{StartKey: []byte(keyspace.EtcdPrefix)}), true},
+		{"user key ok", validateUserKey("key", []byte("a")), true},
+		{"user key empty", validateUserKey("key", nil), false},
+		{"user key over limit", validateUserKey("key", bigKey), false},
+		{"user key before the etcd keyspace", validateUserKey("key", []byte("\xffetcd")), true},
+		{"user key at the etcd keyspace's end", validateUserKey("key", []byte(keyspace.EtcdEnd)), true},
+		{"user key is the etcd prefix", validateUserKey("key", []byte(keyspace.EtcdPrefix)), false},
+		{"user key in the etcd keyspace", validateUserKey("key", []byte(keyspace.EtcdPrefix+"foo")), false},
+		{"batch get etcd key", validateBatchGet(&kvpb.BatchGetRequest{Keys: [][]byte{[]byte("a"), []byte(keyspace.EtcdPrefix + "k")}}), false},
 	}
 	for _, tc := range cases {
 		if tc.ok && tc.err != nil {
@@ -117,6 +128,70 @@ func TestValidateMembership(t *testing.T) {
 			t.Errorf("validateMembership(%d, %d) = %v", tc.region, tc.store, err)
 		} else if err != nil && status.Code(err) != codes.InvalidArgument {
 			t.Errorf("validateMembership(%d, %d) = %v, want InvalidArgument", tc.region, tc.store, err)
+		}
+	}
+}
+
+// TestReservedKeyRefusal: a key of the etcd API's keyspace is refused with
+// InvalidArgument naming the prefix and whose keyspace it is; a long one
+// is shown cut short.
+func TestReservedKeyRefusal(t *testing.T) {
+	err := validateUserKey("key", []byte(keyspace.EtcdPrefix+"foo"))
+	st, _ := status.FromError(err)
+	if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), `\xffetcd/`) || !strings.Contains(st.Message(), "etcd API's keyspace") ||
+		!strings.Contains(st.Message(), `\xffetcd/foo`) {
+		t.Fatalf("refusal: %v", err)
+	}
+	long := append([]byte(keyspace.EtcdPrefix), bytes.Repeat([]byte("x"), MaxKeySize-len(keyspace.EtcdPrefix))...)
+	if err := validateUserKey("key", long); status.Code(err) != codes.InvalidArgument || len(err.Error()) > 400 {
+		t.Fatalf("a long reserved key: %d bytes of message: %v", len(err.Error()), err)
+	}
+}
+
+// TestScanAroundTheEtcdKeyspace: what a scan reads and where its answer
+// sends the client next, for ranges before, reaching into, starting
+// inside and after the etcd API's keyspace, and regions ending before, at,
+// inside and after it.
+func TestScanAroundTheEtcdKeyspace(t *testing.T) {
+	const (
+		p   = keyspace.EtcdPrefix
+		e   = keyspace.EtcdEnd
+		inf = "" // an empty end: +infinity
+	)
+	for _, tc := range []struct {
+		start, end, regionEnd string
+		readEnd               string
+		none                  bool
+		next                  string
+	}{
+		// Before the keyspace, not reaching it: as it was.
+		{"a", "b", inf, "b", false, inf},
+		{"a", p, inf, p, false, inf},
+		{"a", "b", "c", "b", false, "c"},
+		// Reaching into it: read up to its start, go on from there.
+		{"a", inf, inf, p, false, p},
+		{"", inf, inf, p, false, p},
+		{"a", p + "x", inf, p, false, p},
+		{"a", "\xff\xff", "\xfe", p, false, "\xfe"}, // the region ends first
+		{"a", "\xff\xff", p, p, false, p},           // the region ends at it
+		{"a", inf, p + "m", p, false, p},            // the region ends inside it
+		{"a", inf, "\xff\xff", p, false, p},         // the region holds it all
+		// Starting inside it: read nothing, go on from its end.
+		{p, inf, e, inf, true, e},
+		{p, inf, inf, inf, true, e},
+		{p + "x", "\xff\xff", inf, "\xff\xff", true, e},
+		{p + "x", p + "y", p + "z", p + "y", true, e},
+		// After it: as it was.
+		{e, inf, inf, inf, false, inf},
+		{"\xff\xff", inf, inf, inf, false, inf},
+		{e, "\xff\xff", "\xff\x01", "\xff\xff", false, "\xff\x01"},
+	} {
+		start, end, regionEnd := []byte(tc.start), []byte(tc.end), []byte(tc.regionEnd)
+		readEnd, none := scanReadRange(start, end)
+		next := scanRegionEnd(start, end, regionEnd)
+		if string(readEnd) != tc.readEnd || none != tc.none || string(next) != tc.next {
+			t.Errorf("scan [%q, %q) in a region ending at %q: reads to %q (none %v), goes on at %q; want %q (none %v), %q",
+				start, end, regionEnd, readEnd, none, next, tc.readEnd, tc.none, tc.next)
 		}
 	}
 }

@@ -35,6 +35,8 @@ type Options struct {
 	LogGCThreshold uint64 // default raftstore's
 	// SplitMaxKeys > 0 turns on automatic splits, checked every 100ms.
 	SplitMaxKeys uint64
+	// KeepWhole is every store's Config.KeepWhole: ranges no split cuts.
+	KeepWhole []raftstore.KeepRange
 	// Balance turns on the leader and replica balancer, every 100ms.
 	Balance bool
 	// MaxStoreDownTime before a down store's replicas are replaced.
@@ -146,6 +148,7 @@ func (c *Cluster) StartStore(id uint64) error {
 		LogGCThreshold:     c.opts.LogGCThreshold,
 		SplitCheckInterval: -1,
 		SplitMaxKeys:       c.opts.SplitMaxKeys,
+		KeepWhole:          c.opts.KeepWhole,
 		BalanceInterval:    -1,
 		MaxStoreDownTime:   c.opts.MaxStoreDownTime,
 		HibernateAfter:     c.opts.HibernateAfter,
