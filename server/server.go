@@ -239,6 +239,7 @@ func New(cfg Config) (*Server, error) {
 	scfg := cfg.Store
 	etcdApplier := etcdapi.NewApplier()
 	scfg.Applier = etcdApplier
+	scfg.KeepWhole = append(slices.Clone(scfg.KeepWhole), etcdapi.KeepRange())
 	store, err := raftstore.NewStore(scfg, s.trans)
 	if err != nil {
 		s.trans.Close()
@@ -338,6 +339,7 @@ func (s *Server) StartContext(ctx context.Context) error {
 	s.store.Start()
 	s.health.started.Store(true)
 	s.background.Go(func() { s.health.watch(s.ctx, s.logger.Info) })
+	s.background.Go(func() { etcdapi.KeepRegion(s.ctx, s.store, s.logger) })
 	s.logger.Info("server started", "addr", s.lis.Addr().String(), "status_addr", s.statusAddrLocked(), "stores", s.cp.Len())
 	return nil
 }

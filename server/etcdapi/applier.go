@@ -104,8 +104,8 @@ var _ raftstore.Applier = (*Applier)(nil)
 // Apply implements raftstore.Applier. A request etcd refuses is a result;
 // only a storage failure (a record that does not decode) is an error.
 func (a *Applier) Apply(tx raftstore.StateTx, r region.Region, index uint64, payload []byte) ([]byte, error) {
-	if !r.Contains([]byte(Prefix)) {
-		return errResult(status.Errorf(codes.FailedPrecondition, "etcdserver: hedgekv: region %d does not hold the etcd keyspace", r.ID)), nil
+	if !holdsKeyspace(r) {
+		return errResult(status.Errorf(codes.FailedPrecondition, "etcdserver: hedgekv: region %d does not hold the whole etcd keyspace", r.ID)), nil
 	}
 	if len(payload) == 0 {
 		return errResult(status.Error(codes.InvalidArgument, "etcdserver: hedgekv: empty command")), nil
@@ -222,4 +222,10 @@ func compactTx(tx raftstore.StateTx, rev int64) error {
 		}
 	}
 	return nil
+}
+
+// holdsKeyspace reports whether r holds the whole etcd keyspace
+// [Prefix, End): the Applier writes only keys inside its region.
+func holdsKeyspace(r region.Region) bool {
+	return bytes.Compare(r.StartKey, []byte(Prefix)) <= 0 && (len(r.EndKey) == 0 || bytes.Compare(r.EndKey, []byte(End)) >= 0)
 }

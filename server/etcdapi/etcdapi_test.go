@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/hedgekv/hedgekv/cluster"
+	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/server/etcdapi"
 )
 
@@ -319,5 +320,47 @@ func TestWatchDeliversEveryEventOnceInOrder(t *testing.T) {
 	wr := <-cli.Watch(cctx, "w/", clientv3.WithPrefix(), clientv3.WithRev(first.Header.Revision))
 	if wr.CompactRevision != revs[n/2] || !wr.Canceled {
 		t.Fatalf("watch before the compaction: %+v, want cancelled at %d", wr, revs[n/2])
+	}
+}
+
+// etcdRegion is the region holding the etcd keyspace, as store 1 sees it.
+func etcdRegion(t *testing.T, c *cluster.Local) region.Region {
+	t.Helper()
+	for _, st := range c.Server(c.StoreIDs()[0]).Store().Regions() {
+		if st.Region.Contains([]byte(etcdapi.Prefix)) {
+			return st.Region
+		}
+	}
+	t.Fatal("no region holds the etcd keyspace")
+	return region.Region{}
+}
+
+// TestKeyspaceBecomesItsOwnRegion: the stores split the etcd keyspace off
+// into a region of its own, and keys written before and after the split
+// stay readable.
+func TestKeyspaceBecomesItsOwnRegion(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxFor(t, 60*time.Second)
+	cli := client(t, c.Endpoints[0])
+	if _, err := cli.Put(ctx, "before", "1"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := etcdRegion(t, c)
+		if string(r.StartKey) == etcdapi.Prefix && string(r.EndKey) == etcdapi.End {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the etcd keyspace is still in %v", r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := cli.Put(ctx, "after", "2"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := client(t, c.Endpoints[2]).Get(ctx, "", clientv3.WithFromKey())
+	if err != nil || len(g.Kvs) != 2 {
+		t.Fatalf("get all: %+v, %v", g, err)
 	}
 }

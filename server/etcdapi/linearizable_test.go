@@ -181,7 +181,7 @@ func TestClientv3Linearizable(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		to := c.StoreIDs()[moves%len(c.StoreIDs())]
 		mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := c.MoveLeader(mctx, 1, to); err == nil {
+		if err := c.MoveLeader(mctx, etcdRegion(t, c).ID, to); err == nil {
 			moves++
 		}
 		cancel()

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hedgekv/hedgekv/etcdmvcc"
+	"github.com/hedgekv/hedgekv/keyspace"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/region"
 )
@@ -38,9 +39,46 @@ import (
 // Prefix is where the etcd keyspace's raw keys live; the store keeps
 // [Prefix, End) one region, and hedgekv's own KV API refuses it.
 const (
-	Prefix = "\xffetcd/"
-	End    = "\xffetcd0"
+	Prefix = keyspace.EtcdPrefix
+	End    = keyspace.EtcdEnd
 )
+
+// KeepRange is the range the store must keep whole
+// (raftstore.Config.KeepWhole) for the etcd keyspace to be one region.
+func KeepRange() raftstore.KeepRange {
+	start, end := keyspace.EtcdRange()
+	return raftstore.KeepRange{Start: start, End: end}
+}
+
+// KeepRegion makes the etcd keyspace a region of its own, splitting at its
+// two ends on the store that leads the region holding each (every store
+// runs it; the others wait for the leader's split), then returns. Until
+// then the keyspace lives, whole, inside a larger region, which serves it
+// as well: nothing waits for this.
+func KeepRegion(ctx context.Context, store interface {
+	EnsureBoundaries(ctx context.Context, keys ...[]byte) error
+}, log *slog.Logger) {
+	start, end := keyspace.EtcdRange()
+	for delay := 200 * time.Millisecond; ; delay = min(2*delay, 5*time.Second) {
+		err := store.EnsureBoundaries(ctx, start, end)
+		var rnf *region.RegionNotFoundError
+		if err == nil || errors.As(err, &rnf) {
+			return // done, or this store holds no replica: its leader's store splits
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		var nl *region.NotLeaderError
+		if !errors.As(err, &nl) {
+			log.Debug("etcd keyspace region boundaries: will retry", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
 
 // Version is the etcd API version served (Maintenance.Status).
 const Version = "3.7.3"
@@ -152,13 +190,45 @@ func (s *Service) regionStatus() (raftstore.RegionStatus, bool) {
 // response; leader is the store to forward to when this one cannot
 // propose (0: no forwarding possible).
 func (s *Service) write(ctx context.Context, payload []byte) (int64, *pb.ResponseOp, uint64, error) {
-	res, err := s.cfg.Store.Propose(ctx, raftstore.WriteOptions{}, []byte(Prefix), payload)
+	var res []byte
+	err := retryRouting(ctx, func() (err error) {
+		res, err = s.cfg.Store.Propose(ctx, raftstore.WriteOptions{}, []byte(Prefix), payload)
+		return err
+	})
 	if err != nil {
 		return 0, nil, leaderOf(err), toStatus(err)
 	}
 	rev, resp, err := decodeResult(res)
 	return rev, resp, 0, err
 }
+
+// retryRouting runs op again while it fails because the region holding the
+// keyspace changed under it (the split that makes the keyspace a region
+// of its own), or has no leader this store knows of yet (an election),
+// for at most noLeaderWait: such a write was refused before raft took it,
+// and such a read answered nothing, so trying again is safe.
+func retryRouting(ctx context.Context, op func() error) error {
+	give := time.Now().Add(noLeaderWait)
+	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
+		err := op()
+		var kn *region.KeyNotInRegionError
+		var ep *region.EpochNotMatchError
+		var nl *region.NotLeaderError
+		if err == nil || !(errors.As(err, &kn) || errors.As(err, &ep) || (errors.As(err, &nl) && nl.Leader == nil)) || time.Now().After(give) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+	}
+}
+
+// noLeaderWait bounds how long a request waits for the keyspace's region
+// to elect a leader or settle a split before it answers ErrNoLeader
+// (etcd's clients retry reads on it, not writes).
+const noLeaderWait = 3 * time.Second
 
 // leaderOf is the store a NotLeader error names, 0 if none.
 func leaderOf(err error) uint64 {
@@ -354,25 +424,28 @@ func (s *Service) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 		return nil, err
 	}
 	var out *pb.RangeResponse
-	_, err = s.cfg.Store.ReadView(ctx, opts, []byte(Prefix), func(sv raftstore.StateView) error {
-		v := readView(ctx, sv)
-		cur, err := v.currentRev()
-		if err != nil {
-			return err
-		}
-		compacted, err := v.compactRev()
-		if err != nil {
-			return err
-		}
-		at, err := etcdmvcc.ReadRev(req.Revision, compacted, cur)
-		if err != nil {
-			return err
-		}
-		if out, err = etcdmvcc.Range(v, req, at); err != nil {
-			return err
-		}
-		out.Header = s.header(cur)
-		return nil
+	err = retryRouting(ctx, func() error {
+		_, err := s.cfg.Store.ReadView(ctx, opts, []byte(Prefix), func(sv raftstore.StateView) error {
+			v := readView(ctx, sv)
+			cur, err := v.currentRev()
+			if err != nil {
+				return err
+			}
+			compacted, err := v.compactRev()
+			if err != nil {
+				return err
+			}
+			at, err := etcdmvcc.ReadRev(req.Revision, compacted, cur)
+			if err != nil {
+				return err
+			}
+			if out, err = etcdmvcc.Range(v, req, at); err != nil {
+				return err
+			}
+			out.Header = s.header(cur)
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		if _, ok := status.FromError(err); ok {
