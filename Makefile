@@ -15,6 +15,8 @@
 #                remote leader and a local follower, follower-read-dc --quick
 #   make proto   regenerate kvpb from kvpb/hedgekv.proto
 #   make etcdctl bin/etcdctl, etcd's CLI (ETCDCTL_VERSION, v3.7.3) from the module proxy
+#   make etcdutl bin/etcdutl, etcd's offline tool (snapshot status/restore), the same way;
+#                not part of make test: test/etcdctl uses it when it is there
 
 GO            ?= go
 BIN           := bin/hedgekv
@@ -41,7 +43,7 @@ IMAGE         ?= hedgekv:latest
 DOCKER_TIMEOUT ?= 6m
 
 .PHONY: all build test unit-test smoke-test chaos static image docker-test fmt fmt-check vet demo proto tools etcd \
-	etcdctl clean clean-cluster fuzz
+	etcdctl etcdutl clean clean-cluster fuzz
 
 all: build
 
@@ -154,6 +156,29 @@ etcdctl:
 	echo "building etcdctl $$v into $(ETCDCTL)"; \
 	mkdir -p "$$(dirname "$$out")"; \
 	cd "$$d" && $(GO) mod init etcdctlbuild >/dev/null 2>&1 && $(GO) get go.etcd.io/etcd/etcdctl/v3@$$v && $(GO) mod tidy && \
+	$(GO) build -o "$$out" . && "$$out" version | head -1
+
+# etcdutl: etcd's offline tool at ETCDCTL_VERSION, into bin/etcdutl: its
+# main (etcdutl/ctl.go) is package main, so the throw-away module's main
+# builds the same commands from package etcdutl. test/etcdctl runs
+# `etcdutl snapshot status` and `snapshot restore` on hedgekv's snapshots
+# when it finds it (ETCDUTL_BIN, else bin/etcdutl).
+ETCDUTL := bin/etcdutl
+etcdutl:
+	@set -e; v=$(ETCDCTL_VERSION); out=$(CURDIR)/$(ETCDUTL); \
+	if [ -x "$$out" ] && "$$out" version 2>/dev/null | grep -qx "etcdutl version: $${v#v}"; then \
+		echo "$(ETCDUTL) is etcdutl $$v"; exit 0; \
+	fi; \
+	d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	printf '%s\n' 'package main' 'import (' '"os"' '"time"' '"github.com/spf13/cobra"' '"go.etcd.io/etcd/etcdutl/v3/etcdutl"' ')' \
+		'func main() {' 'root := &cobra.Command{Use: "etcdutl", Short: "An administrative command line tool for etcd3."}' \
+		'root.PersistentFlags().DurationVar(&etcdutl.FlockTimeout, "timeout", 10*time.Second, "time to wait to obtain a file lock on db file")' \
+		'root.PersistentFlags().StringVarP(&etcdutl.OutputFormat, "write-out", "w", "simple", "set the output format (fields, json, protobuf, simple, table)")' \
+		'root.AddCommand(etcdutl.NewDefragCommand(), etcdutl.NewSnapshotCommand(), etcdutl.NewHashKVCommand(), etcdutl.NewVersionCommand(), etcdutl.NewMigrateCommand())' \
+		'if root.Execute() != nil { os.Exit(1) }' '}' > "$$d/main.go"; \
+	echo "building etcdutl $$v into $(ETCDUTL)"; \
+	mkdir -p "$$(dirname "$$out")"; \
+	cd "$$d" && $(GO) mod init etcdutlbuild >/dev/null 2>&1 && $(GO) get go.etcd.io/etcd/etcdutl/v3@$$v && $(GO) mod tidy && \
 	$(GO) build -o "$$out" . && "$$out" version | head -1
 
 proto: tools

@@ -13,6 +13,7 @@ import (
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/server/controlplane"
+	"github.com/hedgekv/hedgekv/server/etcdapi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -197,19 +198,20 @@ var adminOpen = map[string]bool{
 }
 
 // adminGuard refuses, when disabled is set, the Admin calls adminOpen does
-// not list (split, transfer, add/remove peer, fault, ...) with
-// PermissionDenied. Join and RemoveStore are the exceptions for stores:
-// stores call them on each other (a newcomer, and forwarding), so they stay
-// open to a caller
-// whose TLS certificate proves it is a store (callerIsStore); without TLS
-// nobody can prove that, and no store joins a cluster whose stores run
-// with DisableAdmin.
+// not list (split, transfer, add/remove peer, fault, ...) and the etcd
+// keyspace's restore (etcdapi.RestoreServiceName) with PermissionDenied.
+// Join, RemoveStore and the restore are the exceptions for stores: stores
+// call them on each other (a newcomer, and forwarding), so they stay open
+// to a caller whose TLS certificate proves it is a store (callerIsStore);
+// without TLS nobody can prove that, and no store joins a cluster whose
+// stores run with DisableAdmin.
 func adminGuard(disabled bool) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if !disabled || !strings.HasPrefix(info.FullMethod, "/"+kvpb.Admin_ServiceDesc.ServiceName+"/") || adminOpen[info.FullMethod] {
+		restore := strings.HasPrefix(info.FullMethod, "/"+etcdapi.RestoreServiceName+"/")
+		if !disabled || (!restore && (!strings.HasPrefix(info.FullMethod, "/"+kvpb.Admin_ServiceDesc.ServiceName+"/") || adminOpen[info.FullMethod])) {
 			return handler(ctx, req)
 		}
-		if (info.FullMethod == kvpb.Admin_Join_FullMethodName || info.FullMethod == kvpb.Admin_RemoveStore_FullMethodName) && callerIsStore(ctx) {
+		if (restore || info.FullMethod == kvpb.Admin_Join_FullMethodName || info.FullMethod == kvpb.Admin_RemoveStore_FullMethodName) && callerIsStore(ctx) {
 			return handler(ctx, req)
 		}
 		return nil, status.Errorf(codes.PermissionDenied, "%s: admin calls are disabled on this store (server --disable-admin)", info.FullMethod)

@@ -13,11 +13,13 @@ import (
 
 	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/kvpb"
+	"github.com/hedgekv/hedgekv/server/etcdapi"
 	"github.com/hedgekv/hedgekv/tlsverdict"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // testCerts generates a CA with a store and a client certificate for
@@ -409,6 +411,11 @@ func TestWithStoreDisableAdminPlain(t *testing.T) {
 	}
 	if _, err := admin.Join(ctx, &kvpb.JoinRequest{StoreId: 7, Address: "127.0.0.1:1"}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("join: %v, want PermissionDenied", err)
+	}
+	// The etcd keyspace's restore (hedgekv etcd-restore) is an admin call.
+	err := dial(t, c.server(1).Addr()).Invoke(ctx, "/"+etcdapi.RestoreServiceName+"/Apply", wrapperspb.Bytes([]byte("R")), new(wrapperspb.Int64Value))
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("etcd restore step: %v, want PermissionDenied", err)
 	}
 	if _, err := admin.Regions(ctx, &kvpb.RegionsRequest{}); err != nil {
 		t.Fatalf("regions: %v", err)

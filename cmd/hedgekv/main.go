@@ -240,6 +240,7 @@ func newRootCmd(a *app) *cobra.Command {
 	root.AddCommand(
 		newPutCmd(a), newGetCmd(a), newDeleteCmd(a), newScanCmd(a),
 		newCtlCmd(a),
+		newEtcdRestoreCmd(a),
 		newServerCmd(a),
 		newBenchCmd(),
 		newNetsimCmd(a),

@@ -110,6 +110,9 @@ func (a *Applier) Apply(tx raftstore.StateTx, r region.Region, index uint64, pay
 	if len(payload) == 0 {
 		return errResult(status.Error(codes.InvalidArgument, "etcdserver: hedgekv: empty command")), nil
 	}
+	if res, ok, err := a.applyRestore(tx, payload); ok {
+		return res, err // a restore step, or a command refused while one runs (restore.go)
+	}
 	v := txView(tx)
 	cur, err := v.currentRev()
 	if err != nil {

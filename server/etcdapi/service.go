@@ -163,6 +163,7 @@ func Register(g *grpc.Server, cfg Config) *Service {
 	pb.RegisterMaintenanceServer(g, s)
 	pb.RegisterClusterServer(g, s)
 	pb.RegisterWatchServer(g, s)
+	registerRestore(g, s) // hedgekv etcd-restore's steps (restore.go)
 	return s
 }
 

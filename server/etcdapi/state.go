@@ -2,6 +2,7 @@ package etcdapi
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -238,8 +239,14 @@ func (v view) CompactRev() int64 {
 
 func (v view) compactRev() (int64, error) { return getInt(v.r.get, compactKey, -1) }
 
-// currentRev is the keyspace's revision: etcd starts at 1.
-func (v view) currentRev() (int64, error) { return getInt(v.r.get, revKey, 1) }
+// currentRev is the keyspace's revision: etcd starts at 1. While a
+// restore is under way (restore.go) there is none: errRestoring.
+func (v view) currentRev() (int64, error) {
+	if _, restoring, err := v.r.get(restoreKey); err != nil || restoring {
+		return 0, cmp.Or(err, errRestoring)
+	}
+	return getInt(v.r.get, revKey, 1)
+}
 
 // txView reads the round's transaction (an apply).
 func txView(tx raftstore.StateTx) view {
