@@ -304,6 +304,7 @@ func (s *Server) newGRPCServer(store *raftstore.Store) *grpc.Server {
 		Members:     s.cp.DialAddrs,
 		TLS:         s.cfg.TLS != nil,
 		DefaultRead: s.cfg.EtcdReadMode,
+		Context:     s.ctx,
 		Logger:      s.logger,
 	})
 	return g
@@ -339,7 +340,6 @@ func (s *Server) StartContext(ctx context.Context) error {
 	s.store.Start()
 	s.health.started.Store(true)
 	s.background.Go(func() { s.health.watch(s.ctx, s.logger.Info) })
-	s.background.Go(func() { etcdapi.KeepRegion(s.ctx, s.store, s.logger) })
 	s.logger.Info("server started", "addr", s.lis.Addr().String(), "status_addr", s.statusAddrLocked(), "stores", s.cp.Len())
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -51,10 +52,12 @@ func KeepRange() raftstore.KeepRange {
 }
 
 // KeepRegion makes the etcd keyspace a region of its own, splitting at its
-// two ends on the store that leads the region holding each (every store
-// runs it; the others wait for the leader's split), then returns. Until
-// then the keyspace lives, whole, inside a larger region, which serves it
-// as well: nothing waits for this.
+// two ends on the store that leads the region holding each, then returns
+// (on a store that does not lead it, once the leader's split is applied
+// here). Until then the keyspace lives, whole, inside a larger region,
+// which serves it as well: nothing waits for this. The service runs it
+// on the store that applies the keyspace's first write: a cluster that
+// never uses the etcd API keeps its regions as they were.
 func KeepRegion(ctx context.Context, store interface {
 	EnsureBoundaries(ctx context.Context, keys ...[]byte) error
 }, log *slog.Logger) {
@@ -116,6 +119,7 @@ type Store interface {
 	ReadView(ctx context.Context, opts raftstore.ReadOptions, key []byte, fn func(raftstore.StateView) error) (raftstore.ReadInfo, error)
 	Regions() []raftstore.RegionStatus
 	Gauges() raftstore.Gauges
+	EnsureBoundaries(ctx context.Context, keys ...[]byte) error
 }
 
 // Config wires the service to its store and its peers.
@@ -136,6 +140,9 @@ type Config struct {
 	// (ReadLeader if empty).
 	DefaultRead string
 	Logger      *slog.Logger
+	// Context bounds the service's background work (the split that makes
+	// the keyspace its own region); nil: context.Background().
+	Context context.Context
 }
 
 // Service implements etcd's KV, Watch, Maintenance and Cluster services.
@@ -144,7 +151,8 @@ type Service struct {
 	pb.UnimplementedMaintenanceServer
 	pb.UnimplementedClusterServer
 	pb.UnimplementedWatchServer
-	cfg Config
+	cfg   Config
+	split sync.Once // KeepRegion, started at the first write this store proposes
 }
 
 // Register serves the etcd API on g.
@@ -157,6 +165,9 @@ func Register(g *grpc.Server, cfg Config) *Service {
 	}
 	if cfg.Applier == nil {
 		cfg.Applier = NewApplier() // watchers then poll (tests)
+	}
+	if cfg.Context == nil {
+		cfg.Context = context.Background()
 	}
 	s := &Service{cfg: cfg}
 	pb.RegisterKVServer(g, s)
@@ -199,6 +210,8 @@ func (s *Service) write(ctx context.Context, payload []byte) (int64, *pb.Respons
 	if err != nil {
 		return 0, nil, leaderOf(err), toStatus(err)
 	}
+	// This store leads the keyspace's region: it splits the keyspace off.
+	s.split.Do(func() { go KeepRegion(s.cfg.Context, s.cfg.Store, s.cfg.Logger) })
 	rev, resp, err := decodeResult(res)
 	return rev, resp, 0, err
 }

@@ -320,10 +320,12 @@ func (s *Service) event(v view, key []byte, r etcdmvcc.Revision, withPrev bool) 
 // watch is served from the store the client called.
 func (s *Service) localView(ctx context.Context, fn func(view) error) error {
 	read := func(opts raftstore.ReadOptions) error {
-		_, err := s.cfg.Store.ReadView(ctx, opts, []byte(Prefix), func(sv raftstore.StateView) error {
-			return fn(readView(ctx, sv))
+		return retryRouting(ctx, func() error {
+			_, err := s.cfg.Store.ReadView(ctx, opts, []byte(Prefix), func(sv raftstore.StateView) error {
+				return fn(readView(ctx, sv))
+			})
+			return err
 		})
-		return err
 	}
 	err := read(raftstore.ReadOptions{MaxStaleness: time.Hour})
 	if err != nil {
