@@ -8,6 +8,7 @@
 package server
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -239,7 +240,12 @@ func New(cfg Config) (*Server, error) {
 	scfg := cfg.Store
 	etcdApplier := etcdapi.NewApplier()
 	scfg.Applier = etcdApplier
-	scfg.KeepWhole = append(slices.Clone(scfg.KeepWhole), etcdapi.KeepRange())
+	keep := etcdapi.KeepRange()
+	if !slices.ContainsFunc(scfg.KeepWhole, func(kr raftstore.KeepRange) bool {
+		return bytes.Equal(kr.Start, keep.Start) && bytes.Equal(kr.End, keep.End)
+	}) {
+		scfg.KeepWhole = append(slices.Clone(scfg.KeepWhole), keep)
+	}
 	store, err := raftstore.NewStore(scfg, s.trans)
 	if err != nil {
 		s.trans.Close()
