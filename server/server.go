@@ -117,6 +117,7 @@ type Server struct {
 	// etcdApplier applies the etcd keyspace's writes and wakes the etcd
 	// API's watchers.
 	etcdApplier *etcdapi.Applier
+	etcd        *etcdapi.Service // the etcd API: Stop stops its lessor
 	trans       *transport
 	admin       *adminService
 	raft        *raftService
@@ -287,13 +288,15 @@ func (s *Server) newGRPCServer(store *raftstore.Store) *grpc.Server {
 	kvpb.RegisterKVServer(g, &kvService{store: store, load: s.load, metrics: s.metrics, faults: s.faults})
 	kvpb.RegisterAdminServer(g, s.admin)
 	kvpb.RegisterRaftServer(g, s.raft)
-	etcdapi.Register(g, etcdapi.Config{
-		Store:   store,
-		Applier: s.etcdApplier,
-		Conn:    s.trans.conn,
-		Members: s.cp.DialAddrs,
-		TLS:     s.cfg.TLS != nil,
-		Logger:  s.logger,
+	s.etcd = etcdapi.Register(g, etcdapi.Config{
+		Store:         store,
+		Applier:       s.etcdApplier,
+		Conn:          s.trans.conn,
+		Members:       s.cp.DialAddrs,
+		TLS:           s.cfg.TLS != nil,
+		TickInterval:  s.cfg.Store.TickInterval,
+		ElectionTicks: s.cfg.Store.ElectionTicks,
+		Logger:        s.logger,
 	})
 	return g
 }
@@ -474,6 +477,9 @@ func (s *Server) Stop() {
 	started := s.started
 	s.mu.Unlock()
 	s.cancel()
+	// No lease expires here from now on, and the etcd API's KeepAlive
+	// streams end (they would hold the graceful stop).
+	s.etcd.Stop()
 	// A stall or delay in progress would hold requests past the drain.
 	s.faults.apply(&kvpb.FaultRequest{Clear: true})
 
