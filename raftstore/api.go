@@ -218,6 +218,12 @@ var (
 	// ErrProposalDropped: raft refused the proposal (no leader known, or a
 	// leadership transfer under way). Retryable.
 	ErrProposalDropped = errors.New("raftstore: proposal dropped")
+	// ErrMaybeApplied wraps the error (a NotLeader) of a proposal failed
+	// after raft took it, because its leader stepped down: the entry may
+	// still commit and apply under the next leader. A retry must be
+	// harmless: hedgekv's writes carry request IDs, an Applier's commands
+	// are not deduplicated (etcdapi answers "leader changed", as etcd).
+	ErrMaybeApplied = errors.New("raftstore: the proposal's leader stepped down; it may still apply")
 	// ErrNoApplier: a command for Config.Applier, on a store that has
 	// none (Propose refuses it up front; an entry of one that reaches
 	// such a store's apply is acknowledged with it and writes nothing).

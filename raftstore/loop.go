@@ -620,7 +620,7 @@ func (s *Store) publish(rp *readyPeer) error {
 		}
 		if rd.SoftState.RaftState != raft.StateLeader {
 			p.transferring = false
-			p.failProposalsLocked(p.notLeaderWithLocked(newLead))
+			p.failProposalsLocked(fmt.Errorf("%w: %w", ErrMaybeApplied, p.notLeaderWithLocked(newLead)))
 		}
 		if newLead != p.lead && p.lead != 0 {
 			// Reads in flight went to the old leader and may never be

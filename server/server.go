@@ -122,6 +122,7 @@ type Server struct {
 	// etcdApplier applies the etcd keyspace's writes and wakes the etcd
 	// API's watchers.
 	etcdApplier *etcdapi.Applier
+	etcd        *etcdapi.Service // the etcd API: Stop stops its lessor
 	trans       *transport
 	admin       *adminService
 	raft        *raftService
@@ -303,15 +304,17 @@ func (s *Server) newGRPCServer(store *raftstore.Store) *grpc.Server {
 	kvpb.RegisterKVServer(g, &kvService{store: store, load: s.load, metrics: s.metrics, faults: s.faults})
 	kvpb.RegisterAdminServer(g, s.admin)
 	kvpb.RegisterRaftServer(g, s.raft)
-	etcdapi.Register(g, etcdapi.Config{
-		Store:       store,
-		Applier:     s.etcdApplier,
-		Conn:        s.trans.conn,
-		Members:     s.cp.DialAddrs,
-		TLS:         s.cfg.TLS != nil,
-		DefaultRead: s.cfg.EtcdReadMode,
-		Context:     s.ctx,
-		Logger:      s.logger,
+	s.etcd = etcdapi.Register(g, etcdapi.Config{
+		Store:         store,
+		Applier:       s.etcdApplier,
+		Conn:          s.trans.conn,
+		Members:       s.cp.DialAddrs,
+		TLS:           s.cfg.TLS != nil,
+		DefaultRead:   s.cfg.EtcdReadMode,
+		TickInterval:  s.cfg.Store.TickInterval,
+		ElectionTicks: s.cfg.Store.ElectionTicks,
+		Context:       s.ctx,
+		Logger:        s.logger,
 	})
 	return g
 }
@@ -492,6 +495,9 @@ func (s *Server) Stop() {
 	started := s.started
 	s.mu.Unlock()
 	s.cancel()
+	// No lease expires here from now on, and the etcd API's KeepAlive
+	// streams end (they would hold the graceful stop).
+	s.etcd.Stop()
 	// A stall or delay in progress would hold requests past the drain.
 	s.faults.apply(&kvpb.FaultRequest{Clear: true})
 

@@ -315,6 +315,19 @@ func TestWatchDeliversEveryEventOnceInOrder(t *testing.T) {
 	if _, err := writer.Compact(ctx, revs[n/2]); err != nil {
 		t.Fatal(err)
 	}
+	// The watch is served from the called store's own state: wait until
+	// it has applied the compaction (a follower-mode read there is
+	// linearizable).
+	fctx := metadata.AppendToOutgoingContext(ctx, etcdapi.MetadataReadMode, etcdapi.ReadFollower)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := cli.Get(fctx, "w/seed", clientv3.WithRev(first.Header.Revision)); errors.Is(err, rpctypes.ErrCompacted) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the compaction never reached the watch's store")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	cctx, cancel2 := context.WithCancel(ctx)
 	defer cancel2()
 	wr := <-cli.Watch(cctx, "w/", clientv3.WithPrefix(), clientv3.WithRev(first.Header.Revision))

@@ -1,5 +1,6 @@
 // Package etcdapi serves etcd's v3 gRPC API (go.etcd.io/etcd/api/v3:
-// KV, and the parts of Maintenance and Cluster etcdctl and clientv3 call)
+// KV, Lease, and the parts of Maintenance and Cluster etcdctl and clientv3
+// call)
 // on a hedgekv store, so that clients written for etcd run unchanged.
 //
 // The whole etcd keyspace lives in one region (its raw keys under Prefix,
@@ -11,7 +12,9 @@
 // forwards them to the one that does. Linearizable Ranges read after the
 // session's read barrier (the leader's lease, or a follower's ReadIndex
 // or follower lease, chosen per request by gRPC metadata or the endpoint's
-// default); serializable ones read the closest replica's state.
+// default); serializable ones read the closest replica's state. Leases
+// live in the keyspace too; the store leading the region runs their
+// expiry (lessor.go).
 package etcdapi
 
 import (
@@ -19,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -30,6 +34,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/hedgekv/hedgekv/etcdmvcc"
 	"github.com/hedgekv/hedgekv/keyspace"
@@ -126,7 +131,10 @@ type Store interface {
 type Config struct {
 	Store Store
 	// Applier is the one the store applies the keyspace's writes with
-	// (raftstore.Config.Applier): watchers wait on it.
+	// (raftstore.Config.Applier): watchers wait on it, and the lessor
+	// learns from it of the grants applied here (with another, a lease
+	// granted while this store leads and never kept alive would not
+	// expire until the next leader change).
 	Applier *Applier
 	// Conn returns a connection to another store's gRPC server, which
 	// serves this API too: a write, or a read the session sends to the
@@ -139,23 +147,39 @@ type Config struct {
 	// DefaultRead is the read mode of a request that names none
 	// (ReadLeader if empty).
 	DefaultRead string
-	Logger      *slog.Logger
+	// TickInterval and ElectionTicks are the store's raft timing
+	// (raftstore.Config; zero: raftstore's defaults, 50ms and 10). As on
+	// etcd, a lease is granted for at least 3/2 election timeouts
+	// (rounded up to a second) and gets an election timeout more than its
+	// TTL when a store becomes the region's leader.
+	TickInterval  time.Duration
+	ElectionTicks int
+	Logger        *slog.Logger
 	// Context bounds the service's background work (the split that makes
 	// the keyspace its own region); nil: context.Background().
 	Context context.Context
 }
 
-// Service implements etcd's KV, Watch, Maintenance and Cluster services.
+// Service implements etcd's KV, Watch, Lease, Maintenance and Cluster
+// services. Stop it (its lessor) when the server stops.
 type Service struct {
 	pb.UnimplementedKVServer
+	pb.UnimplementedLeaseServer
 	pb.UnimplementedMaintenanceServer
 	pb.UnimplementedClusterServer
 	pb.UnimplementedWatchServer
-	cfg   Config
-	split sync.Once // KeepRegion, started at the first write this store proposes
+	cfg    Config
+	split  sync.Once // KeepRegion, started at the first write this store proposes
+	lessor *lessor
+	// minLeaseTTL is etcd's minLeaseTTL (seconds): a shorter grant is
+	// raised to it.
+	minLeaseTTL int64
+	stopc       chan struct{} // closed by Stop: streams end
+	stopOnce    sync.Once
 }
 
-// Register serves the etcd API on g.
+// Register serves the etcd API on g and starts its lessor, which runs
+// until Stop.
 func Register(g *grpc.Server, cfg Config) *Service {
 	if cfg.DefaultRead == "" {
 		cfg.DefaultRead = ReadLeader
@@ -169,13 +193,39 @@ func Register(g *grpc.Server, cfg Config) *Service {
 	if cfg.Context == nil {
 		cfg.Context = context.Background()
 	}
-	s := &Service{cfg: cfg}
+	if cfg.TickInterval <= 0 {
+		cfg.TickInterval = 50 * time.Millisecond
+	}
+	if cfg.ElectionTicks <= 0 {
+		cfg.ElectionTicks = 10
+	}
+	// etcd's (server/etcdserver/server.go): minTTL is 3/2 election
+	// timeouts, in whole seconds rounded up; Promote extends by one.
+	minTTL := time.Duration((3*cfg.ElectionTicks)/2) * cfg.TickInterval
+	s := &Service{
+		cfg:         cfg,
+		minLeaseTTL: int64(math.Ceil(minTTL.Seconds())),
+		stopc:       make(chan struct{}),
+	}
+	s.lessor = newLessor(s, time.Duration(cfg.ElectionTicks)*cfg.TickInterval)
+	cfg.Applier.leases.Store(s.lessor)
 	pb.RegisterKVServer(g, s)
+	pb.RegisterLeaseServer(g, s)
 	pb.RegisterMaintenanceServer(g, s)
 	pb.RegisterClusterServer(g, s)
 	pb.RegisterWatchServer(g, s)
 	registerRestore(g, s) // hedgekv etcd-restore's steps (restore.go)
+	s.lessor.start()
 	return s
+}
+
+// Stop stops the lessor (no lease expires here after it returns) and ends
+// the KeepAlive streams. It may be called more than once.
+func (s *Service) Stop() {
+	s.stopOnce.Do(func() {
+		close(s.stopc)
+		s.lessor.stop()
+	})
 }
 
 func (s *Service) header(rev int64) *pb.ResponseHeader {
@@ -202,18 +252,26 @@ func (s *Service) regionStatus() (raftstore.RegionStatus, bool) {
 // response; leader is the store to forward to when this one cannot
 // propose (0: no forwarding possible).
 func (s *Service) write(ctx context.Context, payload []byte) (int64, *pb.ResponseOp, uint64, error) {
+	resp := &pb.ResponseOp{}
+	rev, leader, err := s.propose(ctx, payload, resp)
+	return rev, resp, leader, err
+}
+
+// propose is write for any command: its result's response is decoded
+// into resp (nil: none).
+func (s *Service) propose(ctx context.Context, payload []byte, resp proto.Message) (int64, uint64, error) {
 	var res []byte
 	err := retryRouting(ctx, func() (err error) {
 		res, err = s.cfg.Store.Propose(ctx, raftstore.WriteOptions{}, []byte(Prefix), payload)
 		return err
 	})
 	if err != nil {
-		return 0, nil, leaderOf(err), toStatus(err)
+		return 0, leaderOf(err), toStatus(err)
 	}
 	// This store leads the keyspace's region: it splits the keyspace off.
 	s.split.Do(func() { go KeepRegion(s.cfg.Context, s.cfg.Store, s.cfg.Logger) })
-	rev, resp, err := decodeResult(res)
-	return rev, resp, 0, err
+	rev, err := decodeResultInto(res, resp)
+	return rev, 0, err
 }
 
 // retryRouting runs op again while it fails because the region holding the
@@ -228,7 +286,11 @@ func retryRouting(ctx context.Context, op func() error) error {
 		var kn *region.KeyNotInRegionError
 		var ep *region.EpochNotMatchError
 		var nl *region.NotLeaderError
-		if err == nil || !(errors.As(err, &kn) || errors.As(err, &ep) || (errors.As(err, &nl) && nl.Leader == nil)) || time.Now().After(give) {
+		if errors.Is(err, raftstore.ErrMaybeApplied) {
+			return err // raft took it: never again
+		}
+		if err == nil || !(errors.As(err, &kn) || errors.As(err, &ep) || errors.Is(err, raftstore.ErrProposalDropped) ||
+			(errors.As(err, &nl) && nl.Leader == nil)) || time.Now().After(give) {
 			return err
 		}
 		select {
@@ -244,10 +306,12 @@ func retryRouting(ctx context.Context, op func() error) error {
 // (etcd's clients retry reads on it, not writes).
 const noLeaderWait = 3 * time.Second
 
-// leaderOf is the store a NotLeader error names, 0 if none.
+// leaderOf is the store a NotLeader error names, 0 if none (and for a
+// proposal raft took before its leader stepped down: forwarding it would
+// apply it twice).
 func leaderOf(err error) uint64 {
 	var nl *region.NotLeaderError
-	if errors.As(err, &nl) && nl.Leader != nil {
+	if errors.As(err, &nl) && nl.Leader != nil && !errors.Is(err, raftstore.ErrMaybeApplied) {
 		return nl.Leader.StoreID
 	}
 	return 0
@@ -264,6 +328,8 @@ func toStatus(err error) error {
 	var nl *region.NotLeaderError
 	var rnf *region.RegionNotFoundError
 	switch {
+	case errors.Is(err, raftstore.ErrMaybeApplied):
+		return rpctypes.ErrGRPCLeaderChanged
 	case errors.As(err, &nl):
 		return rpctypes.ErrGRPCNoLeader
 	case errors.As(err, &rnf), errors.Is(err, raftstore.ErrStopped):
@@ -286,15 +352,36 @@ func forwarded(ctx context.Context) bool {
 	return len(md.Get(mdForwarded)) > 0
 }
 
-// forward sends a request to store id's etcd API: the leader's.
+// forward sends a request to store id's etcd KV service: the leader's.
 func forward[T any](s *Service, ctx context.Context, id uint64, err error, call func(pb.KVClient, context.Context) (T, error)) (T, error) {
+	return forwardWith(s, ctx, id, err, pb.NewKVClient, call)
+}
+
+// forwardWith sends a request to store id's etcd API (a client of one of
+// its services, made by newClient); it returns err, the local failure, if
+// there is no store to forward to.
+func forwardWith[C, T any](s *Service, ctx context.Context, id uint64, err error, newClient func(grpc.ClientConnInterface) C, call func(C, context.Context) (T, error)) (T, error) {
 	var zero T
+	conn, out, ferr := s.forwardConn(ctx, id, err)
+	if ferr != nil {
+		return zero, ferr
+	}
+	return call(newClient(conn), out)
+}
+
+// forwardConn is the connection to store id and the context to forward a
+// request with (marked forwarded, with the session's read mode), or err
+// if the request cannot be forwarded there.
+func (s *Service) forwardConn(ctx context.Context, id uint64, err error) (*grpc.ClientConn, context.Context, error) {
 	if id == 0 || id == s.cfg.Store.ID() || forwarded(ctx) || s.cfg.Conn == nil {
-		return zero, err
+		if err == nil {
+			err = rpctypes.ErrGRPCNoLeader
+		}
+		return nil, nil, err
 	}
 	conn, cerr := s.cfg.Conn(id)
 	if cerr != nil {
-		return zero, status.Errorf(codes.Unavailable, "etcdserver: hedgekv: forward to store %d: %v", id, cerr)
+		return nil, nil, status.Errorf(codes.Unavailable, "etcdserver: hedgekv: forward to store %d: %v", id, cerr)
 	}
 	out := metadata.AppendToOutgoingContext(ctx, mdForwarded, "1")
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
@@ -304,7 +391,7 @@ func forward[T any](s *Service, ctx context.Context, id uint64, err error, call 
 			}
 		}
 	}
-	return call(pb.NewKVClient(conn), out)
+	return conn, out, nil
 }
 
 func (s *Service) request(ctx context.Context, op *pb.RequestOp) (int64, *pb.ResponseOp, uint64, error) {

@@ -19,20 +19,32 @@ import (
 //	Prefix "r/" rev(16)              -> the key changed at rev: history in revision order, for watchers
 //	Prefix "m/rev"                   -> the current revision (8, big-endian; absent: 1)
 //	Prefix "m/compact"               -> the compaction revision (8; absent: never)
+//	Prefix "m/lease-id"              -> the last lease ID the applier chose (8; absent: 0)
+//	Prefix "l/" id(8)                -> a lease: TTL(8) | granted revision(8) (leaseRecord)
+//
+// A lease's ID is stored as the uint64 of its int64, big-endian; its
+// granted TTL is the one Grant stored (after the minimum was applied), its
+// granted revision the keyspace's revision when it was granted (a grant
+// makes no revision, as on etcd). The keys attached to a lease are the
+// current records whose Lease is its ID: there is no index of them, so
+// Revoke and TimeToLive scan the current records (leaseKeys).
 //
 // esc is order-preserving and prefix-free (every 0x00 becomes 0x00 0xff,
 // and 0x00 0x01 ends it), so one key's history is contiguous and in
 // revision order, and the history of the keys in [start, end) is the raw
 // range [h/esc(start), h/esc(end)).
 var (
-	curPrefix  = []byte(Prefix + "k/")
-	curEnd     = []byte(Prefix + "k0")
-	histPrefix = []byte(Prefix + "h/")
-	histEnd    = []byte(Prefix + "h0")
-	revPrefix  = []byte(Prefix + "r/")
-	revEnd     = []byte(Prefix + "r0")
-	revKey     = []byte(Prefix + "m/rev")
-	compactKey = []byte(Prefix + "m/compact")
+	curPrefix   = []byte(Prefix + "k/")
+	curEnd      = []byte(Prefix + "k0")
+	histPrefix  = []byte(Prefix + "h/")
+	histEnd     = []byte(Prefix + "h0")
+	revPrefix   = []byte(Prefix + "r/")
+	revEnd      = []byte(Prefix + "r0")
+	revKey      = []byte(Prefix + "m/rev")
+	compactKey  = []byte(Prefix + "m/compact")
+	leaseIDKey  = []byte(Prefix + "m/lease-id")
+	leasePrefix = []byte(Prefix + "l/")
+	leaseEnd    = []byte(Prefix + "l0")
 )
 
 func curKey(key []byte) []byte {
@@ -294,4 +306,85 @@ func revIndexKey(r etcdmvcc.Revision) []byte {
 
 func putInt(tx raftstore.StateTx, key []byte, v int64) error {
 	return tx.Put(key, binary.BigEndian.AppendUint64(nil, uint64(v)))
+}
+
+// ---- leases ---------------------------------------------------------------------
+
+func leaseKey(id int64) []byte {
+	return binary.BigEndian.AppendUint64(append([]byte(nil), leasePrefix...), uint64(id))
+}
+
+// leaseRecord is a lease as the keyspace holds it.
+type leaseRecord struct {
+	ID         int64
+	TTL        int64 // seconds, as granted
+	GrantedRev int64 // the keyspace's revision at the grant
+}
+
+func (l leaseRecord) encode() []byte {
+	b := binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(l.TTL))
+	return binary.BigEndian.AppendUint64(b, uint64(l.GrantedRev))
+}
+
+func decodeLease(k, v []byte) (leaseRecord, error) {
+	if len(k) != len(leasePrefix)+8 || !bytes.HasPrefix(k, leasePrefix) || len(v) != 16 {
+		return leaseRecord{}, fmt.Errorf("lease record %q of %d bytes: %w", k, len(v), etcdmvcc.ErrCorrupt)
+	}
+	return leaseRecord{
+		ID:         int64(binary.BigEndian.Uint64(k[len(leasePrefix):])),
+		TTL:        int64(binary.BigEndian.Uint64(v[:8])),
+		GrantedRev: int64(binary.BigEndian.Uint64(v[8:])),
+	}, nil
+}
+
+// lease reads lease id's record.
+func (v view) lease(id int64) (leaseRecord, bool, error) {
+	k := leaseKey(id)
+	b, ok, err := v.r.get(k)
+	if err != nil || !ok {
+		return leaseRecord{}, false, err
+	}
+	l, err := decodeLease(k, b)
+	return l, err == nil, err
+}
+
+// leases calls fn with every lease, in the order of their raw keys (IDs
+// ascending as uint64: the positive ones first).
+func (v view) leases(fn func(leaseRecord) bool) error {
+	var derr error
+	err := v.r.scan(leasePrefix, leaseEnd, func(k, b []byte) bool {
+		l, err := decodeLease(k, b)
+		if err != nil {
+			derr = err
+			return false
+		}
+		return fn(l)
+	})
+	if derr != nil {
+		return derr
+	}
+	return err
+}
+
+// LeaseExists implements etcdmvcc.Leases: Apply refuses a put with a lease
+// the keyspace does not hold. Only an apply's view (txView, whose reads
+// do not fail) asks it; a read that failed answers false.
+func (v view) LeaseExists(id int64) bool {
+	_, ok, err := v.lease(id)
+	return ok && err == nil
+}
+
+var _ etcdmvcc.Leases = view{}
+
+// leaseKeys returns the keys attached to lease id, in key order: a scan of
+// every current record (there is no index of a lease's keys).
+func (v view) leaseKeys(id int64) ([][]byte, error) {
+	var keys [][]byte
+	err := v.Scan(nil, nil, func(key []byte, rec etcdmvcc.Record) bool {
+		if rec.Lease == id {
+			keys = append(keys, key)
+		}
+		return true
+	})
+	return keys, err
 }
