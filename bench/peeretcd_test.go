@@ -77,8 +77,80 @@ func TestPeerEtcdHedgeKVOnly(t *testing.T) {
 		t.Fatalf("results.json: %+v %v", doc, err)
 	}
 	report, err := os.ReadFile(filepath.Join(dir, "peer-etcd", "report.md"))
-	if err != nil || !strings.Contains(string(report), "| c | hedgekv | follower (ReadIndex) |") {
+	if err != nil || !strings.Contains(string(report), "| c | hedgekv | hedgekv's own | follower (ReadIndex) |") {
 		t.Fatalf("report.md: %v\n%s", err, report)
+	}
+}
+
+// TestPeerEtcdHedgeKVEtcdAPI runs the hedgekv-etcd variants, hedgekv's
+// stores through their etcd API with the etcd variants' bindings, against
+// in-process clusters (no etcd needed): the scenario's own, and a running
+// one (HedgeKVEndpoints); with go-ycsb's binding only the linearizable
+// variant runs, scans included.
+func TestPeerEtcdHedgeKVEtcdAPI(t *testing.T) {
+	etcdAPI := []string{"hedgekv-etcd-linearizable", "hedgekv-etcd-follower", "hedgekv-etcd-serializable"}
+	running := func(t *testing.T) []string {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := cluster.StartLocal(ctx, cluster.LocalConfig{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Stop)
+		return c.Endpoints
+	}
+	for _, tc := range []struct {
+		name, binding string
+		running       bool
+		workloads     []string
+		want          []string // variants run
+		tableRow      string   // in report.md
+	}{
+		{"etcdkv", EtcdBindingNative, false, []string{"a", "c"}, etcdAPI,
+			"| c | hedgekv | etcd: etcdkv | linearizable (read mode follower: ReadIndex) |"},
+		{"etcdkv-running-cluster", EtcdBindingNative, true, []string{"c"}, etcdAPI,
+			"| c | hedgekv | etcd: etcdkv | serializable (local, may be stale) |"},
+		{"go-ycsb", EtcdBindingGoYCSB, false, []string{"a", "scan"}, etcdAPI[:1],
+			"| scan | hedgekv | etcd: go-ycsb's | linearizable (read mode leader: lease / ReadIndex) |"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cfg := PeerEtcdConfig{
+				Records: 100, Ops: 200, Threads: 4, Workloads: tc.workloads, EtcdBinding: tc.binding,
+				Variants: etcdAPI, MaxDuration: 5 * time.Second,
+				OutDir: t.TempDir(), Logger: quietLogger(), ProgressInterval: -1,
+			}
+			if tc.running {
+				cfg.HedgeKVEndpoints = running(t)
+			}
+			res, err := RunPeerEtcd(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Runs) != len(tc.want)*len(tc.workloads) || res.Loads[hedgeKVEtcdGroup] == nil || res.Loads[SystemHedgeKV] != nil {
+				t.Fatalf("runs %+v, loads %v", res.Rows, res.Loads)
+			}
+			for i, r := range res.Runs {
+				row := r.Phase.Row
+				if row.Variant != tc.want[i%len(tc.want)] || row.Ops != 200 || row.Failed != 0 || row.QPS <= 0 {
+					t.Errorf("row %+v", row)
+				}
+				for _, o := range r.Phase.Ops {
+					if o.Op == "SCAN" && o.Ops < 100 {
+						t.Errorf("%s: %d successful scans", r.Workload, o.Ops)
+					}
+				}
+			}
+			doc, err := ReadResults(filepath.Join(cfg.OutDir, "peer-etcd", "results.json"))
+			if err != nil || len(doc.Rows) != len(res.Runs) || doc.Rows[0].Variant != tc.want[0] || doc.Rows[0].Param != tc.workloads[0] {
+				t.Fatalf("results.json: %+v %v", doc, err)
+			}
+			report, err := os.ReadFile(filepath.Join(cfg.OutDir, "peer-etcd", "report.md"))
+			if err != nil || !strings.Contains(string(report), tc.tableRow) || !strings.Contains(string(report), "| hedgekv (etcd API) | 100 |") {
+				t.Fatalf("report.md: %v\n%s", err, report)
+			}
+		})
 	}
 }
 
@@ -93,13 +165,13 @@ func TestPeerEtcdWithEtcd(t *testing.T) {
 	dir := t.TempDir()
 	res, err := RunPeerEtcd(ctx, PeerEtcdConfig{
 		Records: 100, Ops: 200, Threads: 4, Workloads: []string{"b", "scan"},
-		Variants: []string{"etcd-linearizable", "etcd-serializable", "hedgekv-leader"},
+		Variants: []string{"etcd-linearizable", "etcd-serializable", "hedgekv-leader", "hedgekv-etcd-linearizable", "hedgekv-etcd-serializable"},
 		OutDir:   dir, Logger: quietLogger(), ProgressInterval: -1,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Rows) != 6 {
+	if len(res.Rows) != 10 {
 		t.Fatalf("rows %+v", res.Rows)
 	}
 	for _, r := range res.Rows {
@@ -108,8 +180,11 @@ func TestPeerEtcdWithEtcd(t *testing.T) {
 		}
 	}
 	report, err := os.ReadFile(filepath.Join(dir, "peer-etcd", "report.md"))
-	if err != nil || !strings.Contains(string(report), "hedgekv-leader vs etcd-linearizable") {
-		t.Fatalf("report.md: %v\n%s", err, report)
+	for _, want := range []string{"hedgekv-leader vs etcd-linearizable", "| b | hedgekv-etcd-linearizable vs etcd-linearizable |",
+		"| scan | hedgekv-etcd-serializable vs etcd-serializable |", "| load | hedgekv (etcd API) vs etcd, inserts |"} {
+		if err != nil || !strings.Contains(string(report), want) {
+			t.Fatalf("report.md: %v: no %q\n%s", err, want, report)
+		}
 	}
 }
 
@@ -147,12 +222,12 @@ func TestPeerEtcdGoYCSBBindingScans(t *testing.T) {
 	defer cancel()
 	res, err := RunPeerEtcd(ctx, PeerEtcdConfig{
 		Records: 100, Ops: 200, Threads: 4, Workloads: []string{"scan", "e"}, EtcdBinding: EtcdBindingGoYCSB,
-		Variants: []string{"etcd-linearizable"}, OutDir: t.TempDir(), Logger: quietLogger(), ProgressInterval: -1,
+		Variants: []string{"etcd-linearizable", "hedgekv-etcd-linearizable"}, OutDir: t.TempDir(), Logger: quietLogger(), ProgressInterval: -1,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Rows) != 2 {
+	if len(res.Rows) != 4 {
 		t.Fatalf("rows %+v", res.Rows)
 	}
 	for _, r := range res.Runs {
@@ -284,13 +359,24 @@ func TestPeerEtcdWANTiny(t *testing.T) {
 			if !strings.HasPrefix(r.ServedBy, "store 1 (dc-a) 100%") || *row.WANBytesPerOp < 5*1000 {
 				t.Errorf("hedgekv-leader served by %s, %v WAN bytes per scan of ten 1 KB rows", r.ServedBy, *row.WANBytesPerOp)
 			}
-		case "hedgekv-follower":
+		case "hedgekv-follower", "hedgekv-etcd-follower":
 			if !strings.Contains(r.ServedBy, "store 2 (dc-b) 100%: read-index 100%") {
-				t.Errorf("hedgekv-follower served by %s", r.ServedBy)
+				t.Errorf("%s served by %s", row.Variant, r.ServedBy)
+			}
+		case "hedgekv-etcd-linearizable":
+			// dc-b's store forwards each Range to the leader (which reads
+			// under its lease, or after a ReadIndex when a loaded machine
+			// lets it lapse): the rows cross the WAN.
+			if !strings.HasPrefix(r.ServedBy, "store 1 (dc-a) 100%:") || *row.WANBytesPerOp < 5*1000 || row.ServerP99Ms == nil {
+				t.Errorf("hedgekv-etcd-linearizable served by %s, %v WAN bytes per scan of ten 1 KB rows", r.ServedBy, *row.WANBytesPerOp)
+			}
+		case "hedgekv-etcd-serializable":
+			if !strings.Contains(r.ServedBy, "store 2 (dc-b) 100%: stale 100%") || *row.WANBytesPerOp > 1000 {
+				t.Errorf("hedgekv-etcd-serializable served by %s, %v WAN bytes per scan", r.ServedBy, *row.WANBytesPerOp)
 			}
 		}
 	}
-	if res.Loads[SystemEtcd] == nil || res.Loads[SystemHedgeKV] == nil {
+	if res.Loads[SystemEtcd] == nil || res.Loads[SystemHedgeKV] == nil || res.Loads[hedgeKVEtcdGroup] == nil {
 		t.Errorf("loads %+v", res.Loads)
 	}
 	doc, err := ReadResults(filepath.Join(dir, "peer-etcd", "results.json"))
@@ -298,7 +384,8 @@ func TestPeerEtcdWANTiny(t *testing.T) {
 		t.Fatalf("results.json: %+v %v", doc, err)
 	}
 	report, err := os.ReadFile(filepath.Join(dir, "peer-etcd", "report.md"))
-	if err != nil || !strings.Contains(string(report), "| 10 | hedgekv-follower vs etcd-serializable |") || !strings.Contains(string(report), "X-PeerURLs") {
+	if err != nil || !strings.Contains(string(report), "| 10 | hedgekv-follower vs etcd-serializable |") || !strings.Contains(string(report), "X-PeerURLs") ||
+		!strings.Contains(string(report), "| 10 | hedgekv-etcd-follower vs etcd-linearizable |") {
 		t.Fatalf("report.md: %v\n%s", err, report)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "peer-etcd", "cdf-scan-10.png")); err != nil {

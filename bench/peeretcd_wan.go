@@ -23,6 +23,7 @@ import (
 	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/cluster"
 	"github.com/hedgekv/hedgekv/netsim"
+	"github.com/hedgekv/hedgekv/server/etcdapi"
 )
 
 // setWANDefaults fills in the topology settings (before the common
@@ -66,10 +67,11 @@ func firstStore(t *netsim.Topology, zone string) uint64 {
 	return 0
 }
 
-// wanProgress is the progress bar of a topology run (nil: none).
-func (st *peerState) wanProgress(etcd, hk int) *Progress {
+// wanProgress is the progress bar of a topology run (nil: none): a load
+// and a run per variant and scan length for each group of variants.
+func (st *peerState) wanProgress(groups ...int) *Progress {
 	steps := 0
-	for _, n := range []int{etcd, hk} {
+	for _, n := range groups {
 		if n > 0 {
 			steps += 1 + n*len(st.cfg.ScanLengths)
 		}
@@ -77,12 +79,13 @@ func (st *peerState) wanProgress(etcd, hk int) *Progress {
 	return newProgress(st.cfg.Progress, "peer-etcd", steps)
 }
 
-// runWAN runs the scenario behind cfg.Topology: etcd first, then hedgekv,
-// never at the same time, each loaded once and read with every variant at
-// every scan length.
+// runWAN runs the scenario behind cfg.Topology: etcd first, then hedgekv
+// through its own client, then hedgekv through the etcd API (a cluster of
+// its own), never two at the same time, each loaded once and read with
+// every variant at every scan length.
 func (st *peerState) runWAN(ctx context.Context) (*PeerEtcdResult, error) {
 	cfg := st.cfg
-	etcdVariants, hkVariants := cfg.wants(SystemEtcd), cfg.wants(SystemHedgeKV)
+	etcdVariants, hkVariants, hkEtcdVariants := cfg.wants(SystemEtcd), cfg.wants(SystemHedgeKV), cfg.wants(hedgeKVEtcdGroup)
 	var etcdBinary string
 	if len(etcdVariants) > 0 {
 		var err error
@@ -90,7 +93,7 @@ func (st *peerState) runWAN(ctx context.Context) (*PeerEtcdResult, error) {
 			return nil, fmt.Errorf("peer-etcd: %w", err)
 		}
 	}
-	prog := st.wanProgress(len(etcdVariants), len(hkVariants))
+	prog := st.wanProgress(len(etcdVariants), len(hkVariants), len(hkEtcdVariants))
 	defer prog.Done()
 
 	var errs []error
@@ -99,6 +102,9 @@ func (st *peerState) runWAN(ctx context.Context) (*PeerEtcdResult, error) {
 	}
 	if len(hkVariants) > 0 && ctx.Err() == nil {
 		errs = append(errs, st.wanHedgeKV(ctx, hkVariants, prog))
+	}
+	if len(hkEtcdVariants) > 0 && ctx.Err() == nil {
+		errs = append(errs, st.wanHedgeKVEtcd(ctx, hkEtcdVariants, prog))
 	}
 	prog.Done() // before the tables are printed
 	err := errors.Join(errs...)
@@ -130,21 +136,10 @@ func (st *peerState) wanEtcd(ctx context.Context, binary string, variants []Peer
 		return fmt.Errorf("peer-etcd: %w", err)
 	}
 
-	open := func(v PeerVariant, endpoint string) (ycsb.DB, error) {
-		name, props := cfg.dbFor(v, []string{endpoint})
-		creator := ycsb.GetDBCreator(name)
-		if creator == nil {
-			return nil, fmt.Errorf("no go-ycsb DB registered as %q", name)
-		}
-		db, err := creator.Create(toProperties(props))
-		if err != nil {
-			return nil, fmt.Errorf("connect %s: %w", v.Name, err)
-		}
-		return db, nil
-	}
+	open := func(v PeerVariant, endpoint string) (ycsb.DB, error) { return cfg.openDB(v, []string{endpoint}) }
 	// The loader writes as etcd-linearizable's binding does (go-ycsb's
 	// binding stores JSON).
-	loader, err := open(PeerVariants[0], c.ZoneEndpoint(cfg.LeaderZone, leader))
+	loader, err := open(peerVariant("etcd-linearizable"), c.ZoneEndpoint(cfg.LeaderZone, leader))
 	if err != nil {
 		return fmt.Errorf("peer-etcd: %w", err)
 	}
@@ -231,7 +226,7 @@ func (st *peerState) wanHedgeKV(ctx context.Context, variants []PeerVariant, pro
 		switch v.Name {
 		case "hedgekv-follower":
 			read.Replica = client.ReplicaClosest
-		case "hedgekv-follower-stale":
+		case "hedgekv-follower-stale", "hedgekv-etcd-serializable":
 			read.Replica, read.MaxStaleness = client.ReplicaClosest, cfg.MaxStaleness
 		}
 		if dbs[i], err = c.openZoneDB(ctx, cfg.ClientZone, read); err != nil {
@@ -272,6 +267,82 @@ func (st *peerState) wanHedgeKV(ctx context.Context, variants []PeerVariant, pro
 		return r, err
 	})
 }
+
+// wanHedgeKVEtcd runs hedgekv's EtcdAPI variants as wanEtcd runs etcd's,
+// with the same binding: three stores behind the topology (as wanHedgeKV's,
+// a cluster of their own), the etcd keyspace's region led from
+// LeaderZone's first store, loaded by a client beside the leader, read by a
+// client in ClientZone whose only endpoint is its zone's store, through
+// its zone's link.
+func (st *peerState) wanHedgeKVEtcd(ctx context.Context, variants []PeerVariant, prog *Progress) error {
+	cfg := st.cfg
+	local := firstStore(cfg.Topology, cfg.ClientZone)
+	prog.Printf("peer-etcd: starting %d hedgekv stores behind the %s topology for its etcd API", len(cfg.Topology.Stores()), cfg.TopologyName)
+	c, err := startWANCluster(ctx, cfg.Topology, cfg.LeaderZone, cfg.Logger)
+	if err != nil {
+		return fmt.Errorf("peer-etcd: start hedgekv: %w", err)
+	}
+	defer c.Stop()
+	// Splits are off, so region 1 holds the etcd keyspace too; should it
+	// not, its own region's leader goes where region 1's went.
+	if id := c.regionOf([]byte(etcdapi.Prefix)); id != 0 && id != hotRegionID {
+		mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := c.MoveLeader(mctx, id, c.leaderStore)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("peer-etcd: hedgekv: etcd keyspace's region %d: %w", id, err)
+		}
+		c.region = id
+	}
+	open := func(v PeerVariant, zone string, store uint64) (ycsb.DB, error) {
+		return cfg.openDB(v, []string{c.Network().Addr(zone, store)})
+	}
+	loader, err := open(variants[0], cfg.LeaderZone, c.leaderStore)
+	if err != nil {
+		return fmt.Errorf("peer-etcd: %w", err)
+	}
+	load, err := loadRows(ctx, loader, cfg.Records, max(cfg.Threads, 64), prog, cfg.Logger)
+	_ = loader.Close()
+	if load != nil {
+		st.res.Loads[hedgeKVEtcdGroup] = load
+	}
+	if err != nil {
+		return fmt.Errorf("peer-etcd: hedgekv (etcd API): %w", err)
+	}
+	dbs := make([]ycsb.DB, len(variants))
+	defer closeDBs(dbs)
+	for i, v := range variants {
+		if dbs[i], err = open(v, cfg.ClientZone, local); err != nil {
+			return fmt.Errorf("peer-etcd: %w", err)
+		}
+	}
+	st.notes = append(st.notes, fmt.Sprintf("hedgekv-etcd-*: another cluster as hedgekv's above, stores %s, region %d (the etcd keyspace) led from store %d in %s, "+
+		"driven through its etcd API by the etcd variants' binding (%q), loaded by a client beside the leader; the client's only endpoint is store %d (%s) through %s's link, "+
+		"as etcd's client has m%d; hedgekv-etcd-linearizable sends no read mode (the store's default, leader: store %d forwards each Range to the leader), "+
+		"hedgekv-etcd-follower sends hedgekv-read-mode=follower; their `server p99` is store %d's etcdserverpb.KV/Range histogram",
+		hkStoresText(c), c.placedRegion(), c.leaderStore, cfg.LeaderZone, cfg.EtcdBinding, local, cfg.ClientZone, cfg.ClientZone, local, local, local))
+
+	statusAddr := []string{c.StatusAddr(local)}
+	return st.eachWANRun(variants, prog, func(i, scan int) (*PeerRun, error) {
+		var before clusterSnap
+		r, err := st.measureWAN(ctx, dbs[i], variants[i], scan, prog, func() { before = c.snapAt(ctx, etcdRangeMethod, statusAddr) })
+		if r != nil {
+			d := c.delta(before, c.snapAt(ctx, etcdRangeMethod, statusAddr))
+			r.WANBytes, r.ServedBy = d.wanBytes, c.servedBy(d)
+			r.LeaderMoved = c.leaderCheck(ctx)
+			if p99, ok := d.serverMs(0.99); ok {
+				r.Phase.Row.ServerP99Ms = ptr(p99)
+			}
+			if p50, ok := d.serverMs(0.5); ok {
+				r.ServerP50Ms = p50
+			}
+		}
+		return r, err
+	})
+}
+
+// etcdRangeMethod is how a store's request metrics name etcd's KV.Range.
+const etcdRangeMethod = "etcdserverpb.KV.Range"
 
 // eachWANRun measures every variant at every scan length, in that order,
 // and records each run: a run whose operations all failed is kept and the
@@ -343,6 +414,10 @@ var wanComparisons = []struct {
 	{"hedgekv-follower", "etcd-serializable", "hedgekv's linearizable follower read against etcd's local (not linearizable) read", 1},
 	{"hedgekv-follower", "etcd-linearizable", "both linearizable, both served in the client's zone after a round trip to the leader", 0},
 	{"hedgekv-follower-stale", "etcd-serializable", "both local and possibly stale", 0},
+	// One binding, two servers.
+	{"hedgekv-etcd-linearizable", "etcd-linearizable", "both linearizable through the same etcd binding: hedgekv's local store forwards the Range to the remote leader, etcd's local member asks it for a ReadIndex", 0},
+	{"hedgekv-etcd-follower", "etcd-linearizable", "both linearizable through the same etcd binding, both served in the client's zone after a round trip to the leader", 0},
+	{"hedgekv-etcd-serializable", "etcd-serializable", "both serializable through the same etcd binding: local and possibly stale", 0},
 }
 
 func (st *peerState) findWAN(variant string, scan int) *Row {
@@ -466,7 +541,7 @@ func (st *peerState) wanReport(table, ratios string, plots []string) string {
 	for _, n := range st.notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
-	b.WriteString("- `ops/s` counts successful scans per second; latencies are of successful scans, measured in the client. `WAN bytes/read` is every byte that crossed a link between zones during the run (client traffic and replication, both directions) over successful scans. `server p99` is hedgekv's own `KV.Scan` histogram (etcd's is not collected).\n")
+	b.WriteString("- `ops/s` counts successful scans per second; latencies are of successful scans, measured in the client. `WAN bytes/read` is every byte that crossed a link between zones during the run (client traffic and replication, both directions) over successful scans. `server p99` is hedgekv's own `KV.Scan` histogram, for the hedgekv-etcd variants the client's store's `etcdserverpb.KV/Range` one (etcd's is not collected).\n")
 	b.WriteString("- `serializable` etcd reads and `bounded staleness` hedgekv reads may miss recent writes; the other variants are linearizable. etcd serves a linearizable read at a follower after a ReadIndex round trip to the leader, as hedgekv's follower read does, but etcd's leader also confirms its leadership with a heartbeat round to a quorum first (no leader lease for reads).\n\n")
 	b.WriteString("## Side by side\n\n")
 	b.WriteString(table)
@@ -541,9 +616,9 @@ func (st *peerState) wanLimits(want int) string {
 		}
 		limit := float64(cfg.Threads) / row.P50Ms * 1000
 		switch r.Variant.Name {
-		case "hedgekv-follower":
-			fmt.Fprintf(&b, "- `hedgekv-follower` waits at its store for a ReadIndex round trip to the leader (RTT %v): the store's median scan took %s ms (%s round trips), the client's %s ms. ",
-				rtt, FormatFloat(r.ServerP50Ms, 1), FormatFloat(r.ServerP50Ms/rttMs, 1), FormatFloat(row.P50Ms, 1))
+		case "hedgekv-follower", "hedgekv-etcd-follower":
+			fmt.Fprintf(&b, "- `%s` waits at its store for a ReadIndex round trip to the leader (RTT %v): the store's median scan took %s ms (%s round trips), the client's %s ms. ",
+				r.Variant.Name, rtt, FormatFloat(r.ServerP50Ms, 1), FormatFloat(r.ServerP50Ms/rttMs, 1), FormatFloat(row.P50Ms, 1))
 			fmt.Fprintf(&b, "%d client threads each waiting that long allow %d ÷ %s ms = %s scans/s (measured %s); even at exactly one round trip per read they would allow %s/s.\n",
 				cfg.Threads, cfg.Threads, FormatFloat(row.P50Ms, 1), FormatFloat(limit, 0), FormatFloat(row.QPS, 0), FormatFloat(float64(cfg.Threads)/rttMs*1000, 0))
 		case "etcd-linearizable":
@@ -557,7 +632,7 @@ func (st *peerState) wanLimits(want int) string {
 			fmt.Fprintf(&b, "- `etcd-serializable` never leaves %s (%s of WAN per read): its median of %s ms is the scan and the queue for this machine's CPUs, not the network. "+
 				"etcd 3.4 collects the revision of every key from a range's start to its end (here the end of the table) before it applies the limit (it reports the range's total count), so each scan also walks the index entries of every row after its start key, half of the table's %d on average, whatever its length.\n",
 				cfg.ClientZone, fmtBytes(derefOr(row.WANBytesPerOp, 0)), FormatFloat(row.P50Ms, 1), cfg.Records)
-		case "hedgekv-follower-stale":
+		case "hedgekv-follower-stale", "hedgekv-etcd-serializable":
 			fmt.Fprintf(&b, "- `%s` never leaves %s (%s of WAN per read): its median of %s ms is the scan and the queue for this machine's CPUs, not the network.\n",
 				r.Variant.Name, cfg.ClientZone, fmtBytes(derefOr(row.WANBytesPerOp, 0)), FormatFloat(row.P50Ms, 1))
 		}

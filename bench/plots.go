@@ -30,6 +30,9 @@ var plotColors = []color.RGBA{
 	{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}, // grey
 	{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}, // orange
 	{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}, // purple
+	{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff}, // brown
+	{R: 0xe3, G: 0x77, B: 0xc2, A: 0xff}, // pink
+	{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff}, // cyan
 }
 
 var plotGlyphs = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.TriangleGlyph{}, draw.SquareGlyph{}, draw.CrossGlyph{}, draw.RingGlyph{}, draw.PlusGlyph{}}

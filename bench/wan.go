@@ -51,6 +51,29 @@ type wanCluster struct {
 	topo        *netsim.Topology
 	leaderStore uint64
 	statusAddrs []string
+	// region is the region whose leader the scenario placed (0:
+	// hotRegionID).
+	region uint64
+}
+
+// placedRegion is the region whose leader leaderCheck watches.
+func (c *wanCluster) placedRegion() uint64 {
+	if c.region != 0 {
+		return c.region
+	}
+	return hotRegionID
+}
+
+// regionOf is the region holding key, as some store knows it (0: none).
+func (c *wanCluster) regionOf(key []byte) uint64 {
+	for _, id := range c.StoreIDs() {
+		for _, r := range c.Server(id).Store().Regions() {
+			if r.Region.Contains(key) {
+				return r.Region.ID
+			}
+		}
+	}
+	return 0
 }
 
 // startWANCluster starts the stores of topo behind it (balancer paused,
@@ -111,17 +134,19 @@ func (c *wanCluster) openZoneDB(ctx context.Context, zone string, read client.Re
 	})
 }
 
-// leaderCheck says whether region 1's leader is still where the scenario
-// put it, and puts it back if not.
+// leaderCheck says whether the placed region's leader (region 1's, unless
+// c.region says otherwise) is still where the scenario put it, and puts it
+// back if not.
 func (c *wanCluster) leaderCheck(ctx context.Context) (moved string) {
-	now := c.LeaderStore(hotRegionID)
+	region := c.placedRegion()
+	now := c.LeaderStore(region)
 	if now == c.leaderStore {
 		return ""
 	}
-	moved = fmt.Sprintf("region %d's leader was on store %d, not %d, after the run", hotRegionID, now, c.leaderStore)
+	moved = fmt.Sprintf("region %d's leader was on store %d, not %d, after the run", region, now, c.leaderStore)
 	mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := c.MoveLeader(mctx, hotRegionID, c.leaderStore); err != nil {
+	if err := c.MoveLeader(mctx, region, c.leaderStore); err != nil {
 		moved += "; moving it back failed: " + err.Error()
 	} else {
 		moved += "; moved back"
@@ -139,8 +164,14 @@ type clusterSnap struct {
 }
 
 func (c *wanCluster) snap(ctx context.Context, method string) clusterSnap {
+	return c.snapAt(ctx, method, c.statusAddrs)
+}
+
+// snapAt is snap with method's latency histogram summed over the status
+// addresses given only.
+func (c *wanCluster) snapAt(ctx context.Context, method string, statusAddrs []string) clusterSnap {
 	s := clusterSnap{at: time.Now(), stats: c.Stats(), wan: c.Network().WANBytes()}
-	s.hist, s.err = scrapeCluster(ctx, c.statusAddrs, method)
+	s.hist, s.err = scrapeCluster(ctx, statusAddrs, method)
 	return s
 }
 

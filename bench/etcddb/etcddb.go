@@ -20,10 +20,20 @@
 //	etcd.dial_timeout     Go duration (default 5s)
 //	etcd.request_timeout  Go duration, per operation (default 10s)
 //	etcd.read             linearizable | serializable (default linearizable)
+//	etcd.hedgekv_read_mode       leader | follower | stale (default: none sent)
+//	etcd.hedgekv_max_staleness   Go duration (default: none sent)
 //
 // Read, Scan and BatchRead honour etcd.read. Update is a read-modify-write
 // whose read is always linearizable (not atomic across fields, as with
 // hedgekv and go-ycsb's own etcd binding).
+//
+// The two hedgekv properties are for hedgekv's stores, which serve etcd's
+// v3 API (server/etcdapi): the binding appends them to every request's
+// context as the gRPC metadata hedgekv-read-mode and hedgekv-max-staleness
+// (etcdapi.MetadataReadMode, etcdapi.MetadataMaxStaleness), the session's
+// read mode for its linearizable Ranges (the read of an Update included);
+// without them a store uses its default (--etcd-read-mode: leader). etcd
+// ignores metadata it does not know, so they change nothing against etcd.
 package etcddb
 
 import (
@@ -37,8 +47,10 @@ import (
 	"github.com/pingcap/go-ycsb/pkg/ycsb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/hedgekv/hedgekv/bench/ycsbdb"
+	"github.com/hedgekv/hedgekv/server/etcdapi"
 )
 
 // Name is the name the binding is registered under in go-ycsb.
@@ -50,6 +62,12 @@ const (
 	PropDialTimeout    = "etcd.dial_timeout"
 	PropRequestTimeout = "etcd.request_timeout"
 	PropRead           = "etcd.read"
+	// PropHedgeKVReadMode: the hedgekv-read-mode metadata of every request
+	// (etcdapi.ReadLeader, ReadFollower or ReadStale).
+	PropHedgeKVReadMode = "etcd.hedgekv_read_mode"
+	// PropHedgeKVMaxStaleness: the hedgekv-max-staleness metadata of every
+	// request (the bound of the stale mode).
+	PropHedgeKVMaxStaleness = "etcd.hedgekv_max_staleness"
 )
 
 // Read consistency levels.
@@ -72,12 +90,17 @@ func (creator) Create(p *properties.Properties) (ycsb.DB, error) {
 	o := Options{
 		Endpoints: ycsbdb.SplitList(p.GetString(PropEndpoints, "localhost:2379")),
 		Read:      p.GetString(PropRead, ReadLinearizable),
+		// HedgeKVReadMode is checked by Open.
+		HedgeKVReadMode: strings.TrimSpace(p.GetString(PropHedgeKVReadMode, "")),
 	}
 	var err error
 	if o.DialTimeout, err = duration(p, PropDialTimeout, 5*time.Second); err != nil {
 		return nil, err
 	}
 	if o.RequestTimeout, err = duration(p, PropRequestTimeout, 10*time.Second); err != nil {
+		return nil, err
+	}
+	if o.HedgeKVMaxStaleness, err = duration(p, PropHedgeKVMaxStaleness, 0); err != nil {
 		return nil, err
 	}
 	return Open(o)
@@ -101,6 +124,13 @@ type Options struct {
 	DialTimeout    time.Duration
 	RequestTimeout time.Duration
 	Read           string // ReadLinearizable or ReadSerializable
+	// HedgeKVReadMode, if set, is sent with every request as the gRPC
+	// metadata hedgekv-read-mode: hedgekv's session read mode
+	// (etcdapi.ReadLeader, ReadFollower or ReadStale).
+	HedgeKVReadMode string
+	// HedgeKVMaxStaleness, if > 0, is sent with every request as
+	// hedgekv-max-staleness (the bound of the stale read mode).
+	HedgeKVMaxStaleness time.Duration
 }
 
 // DB is a ycsb.DB over an etcd v3 client.
@@ -108,6 +138,8 @@ type DB struct {
 	cli     *clientv3.Client
 	readOps []clientv3.OpOption
 	timeout time.Duration
+	// md: key/value pairs appended to every request's outgoing metadata.
+	md []string
 }
 
 var (
@@ -128,6 +160,21 @@ func Open(o Options) (*DB, error) {
 	default:
 		return nil, fmt.Errorf("%s: unknown read consistency %q (want %s or %s)", PropRead, o.Read, ReadLinearizable, ReadSerializable)
 	}
+	var md []string
+	switch o.HedgeKVReadMode {
+	case "":
+	case etcdapi.ReadLeader, etcdapi.ReadFollower, etcdapi.ReadStale:
+		md = append(md, etcdapi.MetadataReadMode, o.HedgeKVReadMode)
+	default:
+		return nil, fmt.Errorf("%s: unknown hedgekv read mode %q (want %s, %s or %s)", PropHedgeKVReadMode, o.HedgeKVReadMode,
+			etcdapi.ReadLeader, etcdapi.ReadFollower, etcdapi.ReadStale)
+	}
+	switch {
+	case o.HedgeKVMaxStaleness < 0:
+		return nil, fmt.Errorf("%s: %v is negative", PropHedgeKVMaxStaleness, o.HedgeKVMaxStaleness)
+	case o.HedgeKVMaxStaleness > 0:
+		md = append(md, etcdapi.MetadataMaxStaleness, o.HedgeKVMaxStaleness.String())
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   o.Endpoints,
 		DialTimeout: o.DialTimeout,
@@ -136,10 +183,15 @@ func Open(o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd ycsb: connect to %v: %w", o.Endpoints, err)
 	}
-	return &DB{cli: cli, readOps: readOps, timeout: o.RequestTimeout}, nil
+	return &DB{cli: cli, readOps: readOps, timeout: o.RequestTimeout, md: md}, nil
 }
 
+// opContext is the context of one operation: its timeout, and the hedgekv
+// metadata.
 func (db *DB) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if len(db.md) > 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, db.md...)
+	}
 	if db.timeout <= 0 {
 		return ctx, func() {}
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/bench/etcddb"
 	"github.com/hedgekv/hedgekv/cluster"
+	"github.com/hedgekv/hedgekv/server/etcdapi"
 )
 
 func TestRegisteredAndValidated(t *testing.T) {
@@ -32,6 +34,88 @@ func TestRegisteredAndValidated(t *testing.T) {
 	_, _, _ = p.Set(etcddb.PropDialTimeout, "soon")
 	if _, err := c.Create(p); err == nil {
 		t.Fatal("bad duration accepted")
+	}
+	p = properties.NewProperties()
+	_, _, _ = p.Set(etcddb.PropHedgeKVReadMode, "closest")
+	if _, err := c.Create(p); err == nil || !strings.Contains(err.Error(), etcddb.PropHedgeKVReadMode) {
+		t.Fatalf("unknown hedgekv read mode: %v", err)
+	}
+	p = properties.NewProperties()
+	_, _, _ = p.Set(etcddb.PropHedgeKVMaxStaleness, "-1s")
+	if _, err := c.Create(p); err == nil {
+		t.Fatal("negative staleness accepted")
+	}
+}
+
+// TestHedgeKVReadMode drives a hedgekv cluster's etcd API through one
+// follower's address: with etcd.hedgekv_read_mode=follower that store
+// serves the reads itself (ReadIndex), so the metadata reached it with
+// every request; without the property (the stores' default, leader) and
+// with leader it forwards them to the leader and serves none.
+func TestHedgeKVReadMode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := cluster.StartLocal(ctx, cluster.LocalConfig{NoSync: true, DisableBalancing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	// The etcd keyspace's region and its leader.
+	var region, leader uint64
+	for _, id := range c.StoreIDs() {
+		for _, r := range c.Server(id).Store().Regions() {
+			if r.Region.Contains([]byte(etcdapi.Prefix)) {
+				region = r.Region.ID
+			}
+		}
+	}
+	if region == 0 {
+		t.Fatal("no region holds the etcd keyspace")
+	}
+	leader = c.LeaderStore(region)
+	follower := c.StoreIDs()[0]
+	if follower == leader {
+		follower = c.StoreIDs()[1]
+	}
+	endpoint := c.Endpoints[slices.Index(c.StoreIDs(), follower)]
+	reads := func(store uint64) uint64 {
+		s := c.Stats()[store]
+		return s.ReadsLease + s.ReadsReadIndex + s.ReadsStale + s.ReadsFollowerLease
+	}
+	writer, err := etcddb.Open(etcddb.Options{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	if err := writer.Insert(ctx, "t", "k", map[string][]byte{"f": []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode   string
+		served bool // by the follower called
+	}{{"", false}, {etcdapi.ReadLeader, false}, {etcdapi.ReadFollower, true}} {
+		db, err := etcddb.Open(etcddb.Options{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, RequestTimeout: 10 * time.Second,
+			HedgeKVReadMode: tc.mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := reads(follower)
+		for range 20 {
+			if got, err := db.Read(ctx, "t", "k", nil); err != nil || string(got["f"]) != "v" {
+				t.Fatalf("mode %q: read %q %v", tc.mode, got, err)
+			}
+		}
+		if err := db.Update(ctx, "t", "k", map[string][]byte{"f": []byte("v")}); err != nil {
+			t.Fatalf("mode %q: update: %v", tc.mode, err)
+		}
+		_ = db.Close()
+		if now := c.LeaderStore(region); now != leader {
+			t.Skipf("the leader moved from store %d to %d", leader, now)
+		}
+		served := reads(follower) - before
+		if tc.served && served < 21 || !tc.served && served != 0 {
+			t.Errorf("mode %q: follower store %d served %d of 21 reads itself", tc.mode, follower, served)
+		}
 	}
 }
 

@@ -274,16 +274,28 @@ func newBenchPeerEtcdCmd() *cobra.Command {
 		Long: `Start a three-member etcd on loopback ports (the etcd binary from PATH or --etcd;
 Debian: apt-get install etcd-server), load it and run each workload with
 linearizable and serializable reads; then do the same against hedgekv, three
-stores started in this process (or the running cluster given with --endpoints),
-with leader, follower and bounded-staleness follower reads. Prints a side-by-side
-table and writes OUT/peer-etcd/{results.json,report.md}.
+stores started in this process (or the running cluster given with --endpoints,
+e.g. scripts/cluster.sh's three processes), with leader, follower and
+bounded-staleness follower reads through hedgekv's own client; then against
+hedgekv's etcd v3 API (a fresh cluster, or the same running one) with the etcd
+variants' own binding: hedgekv-etcd-linearizable (the API's default read mode,
+leader), hedgekv-etcd-follower (gRPC metadata hedgekv-read-mode=follower) and
+hedgekv-etcd-serializable. Prints a side-by-side table and writes
+OUT/peer-etcd/{results.json,report.md}.
+
+--etcd-binding go-ycsb runs go-ycsb's own etcd binding, unchanged but for its
+scans, for etcd-linearizable and hedgekv-etcd-linearizable alike; it has no
+serializable read and sends no metadata, so etcd-serializable,
+hedgekv-etcd-follower and hedgekv-etcd-serializable do not run with it.
 
 With --topology (a topology file, or 'default': dc-a, dc-b, dc-c, 14 ms one
 way), both run behind the simulated WAN instead, one member or store per zone,
 each leader in the first zone, the client in the second, and the variants read
 scans of --scan-lengths ~1 KB rows for --duration each: etcd's local member
 (linearizable and serializable) against hedgekv's remote leader, local
-follower and bounded-staleness local follower; it also writes latency CDFs.`,
+follower and bounded-staleness local follower, and hedgekv's etcd API (its own
+cluster) with the etcd binding at the client's zone's store; it also writes
+latency CDFs.`,
 		Args: exactArgs(),
 		RunE: benchRunE(func(cmd *cobra.Command, env *benchEnv) error {
 			cfg := bench.PeerEtcdConfig{
@@ -342,7 +354,7 @@ follower and bounded-staleness local follower; it also writes latency CDFs.`,
 	_ = f.MarkHidden("workload")
 	variantsFlag(f, &variants, bench.PeerVariants, func(v bench.PeerVariant) string { return v.Name })
 	f.StringVar(&etcdBin, "etcd", "", "etcd binary (default: etcd on PATH)")
-	f.StringVar(&binding, "etcd-binding", bench.EtcdBindingNative, "etcd YCSB binding: etcdkv (same encoding as hedgekv) or go-ycsb (go-ycsb's own with its scans corrected; linearizable only)")
+	f.StringVar(&binding, "etcd-binding", bench.EtcdBindingNative, "etcd YCSB binding of the etcd and hedgekv-etcd variants: etcdkv (same encoding as hedgekv) or go-ycsb (go-ycsb's own with its scans corrected; linearizable only)")
 	f.DurationVar(&maxStale, "max-staleness", 0, "staleness bound of hedgekv-follower-stale (default 1s; with --topology 10s)")
 	f.DurationVar(&duration, "duration", 0, "stop each run after this long (default: none; --quick: 5s); with --topology the length of each run (default 15s; --quick 3s)")
 	f.StringVar(&out, "out", "results", "results directory (writes OUT/peer-etcd/)")
