@@ -1,7 +1,8 @@
 // Package etcdmvcc evaluates etcd v3 KV requests (Put, DeleteRange, Txn,
 // Range) exactly as etcd v3.7 does, over a small storage interface, so that
 // a Raft state machine can apply them deterministically at a given
-// revision (docs/etcd-design-draft.md §1, §3; step 2 of §10).
+// revision: server/etcdapi applies them in the etcd keyspace's region
+// (docs/design.md, "etcd's v3 API").
 //
 // It is pure: no I/O, no clocks, no goroutines; it imports the standard
 // library, etcd's API protobufs (go.etcd.io/etcd/api/v3) and google/btree.
