@@ -261,7 +261,7 @@ func (s *Service) write(ctx context.Context, payload []byte) (int64, *pb.Respons
 // into resp (nil: none).
 func (s *Service) propose(ctx context.Context, payload []byte, resp proto.Message) (int64, uint64, error) {
 	var res []byte
-	err := retryRouting(ctx, func() (err error) {
+	err := s.retryRouting(ctx, func() (err error) {
 		res, err = s.cfg.Store.Propose(ctx, raftstore.WriteOptions{}, []byte(Prefix), payload)
 		return err
 	})
@@ -276,10 +276,12 @@ func (s *Service) propose(ctx context.Context, payload []byte, resp proto.Messag
 
 // retryRouting runs op again while it fails because the region holding the
 // keyspace changed under it (the split that makes the keyspace a region
-// of its own), or has no leader this store knows of yet (an election),
-// for at most noLeaderWait: such a write was refused before raft took it,
-// and such a read answered nothing, so trying again is safe.
-func retryRouting(ctx context.Context, op func() error) error {
+// of its own), or has no leader this store knows of yet (an election, or
+// a leadership transfer away from this store, whose refusal may still
+// name this store), for at most noLeaderWait: such a write was refused
+// before raft took it, and such a read answered nothing, so trying again
+// is safe.
+func (s *Service) retryRouting(ctx context.Context, op func() error) error {
 	give := time.Now().Add(noLeaderWait)
 	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
 		err := op()
@@ -290,7 +292,7 @@ func retryRouting(ctx context.Context, op func() error) error {
 			return err // raft took it: never again
 		}
 		if err == nil || !(errors.As(err, &kn) || errors.As(err, &ep) || errors.Is(err, raftstore.ErrProposalDropped) ||
-			(errors.As(err, &nl) && nl.Leader == nil)) || time.Now().After(give) {
+			(errors.As(err, &nl) && (nl.Leader == nil || nl.Leader.StoreID == s.cfg.Store.ID()))) || time.Now().After(give) {
 			return err
 		}
 		select {
@@ -525,7 +527,7 @@ func (s *Service) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 		return nil, err
 	}
 	var out *pb.RangeResponse
-	err = retryRouting(ctx, func() error {
+	err = s.retryRouting(ctx, func() error {
 		_, err := s.cfg.Store.ReadView(ctx, opts, []byte(Prefix), func(sv raftstore.StateView) error {
 			v := readView(ctx, sv)
 			cur, err := v.currentRev()

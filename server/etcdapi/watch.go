@@ -320,7 +320,7 @@ func (s *Service) event(v view, key []byte, r etcdmvcc.Revision, withPrev bool) 
 // watch is served from the store the client called.
 func (s *Service) localView(ctx context.Context, fn func(view) error) error {
 	read := func(opts raftstore.ReadOptions) error {
-		return retryRouting(ctx, func() error {
+		return s.retryRouting(ctx, func() error {
 			_, err := s.cfg.Store.ReadView(ctx, opts, []byte(Prefix), func(sv raftstore.StateView) error {
 				return fn(readView(ctx, sv))
 			})
