@@ -413,16 +413,28 @@ func (e *Engine) Scan(ctx context.Context, start, end []byte, limit int) (out []
 	ov := e.ov.rangeFrom(start, end, limit)
 	e.view.RUnlock()
 	defer func() { _ = tx.Rollback() }()
+	out = mergeScan(ov, dataCursor(ctx, tx, start, end, &err), limit)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// dataCursor walks the data bucket's keys in [start, end) (end empty: no
+// bound) in tx, as mergeScan and mergeEach take them. It looks at ctx
+// before the first key and every scanCheckEvery, and stops with *errp set
+// once ctx ended.
+func dataCursor(ctx context.Context, tx *bbolt.Tx, start, end []byte, errp *error) func() ([]byte, []byte, bool) {
 	c := tx.Bucket(bucketData).Cursor()
 	k, v := c.Seek(start)
 	n := 0
-	next := func() ([]byte, []byte, bool) {
+	return func() ([]byte, []byte, bool) {
 		if n > 0 {
 			k, v = c.Next()
 		}
 		n++
 		if n%scanCheckEvery == 1 { // before the first key, then every scanCheckEvery
-			if err = ctx.Err(); err != nil {
+			if *errp = ctx.Err(); *errp != nil {
 				return nil, nil, false
 			}
 		}
@@ -431,9 +443,4 @@ func (e *Engine) Scan(ctx context.Context, start, end []byte, limit int) (out []
 		}
 		return k, v, true
 	}
-	out = mergeScan(ov, next, limit)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }

@@ -106,26 +106,8 @@ func (s *Snapshot) Scan(ctx context.Context, start, end []byte, fn func(k, v []b
 	// The overlay's part of the range whole: it is small (a batch
 	// interval's writes, at most batchMaxWrites keys) and shares its bytes.
 	ov := s.ov.rangeFrom(start, end, int(^uint(0)>>1))
-	c := s.tx.Bucket(bucketData).Cursor()
-	k, v := c.Seek(start)
-	n := 0
 	var err error
-	next := func() ([]byte, []byte, bool) {
-		if n > 0 {
-			k, v = c.Next()
-		}
-		n++
-		if n%scanCheckEvery == 1 { // before the first key, then every scanCheckEvery
-			if err = ctx.Err(); err != nil {
-				return nil, nil, false
-			}
-		}
-		if k == nil || (len(end) > 0 && bytes.Compare(k, end) >= 0) {
-			return nil, nil, false
-		}
-		return k, v, true
-	}
-	mergeEach(ov, next, func(k, v []byte) bool {
+	mergeEach(ov, dataCursor(ctx, s.tx, start, end, &err), func(k, v []byte) bool {
 		// ctx ended: the file stopped early, so the overlay's items left
 		// would skip its pairs. Nothing more is shown.
 		return err == nil && fn(k, v)
