@@ -14,7 +14,7 @@ func TestApplyCommandWithoutApplier(t *testing.T) {
 	c := newMiniCluster(t, 1, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, _ := c.leaderOf([]byte("k"))
+	s := c.mustLeaderOf([]byte("k"))
 	err := s.propose(ctx, WriteOptions{}, command{op: opApply, key: []byte("k"), value: []byte("incr k")})
 	if !errors.Is(err, ErrNoApplier) {
 		t.Fatalf("an opApply entry without an Applier: %v, want ErrNoApplier", err)

@@ -43,7 +43,7 @@ func newStaleRebuild(t *testing.T) *staleRebuild {
 	sr := &staleRebuild{c: c, key: []byte("k"), bound: time.Minute, region: 1}
 	c.put(ctx, sr.key, []byte("v1"))
 	c.agree(1, 3) // each digest commits its store's batch: v1 is in every file
-	leader, _ := c.leaderOf(sr.key)
+	leader := c.mustLeaderOf(sr.key)
 	for id, s := range c.all() {
 		if id != leader.ID() {
 			sr.f = s

@@ -207,7 +207,7 @@ func TestSplitRefusesAKeyInsideAKeptRange(t *testing.T) {
 			t.Fatalf("split at %q: %v", key, err)
 		}
 	}
-	s, _ := c.leaderOf([]byte("k"))
+	s := c.mustLeaderOf([]byte("k"))
 	for _, st := range s.Regions() {
 		if st.Region.Contains([]byte("k")) && (string(st.Region.StartKey) != "k" || string(st.Region.EndKey) != "l") {
 			t.Fatalf("region holding k: %s, want [k, l)", st.Region.String())
@@ -325,7 +325,7 @@ func TestEnsureBoundariesOnAFollower(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c.put(ctx, []byte("a"), []byte("v"))
-	leader, _ := c.leaderOf([]byte("m"))
+	leader := c.mustLeaderOf([]byte("m"))
 	var follower *Store
 	c.waitFor(10*time.Second, "a follower knows the leader", func() bool {
 		for _, s := range c.all() {

@@ -20,7 +20,7 @@ func TestDestroyClearsTheRangeOffTheLoop(t *testing.T) {
 	defer cancel()
 	c.put(ctx, []byte("k"), []byte("v"))
 	c.agree(1, 3)
-	leader, _ := c.leaderOf([]byte("k"))
+	leader := c.mustLeaderOf([]byte("k"))
 	var victim *Store
 	for _, s := range c.all() {
 		if s != leader {

@@ -38,7 +38,7 @@ func TestPlaceholderHoldingASnapshotIsNotSuperseded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c.load(ctx, "k", 500, 1000)
-	leader, _ := c.leaderOf([]byte("k"))
+	leader := c.mustLeaderOf([]byte("k"))
 	lp, _ := leader.peer(1)
 	lp.mu.Lock()
 	term := lp.rn.BasicStatus().Term

@@ -175,6 +175,19 @@ func (c *miniCluster) leaderOf(key []byte) (*Store, bool) {
 	return best, best != nil
 }
 
+// mustLeaderOf waits for the leader of key's region: one that was just
+// split off, or whose leader just moved, may have none for a moment.
+func (c *miniCluster) mustLeaderOf(key []byte) *Store {
+	c.t.Helper()
+	var s *Store
+	c.waitFor(10*time.Second, fmt.Sprintf("a leader for %q's region", key), func() bool {
+		var ok bool
+		s, ok = c.leaderOf(key)
+		return ok
+	})
+	return s
+}
+
 func (c *miniCluster) waitFor(d time.Duration, what string, cond func() bool) {
 	c.t.Helper()
 	deadline := time.Now().Add(d)
@@ -424,7 +437,7 @@ func TestSnapshotApplyToAFollowerServesNothingUntilDone(t *testing.T) {
 		c.put(ctx, fmt.Appendf(nil, "a%04d", i), []byte("old"))
 	}
 	c.agree(1, 3)
-	leader, _ := c.leaderOf([]byte("a"))
+	leader := c.mustLeaderOf([]byte("a"))
 	var victim uint64
 	for id := range c.all() {
 		if id != leader.ID() {

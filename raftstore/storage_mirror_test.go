@@ -213,7 +213,7 @@ func TestLaggingFollowerCatchesUpFromTheLog(t *testing.T) {
 	defer cancel()
 	c.load(ctx, "a", 100, 100)
 	c.agree(1, 3)
-	leader, _ := c.leaderOf([]byte("k"))
+	leader := c.mustLeaderOf([]byte("k"))
 	lagger := uint64(1)
 	for lagger == leader.ID() {
 		lagger++
@@ -221,7 +221,7 @@ func TestLaggingFollowerCatchesUpFromTheLog(t *testing.T) {
 	c.kill(lagger)
 	const lag = 4 * mirrorTailEntries // well past the mirror, short of LogGCThreshold (5000)
 	c.load(ctx, "k", lag, 100)
-	leader, _ = c.leaderOf([]byte("k"))
+	leader = c.mustLeaderOf([]byte("k"))
 	// The mirror also keeps what the open batch wrote (batch.go): commit
 	// it, and let one more round trim.
 	if err := leader.eng.CheckpointIfDue(true); err != nil {
