@@ -1,14 +1,13 @@
 package raftstore
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/replica"
 	"github.com/hedgekv/hedgekv/storage/engine"
 )
 
@@ -49,7 +48,7 @@ func setRegionMeta(t *testing.T, s *Store, r region.Region) {
 	mustUpdate(t, s.eng, func(tx *engine.Tx) error { return putRegion(tx, r) })
 }
 
-func mustDigest(t *testing.T, s *Store, regionID uint64) ReplicaDigest {
+func mustDigest(t *testing.T, s *Store, regionID uint64) replica.Digest {
 	t.Helper()
 	d, err := s.RegionDigest(regionID)
 	if err != nil {
@@ -71,9 +70,9 @@ func threeReplicas(t *testing.T) []*Store {
 	return ss
 }
 
-func digests(t *testing.T, ss []*Store, regionID uint64) []ReplicaDigest {
+func digests(t *testing.T, ss []*Store, regionID uint64) []replica.Digest {
 	t.Helper()
-	var ds []ReplicaDigest
+	var ds []replica.Digest
 	for _, s := range ss {
 		ds = append(ds, mustDigest(t, s, regionID))
 	}
@@ -177,13 +176,13 @@ func TestRegionDigestOfAStoppedStore(t *testing.T) {
 
 func TestCompareReplicasAgree(t *testing.T) {
 	ds := digests(t, threeReplicas(t), 1)
-	if err := CompareReplicas(ds); err != nil {
+	if err := replica.Compare(ds); err != nil {
 		t.Fatal(err)
 	}
-	if err := CompareReplicas(ds[:1]); err != nil {
+	if err := replica.Compare(ds[:1]); err != nil {
 		t.Errorf("one digest: %v", err)
 	}
-	if err := CompareReplicas(nil); err != nil {
+	if err := replica.Compare(nil); err != nil {
 		t.Errorf("no digests: %v", err)
 	}
 }
@@ -191,10 +190,10 @@ func TestCompareReplicasAgree(t *testing.T) {
 func TestCompareReplicasNotAtSameIndex(t *testing.T) {
 	ss := threeReplicas(t)
 	setApplied(t, ss[1], 1, 43, 7)
-	err := CompareReplicas(digests(t, ss, 1))
-	var ni *NotAtSameIndexError
+	err := replica.Compare(digests(t, ss, 1))
+	var ni *replica.NotAtSameIndexError
 	if !errors.As(err, &ni) {
-		t.Fatalf("got %v, want NotAtSameIndexError", err)
+		t.Fatalf("got %v, want replica.NotAtSameIndexError", err)
 	}
 	if ni.RegionID != 1 || ni.Applied[1] != 42 || ni.Applied[2] != 43 || ni.Applied[3] != 42 {
 		t.Errorf("got %+v", ni)
@@ -212,10 +211,10 @@ func TestCompareReplicasNamesTheOddOneOut(t *testing.T) {
 	ds := digests(t, ss, 1)
 	// Order of the digests does not matter.
 	ds[0], ds[2] = ds[2], ds[0]
-	err := CompareReplicas(ds)
-	var me *ReplicaMismatchError
+	err := replica.Compare(ds)
+	var me *replica.MismatchError
 	if !errors.As(err, &me) {
-		t.Fatalf("got %v, want ReplicaMismatchError", err)
+		t.Fatalf("got %v, want replica.MismatchError", err)
 	}
 	if me.RegionID != 1 || me.AppliedIndex != 42 || me.What != "data" ||
 		fmt.Sprint(me.Stores) != "[1 2 3]" || fmt.Sprint(me.Groups) != "[[2 3] [1]]" {
@@ -227,7 +226,7 @@ func TestCompareReplicasNamesTheOddOneOut(t *testing.T) {
 	if errA != nil || errB != nil || ia != ib {
 		t.Fatal(errA, errB, ia, ib)
 	}
-	d, ok := DiffReplicas(ia, 2, a, 1, b)
+	d, ok := replica.Diff(ia, 2, a, 1, b)
 	if !ok || string(d.Key) != "b" || string(d.ValueA) != "2" || string(d.ValueB) != "corrupt" || !d.FoundA || !d.FoundB {
 		t.Fatalf("diff = %+v %v", d, ok)
 	}
@@ -244,13 +243,13 @@ func TestCompareReplicasMissingKey(t *testing.T) {
 	if err := ss[2].CorruptForTest([]byte("c"), nil); err != nil {
 		t.Fatal(err)
 	}
-	var me *ReplicaMismatchError
-	if err := CompareReplicas(digests(t, ss, 1)); !errors.As(err, &me) || fmt.Sprint(me.Groups) != "[[1 2] [3]]" {
+	var me *replica.MismatchError
+	if err := replica.Compare(digests(t, ss, 1)); !errors.As(err, &me) || fmt.Sprint(me.Groups) != "[[1 2] [3]]" {
 		t.Fatalf("got %v", err)
 	}
 	_, a, _ := ss[0].RegionDump(1)
 	_, b, _ := ss[2].RegionDump(1)
-	d, ok := DiffReplicas(42, 1, a, 3, b)
+	d, ok := replica.Diff(42, 1, a, 3, b)
 	if !ok || string(d.Key) != "c" || !d.FoundA || d.FoundB {
 		t.Fatalf("diff = %+v %v", d, ok)
 	}
@@ -263,114 +262,33 @@ func TestCompareReplicasMetadataAndTerm(t *testing.T) {
 	ss := threeReplicas(t)
 	ds := digests(t, ss, 1)
 
-	term := append([]ReplicaDigest(nil), ds...)
+	term := append([]replica.Digest(nil), ds...)
 	term[1].AppliedTerm++
-	var me *ReplicaMismatchError
-	if err := CompareReplicas(term); !errors.As(err, &me) || me.What != "applied term" {
+	var me *replica.MismatchError
+	if err := replica.Compare(term); !errors.As(err, &me) || me.What != "applied term" {
 		t.Errorf("term: %v", err)
 	}
 
-	meta := append([]ReplicaDigest(nil), ds...)
+	meta := append([]replica.Digest(nil), ds...)
 	meta[2].Region = meta[2].Region.Clone()
 	meta[2].Region.Epoch.ConfVer++
-	if err := CompareReplicas(meta); !errors.As(err, &me) || me.What != "region metadata" {
+	if err := replica.Compare(meta); !errors.As(err, &me) || me.What != "region metadata" {
 		t.Errorf("meta: %v", err)
 	}
 
 	// The same peers in another order are the same metadata.
-	order := append([]ReplicaDigest(nil), ds...)
+	order := append([]replica.Digest(nil), ds...)
 	order[0].Region = order[0].Region.Clone()
 	ps := order[0].Region.Peers
 	ps[0], ps[2] = ps[2], ps[0]
-	if err := CompareReplicas(order); err != nil {
+	if err := replica.Compare(order); err != nil {
 		t.Errorf("peer order: %v", err)
 	}
 
 	// Digests of two regions are a caller's mistake.
-	mixed := append([]ReplicaDigest(nil), ds...)
+	mixed := append([]replica.Digest(nil), ds...)
 	mixed[1].Region.ID = 2
-	if err := CompareReplicas(mixed); !errors.Is(err, ErrInvalidRequest) {
+	if err := replica.Compare(mixed); !errors.Is(err, replica.ErrNotComparable) {
 		t.Errorf("mixed regions: %v", err)
-	}
-}
-
-func TestFirstDifference(t *testing.T) {
-	kvs := func(pairs ...string) []KV {
-		var out []KV
-		for i := 0; i+1 < len(pairs); i += 2 {
-			out = append(out, KV{Key: []byte(pairs[i]), Value: []byte(pairs[i+1])})
-		}
-		return out
-	}
-	for _, tc := range []struct {
-		name string
-		a, b []KV
-		key  string
-		ok   bool
-	}{
-		{"both empty", nil, nil, "", false},
-		{"equal", kvs("a", "1", "b", "2"), kvs("a", "1", "b", "2"), "", false},
-		{"value differs", kvs("a", "1", "b", "2", "c", "3"), kvs("a", "1", "b", "x", "c", "3"), "b", true},
-		{"only in a, middle", kvs("a", "1", "b", "2", "c", "3"), kvs("a", "1", "c", "3"), "b", true},
-		{"only in b, middle", kvs("a", "1", "c", "3"), kvs("a", "1", "b", "2", "c", "3"), "b", true},
-		{"only in a, tail", kvs("a", "1", "b", "2"), kvs("a", "1"), "b", true},
-		{"only in b, tail", kvs("a", "1"), kvs("a", "1", "b", "2"), "b", true},
-		{"a empty", nil, kvs("a", "1"), "a", true},
-		{"empty value vs none", kvs("a", ""), nil, "a", true},
-	} {
-		key, ok := FirstDifference(tc.a, tc.b)
-		if ok != tc.ok || string(key) != tc.key {
-			t.Errorf("%s: FirstDifference = %q %v, want %q %v", tc.name, key, ok, tc.key, tc.ok)
-		}
-	}
-}
-
-// TestPollReplicas: a region is compared again until its replicas are at
-// one index, then counted once; a region without digests yet stays
-// pending; a mismatch ends the poll at once.
-func TestPollReplicas(t *testing.T) {
-	r1, r2 := region.Region{ID: 1}, region.Region{ID: 2}
-	at := func(store, index uint64, hash byte) ReplicaDigest {
-		d := ReplicaDigest{StoreID: store, PeerID: store, Region: r1, AppliedIndex: index, AppliedTerm: 1}
-		d.Hash[0] = hash
-		return d
-	}
-	list := func(context.Context) ([]region.Region, error) { return []region.Region{r1, r2}, nil }
-	round := 0
-	var agreed int
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	pending, err := PollReplicas(ctx, time.Millisecond, list, func(_ context.Context, r region.Region) ([]ReplicaDigest, string) {
-		if r.ID == 2 {
-			round++
-			if round < 3 {
-				return nil, "store 2 has no replica yet"
-			}
-			return nil, ""
-		}
-		if round < 2 {
-			return []ReplicaDigest{at(1, 5, 0), at(2, 4, 0)}, ""
-		}
-		return []ReplicaDigest{at(1, 5, 0), at(2, 5, 0)}, ""
-	}, func(region.Region, []ReplicaDigest) { agreed++ })
-	if err != nil || len(pending) != 0 || agreed != 2 {
-		t.Errorf("agreeing replicas: pending %v, err %v, %d agreed; want none pending, 2 agreed", pending, err, agreed)
-	}
-
-	_, err = PollReplicas(ctx, time.Millisecond, list, func(_ context.Context, r region.Region) ([]ReplicaDigest, string) {
-		return []ReplicaDigest{at(1, 5, 0), at(2, 5, 1)}, ""
-	}, nil)
-	var mismatch *ReplicaMismatchError
-	if !errors.As(err, &mismatch) {
-		t.Errorf("disagreeing replicas: %v, want a *ReplicaMismatchError", err)
-	}
-
-	short, cancelShort := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancelShort()
-	pending, err = PollReplicas(short, time.Millisecond, list, func(_ context.Context, r region.Region) ([]ReplicaDigest, string) {
-		return []ReplicaDigest{at(1, 5, 0), at(2, 4, 0)}, ""
-	}, nil)
-	if !errors.Is(err, context.DeadlineExceeded) || len(pending) != 2 || !strings.Contains(pending[1], "no quiet moment") {
-		t.Errorf("never at one index: pending %v, err %v", pending, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/replica"
 	"github.com/hedgekv/hedgekv/storage/engine"
 )
 
@@ -279,7 +280,7 @@ func (c *miniCluster) splitInto(ctx context.Context, n int) {
 // applied index with the same data.
 func (c *miniCluster) agree(regionID uint64, stores int) {
 	c.t.Helper()
-	var last []ReplicaDigest
+	var last []replica.Digest
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		last = last[:0]

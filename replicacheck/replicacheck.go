@@ -6,7 +6,7 @@
 // replicas disagree dumps both to name the first differing key. It is the
 // live-cluster form of the check the in-process specs run after every
 // spec (raftstoretest.CheckReplicas), with the same poll loop and
-// comparison (raftstore.PollReplicas, raftstore.CompareReplicas).
+// comparison (replica.Poll, replica.Compare).
 package replicacheck
 
 import (
@@ -22,9 +22,8 @@ import (
 
 	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/kvpb"
-	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/region"
-	"github.com/hedgekv/hedgekv/server"
+	"github.com/hedgekv/hedgekv/replica"
 )
 
 // Report is what a check found.
@@ -50,7 +49,7 @@ type Agreement struct {
 }
 
 // Check compares every region's replicas, polling every poll until each
-// region was compared or ctx ends. It returns a *raftstore.ReplicaMismatchError
+// region was compared or ctx ends. It returns a *replica.MismatchError
 // (with the first differing key when the dumps could be taken) as soon as
 // one region's replicas disagree; an error listing the regions left
 // uncompared if ctx ends first; nil once every region agrees.
@@ -80,11 +79,11 @@ func Check(ctx context.Context, cli *client.Client, poll time.Duration) (Report,
 		}
 		return out, nil
 	}
-	pending, err := raftstore.PollReplicas(ctx, poll, regions,
-		func(ctx context.Context, r region.Region) ([]raftstore.ReplicaDigest, string) {
+	pending, err := replica.Poll(ctx, poll, regions,
+		func(ctx context.Context, r region.Region) ([]replica.Digest, string) {
 			return digests(ctx, cli, r, up)
 		},
-		func(r region.Region, ds []raftstore.ReplicaDigest) {
+		func(r region.Region, ds []replica.Digest) {
 			a := Agreement{RegionID: r.ID}
 			if len(ds) > 0 {
 				a.AppliedIndex, a.Keys = ds[0].AppliedIndex, ds[0].Keys
@@ -99,7 +98,7 @@ func Check(ctx context.Context, cli *client.Client, poll time.Duration) (Report,
 	if pending != nil {
 		rep.Pending = pending
 	}
-	var mismatch *raftstore.ReplicaMismatchError
+	var mismatch *replica.MismatchError
 	switch {
 	case err == nil:
 		return rep, nil
@@ -115,8 +114,8 @@ func Check(ctx context.Context, cli *client.Client, poll time.Duration) (Report,
 // digests collects the digest of every replica of r on a store that is up:
 // every voter must have one (it may still wait for its snapshot: poll
 // again); a learner is compared once it has one.
-func digests(ctx context.Context, cli *client.Client, r region.Region, up map[uint64]bool) ([]raftstore.ReplicaDigest, string) {
-	var ds []raftstore.ReplicaDigest
+func digests(ctx context.Context, cli *client.Client, r region.Region, up map[uint64]bool) ([]replica.Digest, string) {
+	var ds []replica.Digest
 	for _, p := range r.Peers {
 		if !up[p.StoreID] {
 			continue
@@ -131,7 +130,7 @@ func digests(ctx context.Context, cli *client.Client, r region.Region, up map[ui
 		if err != nil {
 			return nil, fmt.Sprintf("store %d: %v", p.StoreID, err)
 		}
-		d, err := server.ToDigest(resp)
+		d, err := kvpb.ToDigest(resp)
 		if err != nil {
 			return nil, err.Error()
 		}
@@ -158,7 +157,7 @@ func isNotFound(err error) bool {
 // nameFirstDifference dumps the two largest disagreeing groups' first
 // stores and names the first differing key; the dumps must be at the
 // mismatch's applied index, which a quiet cluster keeps.
-func nameFirstDifference(ctx context.Context, cli *client.Client, e *raftstore.ReplicaMismatchError) {
+func nameFirstDifference(ctx context.Context, cli *client.Client, e *replica.MismatchError) {
 	if len(e.Groups) < 2 {
 		return
 	}
@@ -178,15 +177,15 @@ func nameFirstDifference(ctx context.Context, cli *client.Client, e *raftstore.R
 			da.GetAppliedIndex(), db.GetAppliedIndex(), e.AppliedIndex)
 		return
 	}
-	if d, ok := raftstore.DiffReplicas(e.AppliedIndex, a, toKVs(da.GetPairs()), b, toKVs(db.GetPairs())); ok {
+	if d, ok := replica.Diff(e.AppliedIndex, a, toKVs(da.GetPairs()), b, toKVs(db.GetPairs())); ok {
 		e.Diff = &d
 	}
 }
 
-func toKVs(ps []*kvpb.KvPair) []raftstore.KV {
-	out := make([]raftstore.KV, len(ps))
+func toKVs(ps []*kvpb.KvPair) []replica.KV {
+	out := make([]replica.KV, len(ps))
 	for i, p := range ps {
-		out[i] = raftstore.KV{Key: p.GetKey(), Value: p.GetValue()}
+		out[i] = replica.KV{Key: p.GetKey(), Value: p.GetValue()}
 	}
 	return out
 }

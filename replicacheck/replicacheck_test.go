@@ -11,7 +11,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/cluster"
-	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/replica"
 	"github.com/hedgekv/hedgekv/replicacheck"
 )
 
@@ -61,7 +61,7 @@ func TestCheckFindsAgreementAndDivergence(t *testing.T) {
 	cctx, ccancel = context.WithTimeout(ctx, 10*time.Second)
 	_, err = replicacheck.Check(cctx, cli, 10*time.Millisecond)
 	ccancel()
-	var mm *raftstore.ReplicaMismatchError
+	var mm *replica.MismatchError
 	if !errors.As(err, &mm) {
 		t.Fatalf("check after corrupting store 2: %v, want a replica mismatch", err)
 	}

@@ -2,13 +2,13 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/replica"
 )
 
 // RegionDigest and RegionDump serve the replica-agreement check against
@@ -23,7 +23,7 @@ func (s *adminService) RegionDigest(ctx context.Context, req *kvpb.RegionDigestR
 	if err != nil {
 		return nil, replicaStatus(err)
 	}
-	return FromDigest(d), nil
+	return kvpb.FromDigest(d), nil
 }
 
 func (s *adminService) RegionDump(ctx context.Context, req *kvpb.RegionDumpRequest) (*kvpb.RegionDumpResponse, error) {
@@ -34,7 +34,7 @@ func (s *adminService) RegionDump(ctx context.Context, req *kvpb.RegionDumpReque
 	if err != nil {
 		return nil, replicaStatus(err)
 	}
-	return &kvpb.RegionDumpResponse{AppliedIndex: applied, Pairs: fromKVs(kvs)}, nil
+	return &kvpb.RegionDumpResponse{AppliedIndex: applied, Pairs: fromDumpKVs(kvs)}, nil
 }
 
 func replicaStatus(err error) error {
@@ -44,27 +44,11 @@ func replicaStatus(err error) error {
 	return toStatus(err)
 }
 
-// FromDigest and ToDigest convert a replica digest to and from the wire.
-func FromDigest(d raftstore.ReplicaDigest) *kvpb.RegionDigestResponse {
-	return &kvpb.RegionDigestResponse{
-		StoreId: d.StoreID, PeerId: d.PeerID, Region: kvpb.FromRegion(d.Region),
-		AppliedIndex: d.AppliedIndex, AppliedTerm: d.AppliedTerm, Keys: d.Keys, Bytes: d.Bytes,
-		Hash: d.Hash[:], DedupRecords: d.DedupRecords, DedupHash: d.DedupHash[:],
+// fromDumpKVs puts a region dump's pairs on the wire.
+func fromDumpKVs(kvs []replica.KV) []*kvpb.KvPair {
+	out := make([]*kvpb.KvPair, len(kvs))
+	for i, kv := range kvs {
+		out[i] = &kvpb.KvPair{Key: kv.Key, Value: kv.Value}
 	}
-}
-
-// ToDigest is FromDigest's inverse; a hash of the wrong length (a broken
-// or foreign peer) is an error, not a digest that compares as different.
-func ToDigest(r *kvpb.RegionDigestResponse) (raftstore.ReplicaDigest, error) {
-	d := raftstore.ReplicaDigest{
-		StoreID: r.GetStoreId(), PeerID: r.GetPeerId(), Region: r.GetRegion().ToRegion(),
-		AppliedIndex: r.GetAppliedIndex(), AppliedTerm: r.GetAppliedTerm(), Keys: r.GetKeys(), Bytes: r.GetBytes(),
-		DedupRecords: r.GetDedupRecords(),
-	}
-	if len(r.GetHash()) != sha256.Size || len(r.GetDedupHash()) != sha256.Size {
-		return raftstore.ReplicaDigest{}, status.Errorf(codes.Internal, "store %d: region digest with a %d-byte hash", r.GetStoreId(), len(r.GetHash()))
-	}
-	copy(d.Hash[:], r.GetHash())
-	copy(d.DedupHash[:], r.GetDedupHash())
-	return d, nil
+	return out
 }

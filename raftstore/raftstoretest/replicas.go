@@ -12,6 +12,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/region"
+	"github.com/hedgekv/hedgekv/replica"
 )
 
 // diffBudget bounds the search for a moment when two disagreeing replicas
@@ -21,7 +22,7 @@ const diffBudget = 3 * time.Second
 
 // CheckReplicas checks that the replicas of every region on the running
 // stores agree: same applied term, region metadata and data at the same
-// applied index (raftstore.CompareReplicas). The caller should have stopped
+// applied index (replica.Compare). The caller should have stopped
 // writing and healed the network; stopped stores are not checked.
 //
 // Each region is checked at its own quiet moment: a round of digests, one
@@ -39,20 +40,20 @@ const diffBudget = 3 * time.Second
 // (a removed peer being destroyed) is not compared.
 //
 // CheckReplicas returns nil once every region has been compared and found
-// to agree; a *raftstore.ReplicaMismatchError naming the first differing
+// to agree; a *replica.MismatchError naming the first differing
 // key (and both values) as soon as one region's replicas disagree; and an
 // error saying which regions found no quiet moment, or miss a replica, if
 // ctx ends first. It never passes without having compared every region.
 func (c *Cluster) CheckReplicas(ctx context.Context) error {
 	start := time.Now()
 	agreed := 0
-	pending, err := raftstore.PollReplicas(ctx, c.opts.TickInterval,
+	pending, err := replica.Poll(ctx, c.opts.TickInterval,
 		func(context.Context) ([]region.Region, error) { return c.Regions(), nil },
-		func(_ context.Context, r region.Region) ([]raftstore.ReplicaDigest, string) {
+		func(_ context.Context, r region.Region) ([]replica.Digest, string) {
 			return c.collectDigests(r)
 		},
-		func(region.Region, []raftstore.ReplicaDigest) { agreed++ })
-	var mismatch *raftstore.ReplicaMismatchError
+		func(region.Region, []replica.Digest) { agreed++ })
+	var mismatch *replica.MismatchError
 	switch {
 	case err == nil:
 		return nil
@@ -109,7 +110,7 @@ func (c *Cluster) raftStates(regionID uint64) string {
 
 // collectDigests reads the digest of r on every running store its newest
 // configuration names. why is non-empty if they cannot be compared yet.
-func (c *Cluster) collectDigests(r region.Region) (ds []raftstore.ReplicaDigest, why string) {
+func (c *Cluster) collectDigests(r region.Region) (ds []replica.Digest, why string) {
 	var missing []string
 	for _, p := range r.Peers {
 		s, running := c.Store(p.StoreID)
@@ -146,7 +147,7 @@ func (c *Cluster) collectDigests(r region.Region) (ds []raftstore.ReplicaDigest,
 
 // nameFirstDifference dumps one replica of each of the two largest groups
 // of a mismatch at one applied index and records the first differing key.
-func (c *Cluster) nameFirstDifference(ctx context.Context, e *raftstore.ReplicaMismatchError) {
+func (c *Cluster) nameFirstDifference(ctx context.Context, e *replica.MismatchError) {
 	if len(e.Groups) < 2 {
 		return
 	}
@@ -171,7 +172,7 @@ func (c *Cluster) nameFirstDifference(ctx context.Context, e *raftstore.ReplicaM
 		case ia != ib:
 			last = fmt.Sprintf("dumps never at one applied index (store %d at %d, store %d at %d)", a, ia, b, ib)
 		default:
-			if d, ok := raftstore.DiffReplicas(ia, a, kvsA, b, kvsB); ok {
+			if d, ok := replica.Diff(ia, a, kvsA, b, kvsB); ok {
 				e.Diff = &d
 				return
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+	"github.com/hedgekv/hedgekv/replica"
 )
 
 // checkWithin runs the replica check, bounded by d.
@@ -56,7 +57,7 @@ var _ = Describe("replica agreement check", func() {
 			Expect(mustStore(c, victim).CorruptForTest(k, corrupt)).To(Succeed())
 
 			err = checkWithin(c, 5*time.Second)
-			var me *raftstore.ReplicaMismatchError
+			var me *replica.MismatchError
 			Expect(errors.As(err, &me)).To(BeTrue(), "got %v", err)
 			Expect(me.RegionID).To(BeEquivalentTo(1))
 			Expect(me.What).To(Equal("data"))
