@@ -22,6 +22,7 @@ import (
 	"github.com/hedgekv/hedgekv/cluster"
 	"github.com/hedgekv/hedgekv/netsim"
 	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/readmode"
 )
 
 // follower-lease measures what follower read leases (raftstore's quorum
@@ -439,7 +440,7 @@ func holdsLease(ctx context.Context, lc *cluster.Local, store uint64) bool {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		_, _, info, err := srv.Store().Get(rctx, raftstore.ReadOptions{RegionID: hotRegionID, ReplicaRead: true}, []byte("fl/00000"))
 		cancel()
-		if err == nil && info.Mode == raftstore.ReadModeFollowerLease {
+		if err == nil && info.Mode == readmode.FollowerLease {
 			return true
 		}
 		if ctx.Err() != nil {

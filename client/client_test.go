@@ -14,6 +14,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/client/clienttest"
 	"github.com/hedgekv/hedgekv/kvpb"
+	"github.com/hedgekv/hedgekv/readmode"
 	"github.com/hedgekv/hedgekv/region"
 )
 
@@ -26,10 +27,10 @@ type getRetryCase struct {
 	warm         bool
 	setup        func(t *testing.T, cl *clienttest.Cluster)
 	policy       ReadPolicy
-	wantStore    uint64   // 0: any
-	wantNotStore uint64   // 0: none
-	wantAttempts int      // 0: don't check
-	wantMode     ReadMode // "": don't check
+	wantStore    uint64        // 0: any
+	wantNotStore uint64        // 0: none
+	wantAttempts int           // 0: don't check
+	wantMode     readmode.Mode // "": don't check
 }
 
 // runGetRetries runs each case against a fresh three-zone cluster holding

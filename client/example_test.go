@@ -11,6 +11,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/cluster"
+	"github.com/hedgekv/hedgekv/readmode"
 )
 
 // The examples start a three-store cluster in this process, one store per
@@ -83,7 +84,7 @@ func ExampleClient_Session() {
 	fmt.Println(string(v))
 	// ReadModeReadIndex from a follower; ReadModeLease should no follower
 	// be reachable and the leader serve instead. Never ReadModeStale.
-	fmt.Println("linearizable:", info.Mode != client.ReadModeStale)
+	fmt.Println("linearizable:", info.Mode != readmode.Stale)
 	// Output:
 	// hello
 	// linearizable: true
@@ -128,7 +129,7 @@ func ExampleClient_Session_boundedStaleness() {
 		// A leader with a valid lease serves it as ReadModeLease, a
 		// follower as ReadModeStale, StalenessBound then saying how old
 		// its state may be.
-		fmt.Println("within the bound:", info.Mode != client.ReadModeStale || info.StalenessBound <= maxStaleness)
+		fmt.Println("within the bound:", info.Mode != readmode.Stale || info.StalenessBound <= maxStaleness)
 		break
 	}
 	// Output:
@@ -209,7 +210,7 @@ func ExampleHedgeAfter() {
 		log.Fatal(err)
 	}
 	// info.HedgeWon says whether the hedge answered first.
-	fmt.Println(string(v), "linearizable:", info.Mode != client.ReadModeStale)
+	fmt.Println(string(v), "linearizable:", info.Mode != readmode.Stale)
 	// At most HedgeBudget of the reads over the budget's window (10 s), or
 	// its floor (1 hedge a second, 10 a window) when that is more.
 	stats := hedged.HedgeStats()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/client/clienttest"
+	"github.com/hedgekv/hedgekv/readmode"
 )
 
 func TestParseHedgePolicies(t *testing.T) {
@@ -103,7 +104,7 @@ func TestHedgeWinsOverSlowLeader(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		staleness time.Duration
-		wantMode  ReadMode
+		wantMode  readmode.Mode
 	}{
 		{"linearizable", 0, "read-index"},
 		{"stale", 5 * time.Second, "stale"},

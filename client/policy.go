@@ -3,6 +3,8 @@ package client
 import (
 	"fmt"
 	"time"
+
+	"github.com/hedgekv/hedgekv/readmode"
 )
 
 // ReplicaPolicy says which replica of a region a session's reads go to.
@@ -110,35 +112,12 @@ type ReadPolicy struct {
 	BusyThreshold time.Duration
 }
 
-// ReadMode says how a store served a read. It is a string type whose
-// values are the names the CLI prints, so a ReadMode compares with (and
-// prints as) "lease", "read-index", "follower-lease" or "stale".
-type ReadMode string
-
-const (
-	// ReadModeLease: the leader served the read from its lease, with no
-	// round trip.
-	ReadModeLease ReadMode = "lease"
-	// ReadModeReadIndex: a leader without a lease, or a follower, served
-	// it after a ReadIndex round trip to the leader.
-	ReadModeReadIndex ReadMode = "read-index"
-	// ReadModeFollowerLease: a follower served it from a read lease its
-	// leader granted (the server's --follower-leases), with no round trip.
-	ReadModeFollowerLease ReadMode = "follower-lease"
-	// ReadModeStale: a replica served it from local state within the
-	// session's MaxStaleness (ReadInfo.StalenessBound says how stale).
-	ReadModeStale ReadMode = "stale"
-	// ReadModeUnknown: the store's answer named no mode this client
-	// knows. A read that failed has the zero ReadMode, "".
-	ReadModeUnknown ReadMode = "unknown"
-)
-
 // ReadInfo says who served a read and how, so tests and benchmarks can count.
 type ReadInfo struct {
 	StoreID uint64
-	// Mode is how the read was served; only ReadModeLease,
-	// ReadModeFollowerLease and ReadModeReadIndex reads are linearizable.
-	Mode ReadMode
+	// Mode is how the read was served; only readmode.Lease,
+	// readmode.FollowerLease and readmode.ReadIndex reads are linearizable.
+	Mode readmode.Mode
 	// StalenessBound is how stale a "stale" answer may be; zero otherwise.
 	StalenessBound time.Duration
 	// Attempts is the number of tries the read took, retries included

@@ -75,7 +75,7 @@ func (s *Session) GetWithInfo(ctx context.Context, key []byte) ([]byte, ReadInfo
 func readInfo(ri *kvpb.ReadInfo, res result) ReadInfo {
 	info := ReadInfo{
 		StoreID:        ri.GetStoreId(),
-		Mode:           readMode(ri.GetMode()),
+		Mode:           ri.GetMode().ToReadMode(),
 		StalenessBound: time.Duration(ri.GetStalenessBoundMs()) * time.Millisecond,
 		Attempts:       res.attempts,
 	}
@@ -86,21 +86,6 @@ func readInfo(ri *kvpb.ReadInfo, res result) ReadInfo {
 		info.HedgeWon = res.final.hedge
 	}
 	return info
-}
-
-// readMode names a wire read mode the way the CLI and ReadInfo do.
-func readMode(m kvpb.ReadMode) ReadMode {
-	switch m {
-	case kvpb.ReadMode_READ_MODE_LEASE:
-		return ReadModeLease
-	case kvpb.ReadMode_READ_MODE_READ_INDEX:
-		return ReadModeReadIndex
-	case kvpb.ReadMode_READ_MODE_STALE:
-		return ReadModeStale
-	case kvpb.ReadMode_READ_MODE_FOLLOWER_LEASE:
-		return ReadModeFollowerLease
-	}
-	return ReadModeUnknown
 }
 
 // BatchGet reads keys under the session's policy and returns the ones that

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/hedgekv/hedgekv/readmode"
 	"github.com/hedgekv/hedgekv/region"
 	"google.golang.org/grpc/status"
 )
@@ -225,4 +226,35 @@ func ToZoneAddrs(in map[uint64]*ZoneAddresses) map[uint64]map[string]string {
 		out[id] = m
 	}
 	return out
+}
+
+// FromReadMode puts a read mode on the wire.
+func FromReadMode(m readmode.Mode) ReadMode {
+	switch m {
+	case readmode.Lease:
+		return ReadMode_READ_MODE_LEASE
+	case readmode.ReadIndex:
+		return ReadMode_READ_MODE_READ_INDEX
+	case readmode.Stale:
+		return ReadMode_READ_MODE_STALE
+	case readmode.FollowerLease:
+		return ReadMode_READ_MODE_FOLLOWER_LEASE
+	}
+	return ReadMode_READ_MODE_UNSPECIFIED
+}
+
+// ToReadMode is FromReadMode's inverse; a value this build does not know
+// (a newer peer's) is readmode.Unknown.
+func (m ReadMode) ToReadMode() readmode.Mode {
+	switch m {
+	case ReadMode_READ_MODE_LEASE:
+		return readmode.Lease
+	case ReadMode_READ_MODE_READ_INDEX:
+		return readmode.ReadIndex
+	case ReadMode_READ_MODE_STALE:
+		return readmode.Stale
+	case ReadMode_READ_MODE_FOLLOWER_LEASE:
+		return readmode.FollowerLease
+	}
+	return readmode.Unknown
 }

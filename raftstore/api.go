@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/hedgekv/hedgekv/readmode"
 	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3/raftpb"
@@ -79,32 +80,6 @@ type SnapshotReceiver interface {
 	ReceiveSnapshot(m *Message, data io.Reader) error
 }
 
-// ReadMode says how a read was served.
-type ReadMode int
-
-const (
-	ReadModeLease ReadMode = iota + 1
-	ReadModeReadIndex
-	ReadModeStale
-	// ReadModeFollowerLease: a follower served the read from its read
-	// lease, with no round trip (followerlease.go).
-	ReadModeFollowerLease
-)
-
-func (m ReadMode) String() string {
-	switch m {
-	case ReadModeLease:
-		return "lease"
-	case ReadModeReadIndex:
-		return "read-index"
-	case ReadModeStale:
-		return "stale"
-	case ReadModeFollowerLease:
-		return "follower-lease"
-	}
-	return "unknown"
-}
-
 // ReadOptions routes and qualifies one read.
 type ReadOptions struct {
 	// RegionID 0 means "the region holding the key on this store".
@@ -138,7 +113,7 @@ type WriteOptions struct {
 type ReadInfo struct {
 	StoreID        uint64
 	PeerID         uint64
-	Mode           ReadMode
+	Mode           readmode.Mode
 	StalenessBound time.Duration
 	// LeaderStoreID is the store of the region's leader as this replica
 	// knows it (0: unknown), set on stale reads: a client that reads stale

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+	"github.com/hedgekv/hedgekv/readmode"
 	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/storage/engine"
 )
@@ -357,12 +358,12 @@ func TestReadViewSeesAcknowledgedProposals(t *testing.T) {
 		name           string
 		follower       bool
 		followerLeases bool
-		modes          []raftstore.ReadMode // the modes the reads may be served in
-		want           raftstore.ReadMode   // one some read must be served in
+		modes          []readmode.Mode // the modes the reads may be served in
+		want           readmode.Mode   // one some read must be served in
 	}{
-		{"leader", false, false, []raftstore.ReadMode{raftstore.ReadModeLease, raftstore.ReadModeReadIndex}, raftstore.ReadModeLease},
-		{"follower read index", true, false, []raftstore.ReadMode{raftstore.ReadModeReadIndex}, raftstore.ReadModeReadIndex},
-		{"follower lease", true, true, []raftstore.ReadMode{raftstore.ReadModeFollowerLease, raftstore.ReadModeReadIndex}, raftstore.ReadModeFollowerLease},
+		{"leader", false, false, []readmode.Mode{readmode.Lease, readmode.ReadIndex}, readmode.Lease},
+		{"follower read index", true, false, []readmode.Mode{readmode.ReadIndex}, readmode.ReadIndex},
+		{"follower lease", true, true, []readmode.Mode{readmode.FollowerLease, readmode.ReadIndex}, readmode.FollowerLease},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -382,7 +383,7 @@ func TestReadViewSeesAcknowledgedProposals(t *testing.T) {
 				opts.ReplicaRead = true
 			}
 			var mu sync.Mutex
-			served := map[raftstore.ReadMode]int{}
+			served := map[readmode.Mode]int{}
 			var wg sync.WaitGroup
 			for w := range 4 {
 				wg.Go(func() {

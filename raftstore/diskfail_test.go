@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hedgekv/hedgekv/readmode"
 	"github.com/hedgekv/hedgekv/region"
 )
 
@@ -77,7 +78,7 @@ func (sr *staleRebuild) read() (val string, fresh bool, err error) {
 	if err != nil {
 		return "", false, err
 	}
-	if info.Mode != ReadModeStale {
+	if info.Mode != readmode.Stale {
 		return "", false, fmt.Errorf("read mode %v, want stale", info.Mode)
 	}
 	if !found {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hedgekv/hedgekv/readmode"
 	"github.com/hedgekv/hedgekv/region"
 )
 
@@ -171,7 +172,7 @@ func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions, keys
 		if err != nil {
 			return info, r, err
 		}
-		info.Mode = ReadModeLease
+		info.Mode = readmode.Lease
 		s.stats.readsLease.Add(1)
 		return info, r, nil
 	}
@@ -218,7 +219,7 @@ func (p *Peer) staleAnswerLocked(info *ReadInfo, bound time.Duration) region.Reg
 		info.LeaderStoreID = lp.StoreID
 	}
 	p.store.stats.readsStale.Add(1)
-	info.Mode, info.StalenessBound = ReadModeStale, bound
+	info.Mode, info.StalenessBound = readmode.Stale, bound
 	return p.region.Clone()
 }
 
@@ -266,7 +267,7 @@ func (s *Store) followerLeaseRead(ctx context.Context, p *Peer, opts ReadOptions
 	if err != nil {
 		return info, r, err
 	}
-	info.Mode = ReadModeFollowerLease
+	info.Mode = readmode.FollowerLease
 	s.stats.readsFollowerLease.Add(1)
 	return info, r, nil
 }
@@ -288,7 +289,7 @@ func (s *Store) readIndexRead(ctx context.Context, p *Peer, sc *readScope, info 
 	if err != nil {
 		return info, r, err
 	}
-	info.Mode = ReadModeReadIndex
+	info.Mode = readmode.ReadIndex
 	s.stats.readsReadIndex.Add(1)
 	return info, r, nil
 }

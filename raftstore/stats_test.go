@@ -8,6 +8,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+	"github.com/hedgekv/hedgekv/readmode"
 )
 
 // The metrics hook sees every write transaction and every ReadIndex round
@@ -47,7 +48,7 @@ func TestMetricsHookAndGauges(t *testing.T) {
 			break
 		}
 	}
-	if _, _, info, err := follower.Get(ctx, raftstore.ReadOptions{ReplicaRead: true}, []byte("k")); err != nil || info.Mode != raftstore.ReadModeReadIndex {
+	if _, _, info, err := follower.Get(ctx, raftstore.ReadOptions{ReplicaRead: true}, []byte("k")); err != nil || info.Mode != readmode.ReadIndex {
 		t.Fatalf("follower read: %v, mode %v", err, info.Mode)
 	}
 	if txs.Load() == 0 || rtts.Load() == 0 {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/readmode"
 	"github.com/hedgekv/hedgekv/region"
 )
 
@@ -139,8 +140,8 @@ func (s *kvService) Delete(ctx context.Context, req *kvpb.DeleteRequest) (*kvpb.
 }
 
 func fromReadInfo(info raftstore.ReadInfo) *kvpb.ReadInfo {
-	out := &kvpb.ReadInfo{StoreId: info.StoreID, PeerId: info.PeerID, Mode: fromReadMode(info.Mode), LeaderStoreId: info.LeaderStoreID}
-	if info.Mode == raftstore.ReadModeStale {
+	out := &kvpb.ReadInfo{StoreId: info.StoreID, PeerId: info.PeerID, Mode: kvpb.FromReadMode(info.Mode), LeaderStoreId: info.LeaderStoreID}
+	if info.Mode == readmode.Stale {
 		// Round up: a bound under 1ms must not read as "not stale at all".
 		d := max(info.StalenessBound, 0)
 		out.StalenessBoundMs = uint64(d / time.Millisecond)
@@ -149,20 +150,6 @@ func fromReadInfo(info raftstore.ReadInfo) *kvpb.ReadInfo {
 		}
 	}
 	return out
-}
-
-func fromReadMode(m raftstore.ReadMode) kvpb.ReadMode {
-	switch m {
-	case raftstore.ReadModeLease:
-		return kvpb.ReadMode_READ_MODE_LEASE
-	case raftstore.ReadModeReadIndex:
-		return kvpb.ReadMode_READ_MODE_READ_INDEX
-	case raftstore.ReadModeStale:
-		return kvpb.ReadMode_READ_MODE_STALE
-	case raftstore.ReadModeFollowerLease:
-		return kvpb.ReadMode_READ_MODE_FOLLOWER_LEASE
-	}
-	return kvpb.ReadMode_READ_MODE_UNSPECIFIED
 }
 
 func fromKVs(kvs []raftstore.KV) []*kvpb.KvPair {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/readmode"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
@@ -143,9 +144,9 @@ func newMetrics(inflightReads func() float64) *metrics {
 		m.kvLatency, m.readLatency, m.readIndexRTT, m.writeTx,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Pre-create the read modes so dashboards see zeros rather than gaps.
-	for _, mode := range []raftstore.ReadMode{raftstore.ReadModeLease, raftstore.ReadModeReadIndex, raftstore.ReadModeStale, raftstore.ReadModeFollowerLease} {
-		m.reads.WithLabelValues(mode.String())
-		m.readLatency.WithLabelValues(mode.String())
+	for _, mode := range readmode.All {
+		m.reads.WithLabelValues(modeLabel(mode))
+		m.readLatency.WithLabelValues(modeLabel(mode))
 	}
 	for _, op := range kvOps {
 		m.kvLatency.WithLabelValues(op)
@@ -158,9 +159,9 @@ func newMetrics(inflightReads func() float64) *metrics {
 var kvOps = map[string]string{"Get": "get", "BatchGet": "batch_get", "Scan": "scan", "Put": "put", "Delete": "delete"}
 
 // observeRead counts a read served and how long it took to serve it.
-func (m *metrics) observeRead(mode raftstore.ReadMode, took time.Duration) {
-	m.reads.WithLabelValues(mode.String()).Inc()
-	m.readLatency.WithLabelValues(mode.String()).Observe(took.Seconds())
+func (m *metrics) observeRead(mode readmode.Mode, took time.Duration) {
+	m.reads.WithLabelValues(modeLabel(mode)).Inc()
+	m.readLatency.WithLabelValues(modeLabel(mode)).Observe(took.Seconds())
 }
 
 // storeHook turns the store's measurements into observations.
@@ -337,4 +338,12 @@ func (c *storeGaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	} {
 		ch <- prometheus.MustNewConstMetric(v.desc, prometheus.GaugeValue, v.val)
 	}
+}
+
+// modeLabel is a read mode's metric label ("unknown" for none).
+func modeLabel(mode readmode.Mode) string {
+	if mode == "" {
+		return string(readmode.Unknown)
+	}
+	return string(mode)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+	"github.com/hedgekv/hedgekv/readmode"
 )
 
 var _ = Describe("replicated core", func() {
@@ -111,10 +112,10 @@ func isolatedLeaderStopsReading() {
 	old, _ := c.Leader(1)
 	oldStore := mustStore(c, old)
 	// Warm the lease so the old leader is serving lease reads when cut off.
-	Eventually(func() raftstore.ReadMode {
+	Eventually(func() readmode.Mode {
 		_, _, info, _ := oldStore.Get(ctx, raftstore.ReadOptions{}, []byte("x"))
 		return info.Mode
-	}).WithTimeout(5 * time.Second).Should(Equal(raftstore.ReadModeLease))
+	}).WithTimeout(5 * time.Second).Should(Equal(readmode.Lease))
 
 	rs := startReads(1, func() (string, error) {
 		rctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -159,10 +160,10 @@ func leaseDroppedBeforeTransfer() {
 	old, _ := c.Leader(1)
 	oldStore := mustStore(c, old)
 	target := otherThan(c, old)[0]
-	Eventually(func() raftstore.ReadMode {
+	Eventually(func() readmode.Mode {
 		_, _, info, _ := oldStore.Get(ctx, raftstore.ReadOptions{}, []byte("x"))
 		return info.Mode
-	}).WithTimeout(5 * time.Second).Should(Equal(raftstore.ReadModeLease))
+	}).WithTimeout(5 * time.Second).Should(Equal(readmode.Lease))
 
 	// Hold the transfer half-way: the transferee never gets MsgTimeoutNow.
 	heal := c.Net.AddFilter(raftstore.MsgTypeFilter(raftstore.DropFilter(1), raftpb.MsgTimeoutNow))
@@ -174,7 +175,7 @@ func leaseDroppedBeforeTransfer() {
 	for range 20 {
 		_, _, info, err := oldStore.Get(ctxFor(time.Second), raftstore.ReadOptions{}, []byte("x"))
 		if err == nil {
-			Expect(info.Mode).NotTo(Equal(raftstore.ReadModeLease))
+			Expect(info.Mode).NotTo(Equal(readmode.Lease))
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

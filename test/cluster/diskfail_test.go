@@ -13,6 +13,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+	"github.com/hedgekv/hedgekv/readmode"
 	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/test/kvmodel"
 )
@@ -53,7 +54,7 @@ var _ = Describe("disk failure", func() {
 		if !errors.As(err, &dr) {
 			Expect(err).NotTo(HaveOccurred())
 			Expect(v).To(Equal("before"))
-			Expect(info.Mode).To(Equal(raftstore.ReadModeStale))
+			Expect(info.Mode).To(Equal(readmode.Stale))
 		}
 
 		// Writes go on without it.

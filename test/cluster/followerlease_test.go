@@ -14,6 +14,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+	"github.com/hedgekv/hedgekv/readmode"
 )
 
 // leaseOpts is a cluster with follower leases on.
@@ -25,13 +26,13 @@ func leaseOpts() raftstoretest.Options {
 // lease.
 func waitFollowerLease(c *raftstoretest.Cluster, id uint64, key string) {
 	GinkgoHelper()
-	Eventually(func() raftstore.ReadMode {
+	Eventually(func() readmode.Mode {
 		_, _, info, err := readOn(c, id, raftstore.ReadOptions{ReplicaRead: true}, key, time.Second)
 		if err != nil {
-			return 0
+			return ""
 		}
 		return info.Mode
-	}).WithTimeout(5*time.Second).WithPolling(10*time.Millisecond).Should(Equal(raftstore.ReadModeFollowerLease), "store %d never read from a follower lease", id)
+	}).WithTimeout(5*time.Second).WithPolling(10*time.Millisecond).Should(Equal(readmode.FollowerLease), "store %d never read from a follower lease", id)
 }
 
 var _ = Describe("follower lease read", func() {
@@ -54,7 +55,7 @@ var _ = Describe("follower lease read", func() {
 				v, _, info, err := readOn(c, id, raftstore.ReadOptions{ReplicaRead: true}, "x", 2*time.Second)
 				Expect(err).NotTo(HaveOccurred())
 				Expect(v).To(Equal(strconv.Itoa(i)), "store %d", id)
-				Expect(info.Mode).To(Equal(raftstore.ReadModeFollowerLease), "store %d", id)
+				Expect(info.Mode).To(Equal(readmode.FollowerLease), "store %d", id)
 			}
 		}
 	})
@@ -224,7 +225,7 @@ var _ = Describe("follower lease expiry", func() {
 		v, _, info, err := readOn(c, holder, follower, "x", 2*time.Second)
 		if err == nil {
 			Expect(v).To(Equal("v2"))
-			Expect(mustStore(c, holder).Stats().FollowerLeaseGrants == 0 || info.Mode != raftstore.ReadModeFollowerLease).To(BeTrue())
+			Expect(mustStore(c, holder).Stats().FollowerLeaseGrants == 0 || info.Mode != readmode.FollowerLease).To(BeTrue())
 		}
 		waitFollowerLease(c, holder, "x")
 		v, _, _, err = readOn(c, holder, follower, "x", time.Second)
@@ -519,14 +520,14 @@ func leaseEndsOnSplit() {
 	// peer: then it reads there from its leader lease. Elsewhere it
 	// reads from a lease granted after the split, with the new values.
 	for _, k := range []string{"a", "z"} {
-		Eventually(func() raftstore.ReadMode {
+		Eventually(func() readmode.Mode {
 			v, _, info, err := readOn(c, holder, follower, k, time.Second)
 			if err != nil || v != k+"1" {
-				return 0
+				return ""
 			}
 			return info.Mode
 		}).WithTimeout(5*time.Second).WithPolling(10*time.Millisecond).Should(
-			Or(Equal(raftstore.ReadModeFollowerLease), Equal(raftstore.ReadModeLease)), "key %s on store %d", k, holder)
+			Or(Equal(readmode.FollowerLease), Equal(readmode.Lease)), "key %s on store %d", k, holder)
 	}
 	Expect(mustStore(c, holder).Stats().FollowerLeaseGrants).To(BeNumerically(">", grants), "no lease granted after the split")
 }

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/readmode"
 	"github.com/hedgekv/hedgekv/region"
 )
 
@@ -170,7 +171,7 @@ func (n *nemesis) transferUnheardToShortLease(r region.Region, leader uint64, fo
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		_, _, info, err := hs.Get(ctx, raftstore.ReadOptions{ReplicaRead: true}, []byte(key))
 		cancel()
-		if err == nil && info.Mode == raftstore.ReadModeFollowerLease {
+		if err == nil && info.Mode == readmode.FollowerLease {
 			break
 		}
 		n.sleep(10 * time.Millisecond)
@@ -282,7 +283,7 @@ func (n *nemesis) staleReadsAcrossRebuild(s *raftstore.Store, victim uint64, w q
 		v, found, info, err := s.Get(ctx, raftstore.ReadOptions{RegionID: w.regionID, MaxStaleness: 5 * time.Second}, []byte(quietKey))
 		cancel()
 		reads++
-		if err != nil || info.Mode != raftstore.ReadModeStale || !start.Add(-info.StalenessBound).After(w.leaderAck) {
+		if err != nil || info.Mode != readmode.Stale || !start.Add(-info.StalenessBound).After(w.leaderAck) {
 			continue
 		}
 		checked++

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+	"github.com/hedgekv/hedgekv/readmode"
 	"github.com/hedgekv/hedgekv/region"
 )
 
@@ -48,7 +49,7 @@ var _ = Describe("follower read", func() {
 				v, _, info, err := readOn(c, id, raftstore.ReadOptions{ReplicaRead: true}, "x", 2*time.Second)
 				Expect(err).NotTo(HaveOccurred())
 				Expect(v).To(Equal(strconv.Itoa(i)))
-				Expect(info.Mode).To(Equal(raftstore.ReadModeReadIndex))
+				Expect(info.Mode).To(Equal(readmode.ReadIndex))
 				Expect(info.StoreID).To(Equal(id))
 			}
 		}
@@ -307,7 +308,7 @@ var _ = Describe("bounded-staleness read", func() {
 				start := time.Now()
 				v, _, info, err := readOn(c, id, raftstore.ReadOptions{MaxStaleness: maxStale}, "x", time.Second)
 				Expect(err).NotTo(HaveOccurred(), "stale read on store %d without a leader", id)
-				Expect(info.Mode).To(Equal(raftstore.ReadModeStale))
+				Expect(info.Mode).To(Equal(readmode.Stale))
 				Expect(info.StalenessBound).To(BeNumerically("<=", maxStale))
 				got, _ := strconv.Atoi(v)
 				// Every write acknowledged before start-bound must be visible.
@@ -363,7 +364,7 @@ var _ = Describe("bounded-staleness read", func() {
 				continue
 			}
 			Expect(v).To(Equal("v"))
-			Expect(info.Mode).To(Equal(raftstore.ReadModeStale))
+			Expect(info.Mode).To(Equal(readmode.Stale))
 			time.Sleep(2 * time.Millisecond)
 		}
 		// Without the nudges the leader's lease, and its safe points, stop

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+	"github.com/hedgekv/hedgekv/readmode"
 	"github.com/hedgekv/hedgekv/region"
 )
 
@@ -284,14 +285,14 @@ func refuseSafePointsFromTheFuture() {
 	stale := raftstore.ReadOptions{ReplicaRead: true, MaxStaleness: 2 * time.Second}
 	Eventually(func() error {
 		_, _, info, err := readOn(c, 3, stale, "x", 100*time.Millisecond)
-		if err == nil && info.Mode != raftstore.ReadModeStale {
+		if err == nil && info.Mode != readmode.Stale {
 			return fmt.Errorf("served as %v", info.Mode)
 		}
 		return err
 	}).WithTimeout(5 * time.Second).Should(Succeed())
 	Consistently(func() error {
 		_, _, info, err := readOn(c, 2, stale, "x", 100*time.Millisecond)
-		if err == nil && info.Mode == raftstore.ReadModeStale {
+		if err == nil && info.Mode == readmode.Stale {
 			return fmt.Errorf("store 2 served a stale read from a safe point it should have refused")
 		}
 		return nil

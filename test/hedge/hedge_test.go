@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/hedgekv/hedgekv/client"
+	"github.com/hedgekv/hedgekv/readmode"
 )
 
 var _ = Describe("hedged reads", func() {
@@ -175,7 +176,7 @@ func staleHedgeDuringStall() {
 		_, info, err := follower.GetWithInfo(ctxFor(10*time.Second), key)
 		return info, err
 	}).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).Should(And(
-		HaveField("Mode", client.ReadModeStale), Not(HaveField("StoreID", leader))))
+		HaveField("Mode", readmode.Stale), Not(HaveField("StoreID", leader))))
 	// The leader's whole store answers nothing for 1.5s (raft included).
 	const stall = 1500 * time.Millisecond
 	DeferCleanup(func() {
@@ -198,7 +199,7 @@ func staleHedgeDuringStall() {
 		Expect(took).To(BeNumerically("<", 500*time.Millisecond), "read %d took %v: %+v, %+v", i, took, info, hedged.HedgeStats())
 		Expect(info.StoreID).NotTo(Equal(leader), "read %d", i)
 		Expect(info.HedgeWon).To(BeTrue(), "read %d", i)
-		Expect(info.Mode).To(Equal(client.ReadModeStale), "read %d: %+v", i, info)
+		Expect(info.Mode).To(Equal(readmode.Stale), "read %d: %+v", i, info)
 	}
 	Expect(time.Now()).To(BeTemporally("<", stallEnd), "the hedged reads outlasted the stall, so they proved nothing")
 
@@ -213,7 +214,7 @@ func staleHedgeDuringStall() {
 	if err == nil {
 		if took < remaining {
 			Expect(info.StoreID).NotTo(Equal(leader), "the stalled leader answered after %v with %v of stall left", took, remaining)
-			Expect(info.Mode).NotTo(Equal(client.ReadModeStale), "a plain session read stale: %+v", info)
+			Expect(info.Mode).NotTo(Equal(readmode.Stale), "a plain session read stale: %+v", info)
 		}
 	} else {
 		Expect(err).To(MatchError(context.DeadlineExceeded))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/cluster"
+	"github.com/hedgekv/hedgekv/readmode"
 )
 
 // readsPerStore runs `clients` independent clients (each its own
@@ -126,7 +127,7 @@ var _ = Describe("replica choice", func() {
 			if info.StoreID != leader {
 				fromFollowers++
 				// Linearizable still: a follower's ReadIndex read.
-				Expect(info.Mode).To(Equal(client.ReadModeReadIndex), "read %d", i)
+				Expect(info.Mode).To(Equal(readmode.ReadIndex), "read %d", i)
 			}
 			if took < 100*time.Millisecond {
 				fast++

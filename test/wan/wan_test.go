@@ -23,6 +23,7 @@ import (
 	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/kvpb"
 	"github.com/hedgekv/hedgekv/netsim"
+	"github.com/hedgekv/hedgekv/readmode"
 	"github.com/hedgekv/hedgekv/test/testbin"
 )
 
@@ -346,7 +347,7 @@ var _ = Describe("simulated WAN", func() {
 			_, info, err := stale.GetWithInfo(ctxFor(rpcTimeout), []byte(key))
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(info.StoreID).To(BeEquivalentTo(2))
-			g.Expect(info.Mode).To(Equal(client.ReadModeStale))
+			g.Expect(info.Mode).To(Equal(readmode.Stale))
 		}).WithTimeout(15 * time.Second).WithPolling(100 * time.Millisecond).Should(Succeed())
 		var staleLat []time.Duration
 		var staleInfo []client.ReadInfo
