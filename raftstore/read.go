@@ -2,79 +2,12 @@ package raftstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/hedgekv/hedgekv/readmode"
 	"github.com/hedgekv/hedgekv/region"
 )
-
-// route finds the peer a request is for and checks its epoch and key.
-// regionID 0 means "the region holding key on this store".
-func (s *Store) route(regionID uint64, epoch region.Epoch, key []byte) (*Peer, error) {
-	if s.stopped() {
-		return nil, ErrStopped
-	}
-	if regionID == 0 {
-		s.mu.RLock()
-		r, ok := s.ranges.Lookup(key)
-		s.mu.RUnlock()
-		if !ok {
-			return nil, &region.RegionNotFoundError{}
-		}
-		regionID = r.ID
-	}
-	p, ok := s.peer(regionID)
-	if !ok {
-		return nil, &region.RegionNotFoundError{RegionID: regionID}
-	}
-	p.mu.Lock()
-	err := p.checkServingLocked(epoch, key)
-	p.mu.Unlock()
-	if err != nil {
-		return nil, s.withCurrentRegion(err, key)
-	}
-	s.touch(p)
-	return p, nil
-}
-
-// withCurrentRegion adds to an EpochNotMatch the region that holds key on
-// this store now, so the client can route there without another round
-// trip. It takes the store's lock: never call it holding a peer's.
-func (s *Store) withCurrentRegion(err error, key []byte) error {
-	var en *region.EpochNotMatchError
-	if errors.As(err, &en) {
-		s.mu.RLock()
-		if cur, ok := s.ranges.Lookup(key); ok && cur.ID != en.RegionID {
-			en.Current = append(en.Current, cur.Clone())
-		}
-		s.mu.RUnlock()
-	}
-	return err
-}
-
-// checkServingLocked refuses a request for a peer that holds no data (a
-// placeholder, one removed, or one applying a snapshot), then checks
-// epoch and key.
-func (p *Peer) checkServingLocked(epoch region.Epoch, key []byte) error {
-	if !p.initialized || p.removed || p.applyingSnapshotLocked() {
-		return &region.RegionNotFoundError{RegionID: p.regionID}
-	}
-	return p.checkLocked(epoch, key)
-}
-
-// checkLocked refuses a request routed with another epoch or for a key
-// outside the region. A zero epoch skips the epoch check (CLI, tests).
-func (p *Peer) checkLocked(epoch region.Epoch, key []byte) error {
-	if epoch != (region.Epoch{}) && epoch != p.region.Epoch {
-		return &region.EpochNotMatchError{RegionID: p.regionID, Current: []region.Region{p.region.Clone()}}
-	}
-	if !p.region.Contains(key) {
-		return &region.KeyNotInRegionError{Key: key, RegionID: p.regionID, StartKey: p.region.StartKey, EndKey: p.region.EndKey}
-	}
-	return nil
-}
 
 // readScope is what a read checked its peer against when it was decided:
 // the keys it reads (a scan: its start key) and the region's version then.
