@@ -52,6 +52,8 @@ type LocalConfig struct {
 	// AllowFaults lets clients inject faults into the stores (Admin
 	// Fault; server.Config.AllowFaults).
 	AllowFaults bool
+	// StoreKnobs, if set, gives each store its testing knobs (tests only).
+	StoreKnobs func(storeID uint64) raftstore.TestingKnobs
 	// FollowerLeases turns follower read leases on in every store
 	// (raftstore.Config.FollowerLeases, the server's --follower-leases):
 	// all stores of a cluster must agree, so it is per cluster, and a
@@ -210,6 +212,9 @@ func (c *Local) serverConfig(cfg LocalConfig, i int, logger *slog.Logger, upstre
 
 		FollowerLeases:        cfg.FollowerLeases,
 		FollowerLeaseDuration: cfg.FollowerLeaseDuration,
+	}
+	if cfg.StoreKnobs != nil {
+		sc.Knobs = cfg.StoreKnobs(id)
 	}
 	if cfg.DisableBalancing {
 		sc.BalanceInterval = -1

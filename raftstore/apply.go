@@ -53,11 +53,15 @@ func (s *Store) applyWriteTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry, cmd 
 		if err := tx.DedupRemember(cmd.key, cmd.id, clock); err != nil {
 			return err
 		}
+		value, del := cmd.value, cmd.op != opPut
+		if filter := s.cfg.Knobs.ApplyFilter; filter != nil {
+			value, del = filter(p.regionID, cmd.key, value, del)
+		}
 		var err error
-		if cmd.op == opPut {
-			err = tx.Put(cmd.key, cmd.value)
-		} else {
+		if del {
 			err = tx.Delete(cmd.key)
+		} else {
+			err = tx.Put(cmd.key, value)
 		}
 		if err != nil {
 			return err

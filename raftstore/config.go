@@ -103,6 +103,9 @@ type Config struct {
 	// durable: a test's model of what a power loss keeps of that file,
 	// which cannot go through FS. nil in production.
 	AfterBoltSync func()
+	// Knobs are tests' hooks into this store; the zero value in
+	// production.
+	Knobs TestingKnobs
 
 	// applyBatchBytes and clearBatchKeys bound the transactions of a
 	// snapshot applied from its file and of a range clear (0: the

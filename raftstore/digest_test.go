@@ -205,9 +205,7 @@ func TestCompareReplicasNotAtSameIndex(t *testing.T) {
 
 func TestCompareReplicasNamesTheOddOneOut(t *testing.T) {
 	ss := threeReplicas(t)
-	if err := ss[0].CorruptForTest([]byte("b"), []byte("corrupt")); err != nil {
-		t.Fatal(err)
-	}
+	putData(t, ss[0], "b", "corrupt")
 	ds := digests(t, ss, 1)
 	// Order of the digests does not matter.
 	ds[0], ds[2] = ds[2], ds[0]
@@ -240,9 +238,7 @@ func TestCompareReplicasNamesTheOddOneOut(t *testing.T) {
 
 func TestCompareReplicasMissingKey(t *testing.T) {
 	ss := threeReplicas(t)
-	if err := ss[2].CorruptForTest([]byte("c"), nil); err != nil {
-		t.Fatal(err)
-	}
+	mustUpdate(t, ss[2].eng, func(tx *engine.Tx) error { return tx.Delete([]byte("c")) })
 	var me *replica.MismatchError
 	if err := replica.Compare(digests(t, ss, 1)); !errors.As(err, &me) || fmt.Sprint(me.Groups) != "[[1 2] [3]]" {
 		t.Fatalf("got %v", err)

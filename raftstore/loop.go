@@ -198,8 +198,8 @@ func (s *Store) round() error {
 		return err
 	}
 	batch = slices.DeleteFunc(batch, func(rp *readyPeer) bool { return rp.skip })
-	if testHookPersisted != nil {
-		testHookPersisted(s, batch)
+	if hook := s.cfg.Knobs.afterPersist; hook != nil {
+		hook(s, batch)
 	}
 	for _, rp := range batch {
 		if err := s.publish(rp); err != nil {
@@ -209,11 +209,6 @@ func (s *Store) round() error {
 	s.sendHeld(batch)
 	return s.advance(batch)
 }
-
-// testHookPersisted, if set, runs in every round between its write and
-// its publish: a test's message lands in the window where the round's
-// acks are decided but not yet sent.
-var testHookPersisted func(s *Store, batch []*readyPeer)
 
 // collectReady is step 1: issue each peer's queued reads as one ReadIndex
 // batch (a follower's goes to its leader at once), step its queued writes

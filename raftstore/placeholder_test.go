@@ -23,7 +23,7 @@ func TestPlaceholderHoldingASnapshotIsNotSuperseded(t *testing.T) {
 	var once sync.Once
 	var fired atomic.Bool
 	var other *Message // the message for another peer ID, set before store 4 starts
-	testHookPersisted = func(s *Store, batch []*readyPeer) {
+	afterPersist := func(s *Store, batch []*readyPeer) {
 		if s.cfg.StoreID != 4 {
 			return
 		}
@@ -33,8 +33,7 @@ func TestPlaceholderHoldingASnapshotIsNotSuperseded(t *testing.T) {
 			}
 		}
 	}
-	t.Cleanup(func() { testHookPersisted = nil }) // after the stores stop (cleanups run last first)
-	c := newMiniCluster(t, 3, nil)
+	c := newMiniCluster(t, 3, func(cfg *Config) { cfg.Knobs.afterPersist = afterPersist })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c.load(ctx, "k", 500, 1000)

@@ -337,10 +337,6 @@ func (ss *snapshots) haltedErr() error {
 	return nil
 }
 
-// testHookApplyBatch, if set, runs before each transaction of an apply
-// (tests: stop or crash a store half-way).
-var testHookApplyBatch func(regionID uint64)
-
 func (ss *snapshots) runApply(j *applyJob) {
 	ss.mu.Lock()
 	if j.state != jobQueued { // cleaned up before it ran
@@ -351,8 +347,8 @@ func (ss *snapshots) runApply(j *applyJob) {
 	ss.mu.Unlock()
 	s, p := j.s, j.p
 	stop := func() error {
-		if testHookApplyBatch != nil {
-			testHookApplyBatch(j.st.regionID)
+		if hook := s.cfg.Knobs.beforeApplyBatch; hook != nil {
+			hook(j.st.regionID)
 		}
 		if err := ss.haltedErr(); err != nil {
 			return err

@@ -341,17 +341,18 @@ func (g *applyGate) waitReached(t *testing.T, reached chan struct{}) {
 	}
 }
 
-// smallBatches makes applies and clears take many transactions; the gate
-// is installed before any store runs and removed after they stop.
+// smallBatches makes applies and clears take many transactions, each
+// passing the gate, on every store its config is given to.
 func smallBatches(t *testing.T) *applyGate {
-	g := &applyGate{}
-	testHookApplyBatch = g.hook
-	t.Cleanup(func() { testHookApplyBatch = nil })
-	return g
+	t.Helper()
+	return &applyGate{}
 }
 
 // config gives a store the small transactions (its Config's).
-func (g *applyGate) config(cfg *Config) { cfg.applyBatchBytes, cfg.clearBatchKeys = 64<<10, 128 }
+func (g *applyGate) config(cfg *Config) {
+	cfg.applyBatchBytes, cfg.clearBatchKeys = 64<<10, 128
+	cfg.Knobs.beforeApplyBatch = g.hook
+}
 
 // An apply's transactions: the first stop check, one each to clear the
 // range's pairs, its dedup records and the region's log (each fits in one

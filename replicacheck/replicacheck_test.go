@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hedgekv/hedgekv/client"
 	"github.com/hedgekv/hedgekv/cluster"
+	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/replica"
 	"github.com/hedgekv/hedgekv/replicacheck"
 )
@@ -18,9 +20,20 @@ import (
 func TestCheckFindsAgreementAndDivergence(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	// Once diverge is set, store 2 applies every write of k05 as "bad":
+	// its replica diverges as a bug or a bad disk would make it.
+	var diverge atomic.Bool
 	c, err := cluster.StartLocal(ctx, cluster.LocalConfig{
 		Dir: t.TempDir(), NoSync: true, DisableBalancing: true, DisableSplit: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		StoreKnobs: func(id uint64) raftstore.TestingKnobs {
+			return raftstore.TestingKnobs{ApplyFilter: func(_ uint64, key, value []byte, del bool) ([]byte, bool) {
+				if id == 2 && diverge.Load() && string(key) == "k05" {
+					return []byte("bad"), false
+				}
+				return value, del
+			}}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +68,8 @@ func TestCheckFindsAgreementAndDivergence(t *testing.T) {
 	}
 
 	// Store 2's copy of k05 changes behind raft's back.
-	if err := c.Server(2).Store().CorruptForTest([]byte("k05"), []byte("bad")); err != nil {
+	diverge.Store(true)
+	if err := cli.Put(ctx, []byte("k05"), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
 	cctx, ccancel = context.WithTimeout(ctx, 10*time.Second)

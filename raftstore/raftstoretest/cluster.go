@@ -31,7 +31,9 @@ type Options struct {
 	// against the lease the others hold.
 	StoreElectionTicks map[uint64]int
 	// Clock, if set, gives each store its clock (see SkewedClock).
-	Clock          func(storeID uint64) func() time.Time
+	Clock func(storeID uint64) func() time.Time
+	// Knobs, if set, gives each store its testing knobs.
+	Knobs          func(storeID uint64) raftstore.TestingKnobs
 	LogGCThreshold uint64 // default raftstore's
 	// SplitMaxKeys > 0 turns on automatic splits, checked every 100ms.
 	SplitMaxKeys uint64
@@ -166,6 +168,9 @@ func (c *Cluster) StartStore(id uint64) error {
 	}
 	if c.opts.Clock != nil {
 		cfg.Clock = c.opts.Clock(id)
+	}
+	if c.opts.Knobs != nil {
+		cfg.Knobs = c.opts.Knobs(id)
 	}
 	if c.opts.SplitMaxKeys > 0 {
 		cfg.SplitCheckInterval = 100 * time.Millisecond

@@ -284,14 +284,10 @@ func (e *Engine) beginCheckpointLocked() (pendingCheckpoint, error) {
 	return ck, nil
 }
 
-// testHookCheckpointSync, if set, runs before a checkpoint begun under
-// e.mu syncs (tests: a slow disk).
-var testHookCheckpointSync func()
-
 // finishCheckpoint: see beginCheckpointLocked. ckptMu is held, e.mu not.
 func (e *Engine) finishCheckpoint(ck pendingCheckpoint) error {
-	if testHookCheckpointSync != nil {
-		testHookCheckpointSync()
+	if e.beforeCheckpointSync != nil {
+		e.beforeCheckpointSync()
 	}
 	err := e.db.Sync()
 	if err == nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,22 +14,23 @@ import (
 // syncs; after a crash its write is there.
 func TestUpdateSyncsWithoutHoldingTheRounds(t *testing.T) {
 	dir := t.TempDir()
-	e, err := openEngine(dir, false)
+	syncing, release := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool // set once open: the Update's sync is held, once
+	e, err := Open(dir, Options{beforeCheckpointSync: func() {
+		if held.CompareAndSwap(true, false) {
+			close(syncing)
+			<-release
+		}
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	syncing, release := make(chan struct{}), make(chan struct{})
-	testHookCheckpointSync = func() {
-		close(syncing)
-		<-release
-	}
-	defer func() { testHookCheckpointSync = nil }()
+	held.Store(true)
 	done := make(chan error, 1)
 	go func() {
 		done <- e.Update(func(tx *Tx) error { return tx.PutNextID(42) })
 	}()
 	<-syncing
-	testHookCheckpointSync = nil
 	round := make(chan error, 1)
 	go func() {
 		round <- e.Round(func() []wal.Item { return nil }, nil, func(tx *Tx) error {

@@ -132,6 +132,8 @@ type Engine struct {
 	// failCommit, if set, is an injected disk failure: a batch commit
 	// fails with it, as a full disk would fail one (Options.FailCommit).
 	failCommit func() error
+	// beforeCheckpointSync: Options'.
+	beforeCheckpointSync func()
 
 	// sweep is where each region's dedup trimming goes on from (dedup.go).
 	sweepMu sync.Mutex
@@ -191,6 +193,10 @@ type Options struct {
 	// 4096 keys; tests make them small to get many transactions).
 	ApplyBatchBytes int
 	ClearBatchKeys  int
+
+	// beforeCheckpointSync, if set, runs before a checkpoint begun under
+	// the engine's lock syncs (tests: a slow disk).
+	beforeCheckpointSync func()
 }
 
 // Open opens (or creates) the engine in dir: it locks the directory,
@@ -306,7 +312,7 @@ func openLocked(dir, path string, opts Options) (*Engine, error) {
 		}
 	}
 	e := &Engine{db: db, dir: dir, noSync: noSync, fs: opts.FS, afterBoltSync: opts.AfterBoltSync, syncMode: mmapSize() == 0, pin: pin,
-		batchInterval: opts.BatchInterval, failCommit: opts.FailCommit, applyBatch: opts.ApplyBatchBytes, clearBatch: opts.ClearBatchKeys,
+		batchInterval: opts.BatchInterval, failCommit: opts.FailCommit, beforeCheckpointSync: opts.beforeCheckpointSync, applyBatch: opts.ApplyBatchBytes, clearBatch: opts.ClearBatchKeys,
 		ov: newOverlay(), batchFirst: map[uint64]uint64{}}
 	if e.batchInterval == 0 {
 		e.batchInterval = DefaultBatchInterval

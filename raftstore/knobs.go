@@ -1,0 +1,21 @@
+package raftstore
+
+// TestingKnobs change what one store does, for tests only (CockroachDB's
+// TestingKnobs). Every store the binary starts has the zero value, which
+// changes nothing. They are per store, not package variables, so tests
+// that run stores side by side never see each other's hooks.
+type TestingKnobs struct {
+	// ApplyFilter, if set, sees each user-data write this store applies
+	// (del: a delete) and returns what to write instead. A test makes one
+	// replica diverge from its peers with it, as a bug or a bad disk
+	// would, to show that the replica check names the difference.
+	ApplyFilter func(regionID uint64, key, value []byte, del bool) (newValue []byte, newDel bool)
+
+	// afterPersist runs in every round between its write and its
+	// publish: a message a test hands the store there lands in the window
+	// where the round's acks are decided but not yet sent.
+	afterPersist func(s *Store, batch []*readyPeer)
+	// beforeApplyBatch runs before each transaction of a snapshot apply
+	// (stop or crash a store half-way).
+	beforeApplyBatch func(regionID uint64)
+}
