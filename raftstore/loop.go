@@ -572,9 +572,47 @@ func (s *Store) applyTx(tx *engine.Tx, rp *readyPeer) error {
 	return tx.PutApplyState(p.regionID, as)
 }
 
-// publish updates the in-memory mirror and peer state after commit, and
-// wakes whoever waited for it.
+// publish makes a persisted round visible, in order: the raft log's
+// in-memory mirror, the region's shape (conf changes, ranges, split-off
+// regions), then the peer's own state, and wakes whoever waited for it.
 func (s *Store) publish(rp *readyPeer) error {
+	if err := s.publishMirror(rp); err != nil {
+		return err
+	}
+	if err := s.publishShape(rp); err != nil {
+		return err
+	}
+	p, rd := rp.p, &rp.rd
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(rd.Entries); n > 0 {
+		p.lastIndex = rd.Entries[n-1].Index
+	} else if rp.snapApplied {
+		p.lastIndex = rd.Snapshot.Metadata.Index
+	}
+	if rd.SoftState != nil {
+		s.publishLeaderLocked(p, rd.SoftState)
+	}
+	if !raft.IsEmptyHardState(rd.HardState) {
+		if rd.HardState.Term != p.term {
+			p.revokeLeaseLocked()
+			p.term = rd.HardState.Term
+		}
+		p.commit = rd.HardState.Commit
+	}
+	p.applied, p.appliedTerm = rp.applied, rp.appliedTerm
+	if s.cfg.FollowerLeases {
+		p.publishFollowerLeaseLocked(rp)
+	}
+	p.finishAckedLocked(rp.acked)
+	p.onReadStatesLocked(rd.ReadStates)
+	p.notifyAppliedLocked()
+	return nil
+}
+
+// publishMirror brings the raft log's in-memory mirror (storage.go) to
+// what the round persisted: snapshot, entries, hard state, compaction.
+func (s *Store) publishMirror(rp *readyPeer) error {
 	p, rd := rp.p, &rp.rd
 	ms := p.storage.MemoryStorage
 	if rp.stagedSnap != 0 {
@@ -597,64 +635,56 @@ func (s *Store) publish(rp *readyPeer) error {
 	if err := p.storage.trim(rp.applied, rp.compactTo, rp.compactTerm); err != nil {
 		return fmt.Errorf("region %d: mirror compact: %w", p.regionID, err)
 	}
+	return nil
+}
 
-	if err := s.publishShape(rp); err != nil {
-		return err
+// publishLeaderLocked takes in a change of leader or of this peer's role:
+// a lease ends with the leadership it rested on, proposals and reads
+// addressed to a leader that is gone fail so their callers retry.
+func (s *Store) publishLeaderLocked(p *Peer, ss *raft.SoftState) {
+	newLead := ss.Lead
+	if newLead != p.lead || ss.RaftState != raft.StateLeader {
+		p.revokeLeaseLocked()
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if n := len(rd.Entries); n > 0 {
-		p.lastIndex = rd.Entries[n-1].Index
-	} else if rp.snapApplied {
-		p.lastIndex = rd.Snapshot.Metadata.Index
+	if ss.RaftState != raft.StateLeader {
+		p.transferring = false
+		p.failProposalsLocked(fmt.Errorf("%w: %w", ErrMaybeApplied, p.notLeaderWithLocked(newLead)))
 	}
-	if rd.SoftState != nil {
-		newLead := rd.SoftState.Lead
-		if newLead != p.lead || rd.SoftState.RaftState != raft.StateLeader {
-			p.revokeLeaseLocked()
-		}
-		if rd.SoftState.RaftState != raft.StateLeader {
-			p.transferring = false
-			p.failProposalsLocked(fmt.Errorf("%w: %w", ErrMaybeApplied, p.notLeaderWithLocked(newLead)))
-		}
-		if newLead != p.lead && p.lead != 0 {
-			// Reads in flight went to the old leader and may never be
-			// answered. (From "unknown" to a leader is no change: they were
-			// addressed to raft's view of the leader, which this is.)
-			p.failReadsLocked(p.notLeaderWithLocked(newLead))
-		}
-		if newLead != p.lead {
-			s.log.Info("leader changed", "region", p.regionID, "leader", newLead, "term", p.rn.BasicStatus().Term)
-		}
-		p.lead = newLead
+	if newLead != p.lead && p.lead != 0 {
+		// Reads in flight went to the old leader and may never be
+		// answered. (From "unknown" to a leader is no change: they were
+		// addressed to raft's view of the leader, which this is.)
+		p.failReadsLocked(p.notLeaderWithLocked(newLead))
 	}
-	if !raft.IsEmptyHardState(rd.HardState) {
-		if rd.HardState.Term != p.term {
-			p.revokeLeaseLocked()
-			p.term = rd.HardState.Term
-		}
-		p.commit = rd.HardState.Commit
+	if newLead != p.lead {
+		s.log.Info("leader changed", "region", p.regionID, "leader", newLead, "term", p.rn.BasicStatus().Term)
 	}
-	p.applied, p.appliedTerm = rp.applied, rp.appliedTerm
-	if s.cfg.FollowerLeases {
-		// Before this round's acks go out (step 5): the leader counts them
-		// only once the keys their entries write are known here.
-		if rp.snapApplied {
-			p.fl.pending.reset()
-		}
-		if !rp.pendingNoted {
-			p.fl.pending.append(rd.Entries, p.applied)
-		}
-		p.fl.pending.trim(p.applied)
-		// A lease covers the region as granted: a split (both halves), a
-		// membership change or a snapshot ends it; the follower asks anew.
-		if rp.snapApplied || rp.regionChanged || len(rp.created) > 0 {
-			p.revokeFollowerLeaseLocked()
-		}
+	p.lead = newLead
+}
+
+// publishFollowerLeaseLocked records the round's pending writes before its
+// acks go out (step 5): the leader counts them only once the keys their
+// entries write are known here. A lease covers the region as granted: a
+// split (both halves), a membership change or a snapshot ends it; the
+// follower asks anew.
+func (p *Peer) publishFollowerLeaseLocked(rp *readyPeer) {
+	if rp.snapApplied {
+		p.fl.pending.reset()
 	}
-	// Only an entry committed in the term it was proposed in proves quorum
-	// contact at its proposal time, so only that renews the lease.
-	for _, a := range rp.acked {
+	if !rp.pendingNoted {
+		p.fl.pending.append(rp.rd.Entries, p.applied)
+	}
+	p.fl.pending.trim(p.applied)
+	if rp.snapApplied || rp.regionChanged || len(rp.created) > 0 {
+		p.revokeFollowerLeaseLocked()
+	}
+}
+
+// finishAckedLocked answers the proposals the round applied. Only an
+// entry committed in the term it was proposed in proves quorum contact at
+// its proposal time, so only that renews the lease.
+func (p *Peer) finishAckedLocked(acked []ackedProposal) {
+	for _, a := range acked {
 		pr, ok := p.proposals[a.id]
 		if !ok {
 			continue
@@ -665,9 +695,6 @@ func (s *Store) publish(rp *readyPeer) error {
 		}
 		pr.finishWith(a.result, a.err)
 	}
-	p.onReadStatesLocked(rd.ReadStates)
-	p.notifyAppliedLocked()
-	return nil
 }
 
 // publishShape tells raft about applied conf changes, and the store about
