@@ -42,7 +42,7 @@ STATIC_BIN    := bin/hedgekv-static
 IMAGE         ?= hedgekv:latest
 DOCKER_TIMEOUT ?= 6m
 
-.PHONY: all build test unit-test smoke-test chaos static image docker-test fmt fmt-check vet demo proto tools etcd \
+.PHONY: all build check test unit-test smoke-test chaos static image docker-test fmt fmt-check vet demo proto tools etcd \
 	etcdctl etcdutl clean clean-cluster fuzz
 
 all: build
@@ -89,6 +89,16 @@ docker-test:
 		$(MAKE) --no-print-directory static && \
 		HEDGEKV_STATIC_BIN=$(CURDIR)/$(STATIC_BIN) $(GO) test -count=1 -timeout $(DOCKER_TIMEOUT) ./test/docker/...; \
 	fi
+
+# The developer's fast loop (about 2-3 minutes on 2 cores): gofmt, vet,
+# every package's tests with -short and without -race (long scenarios and
+# tests that need an etcd binary skip), and the in-process cluster specs
+# labelled "check" (replicated core, reads, follower leases, read safety,
+# exactly-once writes, the replica check). make test is the full loop, and
+# what CI runs.
+check: fmt-check vet
+	$(GO) test -short -count=1 -timeout 10m $$($(GO) list ./... | grep -v -e '/test/' -e '/bench$$')
+	$(GO) test -count=1 -timeout 5m ./test/cluster/ -ginkgo.label-filter=check
 
 test: fmt-check vet
 	$(MAKE) --no-print-directory unit-test

@@ -14,7 +14,7 @@ import (
 	"github.com/hedgekv/hedgekv/readmode"
 )
 
-var _ = Describe("replicated core", func() {
+var _ = Describe("replicated core", Label("check"), func() {
 	It("elects a leader", func() {
 		c := startCluster(raftstoretest.Options{})
 		leader, ok := c.Leader(1)

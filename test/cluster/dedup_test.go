@@ -64,7 +64,7 @@ func dedupReplicaValues(ctx context.Context, c *raftstoretest.Cluster, regionID 
 	return out
 }
 
-var _ = Describe("exactly-once writes", func() {
+var _ = Describe("exactly-once writes", Label("check"), func() {
 	It("skips a retried write on every replica of a split-off region, including one created later by snapshot", func() {
 		c := startCluster(raftstoretest.Options{})
 		ctx := ctxFor(90 * time.Second)

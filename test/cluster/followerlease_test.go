@@ -35,7 +35,7 @@ func waitFollowerLease(c *raftstoretest.Cluster, id uint64, key string) {
 	}).WithTimeout(5*time.Second).WithPolling(10*time.Millisecond).Should(Equal(readmode.FollowerLease), "store %d never read from a follower lease", id)
 }
 
-var _ = Describe("follower lease read", func() {
+var _ = Describe("follower lease read", Label("check"), func() {
 	It("returns the latest committed write with no round trip to the leader", func() {
 		c := startCluster(leaseOpts())
 		ctx := ctxFor(20 * time.Second)
@@ -105,7 +105,7 @@ func (w *staleWatch) halt() {
 	<-w.done
 }
 
-var _ = Describe("follower lease safety", func() {
+var _ = Describe("follower lease safety", Label("check"), func() {
 	follower := raftstore.ReadOptions{ReplicaRead: true}
 
 	It("never returns from an isolated holder a value older than a write acknowledged after it was cut off, and writes resume within the lease", func() {

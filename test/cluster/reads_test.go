@@ -33,7 +33,7 @@ func readOn(c *raftstoretest.Cluster, id uint64, opts raftstore.ReadOptions, key
 
 var electionMsgs = []raftpb.MessageType{raftpb.MsgVote, raftpb.MsgPreVote, raftpb.MsgVoteResp, raftpb.MsgPreVoteResp, raftpb.MsgTimeoutNow}
 
-var _ = Describe("follower read", func() {
+var _ = Describe("follower read", Label("check"), func() {
 	It("returns the latest committed write", func() {
 		c := startCluster(raftstoretest.Options{})
 		ctx := ctxFor(10 * time.Second)
@@ -274,7 +274,7 @@ func noReadIndexAcrossTransfer() {
 	Expect(late).To(BeNumerically(">", 0))
 }
 
-var _ = Describe("bounded-staleness read", func() {
+var _ = Describe("bounded-staleness read", Label("check"), func() {
 	It("keeps serving within the bound while the region has no leader, and never older than the bound", func() {
 		c := startCluster(raftstoretest.Options{})
 		ctx := ctxFor(20 * time.Second)

@@ -26,7 +26,7 @@ func checkWithin(c *raftstoretest.Cluster, d time.Duration) error {
 // The check every startCluster spec ends with (checkReplicas) must be able
 // to fail: these specs show it catches a replica that diverged behind
 // raft's back and that it refuses to pass without a quiet moment.
-var _ = Describe("replica agreement check", func() {
+var _ = Describe("replica agreement check", Label("check"), func() {
 	It("agrees on a healthy cluster after writes, deletes and a split", agreesWhenHealthy)
 
 	It("checks only the running stores", func() {

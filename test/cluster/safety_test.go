@@ -88,7 +88,7 @@ func transferTo(c *raftstoretest.Cluster, id uint64) {
 	}).WithTimeout(10 * time.Second).Should(Equal(id))
 }
 
-var _ = Describe("read safety", func() {
+var _ = Describe("read safety", Label("check"), func() {
 	DescribeTable("a follower read that waits across a split never answers from the split-off range",
 		func(read func(s *raftstore.Store, oldEpoch region.Epoch) (string, error)) {
 			c := startCluster(raftstoretest.Options{})
