@@ -73,76 +73,140 @@ func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions, keys
 		return info, region.Region{}, s.withCurrentRegion(err, keys[0])
 	}
 	sc.version = p.region.Epoch.Version
-	if derr := s.diskError(); derr != nil {
-		// Frozen after a failed disk write (diskfail.go): only what was
-		// applied before it, and only under a staleness bound.
-		if opts.MaxStaleness > 0 {
-			if bound, err := p.staleReadLocked(now, opts.MaxStaleness); err == nil {
-				r := p.staleAnswerLocked(&info, bound)
-				p.mu.Unlock()
-				return info, r, nil
-			}
-		}
-		p.mu.Unlock()
-		return info, region.Region{}, derr
+	diskErr := s.diskError()
+	f := readFacts{
+		diskFailed:   diskErr != nil,
+		leaderLease:  p.leaseValidLocked(now),
+		leader:       p.isLeaderLocked(),
+		replicaRead:  opts.ReplicaRead,
+		staleAllowed: opts.MaxStaleness > 0,
 	}
-	if p.leaseValidLocked(now) {
-		// The lease stands in for the ReadIndex round trip, not for the
-		// index: the read must still see everything committed so far.
-		// Followers may apply a commit before the leader does (it tells them
-		// while it persists), so wait for the leader's own apply.
-		p.readsSinceRenew = true
-		renew := p.leaseNeedsRenewLocked(now)
-		applied := p.waitAppliedLocked(p.rn.BasicStatus().Commit)
-		p.mu.Unlock()
-		if renew {
-			s.markDirty(p)
-		}
-		if err := s.waitApplied(ctx, p, applied); err != nil {
-			return info, region.Region{}, err
-		}
-		r, err := s.recheck(p, sc)
-		if err != nil {
-			return info, r, err
-		}
-		info.Mode = readmode.Lease
-		s.stats.readsLease.Add(1)
-		return info, r, nil
+	f.followerLease = !f.leader && opts.ReplicaRead && s.cfg.FollowerLeases && p.followerLeaseValidLocked(now)
+	var bound time.Duration
+	var staleErr error
+	if f.staleAllowed {
+		bound, staleErr = p.staleReadLocked(now, opts.MaxStaleness)
+		f.staleOK = staleErr == nil
 	}
-	leader := p.isLeaderLocked()
-	if !leader && opts.ReplicaRead && s.cfg.FollowerLeases && p.followerLeaseValidLocked(s.now()) {
+	path := decideRead(f)
+	// A stale read that found its newest safe point old (or none) asks the
+	// leader for fresh ones (stale.go), unless the store is frozen.
+	var nudge *Notice
+	if f.staleAllowed && !f.diskFailed && path != readLease && path != readFollowerLease &&
+		(staleErr != nil || bound > opts.MaxStaleness/2) {
+		nudge = p.nudgeLeaderLocked(now)
+	}
+	switch path {
+	case readFollowerLease:
 		// Linearizable and local: better than a stale read too.
 		return s.followerLeaseRead(ctx, p, opts, sc, info) // unlocks p.mu
+	case readLease:
+		return s.leaseRead(ctx, p, sc, info, now) // unlocks p.mu
 	}
-	if opts.MaxStaleness > 0 {
-		bound, err := p.staleReadLocked(now, opts.MaxStaleness)
-		var nudge *Notice
-		if err != nil || bound > opts.MaxStaleness/2 {
-			nudge = p.nudgeLeaderLocked(now)
-		}
-		if err == nil {
-			r := p.staleAnswerLocked(&info, bound)
-			p.mu.Unlock()
-			if nudge != nil {
-				s.sendNotice(p, *nudge)
-			}
-			return info, r, nil
-		}
-		if !leader {
-			p.mu.Unlock()
-			if nudge != nil {
-				s.sendNotice(p, *nudge)
-			}
-			return info, region.Region{}, err
-		}
-	}
-	if !leader && !opts.ReplicaRead {
-		err := p.notLeaderLocked()
-		p.mu.Unlock()
-		return info, region.Region{}, err
+	var r region.Region
+	var err error
+	switch path {
+	case readStale:
+		r = p.staleAnswerLocked(&info, bound)
+	case readRefuseDisk:
+		err = diskErr
+	case readRefuseStale:
+		err = staleErr
+	case readNotLeader:
+		err = p.notLeaderLocked()
 	}
 	p.mu.Unlock()
-	return s.readIndexRead(ctx, p, sc, info)
+	if nudge != nil {
+		s.sendNotice(p, *nudge)
+	}
+	if path == readIndex {
+		return s.readIndexRead(ctx, p, sc, info)
+	}
+	return info, r, err
+}
+
+// readFacts are what decides how a read is served, read under the peer's
+// lock at one instant.
+type readFacts struct {
+	diskFailed    bool // the store froze after a failed disk write (diskfail.go)
+	leaderLease   bool // this peer leads and its lease is valid (lease.go)
+	leader        bool
+	replicaRead   bool // the session lets a follower serve linearizable reads
+	followerLease bool // a follower with replicaRead and a valid read lease (followerlease.go)
+	staleAllowed  bool // the session allows a stale read (MaxStaleness > 0)
+	staleOK       bool // and one within its bound can be served here now (stale.go)
+}
+
+// readPath is how a read is served, or why it is refused.
+type readPath int
+
+const (
+	readLease         readPath = iota + 1 // the leader's lease: no round trip
+	readFollowerLease                     // a follower's read lease: no round trip
+	readStale                             // local state within the session's bound
+	readIndex                             // a ReadIndex round trip to the leader
+	readRefuseDisk                        // frozen and no stale read allowed: the disk error
+	readRefuseStale                       // a follower that can serve neither: the stale read's error
+	readNotLeader                         // a follower the session may not read from
+)
+
+var readPathNames = map[readPath]string{
+	readLease: "lease", readFollowerLease: "follower-lease", readStale: "stale", readIndex: "read-index",
+	readRefuseDisk: "refuse-disk", readRefuseStale: "refuse-stale", readNotLeader: "not-leader",
+}
+
+func (r readPath) String() string { return readPathNames[r] }
+
+// decideRead is the read path as a pure function of the facts, in order of
+// preference: a frozen store serves only stale reads; a lease (the
+// leader's, then a follower's) answers linearizably with no round trip; a
+// stale read, when the session allows one, beats a round trip; a follower
+// that cannot serve it stale says why rather than pay a round trip the
+// session did not ask for; otherwise ReadIndex, which a follower serves
+// only for a session that reads from followers.
+func decideRead(f readFacts) readPath {
+	switch {
+	case f.diskFailed && f.staleAllowed && f.staleOK:
+		return readStale
+	case f.diskFailed:
+		return readRefuseDisk
+	case f.leaderLease:
+		return readLease
+	case f.followerLease:
+		return readFollowerLease
+	case f.staleAllowed && f.staleOK:
+		return readStale
+	case f.staleAllowed && !f.leader:
+		return readRefuseStale
+	case !f.leader && !f.replicaRead:
+		return readNotLeader
+	}
+	return readIndex
+}
+
+// leaseRead serves a read from the leader's lease. The lease stands in
+// for the ReadIndex round trip, not for the index: the read must still see
+// everything committed so far. Followers may apply a commit before the
+// leader does (it tells them while it persists), so it waits for the
+// leader's own apply. Called with p.mu held; it unlocks it.
+func (s *Store) leaseRead(ctx context.Context, p *Peer, sc *readScope, info ReadInfo, now time.Time) (ReadInfo, region.Region, error) {
+	p.readsSinceRenew = true
+	renew := p.leaseNeedsRenewLocked(now)
+	applied := p.waitAppliedLocked(p.rn.BasicStatus().Commit)
+	p.mu.Unlock()
+	if renew {
+		s.markDirty(p)
+	}
+	if err := s.waitApplied(ctx, p, applied); err != nil {
+		return info, region.Region{}, err
+	}
+	r, err := s.recheck(p, sc)
+	if err != nil {
+		return info, r, err
+	}
+	info.Mode = readmode.Lease
+	s.stats.readsLease.Add(1)
+	return info, r, nil
 }
 
 // staleAnswerLocked fills info for a stale read served now with bound and

@@ -1,0 +1,85 @@
+package raftstore
+
+import (
+	"bufio"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestDecideReadTable runs the cases of testdata/read_path.txt: the facts
+// that hold, and the path decideRead must choose.
+func TestDecideReadTable(t *testing.T) {
+	f, err := os.Open("testdata/read_path.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	cases := 0
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		facts, want, ok := strings.Cut(text, "->")
+		if !ok {
+			t.Fatalf("line %d: %q has no ->", line, text)
+		}
+		var rf readFacts
+		for _, name := range strings.Fields(facts) {
+			field, known := readFactFields(&rf)[name]
+			if !known {
+				t.Fatalf("line %d: unknown fact %q", line, name)
+			}
+			*field = true
+		}
+		if got := decideRead(rf).String(); got != strings.TrimSpace(want) {
+			t.Errorf("line %d: %s: got %s", line, text, got)
+		}
+		cases++
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if cases < 20 {
+		t.Fatalf("only %d cases read", cases)
+	}
+}
+
+func readFactFields(f *readFacts) map[string]*bool {
+	return map[string]*bool{
+		"disk": &f.diskFailed, "lease": &f.leaderLease, "leader": &f.leader, "replica": &f.replicaRead,
+		"fl": &f.followerLease, "stale-allowed": &f.staleAllowed, "stale-ok": &f.staleOK,
+	}
+}
+
+// TestDecideReadPromises checks every combination of facts against the
+// promises the read path keeps, whatever the table lists: no lease read
+// without a valid lease, no stale read the session did not allow or that
+// cannot be served, nothing but a stale read or a refusal from a frozen
+// store, and no follower read for a session that did not ask for one.
+func TestDecideReadPromises(t *testing.T) {
+	for bits := range 1 << 7 {
+		var f readFacts
+		fields := []*bool{&f.diskFailed, &f.leaderLease, &f.leader, &f.replicaRead, &f.followerLease, &f.staleAllowed, &f.staleOK}
+		for i, p := range fields {
+			*p = bits&(1<<i) != 0
+		}
+		// Facts the store cannot produce together.
+		if (f.leaderLease && !f.leader) || (f.followerLease && (f.leader || !f.replicaRead)) || (f.staleOK && !f.staleAllowed) {
+			continue
+		}
+		path := decideRead(f)
+		switch {
+		case path == readLease && !f.leaderLease,
+			path == readFollowerLease && !f.followerLease,
+			path == readStale && !(f.staleAllowed && f.staleOK),
+			f.diskFailed && path != readStale && path != readRefuseDisk,
+			!f.diskFailed && !f.leader && !f.replicaRead && !f.staleAllowed && path != readNotLeader,
+			!f.leader && !f.replicaRead && path == readIndex,
+			path == readNotLeader && f.leader:
+			t.Errorf("%+v: %s breaks a promise", f, path)
+		}
+	}
+}
