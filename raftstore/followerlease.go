@@ -223,13 +223,17 @@ func (p *Peer) revokeFollowerLeaseLocked() { p.fl.held = heldLease{} }
 // be read under p.mu, after everything the read decides on: the log, and
 // so the pending writes, cannot change meanwhile.
 func (p *Peer) followerLeaseValidLocked(now time.Time) bool {
-	h := p.fl.held
-	if h.term == 0 || p.removed || !p.initialized {
+	return heldLeaseReadable(p.fl.held, p.rn.BasicStatus(), p.removed, p.initialized, p.applied, now)
+}
+
+// heldLeaseReadable is followerLeaseValidLocked's rule, a pure function
+// of the peer's state (testdata/lease.txt).
+func heldLeaseReadable(h heldLease, st raft.BasicStatus, removed, initialized bool, applied uint64, now time.Time) bool {
+	if h.term == 0 || removed || !initialized {
 		return false
 	}
-	st := p.rn.BasicStatus()
 	return st.RaftState == raft.StateFollower && st.Term == h.term && st.Lead == h.leader &&
-		now.Before(h.until) && p.applied >= h.commit
+		now.Before(h.until) && applied >= h.commit
 }
 
 // ---- leader side ------------------------------------------------------------

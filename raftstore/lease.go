@@ -82,17 +82,19 @@ func (p *Peer) onTimeoutNowLocked(now time.Time) {
 //  3. the peer has applied an entry of that term, so its state machine
 //     holds every write any earlier leader acknowledged.
 func (p *Peer) leaseValidLocked(now time.Time) bool {
-	if p.transferring {
+	return leaseReadable(p.lease, p.rn.BasicStatus(), p.transferring, p.appliedTerm, now)
+}
+
+// leaseReadable is leaseValidLocked's rule, a pure function of the peer's
+// state (testdata/lease.txt).
+func leaseReadable(l lease, st raft.BasicStatus, transferring bool, appliedTerm uint64, now time.Time) bool {
+	if transferring || st.RaftState != raft.StateLeader || st.LeadTransferee != 0 {
 		return false
 	}
-	st := p.rn.BasicStatus()
-	if st.RaftState != raft.StateLeader || st.LeadTransferee != 0 {
+	if l.term != st.Term || !now.Before(l.until) {
 		return false
 	}
-	if p.lease.term != st.Term || !now.Before(p.lease.until) {
-		return false
-	}
-	return p.appliedTerm == st.Term
+	return appliedTerm == st.Term
 }
 
 // leaseNeedsRenewLocked: under a read-only load nothing else renews the

@@ -1,0 +1,91 @@
+package raftstore
+
+import (
+	"bufio"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3"
+)
+
+// TestLeaseRulesTable runs testdata/lease.txt: each line a lease rule, its
+// inputs and the verdict.
+func TestLeaseRulesTable(t *testing.T) {
+	f, err := os.Open("testdata/lease.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	epoch := time.Unix(1_000_000, 0)
+	at := func(ms uint64) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
+	sc := bufio.NewScanner(f)
+	cases := 0
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		lhs, want, ok := strings.Cut(text, "->")
+		fields := strings.Fields(lhs)
+		if !ok || len(fields) == 0 {
+			t.Fatalf("line %d: %q: want `rule inputs -> verdict`", line, text)
+		}
+		in := map[string]string{}
+		for _, kv := range fields[1:] {
+			k, v, has := strings.Cut(kv, "=")
+			if !has {
+				v = "true"
+			}
+			in[k] = v
+		}
+		num := func(k string) uint64 {
+			if in[k] == "" {
+				return 0
+			}
+			n, err := strconv.ParseUint(in[k], 10, 64)
+			if err != nil {
+				t.Fatalf("line %d: %s=%q: %v", line, k, in[k], err)
+			}
+			return n
+		}
+		st := raft.BasicStatus{}
+		st.Term, st.Lead, st.LeadTransferee = num("term"), num("lead"), num("transferee")
+		switch in["role"] {
+		case "leader":
+			st.RaftState = raft.StateLeader
+		case "follower":
+			st.RaftState = raft.StateFollower
+		case "candidate":
+			st.RaftState = raft.StateCandidate
+		default:
+			t.Fatalf("line %d: role %q", line, in["role"])
+		}
+		var got bool
+		switch fields[0] {
+		case "leader":
+			l := lease{term: num("lease-term")}
+			if l.term != 0 {
+				l.until = at(num("until"))
+			}
+			got = leaseReadable(l, st, in["transferring"] == "true", num("applied-term"), at(num("now")))
+		case "follower":
+			h := heldLease{term: num("held-term"), leader: num("held-leader"), until: at(num("until")), commit: num("commit")}
+			got = heldLeaseReadable(h, st, in["removed"] == "true", in["initialized"] == "true", num("applied"), at(num("now")))
+		default:
+			t.Fatalf("line %d: unknown rule %q", line, fields[0])
+		}
+		if strconv.FormatBool(got) != strings.TrimSpace(want) {
+			t.Errorf("line %d: %s: got %v", line, text, got)
+		}
+		cases++
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if cases < 20 {
+		t.Fatalf("only %d cases read", cases)
+	}
+}
