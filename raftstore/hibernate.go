@@ -60,14 +60,17 @@ func (p *Peer) maybeHibernateLocked() []Notice {
 		return nil
 	}
 	st := p.rn.Status()
-	busy := st.Commit != p.lastIndex || p.applied != st.Commit || len(p.proposals) > 0 ||
-		len(p.reads.pending)+len(p.reads.inflight) > 0 || p.transferring || len(st.Config.Voters[1]) > 0
-	// Not RecentActive: CheckQuorum clears it every election timeout, and
-	// a follower that matches the log is all that hibernating needs.
-	for id, pr := range st.Progress {
-		busy = busy || (id != p.id && pr.Match != p.lastIndex)
+	f := quietFacts{
+		lastIndex: p.lastIndex, commit: st.Commit, applied: p.applied,
+		proposals: len(p.proposals), reads: len(p.reads.pending) + len(p.reads.inflight),
+		transferring: p.transferring, joint: len(st.Config.Voters[1]) > 0,
 	}
-	if busy {
+	for id, pr := range st.Progress {
+		if id != p.id {
+			f.matches = append(f.matches, pr.Match)
+		}
+	}
+	if !f.quiet() {
 		p.idleTicks = limit / 2 // look again in a while, not on every tick
 		return nil
 	}
@@ -153,4 +156,29 @@ func (s *Store) livenessLoop() {
 			s.trans.Flush()
 		}
 	}
+}
+
+// quietFacts are what step 1 looks at on a leader idle for HibernateAfter.
+type quietFacts struct {
+	lastIndex, commit, applied uint64
+	proposals, reads           int // waiting for their entry or read index
+	transferring, joint        bool
+	matches                    []uint64 // each follower's Match
+}
+
+// quiet says whether a leader may hibernate: its log is fully committed,
+// applied and matched by every follower, and nothing waits on it. Not
+// RecentActive: CheckQuorum clears it every election timeout, and a
+// follower that matches the log is all that hibernating needs
+// (testdata/hibernate.txt).
+func (f quietFacts) quiet() bool {
+	if f.commit != f.lastIndex || f.applied != f.commit || f.proposals > 0 || f.reads > 0 || f.transferring || f.joint {
+		return false
+	}
+	for _, m := range f.matches {
+		if m != f.lastIndex {
+			return false
+		}
+	}
+	return true
 }
