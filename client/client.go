@@ -21,7 +21,7 @@ import (
 // Config configures a Client.
 type Config struct {
 	Endpoints      []string      // gRPC addresses of any stores
-	Zone           string        // client's zone label: for Closest, and stores are dialled at their address for it (package doc)
+	Zone           string        // client's zone label: Follower and Closest prefer its replicas, and stores are dialled at their address for it (package doc)
 	DialTimeout    time.Duration // default 3s
 	RequestTimeout time.Duration // default 10s, used when ctx has no deadline
 	// TLS, if set, dials every store over TLS with this config (LoadTLS
