@@ -28,7 +28,7 @@ type readFlags struct {
 }
 
 func (f *readFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.read, "read", "leader", "replica to read from: leader, follower, mixed, closest, prefer-leader or round-robin")
+	cmd.Flags().StringVar(&f.read, "read", "leader", "replica to read from: leader, follower (one in --zone when there is one), mixed, closest (in --zone, else the fastest), prefer-leader or round-robin")
 	cmd.Flags().StringVar(&f.hedge, "hedge", "off", "backup request to another replica after a delay: off, a duration (10ms), a latency percentile (p99, p999) or min(p99,50ms) / max(p99,5ms)")
 	cmd.Flags().Float64Var(&f.hedgeBudget, "hedge-budget", client.DefaultHedgeBudget, "at most this fraction of reads may be hedged, in [0,1]")
 	cmd.Flags().DurationVar(&f.maxStaleness, "max-staleness", 0, "permit reads this stale (e.g. 5s); 0 keeps reads linearizable")
@@ -290,7 +290,8 @@ func newGetCmd(a *app) *cobra.Command {
 		Use:   "get KEY",
 		Short: "Print the value of KEY",
 		Long: "Print the value of KEY and a newline. A missing key prints \"key not found\" on stderr and exits 1.\n" +
-			"-v tells on stderr which store served the read, how (lease, read-index, stale), how long it took and whether a hedge won.\n" +
+			"-v tells on stderr which store served the read, how (lease, read-index, stale) and how long it took, and where the hedge went and whether it won,\n" +
+			"or why none was sent (not due, no other replica, denied by the budget).\n" +
 			"-w json prints {\"key\": K, \"value\": V} instead (as scan -w json does: JSON strings, or key_base64/value_base64 for bytes that are not UTF-8).",
 		Args: exactArgs("KEY"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
@@ -361,13 +362,29 @@ func roundLatency(d time.Duration) string {
 	return d.Round(time.Microsecond).String()
 }
 
-// hedgeLine is get -v's line about hedging: whether a hedge answered (the
-// line before says which store did).
+// hedgeLine is get -v's line about hedging: where the hedge went and
+// whether it answered, or why none was sent (not due, nowhere to send it,
+// denied by the budget), so that a tail read can be told apart from a
+// hedge that could not help.
 func hedgeLine(info client.ReadInfo) string {
-	if info.HedgeWon {
-		return "hedge: won"
+	h := info.Hedge
+	switch h.Outcome {
+	case "":
+		return "hedge: no (--hedge off)"
+	case client.HedgeNotDue:
+		return fmt.Sprintf("hedge: no, not sent: store %d answered within the %s delay", h.PrimaryStoreID, roundLatency(h.Delay))
+	case client.HedgeNoReplica:
+		return fmt.Sprintf("hedge: no, not sent: due after %s, but no other replica could take it", roundLatency(h.Delay))
+	case client.HedgeAtLimit:
+		return fmt.Sprintf("hedge: no, not sent: due after %s, but the most attempts allowed in flight were", roundLatency(h.Delay))
+	case client.HedgeDenied:
+		return fmt.Sprintf("hedge: no, denied by the budget (--hedge-budget): due after %s", roundLatency(h.Delay))
+	case client.HedgeLost:
+		return fmt.Sprintf("hedge: lost: sent to store %d after %s; the primary at store %d answered first", h.StoreID, roundLatency(h.Delay), h.PrimaryStoreID)
+	case client.HedgeWonRace:
+		return fmt.Sprintf("hedge: won: sent to store %d after %s, it answered before the primary at store %d", h.StoreID, roundLatency(h.Delay), h.PrimaryStoreID)
 	}
-	return "hedge: no"
+	return "hedge: " + string(h.Outcome)
 }
 
 func newScanCmd(a *app) *cobra.Command {

@@ -230,7 +230,7 @@ func newRootCmd(a *app) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.endpoints, "endpoints", "", "comma-separated gRPC addresses of stores (default $"+endpointsEnv+", else "+defaultEndpoints+")")
-	pf.StringVar(&a.zone, "zone", "", "the zone this client sits in: --read closest prefers it, and stores that advertise an address for it (server --advertise-zone-addrs) are reached there")
+	pf.StringVar(&a.zone, "zone", "", "the zone this client sits in: --read follower and closest prefer its replicas, and stores that advertise an address for it (server --advertise-zone-addrs) are reached there")
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "deadline of the whole command")
 	pf.StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of this command to `FILE` (for go tool pprof)")
 	pf.StringVar(&a.tlsCert, "tls-cert", "", "mutual TLS: this client's certificate (server: the store's, used to serve and to dial peers); PEM `FILE` (hedgekv certs makes one)")

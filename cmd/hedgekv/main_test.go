@@ -113,7 +113,7 @@ func TestKVCommands(t *testing.T) {
 		{args: []string{"put", "a", "hello world"}, wantStdout: "OK\n"},
 		{args: []string{"put", "c", "3"}, wantStdout: "OK\n"},
 		{args: []string{"get", "a"}, wantStdout: "hello world\n"},
-		{args: []string{"get", "a", "-v"}, wantStdout: "hello world\n", wantStderr: []string{"served by store 1 via lease in ", "s\nhedge: no\n"}},
+		{args: []string{"get", "a", "-v"}, wantStdout: "hello world\n", wantStderr: []string{"served by store 1 via lease in ", "s\nhedge: no (--hedge off)\n"}},
 		{args: []string{"get", "a", "-v", "--read", "closest", "--zone", "dc-c"}, wantStdout: "hello world\n", wantStderr: []string{"served by store 3 via read-index in "}},
 		{args: []string{"get", "a", "-v", "--read", "follower", "--max-staleness", "5s"}, wantStdout: "hello world\n", wantStderr: []string{"via stale in ", "s (at most 5s stale)"}},
 		{args: []string{"get", "missing"}, wantCode: exitNotFound, wantStderr: []string{"key not found\n"}},
@@ -160,7 +160,7 @@ func TestGetHedgeWon(t *testing.T) {
 	if code != 0 || stdout != "1\n" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
-	if !strings.Contains(stderr, "via read-index") || !strings.Contains(stderr, "hedge: won\n") || strings.Contains(stderr, "store 1 ") {
+	if !strings.Contains(stderr, "via read-index") || !strings.Contains(stderr, "hedge: won: sent to store ") || strings.Contains(stderr, "store 1 ") {
 		t.Errorf("stderr %q, want a read-index read from a follower and hedge: won", stderr)
 	}
 	code, _, stderr = runCLI(t, "get", "a", "--hedge", "10ms", "--hedge-budget", "2", ep)

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net"
 	"os"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -274,5 +276,78 @@ func TestReadmeServerExample(t *testing.T) {
 	if cfg.Store.StoreID != 2 || cfg.StatusAddr == store1.StatusAddr && cfg.StatusAddr != "" || cfg.ListenAddr == store1.ListenAddr && cfg.ListenAddr != "" {
 		t.Errorf("README's store 2: id %d, listen %q, status %q; the file's store 1: listen %q, status %q",
 			cfg.Store.StoreID, cfg.ListenAddr, cfg.StatusAddr, store1.ListenAddr, store1.StatusAddr)
+	}
+}
+
+// The tests of the newcomer's second list: the CLI items of the issue.
+
+// TestFollowerReadPrefersZone: get --zone dc-b --read follower reads from
+// dc-b's follower every time, not from dc-c's.
+func TestFollowerReadPrefersZone(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	cl.Put("k", "v")
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+	for range 10 {
+		code, stdout, stderr := runCLI(t, "get", "k", "--zone", "dc-b", "--read", "follower", "-v", ep)
+		if code != exitOK || stdout != "v\n" || !strings.Contains(stderr, "served by store 2 via read-index") {
+			t.Fatalf("get --zone dc-b --read follower: exit %d, stdout %q, stderr %q; want store 2 (dc-b)", code, stdout, stderr)
+		}
+	}
+}
+
+// TestGetVerboseHedge: get -v says where the hedge went and whether it
+// won, or why none was sent.
+func TestGetVerboseHedge(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	cl.Put("k", "v")
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+	// The leader (store 1) answers a Get after leaderDelay; the followers
+	// not at all while followersSilent.
+	var leaderDelay atomic.Int64
+	var followersSilent atomic.Bool
+	cl.SetHook(func(ctx context.Context, s uint64, m string) error {
+		if m != "Get" {
+			return nil
+		}
+		if s == 1 {
+			select {
+			case <-time.After(time.Duration(leaderDelay.Load())):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if followersSilent.Load() {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	})
+	verbose := func(args ...string) string {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, append(append([]string{"get", "k", "-v"}, args...), ep)...)
+		if code != exitOK || stdout != "v\n" {
+			t.Fatalf("get %v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+		return stderr
+	}
+	for _, tc := range []struct {
+		name    string
+		delay   time.Duration
+		silent  bool
+		args    []string
+		pattern string
+	}{
+		{"off", 0, false, nil, `(?m)^hedge: no \(--hedge off\)$`},
+		{"not due", 0, false, []string{"--hedge", "1s"}, `(?m)^hedge: no, not sent: store 1 answered within the 1s delay$`},
+		{"won", time.Second, false, []string{"--hedge", "10ms"}, `(?m)^hedge: won: sent to store [23] after 10ms, it answered before the primary at store 1$`},
+		{"lost", 100 * time.Millisecond, true, []string{"--hedge", "10ms"}, `(?m)^hedge: lost: sent to store [23] after 10ms; the primary at store 1 answered first$`},
+		{"denied", 50 * time.Millisecond, false, []string{"--hedge", "10ms", "--hedge-budget", "0"}, `(?m)^hedge: no, denied by the budget \(--hedge-budget\): due after 10ms$`},
+	} {
+		leaderDelay.Store(int64(tc.delay))
+		followersSilent.Store(tc.silent)
+		if stderr := verbose(tc.args...); !regexp.MustCompile(tc.pattern).MatchString(stderr) {
+			t.Errorf("%s: get -v %v: stderr %q does not match %s", tc.name, tc.args, stderr, tc.pattern)
+		}
 	}
 }
