@@ -69,8 +69,16 @@ type app struct {
 	// tlsCert, tlsKey and tlsCA are --tls-cert, --tls-key and --tls-ca:
 	// the client's identity, or the server's (server command).
 	tlsCert, tlsKey, tlsCA string
-	// getenv reads the environment (HEDGEKV_ENDPOINTS); tests replace it.
+	// getenv reads the environment (HEDGEKV_<FLAG>, flagenv.go); tests
+	// replace it.
 	getenv func(string) string
+	// root is the command tree run parses into.
+	root *cobra.Command
+	// flagEnv names, per flag name, the variable that set its default;
+	// flagEnvErrs holds the variables whose value the flag refused,
+	// reported unless the flag is given (flagenv.go).
+	flagEnv     map[string]string
+	flagEnvErrs map[string]error
 	// clientLog holds what the client library logged (warnings: a store
 	// that did not answer, a list that could not be loaded). A command
 	// that succeeded got around whatever it was, so it stays quiet; a
@@ -169,6 +177,8 @@ func runWithStdin(ctx context.Context, args []string, stdin io.Reader, stdout, s
 func (a *app) run(ctx context.Context, args []string) int {
 	stderr := a.stderr
 	root := newRootCmd(a)
+	a.root = root
+	a.applyFlagEnv(root, args)
 	root.SetArgs(args)
 	root.SetOut(a.stdout)
 	root.SetErr(stderr)
@@ -216,7 +226,8 @@ func newRootCmd(a *app) *cobra.Command {
 		Use:   "hedgekv",
 		Short: "A Multi-Raft key-value store with follower read and hedged requests",
 		Long: "A Multi-Raft key-value store with follower read and hedged requests.\n\n" +
-			"Commands reach the stores at --endpoints, else at $" + endpointsEnv + ", else at " + defaultEndpoints + ".\n\n" + exitCodesHelp,
+			"Commands reach the stores at --endpoints, else at $" + endpointsEnv + ", else at " + defaultEndpoints + ".\n\n" +
+			flagEnvHelp + "\n\n" + exitCodesHelp,
 		Version: versionString(),
 		// Errors and usage are reported by run, once, on one line.
 		SilenceErrors: true,
@@ -236,7 +247,12 @@ func newRootCmd(a *app) *cobra.Command {
 	pf.StringVar(&a.tlsCert, "tls-cert", "", "mutual TLS: this client's certificate (server: the store's, used to serve and to dial peers); PEM `FILE` (hedgekv certs makes one)")
 	pf.StringVar(&a.tlsKey, "tls-key", "", "mutual TLS: the key of --tls-cert, PEM `FILE`")
 	pf.StringVar(&a.tlsCA, "tls-ca", "", "mutual TLS: the CA that signed the stores' and clients' certificates, PEM `FILE`")
-	root.PersistentPreRunE = func(*cobra.Command, []string) error { return a.startProfile() }
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := a.flagEnvError(cmd); err != nil {
+			return err
+		}
+		return a.startProfile()
+	}
 	root.AddCommand(
 		newPutCmd(a), newGetCmd(a), newDeleteCmd(a), newScanCmd(a),
 		newCtlCmd(a),
@@ -290,12 +306,13 @@ func (a *app) connect(ctx context.Context) (*client.Client, context.Context, fun
 	return cli, ctx, done, nil
 }
 
-// endpointList is --endpoints, else $HEDGEKV_ENDPOINTS, else the local
-// cluster's default, split at commas.
+// endpointList is --endpoints, else $HEDGEKV_ENDPOINTS (which set the
+// flag's default, flagenv.go), else the local cluster's default, split at
+// commas.
 func (a *app) endpointList() ([]string, error) {
 	raw, from := a.endpoints, "--endpoints"
-	if raw == "" && a.getenv != nil {
-		raw, from = a.getenv(endpointsEnv), endpointsEnv
+	if env, ok := a.flagEnv["endpoints"]; ok && !a.flagGiven("endpoints") {
+		from = env
 	}
 	if raw == "" {
 		raw, from = defaultEndpoints, "the default endpoints"

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -11,6 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/hedgekv/hedgekv/client/clienttest"
 )
@@ -349,5 +353,74 @@ func TestGetVerboseHedge(t *testing.T) {
 		if stderr := verbose(tc.args...); !regexp.MustCompile(tc.pattern).MatchString(stderr) {
 			t.Errorf("%s: get -v %v: stderr %q does not match %s", tc.name, tc.args, stderr, tc.pattern)
 		}
+	}
+}
+
+// TestFlagsFromEnv: every flag's default comes from HEDGEKV_<FLAG> (as
+// etcdctl's ETCDCTL_*); a flag given wins; a value the flag refuses is a
+// usage error naming the variable; server and netsim take none.
+func TestFlagsFromEnv(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	cl.Put("k", "v")
+	t.Setenv(endpointsEnv, strings.Join(cl.Endpoints(), ","))
+	t.Setenv("HEDGEKV_READ", "follower")
+	t.Setenv("HEDGEKV_ZONE", "dc-c")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "k", "-v"}, "served by store 3 via read-index"},
+		{[]string{"get", "k", "-v", "--read", "leader"}, "served by store 1 via lease"},
+	} {
+		if code, stdout, stderr := runCLI(t, tc.args...); code != exitOK || stdout != "v\n" || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v with HEDGEKV_READ=follower HEDGEKV_ZONE=dc-c: exit %d, stdout %q, stderr %q; want %q", tc.args, code, stdout, stderr, tc.want)
+		}
+	}
+	t.Setenv("HEDGEKV_TIMEOUT", "soon")
+	code, _, stderr := runCLI(t, "get", "k")
+	if code != exitUsage || !strings.Contains(stderr, `$HEDGEKV_TIMEOUT="soon": `) {
+		t.Errorf("HEDGEKV_TIMEOUT=soon: exit %d, stderr %q", code, stderr)
+	}
+	oneLine(t, stderr)
+	if code, stdout, stderr := runCLI(t, "get", "k", "--timeout", "5s"); code != exitOK || stdout != "v\n" {
+		t.Errorf("HEDGEKV_TIMEOUT=soon, --timeout 5s: exit %d, stderr %q", code, stderr)
+	}
+	t.Setenv("HEDGEKV_TIMEOUT", "")
+
+	// Generically: a string flag of every command but server and netsim
+	// shows the variable's value as its default.
+	var walk func(cmd *cobra.Command)
+	commands := map[string]*cobra.Command{}
+	walk = func(cmd *cobra.Command) {
+		commands[cmd.CommandPath()] = cmd
+		for _, c := range cmd.Commands() {
+			walk(c)
+		}
+	}
+	walk(newRootCmd(&app{stdout: io.Discard, stderr: io.Discard}))
+	for path, cmd := range commands {
+		exempt := strings.HasPrefix(path, "hedgekv server") || strings.HasPrefix(path, "hedgekv netsim")
+		var want []string
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			if f.Value.Type() == "string" && !f.Hidden && f.Name != "zone" && f.Name != "read" {
+				t.Setenv(flagEnvName(f.Name), "from-env-"+f.Name)
+				want = append(want, f.Name)
+			}
+		})
+		code, stdout, stderr := runCLI(t, append(strings.Fields(path)[1:], "--help")...)
+		if code != exitOK {
+			t.Errorf("%s --help: exit %d, %s", path, code, stderr)
+			continue
+		}
+		for _, name := range want {
+			line := regexp.MustCompile(`(?m)^ +(-., )?--` + name + ` .*$`).FindString(stdout)
+			if has := strings.Contains(line, `(default "from-env-`+name+`")`); line == "" || has == exempt {
+				t.Errorf("%s --help, $%s set: flag line %q", path, flagEnvName(name), line)
+			}
+		}
+	}
+	code, stdout, _ := runCLI(t, "--help")
+	if code != exitOK || !strings.Contains(stdout, "HEDGEKV_READ") {
+		t.Errorf("hedgekv --help does not say flags come from HEDGEKV_*:\n%s", stdout)
 	}
 }
