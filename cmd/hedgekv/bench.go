@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -45,8 +46,11 @@ The global --timeout bounds a benchmark only when it is given explicitly.`,
 
 // benchEnv is what every scenario takes from the root command.
 type benchEnv struct {
-	ctx       context.Context
-	cancel    context.CancelFunc
+	ctx    context.Context
+	cancel context.CancelFunc
+	// app is the CLI's: its endpoints, zone and TLS flags are the ones
+	// every other command uses.
+	app       *app
 	endpoints []string
 	// endpointsSet: --endpoints was given explicitly.
 	endpointsSet bool
@@ -58,26 +62,24 @@ type benchEnv struct {
 }
 
 func newBenchEnv(cmd *cobra.Command) (*benchEnv, error) {
-	env := &benchEnv{}
-	if f := cmd.Flag("endpoints"); f != nil {
-		env.endpoints = splitList(strings.Trim(f.Value.String(), "[]"))
-		env.endpointsSet = f.Changed
+	// The endpoints, zone and TLS files come from the CLI's own flags, the
+	// way get and ctl take them: --endpoints, else $HEDGEKV_ENDPOINTS, else
+	// the local cluster's.
+	a := appFrom(cmd.Context())
+	if a == nil {
+		a = &app{getenv: os.Getenv, timeout: 10 * time.Second}
 	}
-	if len(env.endpoints) == 0 {
-		if env.endpointsSet {
-			return nil, usagef("--endpoints is empty")
-		}
-		env.endpoints = splitList(ycsbdb.DefaultEndpoints)
+	env := &benchEnv{app: a, zone: a.zone, endpointsSet: a.flagGiven("endpoints")}
+	var err error
+	if env.endpoints, err = a.endpointList(); err != nil {
+		return nil, err
 	}
-	if f := cmd.Flag("zone"); f != nil {
-		env.zone = f.Value.String()
-	}
-	for flag, prop := range map[string]string{"tls-cert": ycsbdb.PropTLSCert, "tls-key": ycsbdb.PropTLSKey, "tls-ca": ycsbdb.PropTLSCA} {
-		if f := cmd.Flag(flag); f != nil && f.Value.String() != "" {
+	for prop, v := range map[string]string{ycsbdb.PropTLSCert: a.tlsCert, ycsbdb.PropTLSKey: a.tlsKey, ycsbdb.PropTLSCA: a.tlsCA} {
+		if v != "" {
 			if env.tlsProps == nil {
 				env.tlsProps = map[string]string{}
 			}
-			env.tlsProps[prop] = f.Value.String()
+			env.tlsProps[prop] = v
 		}
 	}
 	// Benchmarks run for minutes: the root's --timeout bounds one only when
@@ -99,6 +101,19 @@ func newBenchEnv(cmd *cobra.Command) (*benchEnv, error) {
 	// logger (warnings only) says.
 	env.logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	return env, nil
+}
+
+// checkCluster connects to the running cluster a scenario is to measure
+// as every other command connects, before the scenario starts: a cluster
+// no store of which answers is exit 3, a --zone no store is in exit 2, in
+// the same words as get's.
+func (env *benchEnv) checkCluster() error {
+	_, _, done, err := env.app.connect(env.ctx)
+	if err != nil {
+		return err
+	}
+	done()
+	return nil
 }
 
 // benchRunE is the RunE of a scenario: run gets the environment taken from
@@ -200,6 +215,11 @@ Workloads: a (50% read, 50% update), b (95/5), c (read only), d (read latest,
 				merged := maps.Clone(env.tlsProps)
 				maps.Copy(merged, extra)
 				extra = merged
+			}
+			if db == ycsbdb.Name {
+				if err := env.checkCluster(); err != nil {
+					return err
+				}
 			}
 			if metricsListen != "" {
 				stop, err := serveClientMetrics(metricsListen)
@@ -338,6 +358,11 @@ latency CDFs.`,
 			for _, w := range cfg.Workloads {
 				if _, err := bench.WorkloadProperties(w); err != nil {
 					return usageError{err}
+				}
+			}
+			if cfg.HedgeKVEndpoints != nil {
+				if err := env.checkCluster(); err != nil {
+					return err
 				}
 			}
 			_, err := bench.RunPeerEtcd(env.ctx, cfg)

@@ -86,6 +86,19 @@ type app struct {
 	clientLog logBuffer
 }
 
+// appKey is the context key of the app a command runs in, for the bench
+// scenarios, whose constructors take none (bench.go, newBenchEnv).
+type appKey struct{}
+
+// appFrom is the app ctx was run with, nil if none.
+func appFrom(ctx context.Context) *app {
+	if ctx == nil {
+		return nil
+	}
+	a, _ := ctx.Value(appKey{}).(*app)
+	return a
+}
+
 // logBuffer is a bytes.Buffer the client's goroutines may log into.
 type logBuffer struct {
 	mu sync.Mutex
@@ -182,7 +195,7 @@ func (a *app) run(ctx context.Context, args []string) int {
 	root.SetArgs(args)
 	root.SetOut(a.stdout)
 	root.SetErr(stderr)
-	cmd, err := root.ExecuteContextC(ctx)
+	cmd, err := root.ExecuteContextC(context.WithValue(ctx, appKey{}, a))
 	if a.stopProfile != nil {
 		a.stopProfile()
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -422,5 +423,36 @@ func TestFlagsFromEnv(t *testing.T) {
 	code, stdout, _ := runCLI(t, "--help")
 	if code != exitOK || !strings.Contains(stdout, "HEDGEKV_READ") {
 		t.Errorf("hedgekv --help does not say flags come from HEDGEKV_*:\n%s", stdout)
+	}
+}
+
+// TestBenchYCSBLikeGet: bench ycsb reaches the cluster the way get does:
+// $HEDGEKV_ENDPOINTS, a --zone no store is in refused (exit 2), an
+// unreachable cluster exit 3 with get's words.
+func TestBenchYCSBLikeGet(t *testing.T) {
+	dead := closedAddr(t)
+	t.Setenv(endpointsEnv, dead)
+	out := t.TempDir()
+	tiny := []string{"--records", "20", "--ops", "20", "--threads", "1", "--progress", "-1s", "--out", out}
+	code, _, getErr := runCLI(t, "get", "k")
+	benchCode, _, benchErr := runCLI(t, append([]string{"bench", "ycsb"}, tiny...)...)
+	if code != exitUnreachable || benchCode != exitUnreachable || benchErr != getErr {
+		t.Errorf("cluster unreachable at $%s: get exit %d %q; bench ycsb exit %d %q; want both %d, the same line",
+			endpointsEnv, code, getErr, benchCode, benchErr, exitUnreachable)
+	}
+
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	t.Setenv(endpointsEnv, strings.Join(cl.Endpoints(), ","))
+	code, _, getErr = runCLI(t, "get", "k", "--zone", "dc-q")
+	benchCode, _, benchErr = runCLI(t, append([]string{"bench", "ycsb", "--zone", "dc-q"}, tiny...)...)
+	if code != exitUsage || benchCode != exitUsage || !strings.Contains(benchErr, "--zone dc-q: no store is in that zone") {
+		t.Errorf("--zone dc-q: get exit %d %q; bench ycsb exit %d %q; want both %d", code, getErr, benchCode, benchErr, exitUsage)
+	}
+	code, stdout, stderr := runCLI(t, append([]string{"bench", "ycsb", "--zone", "dc-b"}, tiny...)...)
+	if code != exitOK {
+		t.Fatalf("bench ycsb at $%s: exit %d\n%s\n%s", endpointsEnv, code, stdout, stderr)
+	}
+	if !slices.ContainsFunc(cl.Requests(), func(r clienttest.Request) bool { return r.Method == "Put" }) {
+		t.Errorf("bench ycsb wrote nothing to the cluster at $%s", endpointsEnv)
 	}
 }
