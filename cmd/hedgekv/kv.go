@@ -263,6 +263,13 @@ type kvJSON struct {
 	ValueBase64 *string `json:"value_base64,omitempty"`
 }
 
+// getJSON is get -w json: the pair, and found, false for a missing key
+// (then without a value).
+type getJSON struct {
+	kvJSON
+	Found bool `json:"found"`
+}
+
 func newKVJSON(key, value []byte, keysOnly bool) kvJSON {
 	var out kvJSON
 	out.Key, out.KeyBase64 = jsonBytes(key)
@@ -292,7 +299,8 @@ func newGetCmd(a *app) *cobra.Command {
 		Long: "Print the value of KEY and a newline. A missing key prints \"key not found\" on stderr and exits 1.\n" +
 			"-v tells on stderr which store served the read, how (lease, read-index, stale) and how long it took, and where the hedge went and whether it won,\n" +
 			"or why none was sent (not due, no other replica, denied by the budget).\n" +
-			"-w json prints {\"key\": K, \"value\": V} instead (as scan -w json does: JSON strings, or key_base64/value_base64 for bytes that are not UTF-8).",
+			"-w json prints {\"key\": K, \"value\": V, \"found\": true} instead (as scan -w json does: JSON strings, or key_base64/value_base64 for bytes that are not UTF-8),\n" +
+			"and for a missing key {\"key\": K, \"found\": false}, exit 1 all the same.",
 		Args: exactArgs("KEY"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if err := checkKey(args[0]); err != nil {
@@ -318,11 +326,21 @@ func newGetCmd(a *app) *cobra.Command {
 					fmt.Fprintln(a.stderr, hedgeLine(info))
 				}
 				if errors.Is(err, client.ErrNotFound) {
+					// -w json prints a document whatever the answer, so that
+					// a script parses stdout without looking at the code
+					// first; the line on stderr stays for people.
+					if asJSON {
+						doc := getJSON{Found: false}
+						doc.Key, doc.KeyBase64 = jsonBytes([]byte(args[0]))
+						if err := writeJSON(a.stdout, doc); err != nil {
+							return err
+						}
+					}
 					fmt.Fprintln(a.stderr, client.ErrNotFound.Error())
 					return silentError{exitNotFound}
 				}
 				if asJSON {
-					return writeJSON(a.stdout, newKVJSON([]byte(args[0]), v, false))
+					return writeJSON(a.stdout, getJSON{kvJSON: newKVJSON([]byte(args[0]), v, false), Found: true})
 				}
 				_, err = fmt.Fprintf(a.stdout, "%s\n", v)
 				return err

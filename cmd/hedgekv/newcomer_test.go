@@ -456,3 +456,69 @@ func TestBenchYCSBLikeGet(t *testing.T) {
 		t.Errorf("bench ycsb wrote nothing to the cluster at $%s", endpointsEnv)
 	}
 }
+
+// TestJSONSupersetOfTable: -w json says all the table says (ctl regions:
+// term, applied index, down marks, --size's counts), get -w json prints a
+// document for a missing key too, and ctl split takes -w.
+func TestJSONSupersetOfTable(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	cl.Put("k", "v")
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+
+	code, stdout, stderr := runCLI(t, "get", "missing", "-w", "json", ep)
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(stdout), &doc); code != exitNotFound || err != nil || doc["key"] != "missing" || doc["found"] != false || stderr != "key not found\n" {
+		t.Errorf("get missing -w json: exit %d, stdout %q (%v), stderr %q; want exit 1, {\"key\": \"missing\", \"found\": false}", code, stdout, err, stderr)
+	}
+	code, stdout, _ = runCLI(t, "get", "k", "-w", "json", ep)
+	if err := json.Unmarshal([]byte(stdout), &doc); code != exitOK || err != nil || doc["value"] != "v" || doc["found"] != true {
+		t.Errorf("get k -w json: exit %d, %q", code, stdout)
+	}
+
+	code, stdout, stderr = runCLI(t, "ctl", "split", "m", "-w", "json", ep)
+	var split struct{ Left, Right map[string]any }
+	if err := json.Unmarshal([]byte(stdout), &split); code != exitOK || err != nil || split.Left["end_key"] != "m" || split.Right["start_key"] != "m" || split.Right["peers"] == nil {
+		t.Errorf("ctl split m -w json: exit %d, stderr %q, stdout %q (%v)", code, stderr, stdout, err)
+	}
+	if code, _, stderr := runCLI(t, "ctl", "split", "n", "-w", "yaml", ep); code != exitUsage || !strings.Contains(stderr, "--write-out must be table or json") {
+		t.Errorf("ctl split -w yaml: exit %d, %q", code, stderr)
+	}
+
+	// Region 1's leader on store 3, which is down: the table marks it and
+	// the replica there (down); so does the JSON, with term and applied.
+	cl.SetLeader(1, 3)
+	cl.Store(3).Stop()
+	ep = "--endpoints=" + strings.Join(cl.Endpoints()[:2], ",")
+	code, table, stderr := runCLI(t, "ctl", "regions", "--size", ep)
+	if code != exitOK || !strings.Contains(table, "store 3(down)") || !strings.Contains(table, "TERM") {
+		t.Fatalf("ctl regions: exit %d, stderr %q\n%s", code, stderr, table)
+	}
+	code, stdout, stderr = runCLI(t, "ctl", "regions", "--size", "-w", "json", ep)
+	var regions []map[string]any
+	if err := json.Unmarshal([]byte(stdout), &regions); code != exitOK || err != nil || len(regions) != 2 {
+		t.Fatalf("ctl regions -w json: exit %d, stderr %q, %v\n%s", code, stderr, err, stdout)
+	}
+	r := regions[0]
+	for _, k := range []string{"id", "start_key", "end_key", "epoch", "leader_store_id", "peers", "term", "applied_index"} {
+		if _, ok := r[k]; !ok {
+			t.Errorf("ctl regions -w json lacks %q, which the table shows: %v", k, r)
+		}
+	}
+	_, counted := r["size"]
+	_, failed := r["size_error"]
+	if !counted && !failed {
+		t.Errorf("ctl regions --size -w json: neither size nor size_error: %v", r)
+	}
+	if r["leader_down"] != true {
+		t.Errorf("ctl regions -w json: the leader on store 3 (down) is not marked: %v", r)
+	}
+	downPeers := 0
+	for _, p := range r["peers"].([]any) {
+		if p.(map[string]any)["down"] == true {
+			downPeers++
+		}
+	}
+	if downPeers != 1 {
+		t.Errorf("ctl regions -w json: %d replicas marked down, want 1 (store 3's): %v", downPeers, r["peers"])
+	}
+}
