@@ -331,7 +331,7 @@ func newCtlTransferLeaderCmd(a *app) *cobra.Command {
 		Long: `Move a region's leadership to its peer on STORE_ID and wait until it has
 moved (within --timeout).
 
-Refused at once (exit 1, the cause on stderr) when STORE_ID does not exist,
+Refused at once (exit 4, the cause on stderr) when STORE_ID does not exist,
 holds no voter of the region, is being removed, or is down: a leader can
 only be handed to a live voter.`,
 		Args: exactArgs("REGION_ID", "STORE_ID"),

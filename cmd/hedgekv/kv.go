@@ -279,10 +279,20 @@ func newKVJSON(key, value []byte, keysOnly bool) kvJSON {
 	return out
 }
 
-// checkKey refuses an empty key: bad input, exit 2, for every command.
+// checkKey refuses an empty key, and one over the stores' limit (which
+// they would refuse as well, then a failed request, exit 4): bad input,
+// exit 2, for every command, as an oversized value is.
 func checkKey(key string) error {
+	return checkKeyArg("KEY", key)
+}
+
+// checkKeyArg is checkKey for the argument named name (START, END).
+func checkKeyArg(name, key string) error {
 	if key == "" {
-		return usagef("KEY must not be empty")
+		return usagef("%s must not be empty", name)
+	}
+	if len(key) > server.MaxKeySize {
+		return usagef("%s is %d bytes, over the %d byte limit", name, len(key), server.MaxKeySize)
 	}
 	return nil
 }
@@ -443,6 +453,13 @@ key_base64 or value_base64, so that any bytes stay unambiguous.`,
 			asJSON, err := out.json()
 			if err != nil {
 				return err
+			}
+			// An empty START is the start of the key space; a key over the
+			// limit is bad input here as everywhere.
+			for i, name := range []string{"START", "END"}[:len(args)] {
+				if len(args[i]) > server.MaxKeySize {
+					return checkKeyArg(name, args[i])
+				}
 			}
 			start := []byte(args[0])
 			var end []byte

@@ -39,9 +39,10 @@ const (
 
 // exitCodesHelp is the scheme as the help shows it.
 const exitCodesHelp = `Exit status: 0 success; 1 the answer is no (get: key not found; ctl status:
-not healthy); 2 usage or bad input (a wrong flag or argument, an empty key);
-3 no store could be reached at the endpoints; 4 the request failed (the
-stores answered with an error, or --timeout ran out).`
+not healthy); 2 usage or bad input (a wrong flag or argument, an empty key, a
+key or value over the stores' limit); 3 no store could be reached at the
+endpoints; 4 the request failed (the stores answered with an error, or
+--timeout ran out).`
 
 const defaultEndpoints = "127.0.0.1:20161,127.0.0.1:20162,127.0.0.1:20163"
 
@@ -144,7 +145,8 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-// runError is an error of a command that ran: exit 1. Everything cobra
+// runError is an error of a command that ran: exit 4 (3 when no store
+// could be reached). Everything cobra
 // returns that is not a runError (unknown command, bad flag, wrong number
 // of arguments) is a usage error.
 type runError struct{ err error }

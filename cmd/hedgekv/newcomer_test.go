@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/hedgekv/hedgekv/client/clienttest"
+	"github.com/hedgekv/hedgekv/server"
 )
 
 // The tests of issue 21: what a newcomer meets in the first hour.
@@ -521,4 +523,34 @@ func TestJSONSupersetOfTable(t *testing.T) {
 	if downPeers != 1 {
 		t.Errorf("ctl regions -w json: %d replicas marked down, want 1 (store 3's): %v", downPeers, r["peers"])
 	}
+}
+
+// TestExitCodePerKind: an oversized key is bad input (2) for every
+// command, as an oversized value is; ctl transfer-leader's help names the
+// code a refusal exits with (4).
+func TestExitCodePerKind(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+	big := strings.Repeat("k", server.MaxKeySize+1)
+	for _, args := range [][]string{
+		{"put", big, "v"}, {"get", big}, {"delete", big}, {"delete", "--prefix", big}, {"ctl", "split", big},
+		{"scan", big}, {"scan", "a", big},
+	} {
+		code, stdout, stderr := runCLI(t, append(args, ep)...)
+		if code != exitUsage || stdout != "" || !strings.Contains(stderr, fmt.Sprintf("over the %d byte limit", server.MaxKeySize)) {
+			t.Errorf("%s with a %d-byte key: exit %d, stderr %.120q; want %d", args[0], len(big), code, stderr, exitUsage)
+		}
+		oneLine(t, stderr)
+	}
+	code, _, stderr := runCLIStdin(t, strings.Repeat("v", server.MaxValueSize+1), "put", "k", "-", ep)
+	if code != exitUsage || !strings.Contains(stderr, "over the 8 MiB limit") {
+		t.Errorf("put of a value over the limit: exit %d, %q", code, stderr)
+	}
+	_, help, _ := runCLI(t, "ctl", "transfer-leader", "--help")
+	if !strings.Contains(help, fmt.Sprintf("exit %d", exitFailure)) || strings.Contains(help, "exit 1") {
+		t.Errorf("ctl transfer-leader --help does not name exit %d for a refusal:\n%s", exitFailure, help)
+	}
+	runSteps(t, false, []cliStep{
+		{args: []string{"ctl", "transfer-leader", "1", "9"}, wantCode: exitFailure, wantStderr: "store 9"},
+	}, ep)
 }
