@@ -554,3 +554,53 @@ func TestExitCodePerKind(t *testing.T) {
 		{args: []string{"ctl", "transfer-leader", "1", "9"}, wantCode: exitFailure, wantStderr: "store 9"},
 	}, ep)
 }
+
+// TestBenchHelpAndRunTimes: bench --help names every scenario registered
+// (taken from the registry, so a new one is covered); follower-read-dc's
+// run times are the same in its help, the README and make demo; hedge-tail
+// --quick's two help texts say the same.
+func TestBenchHelpAndRunTimes(t *testing.T) {
+	_, help, _ := runCLI(t, "bench", "--help")
+	list, _, _ := strings.Cut(strings.Join(strings.Fields(help), " "), "(what each measures")
+	for _, c := range newBenchCmd().Commands() {
+		if !strings.Contains(list, " "+c.Name()+",") && !strings.HasSuffix(list, " "+c.Name()+" ") {
+			t.Errorf("bench --help's scenario list does not name %s: %q", c.Name(), list)
+		}
+		if !regexp.MustCompile(`(?m)^  ` + c.Name() + ` +\S`).MatchString(help) {
+			t.Errorf("bench --help does not list %s among its commands", c.Name())
+		}
+	}
+
+	flat := func(path string) string {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(strings.Fields(strings.ReplaceAll(string(b), "\n#", "\n")), " ")
+	}
+	readme, demo := flat("../../README.md"), flat("../../scripts/demo.sh")
+	_, frdc, _ := runCLI(t, "bench", "follower-read-dc", "--help")
+	frdc = strings.Join(strings.Fields(frdc), " ")
+	for _, c := range []struct{ where, text, want string }{
+		{"bench follower-read-dc --help", frdc, "in " + followerReadDCQuickTime + "; the full run takes " + followerReadDCFullTime},
+		{"README", readme, "bin/hedgekv bench follower-read-dc # " + followerReadDCFullTime + "; --quick: " + followerReadDCQuickTime},
+		{"scripts/demo.sh", demo, "full run (" + followerReadDCFullTime + ")"},
+		{"README's make demo", readme, "where its plots are (about a minute on 2 cores)"},
+		{"scripts/demo.sh's header", demo, "The whole demo takes about a minute on two cores"},
+	} {
+		if !strings.Contains(c.text, c.want) {
+			t.Errorf("%s does not say %q", c.where, c.want)
+		}
+	}
+
+	_, ht, _ := runCLI(t, "bench", "hedge-tail", "--help")
+	flag := regexp.MustCompile(`(?m)^ +--quick .*$`).FindString(ht)
+	long, _, _ := strings.Cut(ht, "Usage:")
+	if !strings.Contains(flag, hedgeTailQuick) || !strings.Contains(strings.Join(strings.Fields(long), " "), "--quick: "+hedgeTailQuick) {
+		t.Errorf("hedge-tail --help: --quick's flag says %q, its text %q; want both %q", flag, long, hedgeTailQuick)
+	}
+	if w := regexp.MustCompile(`(?m)^ +--warmup .*$`).FindString(ht); !strings.Contains(w, "--quick 2s") || !strings.Contains(hedgeTailQuick, "2s warm-up") {
+		t.Errorf("hedge-tail --warmup's help %q disagrees with --quick's %q", w, hedgeTailQuick)
+	}
+}
