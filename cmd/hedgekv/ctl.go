@@ -202,6 +202,11 @@ problem is one line on stdout; a cluster that is not healthy exits 1.
 				if err != nil {
 					return err
 				}
+				if !cmd.Flags().Changed("replicas") {
+					// A cluster of fewer stores than the default (server
+					// --dev's one) cannot hold three voters per region.
+					replicas = min(replicas, max(countKept(stores), 1))
+				}
 				rep := clusterHealth(stores, regions, replicas)
 				if asJSON {
 					if err := writeJSON(a.stdout, statusJSON{
@@ -229,9 +234,20 @@ problem is one line on stdout; a cluster that is not healthy exits 1.
 			})
 		}),
 	}
-	cmd.Flags().IntVar(&replicas, "replicas", 3, "voters each region should have")
+	cmd.Flags().IntVar(&replicas, "replicas", 3, "voters each region should have (by default at most one per store not removed)")
 	out.register(cmd)
 	return cmd
+}
+
+// countKept counts the stores not removed (ctl remove-store).
+func countKept(stores []client.StoreInfo) int {
+	n := 0
+	for _, s := range stores {
+		if !s.Removed {
+			n++
+		}
+	}
+	return n
 }
 
 // statusJSON is ctl status -w json.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,12 +12,15 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/hedgekv/hedgekv/client/clienttest"
 	"github.com/hedgekv/hedgekv/server"
@@ -603,4 +607,90 @@ func TestBenchHelpAndRunTimes(t *testing.T) {
 	if w := regexp.MustCompile(`(?m)^ +--warmup .*$`).FindString(ht); !strings.Contains(w, "--quick 2s") || !strings.Contains(hedgeTailQuick, "2s warm-up") {
 		t.Errorf("hedge-tail --warmup's help %q disagrees with --quick's %q", w, hedgeTailQuick)
 	}
+}
+
+// TestServerDev: server --dev is a single-store cluster with no other
+// flag needed (here on free ports): put and get through the CLI and
+// through etcd's clientv3 work, ctl status calls it healthy, and its
+// temporary data directory goes when it stops.
+func TestServerDev(t *testing.T) {
+	prev := slog.Default() // the server command replaces it
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	listen, status := closedAddr(t), closedAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs lockedBuffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, []string{"server", "--dev", "--listen", listen, "--status", status}, io.Discard, &logs)
+	}()
+	ep := "--endpoints=" + listen
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, _, stderr := runCLI(t, "put", "dev/k", "v", ep, "--timeout", "2s")
+		if code == exitOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("put to server --dev: exit %d, %s\nserver log:\n%s", code, stderr, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	runSteps(t, false, []cliStep{
+		{args: []string{"get", "dev/k"}, wantStdout: "v\n"},
+		{args: []string{"ctl", "status"}, wantStdout: "OK: 1 store up; 1 region, each with a leader and 1 voters on up stores\n"},
+	}, ep)
+
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{listen}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	ectx, ecancel := context.WithTimeout(ctx, 10*time.Second)
+	defer ecancel()
+	if _, err := etcd.Put(ectx, "greeting", "hello"); err != nil {
+		t.Fatalf("clientv3 put: %v", err)
+	}
+	if resp, err := etcd.Get(ectx, "greeting"); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "hello" {
+		t.Fatalf("clientv3 get: %v, %v", resp, err)
+	}
+
+	m := regexp.MustCompile(`data_dir=(\S+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("server --dev does not log its data dir:\n%s", logs.String())
+	}
+	cancel()
+	select {
+	case code := <-exited:
+		if code != exitOK {
+			t.Errorf("server --dev exited %d:\n%s", code, logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("server --dev did not stop")
+	}
+	if _, err := os.Stat(m[1]); !os.IsNotExist(err) {
+		t.Errorf("server --dev left its temporary data dir %s (stat: %v)", m[1], err)
+	}
+	if code, _, stderr := runCLI(t, "server", "--dev", "--peers", "1="+listen); code != exitUsage || !strings.Contains(stderr, "--peers and --join do not apply") {
+		t.Errorf("server --dev --peers: exit %d, %q", code, stderr)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer a server's goroutines may log into
+// while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
