@@ -402,7 +402,9 @@ func (st *scaleState) load(ctx context.Context) error {
 	var wg sync.WaitGroup
 	st.sampleRegions(ctx, stop, &wg)
 	// A progress line of its own every interval: records/s over the
-	// interval, % done, ETA at that rate.
+	// interval, % done, and the load's ETA, the one the progress bar shows
+	// (Progress.StepLeft: at the load's average rate so far), so the two
+	// lines never disagree.
 	var done, failed atomic.Int64
 	wg.Go(func() {
 		t := time.NewTicker(cfg.Interval)
@@ -417,8 +419,8 @@ func (st *scaleState) load(ctx context.Context) error {
 				rate := float64(d-last) / now.Sub(lastT).Seconds()
 				last, lastT = d, now
 				eta := "?"
-				if rate > 0 {
-					eta = (time.Duration(float64(cfg.Records-d)/rate) * time.Second).Round(time.Second).String()
+				if left, ok := st.prog.StepLeft(); ok {
+					eta = left.Round(time.Second).String()
 				}
 				st.prog.Printf("scale: load %5.1f%% %d/%d records, %.0f records/s, %d failed, ETA %s",
 					100*float64(d)/float64(cfg.Records), d, cfg.Records, rate, failed.Load(), eta)

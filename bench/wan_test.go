@@ -191,3 +191,38 @@ func TestProgressPlain(t *testing.T) {
 	nilP.Step("x", 1, 0) // a nil Progress does nothing
 	nilP.Done()
 }
+
+// TestProgressStepETA: the bar's estimate is the current step's, at the
+// step's own rate, not the scenario's elapsed time over its share of
+// steps done: bench scale's bar (load, then two short steps) said three
+// times what its load line said.
+func TestProgressStepETA(t *testing.T) {
+	var buf bytes.Buffer
+	p := NewProgress(&buf, "scale", 3, time.Hour)
+	defer p.Done()
+	p.Step("load", 1000, 0)
+	p.mu.Lock()
+	// 10 s into the scenario and the load, 250 of 1000 records done: at
+	// that rate the load has 30 s left.
+	p.start = p.start.Add(-10 * time.Second)
+	p.stepStart = p.stepStart.Add(-10 * time.Second)
+	p.rateStart = p.stepStart
+	p.done = 250
+	line := p.lineLocked(0)
+	p.mu.Unlock()
+	left, ok := p.StepLeft()
+	if !ok || left < 29*time.Second || left > 31*time.Second {
+		t.Errorf("StepLeft = %v, %v; want about 30s", left, ok)
+	}
+	if !strings.Contains(line, "step ~0:30 left") {
+		t.Errorf("bar %q does not say the load's 0:30 left", line)
+	}
+	// A time-capped step: what is left of its cap.
+	p.Step("run", 0, time.Minute)
+	p.mu.Lock()
+	p.stepStart = p.stepStart.Add(-15 * time.Second)
+	p.mu.Unlock()
+	if left, ok := p.StepLeft(); !ok || left < 44*time.Second || left > 45*time.Second {
+		t.Errorf("capped step: StepLeft = %v, %v; want 45s", left, ok)
+	}
+}

@@ -267,6 +267,19 @@ func (c *Client) gatherRegions(ctx context.Context) ([]*kvpb.RegionInfo, error) 
 	}
 	ch := make(chan answer, len(targets))
 	pending := make(map[string]bool, len(targets))
+	// optional are the targets in their back-off (a store that failed
+	// lately, an endpoint silent when the client started): asked too, but
+	// not waited for once the answers had cover every key, since then they
+	// could only add a fresher view of regions the others reported.
+	optional := make(map[string]bool)
+	for _, addr := range targets {
+		if c.avoided(addr) {
+			optional[addr] = true
+		}
+	}
+	if len(optional) == len(targets) {
+		clear(optional)
+	}
 	begin := time.Now()
 	for _, addr := range targets {
 		stub, err := c.conns.admin(addr)
@@ -299,11 +312,17 @@ collect:
 					c.markUnreachable(a.addr)
 				}
 				errs = append(errs, &storeError{addr: a.addr, err: a.err})
-				continue
+			} else {
+				answers = append(answers, a.infos)
+				if grace == nil {
+					grace = time.After(max(gatherGrace, 2*time.Since(begin)))
+				}
 			}
-			answers = append(answers, a.infos)
-			if grace == nil {
-				grace = time.After(max(gatherGrace, 2*time.Since(begin)))
+			if len(pending) > 0 && onlyOptional(pending, optional) && coverEveryKey(answers) {
+				for addr := range pending {
+					errs = append(errs, &storeError{addr: addr, err: errors.New("in its back-off, not waited for")})
+				}
+				break collect
 			}
 		case <-grace:
 			for addr := range pending {
@@ -323,6 +342,44 @@ collect:
 		c.log.Debug("regions merged without some stores", "answered", len(answers), "err", errors.Join(errs...))
 	}
 	return mergeRegionInfos(answers), nil
+}
+
+// onlyOptional reports whether every pending target is optional.
+func onlyOptional(pending, optional map[string]bool) bool {
+	for addr := range pending {
+		if !optional[addr] {
+			return false
+		}
+	}
+	return true
+}
+
+// coverEveryKey reports whether the regions in the answers leave no key
+// out, from the empty key to the end of the key space.
+func coverEveryKey(answers [][]*kvpb.RegionInfo) bool {
+	var rs []*kvpb.Region
+	for _, infos := range answers {
+		for _, info := range infos {
+			if r := info.GetRegion(); r != nil {
+				rs = append(rs, r)
+			}
+		}
+	}
+	slices.SortFunc(rs, func(a, b *kvpb.Region) int { return bytes.Compare(a.GetStartKey(), b.GetStartKey()) })
+	var covered []byte // every key below it is in some region
+	for _, r := range rs {
+		if bytes.Compare(r.GetStartKey(), covered) > 0 {
+			return false // a gap before r
+		}
+		end := r.GetEndKey()
+		if len(end) == 0 {
+			return true
+		}
+		if bytes.Compare(end, covered) > 0 {
+			covered = end
+		}
+	}
+	return false
 }
 
 // mergeRegionInfos combines several stores' views of the regions; see

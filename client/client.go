@@ -21,7 +21,7 @@ import (
 // Config configures a Client.
 type Config struct {
 	Endpoints      []string      // gRPC addresses of any stores
-	Zone           string        // client's zone label: for Closest, and stores are dialled at their address for it (package doc)
+	Zone           string        // client's zone label: Follower and Closest prefer its replicas, and stores are dialled at their address for it (package doc)
 	DialTimeout    time.Duration // default 3s
 	RequestTimeout time.Duration // default 10s, used when ctx has no deadline
 	// TLS, if set, dials every store over TLS with this config (LoadTLS
@@ -145,11 +145,17 @@ func (c *Client) probeEndpoints(ctx context.Context) error {
 		ok    []string
 		errs  []error
 		grace <-chan time.Time
+		// silent are the endpoints that have not answered yet.
+		silent = make(map[string]bool, len(c.cfg.Endpoints))
 	)
+	for _, addr := range c.cfg.Endpoints {
+		silent[addr] = true
+	}
 collect:
 	for range c.cfg.Endpoints {
 		select {
 		case a := <-ch:
+			delete(silent, a.addr)
 			if a.err != nil {
 				errs = append(errs, a.err)
 				continue
@@ -164,6 +170,14 @@ collect:
 	}
 	if len(ok) == 0 {
 		return fmt.Errorf("no usable endpoint among %s: %w", strings.Join(c.cfg.Endpoints, ","), errors.Join(errs...))
+	}
+	// An endpoint still silent when another answered a grace ago (a store
+	// stopped or stalled, an address that accepts and never answers) starts
+	// in its back-off, as a metadata call's loser does: asked last, and not
+	// waited for by a fan-out to every store (gatherRegions). Without this a
+	// command-line client, new each time, would wait for it on every call.
+	for addr := range silent {
+		c.meta.get(addr).markFailure()
 	}
 	c.mu.Lock()
 	rest := make([]string, 0, len(c.endpoints))

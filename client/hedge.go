@@ -366,6 +366,17 @@ func (c *Client) race(ctx context.Context, req *regionRequest, loc cachedRegion,
 	pending := 1
 	tried := storeSet{primary.storeID: {}}
 	delay := h.policy.delayFor(c.stats.get(primary.storeID).readWindow())
+	// note is what the try tells ReadInfo.Hedge; req keeps the last
+	// try's, which is the one that answered.
+	note := HedgeInfo{Outcome: HedgeNotDue, Delay: delay, PrimaryStoreID: primary.storeID}
+	defer func() { req.hedgeInfo = note }()
+	// notSent records why a due hedge was not sent, unless one was sent
+	// before (a third attempt refused does not undo the second's fate).
+	notSent := func(why HedgeOutcome) {
+		if note.StoreID == 0 {
+			note.Outcome = why
+		}
+	}
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
 	timerC := timer.C
@@ -378,6 +389,7 @@ func (c *Client) race(ctx context.Context, req *regionRequest, loc cachedRegion,
 			if o.err == nil {
 				if o.a.hedge {
 					h.count(func(s *hedgeCounters) *atomic.Uint64 { return &s.won })
+					note.Outcome, note.StoreID = HedgeWonRace, o.a.storeID
 				}
 				return o.a, nil
 			}
@@ -396,12 +408,15 @@ func (c *Client) race(ctx context.Context, req *regionRequest, loc cachedRegion,
 		case <-timerC:
 			timerC = nil
 			if pending >= h.maxAttempts {
+				notSent(HedgeAtLimit)
 				continue
 			}
-			a := c.hedgeAttempt(req, loc, excluded, tried, account)
+			a, why := c.hedgeAttempt(req, loc, excluded, tried, account)
 			if a == nil {
+				notSent(why)
 				continue
 			}
+			note.Outcome, note.StoreID = HedgeLost, a.storeID // until it wins
 			tried[a.storeID] = struct{}{}
 			h.count(func(s *hedgeCounters) *atomic.Uint64 { return &s.sent })
 			c.log.Debug("hedging", "op", req.op, "region", loc.ID, "primary", primary.storeID, "hedge", a.storeID, "after", delay)
@@ -431,8 +446,9 @@ func (c *Client) noteHedgeFailure(ctx context.Context, a *attempt, err error) {
 
 // hedgeAttempt is the backup attempt of the race: a replica read at a
 // replica neither excluded nor tried yet, its store known, and the hedge
-// allowed by account; nil if there is none or the budget denies it.
-func (c *Client) hedgeAttempt(req *regionRequest, loc cachedRegion, excluded, tried storeSet, account *hedgeBudget) *attempt {
+// allowed by account; nil, with the reason, if there is none or the budget
+// denies it.
+func (c *Client) hedgeAttempt(req *regionRequest, loc cachedRegion, excluded, tried storeSet, account *hedgeBudget) (*attempt, HedgeOutcome) {
 	h := req.hedger
 	ex := storeSet{}
 	for id := range excluded {
@@ -443,18 +459,18 @@ func (c *Client) hedgeAttempt(req *regionRequest, loc cachedRegion, excluded, tr
 	}
 	sel, ok := c.selector.pick(&loc, ReplicaMixed, false, ex)
 	if !ok {
-		return nil // no other replica: nothing to hedge to
+		return nil, HedgeNoReplica // no other replica: nothing to hedge to
 	}
 	st, ok := c.cache.store(sel.peer.StoreID)
 	if !ok {
-		return nil
+		return nil, HedgeNoReplica
 	}
 	if !account.withdraw(h.now()) {
 		h.count(func(s *hedgeCounters) *atomic.Uint64 { return &s.denied })
-		return nil
+		return nil, HedgeDenied
 	}
 	a := newAttempt(req, loc, sel.peer, true)
 	a.hedge = true
 	a.addr = st.addr
-	return a
+	return a, ""
 }

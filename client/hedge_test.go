@@ -269,3 +269,63 @@ func TestWritesNeverHedged(t *testing.T) {
 		t.Errorf("stats %+v, want none", st)
 	}
 }
+
+// TestReadInfoHedge: ReadInfo.Hedge says what became of a read's hedge:
+// not due, sent and won, sent and lost, denied by the budget, or off.
+func TestReadInfoHedge(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	cl.Put("k", "v")
+	c := newTestClient(t, cl, "")
+	ctx := context.Background()
+	// leaderDelay holds the leader's (store 1's) Gets; followersSilent
+	// makes the other stores' Gets wait until their context ends.
+	var leaderDelay atomic.Int64
+	var followersSilent atomic.Bool
+	cl.SetHook(func(ctx context.Context, storeID uint64, method string) error {
+		if method != "Get" {
+			return nil
+		}
+		if storeID == 1 {
+			select {
+			case <-time.After(time.Duration(leaderDelay.Load())):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return nil
+		}
+		if followersSilent.Load() {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	})
+	get := func(p ReadPolicy) ReadInfo {
+		t.Helper()
+		_, info, err := c.Session(p).GetWithInfo(ctx, []byte("k"))
+		if err != nil {
+			t.Fatalf("get: %v", err)
+		}
+		return info
+	}
+	hedge10 := ReadPolicy{Hedge: HedgeAfter(10 * time.Millisecond)}
+
+	if info := get(ReadPolicy{}); info.Hedge != (HedgeInfo{}) {
+		t.Errorf("no hedge policy: Hedge %+v, want the zero value", info.Hedge)
+	}
+	if info := get(ReadPolicy{Hedge: HedgeAfter(time.Second)}); info.Hedge.Outcome != HedgeNotDue || info.Hedge.Delay != time.Second || info.Hedge.PrimaryStoreID != 1 || info.Hedge.StoreID != 0 {
+		t.Errorf("answered within the delay: Hedge %+v, want not-due, delay 1s, primary store 1", info.Hedge)
+	}
+	leaderDelay.Store(int64(time.Second))
+	if info := get(hedge10); info.Hedge.Outcome != HedgeWonRace || info.Hedge.StoreID == 1 || info.Hedge.StoreID == 0 || !info.HedgeWon || info.StoreID != info.Hedge.StoreID {
+		t.Errorf("slow leader: Hedge %+v (served by %d, won %v), want won at a follower", info.Hedge, info.StoreID, info.HedgeWon)
+	}
+	leaderDelay.Store(int64(50 * time.Millisecond))
+	followersSilent.Store(true)
+	if info := get(hedge10); info.Hedge.Outcome != HedgeLost || info.Hedge.StoreID == 1 || info.Hedge.StoreID == 0 || info.HedgeWon {
+		t.Errorf("silent followers: Hedge %+v, want lost, sent to a follower", info.Hedge)
+	}
+	followersSilent.Store(false)
+	if info := get(ReadPolicy{Hedge: HedgeAfter(10 * time.Millisecond), HedgeBudget: -1}); info.Hedge.Outcome != HedgeDenied || info.Hedge.StoreID != 0 {
+		t.Errorf("no budget: Hedge %+v, want denied", info.Hedge)
+	}
+}

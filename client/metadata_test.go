@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hedgekv/hedgekv/client/clienttest"
+	"github.com/hedgekv/hedgekv/kvpb"
 )
 
 // TestMetadataNotHeldUpBySilentStore: store 1, first among the endpoints,
@@ -155,5 +157,75 @@ func TestLeaderMovedThenCutOff(t *testing.T) {
 	}
 	if v, _ := cl.Value("k"); string(v) != "v1" {
 		t.Errorf("value %q, want v1", v)
+	}
+}
+
+// TestRegionsNotHeldUpBySilentEndpoint: an endpoint that accepts
+// connections and never answers (a stopped store, a wrong address)
+// does not hold up the region list, which a fan-out to every store
+// would otherwise wait gatherGrace for on every command-line call: New
+// found it silent, and the stores that answered cover every key.
+func TestRegionsNotHeldUpBySilentEndpoint(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	cl.Put("k", "v")
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c) // held open, never answered
+		}
+	}()
+	c, err := New(context.Background(), Config{
+		Endpoints:   append([]string{hung.Addr().String()}, cl.Endpoints()...),
+		DialTimeout: 3 * time.Second, RequestTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer c.Close()
+	begin := time.Now()
+	regions, err := c.Regions(context.Background())
+	took := time.Since(begin)
+	if err != nil || len(regions) != 1 {
+		t.Fatalf("Regions: %v, %v", regions, err)
+	}
+	if took >= gatherGrace {
+		t.Errorf("Regions took %v with a silent endpoint: it waited for it (gatherGrace %v)", took, gatherGrace)
+	}
+}
+
+func TestCoverEveryKey(t *testing.T) {
+	reg := func(start, end string) *kvpb.RegionInfo {
+		return &kvpb.RegionInfo{Region: &kvpb.Region{StartKey: []byte(start), EndKey: []byte(end)}}
+	}
+	for _, tc := range []struct {
+		answers [][]*kvpb.RegionInfo
+		want    bool
+	}{
+		{nil, false},
+		{[][]*kvpb.RegionInfo{{reg("", "")}}, true},
+		{[][]*kvpb.RegionInfo{{reg("", "m")}}, false},
+		{[][]*kvpb.RegionInfo{{reg("", "m")}, {reg("m", "")}}, true},
+		{[][]*kvpb.RegionInfo{{reg("", "m"), reg("n", "")}}, false},
+		{[][]*kvpb.RegionInfo{{reg("a", "")}}, false},
+		// A lagging store's unsplit region overlaps its halves.
+		{[][]*kvpb.RegionInfo{{reg("", "x")}, {reg("", "m"), reg("m", "")}}, true},
+	} {
+		if got := coverEveryKey(tc.answers); got != tc.want {
+			t.Errorf("coverEveryKey(%v) = %v, want %v", tc.answers, got, tc.want)
+		}
 	}
 }

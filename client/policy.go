@@ -16,8 +16,9 @@ type ReplicaPolicy int
 const (
 	// ReplicaLeader reads from the leader only (lease or ReadIndex there).
 	ReplicaLeader ReplicaPolicy = iota
-	// ReplicaFollower reads from a follower, falling back to the leader when
-	// no follower is reachable.
+	// ReplicaFollower reads from a follower, one in the client's zone
+	// (Config.Zone) when there is one, falling back to the leader when no
+	// follower is reachable.
 	ReplicaFollower
 	// ReplicaMixed reads from any replica, balanced by power of two choices
 	// on the client's in-flight requests per store.
@@ -126,4 +127,47 @@ type ReadInfo struct {
 	// HedgeWon says the answer came from a hedge (a backup request sent
 	// because the primary was late), not from the primary.
 	HedgeWon bool
+	// Hedge says what became of the hedging of the try that answered:
+	// whether a hedge was sent, where, and why not when it was not.
+	Hedge HedgeInfo
+}
+
+// HedgeOutcome is what became of a read's hedge, as the CLI's get -v
+// names it.
+type HedgeOutcome string
+
+const (
+	// HedgeNotDue: the primary answered within the hedge delay, so no
+	// hedge was due.
+	HedgeNotDue HedgeOutcome = "not-due"
+	// HedgeNoReplica: a hedge was due, but no other replica could take
+	// it (every other one excluded or already tried, or its store's
+	// address unknown).
+	HedgeNoReplica HedgeOutcome = "no-replica"
+	// HedgeAtLimit: a hedge was due, but HedgeMaxAttempts attempts were
+	// in flight already.
+	HedgeAtLimit HedgeOutcome = "at-limit"
+	// HedgeDenied: a hedge was due, and the budget (HedgeBudget) denied
+	// it.
+	HedgeDenied HedgeOutcome = "denied"
+	// HedgeLost: a hedge was sent, and the primary answered first (or
+	// the hedge failed).
+	HedgeLost HedgeOutcome = "lost"
+	// HedgeWonRace: a hedge was sent and its answer is the one returned.
+	HedgeWonRace HedgeOutcome = "won"
+)
+
+// HedgeInfo is what the hedging of one read did, for a session with a
+// Hedge policy (the zero value otherwise).
+type HedgeInfo struct {
+	// Outcome is empty when the session does not hedge.
+	Outcome HedgeOutcome
+	// Delay is the hedge delay the read had: the policy's, or the
+	// percentile of the primary's store's recent latency.
+	Delay time.Duration
+	// PrimaryStoreID is the store the primary went to.
+	PrimaryStoreID uint64
+	// StoreID is the store the (last) hedge went to; 0 when none was
+	// sent.
+	StoreID uint64
 }

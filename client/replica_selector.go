@@ -43,7 +43,8 @@ func (s storeSet) has(id uint64) bool { _, ok := s[id]; return ok }
 //  1. Leader (and writes): the cached leader if not excluded; otherwise, or
 //     if the leader is unknown, the first other peer in order, which will
 //     either serve or answer NotLeader with a hint.
-//  2. Follower: a follower by power of two choices, else the leader.
+//  2. Follower: a follower by power of two choices, among those in the
+//     client's zone when it has one and some are there; else the leader.
 //  3. Mixed: any replica by power of two choices.
 //  4. Closest: a replica in the client's zone; else the lowest latency
 //     (never-measured stores first, so each gets measured once).
@@ -116,14 +117,23 @@ func (s *replicaSelector) leaderOrNext(r *cachedRegion, excluded storeSet) (regi
 }
 
 // followerOrLeader is ReplicaFollower: a follower among cands (the
-// region's candidates) if there is one, else the leader. The caller has
-// checked that some peer is not excluded.
+// region's candidates) if there is one, else the leader. A client with a
+// zone takes a follower in its zone when there is one: a follower read
+// exists to avoid the WAN, and one in another zone pays the WAN trip and
+// the ReadIndex round trip both. The caller has checked that some peer is
+// not excluded.
 func (s *replicaSelector) followerOrLeader(r *cachedRegion, cands []region.Peer, excluded storeSet) selection {
-	var fs []region.Peer
+	var fs, local []region.Peer
 	for _, p := range cands {
 		if p.StoreID != r.leaderStoreID {
 			fs = append(fs, p)
+			if s.zone != "" && s.zoneOf(p.StoreID) == s.zone {
+				local = append(local, p)
+			}
 		}
+	}
+	if len(local) > 0 {
+		return selection{peer: s.p2c(local), replicaRead: true}
 	}
 	if len(fs) > 0 {
 		return selection{peer: s.p2c(fs), replicaRead: true}

@@ -39,6 +39,9 @@ type regionRequest struct {
 	// hedger, for reads of a session with a hedge policy, races a backup
 	// attempt against a slow one (hedge.go). nil: never hedged.
 	hedger *hedger
+	// hedgeInfo is set by each try's race, on the request's goroutine:
+	// the last one is what ReadInfo.Hedge reports.
+	hedgeInfo HedgeInfo
 	// rpc performs one attempt against the chosen replica. It returns the
 	// load the store reported, if any, and the RPC's error untouched.
 	rpc func(ctx context.Context, cc grpc.ClientConnInterface, a *attempt) (*kvpb.Load, error)

@@ -45,7 +45,7 @@ func (s *Session) GetWithInfo(ctx context.Context, key []byte) ([]byte, ReadInfo
 	if len(key) == 0 {
 		return nil, ReadInfo{}, fmt.Errorf("get: %w", errEmptyKey)
 	}
-	res, err := s.c.send(ctx, &regionRequest{
+	req := &regionRequest{
 		op:     "get",
 		key:    key,
 		policy: s.policy,
@@ -58,12 +58,14 @@ func (s *Session) GetWithInfo(ctx context.Context, key []byte) ([]byte, ReadInfo
 			a.resp, a.info = r, r.GetReadInfo()
 			return r.GetLoad(), nil
 		},
-	})
+	}
+	res, err := s.c.send(ctx, req)
 	if err != nil {
-		return nil, ReadInfo{Attempts: res.attempts}, err
+		return nil, ReadInfo{Attempts: res.attempts, Hedge: req.hedgeInfo}, err
 	}
 	resp, _ := res.final.resp.(*kvpb.GetResponse)
 	info := readInfo(resp.GetReadInfo(), res)
+	info.Hedge = req.hedgeInfo
 	if resp.GetNotFound() {
 		return nil, info, ErrNotFound
 	}

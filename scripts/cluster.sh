@@ -57,9 +57,10 @@
 #   GRPC_PORTS        "p1,p2,p3": explicit gRPC ports, overrides the base
 #   STATUS_PORTS      "p1,p2,p3": explicit status ports, overrides the base
 #   NETSIM_PORT_BASE  netsim --port-base: zone i's proxy to store s listens on
-#                     base+100*i+s (default: 21000; 0: free ports chosen by
-#                     the netsim, read back from `netsim status`)
-#   NETSIM_CONTROL    netsim control API address   (default: 127.0.0.1:21999)
+#                     base+100*i+s, its control API on base+999 (default:
+#                     21000; 0: free proxy ports chosen by the netsim, read
+#                     back from `netsim status`, control on 21999)
+#   NETSIM_CONTROL    netsim control API address   (default: 127.0.0.1:base+999)
 #   BALANCE=off       start servers with --balance-interval -1s: no store moves
 #                     leaders or replicas, so a leader put somewhere with
 #                     `bin/hedgekv ctl transfer-leader REGION STORE` stays there
@@ -131,6 +132,14 @@ die() {
 # usage prints the comment block at the top of this file.
 usage() {
 	awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "${BASH_SOURCE[0]}"
+}
+
+# short_usage prints the commands' synopsis lines of that block, and where
+# the rest is: what follows an error, which must not scroll away.
+short_usage() {
+	printf 'usage:\n'
+	awk 'NR == 1 { next } /^#   scripts\/cluster\.sh / { sub(/^# ?/, ""); sub(/ *#.*/, ""); print; next } /^#/ { next } { exit }' "${BASH_SOURCE[0]}"
+	printf "'scripts/cluster.sh help' says more\n"
 }
 
 abspath() {
@@ -264,7 +273,11 @@ ports_from_env() {
 	parse_ports SPORTS "${STATUS_PORTS:-}" "${STATUS_PORT_BASE:-20180}"
 	TOPOLOGY=""
 	NS_BASE=${NETSIM_PORT_BASE:-21000}
-	NS_CONTROL=${NETSIM_CONTROL:-127.0.0.1:21999}
+	# The control port moves with the base, so that one variable moves a
+	# second cluster's netsim off the first's entirely.
+	local control_port=21999
+	if [[ $NS_BASE =~ ^[0-9]+$ ]] && ((10#$NS_BASE > 0)); then control_port=$((10#$NS_BASE + 999)); fi
+	NS_CONTROL=${NETSIM_CONTROL:-127.0.0.1:$control_port}
 	ZONES=("${DEFAULT_ZONES[@]}")
 	TLS_ON=0
 	EXTRAS=()
@@ -1309,6 +1322,8 @@ cmd_remove() {
 	compute_stores
 	save_conf
 	say "store $n removed: stopped, its data deleted; the cluster's stores are ${STORES[*]}"
+	# HEDGEKV_ENDPOINTS, if set from start's line, still names store $n.
+	endpoints_hint
 }
 
 # need_netsim WHAT : the cluster runs behind a live netsim, or say plainly
@@ -1402,8 +1417,9 @@ main() {
 		exit 2
 		;;
 	*)
-		usage >&2
-		die 2 "unknown command '$cmd'"
+		warn "unknown command '$cmd'"
+		short_usage >&2
+		exit 2
 		;;
 	esac
 }

@@ -10,6 +10,12 @@ import (
 	"github.com/hedgekv/hedgekv/bench"
 )
 
+// hedgeTailQuick is what hedge-tail --quick runs, said once for the
+// command's help and its flag's (they said two things): 21 runs of the
+// default variants, budgets and faults, each 3s after a 2s warm-up
+// (bench.HedgeTailConfig's quick defaults).
+const hedgeTailQuick = "3s runs, each after a 2s warm-up, about two minutes"
+
 func newBenchHedgeTailCmd() *cobra.Command {
 	var (
 		variants, faults, budgets                    string
@@ -38,8 +44,7 @@ fault:
 once per --hedge-budget (default: the client's default, 5% of the reads over
 10 s, then 1 = no cap). Reports p50..p99.99, the extra-request ratio, hedges
 won and denied per variant, beside Pegasus's, Bailis's and Dean's figures, in
-OUT/hedge-tail/{results.json,report.md,*.png}. --quick runs 3s per variant
-after a 2s warm-up, in about two minutes.`,
+OUT/hedge-tail/{results.json,report.md,*.png}. --quick: ` + hedgeTailQuick + `.`,
 		Args: exactArgs(),
 		RunE: benchRunE(func(cmd *cobra.Command, env *benchEnv) error {
 			if keys < 0 || pauses < 0 || rate < 0 {
@@ -67,13 +72,13 @@ after a 2s warm-up, in about two minutes.`,
 		}),
 	}
 	f := cmd.Flags()
-	sf.register(f, "hedge-tail", "well under a minute: 3s runs, 1s warm-ups (explicit flags win)")
+	sf.register(f, "hedge-tail", hedgeTailQuick+" (explicit flags win)")
 	variantsFlag(f, &variants, bench.HedgeTailVariants, func(v bench.HedgeTailVariant) string { return v.Name })
 	f.StringVar(&faults, "faults", "", "comma list of faults (default both: "+strings.Join(bench.HedgeTailFaults, ",")+")")
 	f.IntVar(&keys, "keys", 0, "keys to load and read (default 1000)")
 	f.Float64Var(&rate, "rate", 0, "reads per second, open loop (default 2000)")
 	f.DurationVar(&duration, "duration", 0, "length of each measured run (default 25s; --quick 3s)")
-	f.DurationVar(&warmup, "warmup", 0, "unmeasured warm-up before each run (default 3s; --quick 1s; negative: none)")
+	f.DurationVar(&warmup, "warmup", 0, "unmeasured warm-up before each run (default 3s; --quick 2s; negative: none)")
 	f.DurationVar(&pause, "pause", 0, "length of each pause of the leader's store (default 150ms)")
 	f.IntVar(&pauses, "pauses", 0, "pauses per run, evenly spaced (default 1)")
 	f.StringVar(&budgets, "hedge-budget", "", "comma list: each hedging variant runs once per budget, at most this share of reads over the client's 10s window; 0 is the client's default (5%), 1 no cap (default 0,1)")

@@ -73,26 +73,31 @@ func (f *regionsFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.size, "size", false, "count SIZE and KEYS exactly now, by each region's leader (reads the whole region: slow on big ones), instead of the leader's last count")
 }
 
-// print writes regions as --json or as the table; the table marks the
-// replicas on stores that are down, so it needs the stores too.
+// print writes regions as --json or as the table, the same facts either
+// way: both mark the replicas (and leaders) on stores that are down, so
+// they need the stores too.
 func (f *regionsFlags) print(ctx context.Context, a *app, cli *client.Client, regions []client.RegionInfo, one bool) error {
 	asJSON, err := f.out.json()
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		if one {
-			return writeJSON(a.stdout, regionsJSON(regions)[0])
-		}
-		return writeRegionsJSON(a.stdout, regions)
-	}
 	stores, err := cli.StoresFresh(ctx)
-	if err != nil {
+	if err != nil && !asJSON {
 		return fmt.Errorf("list stores (to mark down replicas): %w", err)
 	}
+	// The JSON goes without down marks rather than not at all: scripts
+	// (cluster.sh's wait for leaders) read it while stores come and go,
+	// as they did before it carried the marks.
 	var sizes map[uint64]regionSize
 	if f.size {
 		sizes = regionSizes(ctx, cli, regions)
+	}
+	if asJSON {
+		rj := regionsJSON(regions, downStores(stores), sizes)
+		if one {
+			return writeJSON(a.stdout, rj[0])
+		}
+		return writeJSON(a.stdout, rj)
 	}
 	return writeRegionsTable(a.stdout, regions, stores, sizes)
 }
@@ -197,6 +202,11 @@ problem is one line on stdout; a cluster that is not healthy exits 1.
 				if err != nil {
 					return err
 				}
+				if !cmd.Flags().Changed("replicas") {
+					// A cluster of fewer stores than the default (server
+					// --dev's one) cannot hold three voters per region.
+					replicas = min(replicas, max(countKept(stores), 1))
+				}
 				rep := clusterHealth(stores, regions, replicas)
 				if asJSON {
 					if err := writeJSON(a.stdout, statusJSON{
@@ -224,9 +234,20 @@ problem is one line on stdout; a cluster that is not healthy exits 1.
 			})
 		}),
 	}
-	cmd.Flags().IntVar(&replicas, "replicas", 3, "voters each region should have")
+	cmd.Flags().IntVar(&replicas, "replicas", 3, "voters each region should have (by default at most one per store not removed)")
 	out.register(cmd)
 	return cmd
+}
+
+// countKept counts the stores not removed (ctl remove-store).
+func countKept(stores []client.StoreInfo) int {
+	n := 0
+	for _, s := range stores {
+		if !s.Removed {
+			n++
+		}
+	}
+	return n
 }
 
 // statusJSON is ctl status -w json.
@@ -326,7 +347,7 @@ func newCtlTransferLeaderCmd(a *app) *cobra.Command {
 		Long: `Move a region's leadership to its peer on STORE_ID and wait until it has
 moved (within --timeout).
 
-Refused at once (exit 1, the cause on stderr) when STORE_ID does not exist,
+Refused at once (exit 4, the cause on stderr) when STORE_ID does not exist,
 holds no voter of the region, is being removed, or is down: a leader can
 only be handed to a live voter.`,
 		Args: exactArgs("REGION_ID", "STORE_ID"),
@@ -351,13 +372,23 @@ only be handed to a live voter.`,
 }
 
 func newCtlSplitCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var out outputFlag
+	cmd := &cobra.Command{
 		Use:   "split KEY",
 		Short: "Split the region holding KEY at KEY",
-		Args:  exactArgs("KEY"),
+		Long: `Split the region holding KEY at KEY and print the two halves: "left:" the
+region that keeps its id and now ends at KEY, "right:" the new region from
+KEY on. -w json prints {"left": R, "right": R} instead, each R as the
+region part of a ctl regions -w json entry (id, start_key, end_key, epoch,
+peers).`,
+		Args: exactArgs("KEY"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			key := args[0]
 			if err := checkKey(key); err != nil {
+				return err
+			}
+			asJSON, err := out.json()
+			if err != nil {
 				return err
 			}
 			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
@@ -365,12 +396,23 @@ func newCtlSplitCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if asJSON {
+					return writeJSON(a.stdout, splitJSON{Left: newRegionCoreJSON(left, nil), Right: newRegionCoreJSON(right, nil)})
+				}
 				fmt.Fprintf(a.stdout, "left:  %s\n", describeRegion(left))
 				fmt.Fprintf(a.stdout, "right: %s\n", describeRegion(right))
 				return nil
 			})
 		}),
 	}
+	out.register(cmd)
+	return cmd
+}
+
+// splitJSON is ctl split -w json.
+type splitJSON struct {
+	Left  regionCoreJSON `json:"left"`
+	Right regionCoreJSON `json:"right"`
 }
 
 // describeRegion renders a region on one line for ctl split:

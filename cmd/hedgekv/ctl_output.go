@@ -43,15 +43,18 @@ type peerJSON struct {
 	ID      uint64 `json:"id"`
 	StoreID uint64 `json:"store_id"`
 	// IsLearner appears only for learners, so voters keep the contract's
-	// {"id","store_id"} shape.
+	// {"id","store_id"} shape; Down (the table's "(down)") only for
+	// replicas on a store that is down.
 	IsLearner bool `json:"is_learner,omitempty"`
+	Down      bool `json:"down,omitempty"`
 }
 
-// regionJSON: a boundary that is UTF-8 is a JSON string under start_key
-// or end_key ("" for the open end); one that is not is base64 under
-// start_key_base64 or end_key_base64 instead (jsonBytes, as get/scan -w
-// json do).
-type regionJSON struct {
+// regionCoreJSON is a region's own description: id, range, epoch and
+// replicas (ctl split -w json prints two). A boundary that is UTF-8 is a
+// JSON string under start_key or end_key ("" for the open end); one that
+// is not is base64 under start_key_base64 or end_key_base64 instead
+// (jsonBytes, as get/scan -w json do).
+type regionCoreJSON struct {
 	ID             uint64     `json:"id"`
 	StartKey       *string    `json:"start_key,omitempty"`
 	StartKeyBase64 *string    `json:"start_key_base64,omitempty"`
@@ -59,11 +62,27 @@ type regionJSON struct {
 	EndKeyBase64   *string    `json:"end_key_base64,omitempty"`
 	Epoch          epochJSON  `json:"epoch"`
 	Peers          []peerJSON `json:"peers"`
-	LeaderStoreID  uint64     `json:"leader_store_id"`
+}
+
+// regionJSON is a region of ctl regions -w json: everything its table
+// row shows, so that the JSON is a superset of the table.
+type regionJSON struct {
+	regionCoreJSON
+	LeaderStoreID uint64 `json:"leader_store_id"`
+	// LeaderDown (only when true): the leader is on a store that is down.
+	LeaderDown bool `json:"leader_down,omitempty"`
+	// Term and AppliedIndex are the leader's raft term and applied index.
+	Term         uint64 `json:"term"`
+	AppliedIndex uint64 `json:"applied_index"`
 	// ApproximateKeys and ApproximateSize (bytes of keys and values), as
 	// the leader last counted them, appear only when it has.
 	ApproximateKeys *uint64 `json:"approximate_keys,omitempty"`
 	ApproximateSize *uint64 `json:"approximate_size,omitempty"`
+	// Keys and Size are --size's counts, made now; SizeError says why
+	// there are none (the leader did not answer).
+	Keys      *uint64 `json:"keys,omitempty"`
+	Size      *uint64 `json:"size,omitempty"`
+	SizeError string  `json:"size_error,omitempty"`
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -88,35 +107,59 @@ func writeStoresJSON(w io.Writer, stores []client.StoreInfo) error {
 	return writeJSON(w, out)
 }
 
-// regionsJSON is the contract's shape; a key that is not UTF-8 goes in
-// base64 (encoding/json would turn its bytes into U+FFFD, making different
-// keys print the same).
-func regionsJSON(regions []client.RegionInfo) []regionJSON {
+// newRegionCoreJSON describes r; a key that is not UTF-8 goes in base64
+// (encoding/json would turn its bytes into U+FFFD, making different keys
+// print the same). down marks the replicas on stores that are down.
+func newRegionCoreJSON(r region.Region, down map[uint64]bool) regionCoreJSON {
+	rj := regionCoreJSON{
+		ID:    r.ID,
+		Epoch: epochJSON{ConfVer: r.Epoch.ConfVer, Version: r.Epoch.Version},
+		Peers: make([]peerJSON, 0, len(r.Peers)),
+	}
+	rj.StartKey, rj.StartKeyBase64 = jsonBytes(r.StartKey)
+	rj.EndKey, rj.EndKeyBase64 = jsonBytes(r.EndKey)
+	for _, p := range r.Peers {
+		rj.Peers = append(rj.Peers, peerJSON{ID: p.ID, StoreID: p.StoreID, IsLearner: p.IsLearner, Down: down[p.StoreID]})
+	}
+	return rj
+}
+
+// regionsJSON is ctl regions -w json: the table's rows, with down marking
+// the stores that are down and sizes the --size counts (nil without).
+func regionsJSON(regions []client.RegionInfo, down map[uint64]bool, sizes map[uint64]regionSize) []regionJSON {
 	out := make([]regionJSON, 0, len(regions))
 	for _, info := range regions {
-		r := info.Region
 		rj := regionJSON{
-			ID:            r.ID,
-			Epoch:         epochJSON{ConfVer: r.Epoch.ConfVer, Version: r.Epoch.Version},
-			Peers:         make([]peerJSON, 0, len(r.Peers)),
-			LeaderStoreID: info.LeaderStoreID,
-		}
-		rj.StartKey, rj.StartKeyBase64 = jsonBytes(r.StartKey)
-		rj.EndKey, rj.EndKeyBase64 = jsonBytes(r.EndKey)
-		for _, p := range r.Peers {
-			rj.Peers = append(rj.Peers, peerJSON{ID: p.ID, StoreID: p.StoreID, IsLearner: p.IsLearner})
+			regionCoreJSON: newRegionCoreJSON(info.Region, down),
+			LeaderStoreID:  info.LeaderStoreID,
+			LeaderDown:     info.LeaderStoreID != 0 && down[info.LeaderStoreID],
+			Term:           info.Term,
+			AppliedIndex:   info.AppliedIndex,
 		}
 		if info.SizeKnown {
 			keys, size := info.ApproximateKeys, info.ApproximateBytes
 			rj.ApproximateKeys, rj.ApproximateSize = &keys, &size
+		}
+		switch sz, ok := sizes[info.Region.ID]; {
+		case sizes != nil && ok && sz.err == nil:
+			rj.Keys, rj.Size = &sz.keys, &sz.bytes
+		case sizes != nil && ok:
+			rj.SizeError = describe(sz.err)
+		case sizes != nil:
+			rj.SizeError = "not counted"
 		}
 		out = append(out, rj)
 	}
 	return out
 }
 
-func writeRegionsJSON(w io.Writer, regions []client.RegionInfo) error {
-	return writeJSON(w, regionsJSON(regions))
+// downStores maps each store that is down to true.
+func downStores(stores []client.StoreInfo) map[uint64]bool {
+	down := make(map[uint64]bool, len(stores))
+	for _, s := range stores {
+		down[s.ID] = !s.Up
+	}
+	return down
 }
 
 // writeStoresTable prints the stores; a ZONE ADDRESSES column (each
@@ -207,10 +250,7 @@ func regionSizes(ctx context.Context, cli *client.Client, regions []client.Regio
 // is given (ctl regions --size; "?" where the leader did not answer), else
 // the leader's last count ("-" until it has counted).
 func writeRegionsTable(w io.Writer, regions []client.RegionInfo, stores []client.StoreInfo, sizes map[uint64]regionSize) error {
-	down := map[uint64]bool{}
-	for _, s := range stores {
-		down[s.ID] = !s.Up
-	}
+	down := downStores(stores)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTART\tEND\tEPOCH\tLEADER\tREPLICAS (peer@store)\tTERM\tAPPLIED\tSIZE\tKEYS")
 	for _, info := range regions {

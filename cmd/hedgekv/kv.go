@@ -28,7 +28,7 @@ type readFlags struct {
 }
 
 func (f *readFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.read, "read", "leader", "replica to read from: leader, follower, mixed, closest, prefer-leader or round-robin")
+	cmd.Flags().StringVar(&f.read, "read", "leader", "replica to read from: leader, follower (one in --zone when there is one), mixed, closest (in --zone, else the fastest), prefer-leader or round-robin")
 	cmd.Flags().StringVar(&f.hedge, "hedge", "off", "backup request to another replica after a delay: off, a duration (10ms), a latency percentile (p99, p999) or min(p99,50ms) / max(p99,5ms)")
 	cmd.Flags().Float64Var(&f.hedgeBudget, "hedge-budget", client.DefaultHedgeBudget, "at most this fraction of reads may be hedged, in [0,1]")
 	cmd.Flags().DurationVar(&f.maxStaleness, "max-staleness", 0, "permit reads this stale (e.g. 5s); 0 keeps reads linearizable")
@@ -263,6 +263,13 @@ type kvJSON struct {
 	ValueBase64 *string `json:"value_base64,omitempty"`
 }
 
+// getJSON is get -w json: the pair, and found, false for a missing key
+// (then without a value).
+type getJSON struct {
+	kvJSON
+	Found bool `json:"found"`
+}
+
 func newKVJSON(key, value []byte, keysOnly bool) kvJSON {
 	var out kvJSON
 	out.Key, out.KeyBase64 = jsonBytes(key)
@@ -272,10 +279,20 @@ func newKVJSON(key, value []byte, keysOnly bool) kvJSON {
 	return out
 }
 
-// checkKey refuses an empty key: bad input, exit 2, for every command.
+// checkKey refuses an empty key, and one over the stores' limit (which
+// they would refuse as well, then a failed request, exit 4): bad input,
+// exit 2, for every command, as an oversized value is.
 func checkKey(key string) error {
+	return checkKeyArg("KEY", key)
+}
+
+// checkKeyArg is checkKey for the argument named name (START, END).
+func checkKeyArg(name, key string) error {
 	if key == "" {
-		return usagef("KEY must not be empty")
+		return usagef("%s must not be empty", name)
+	}
+	if len(key) > server.MaxKeySize {
+		return usagef("%s is %d bytes, over the %d byte limit", name, len(key), server.MaxKeySize)
 	}
 	return nil
 }
@@ -290,8 +307,10 @@ func newGetCmd(a *app) *cobra.Command {
 		Use:   "get KEY",
 		Short: "Print the value of KEY",
 		Long: "Print the value of KEY and a newline. A missing key prints \"key not found\" on stderr and exits 1.\n" +
-			"-v tells on stderr which store served the read, how (lease, read-index, stale), how long it took and whether a hedge won.\n" +
-			"-w json prints {\"key\": K, \"value\": V} instead (as scan -w json does: JSON strings, or key_base64/value_base64 for bytes that are not UTF-8).",
+			"-v tells on stderr which store served the read, how (lease, read-index, stale) and how long it took, and where the hedge went and whether it won,\n" +
+			"or why none was sent (not due, no other replica, denied by the budget).\n" +
+			"-w json prints {\"key\": K, \"value\": V, \"found\": true} instead (as scan -w json does: JSON strings, or key_base64/value_base64 for bytes that are not UTF-8),\n" +
+			"and for a missing key {\"key\": K, \"found\": false}, exit 1 all the same.",
 		Args: exactArgs("KEY"),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if err := checkKey(args[0]); err != nil {
@@ -317,11 +336,21 @@ func newGetCmd(a *app) *cobra.Command {
 					fmt.Fprintln(a.stderr, hedgeLine(info))
 				}
 				if errors.Is(err, client.ErrNotFound) {
+					// -w json prints a document whatever the answer, so that
+					// a script parses stdout without looking at the code
+					// first; the line on stderr stays for people.
+					if asJSON {
+						doc := getJSON{Found: false}
+						doc.Key, doc.KeyBase64 = jsonBytes([]byte(args[0]))
+						if err := writeJSON(a.stdout, doc); err != nil {
+							return err
+						}
+					}
 					fmt.Fprintln(a.stderr, client.ErrNotFound.Error())
 					return silentError{exitNotFound}
 				}
 				if asJSON {
-					return writeJSON(a.stdout, newKVJSON([]byte(args[0]), v, false))
+					return writeJSON(a.stdout, getJSON{kvJSON: newKVJSON([]byte(args[0]), v, false), Found: true})
 				}
 				_, err = fmt.Fprintf(a.stdout, "%s\n", v)
 				return err
@@ -361,13 +390,29 @@ func roundLatency(d time.Duration) string {
 	return d.Round(time.Microsecond).String()
 }
 
-// hedgeLine is get -v's line about hedging: whether a hedge answered (the
-// line before says which store did).
+// hedgeLine is get -v's line about hedging: where the hedge went and
+// whether it answered, or why none was sent (not due, nowhere to send it,
+// denied by the budget), so that a tail read can be told apart from a
+// hedge that could not help.
 func hedgeLine(info client.ReadInfo) string {
-	if info.HedgeWon {
-		return "hedge: won"
+	h := info.Hedge
+	switch h.Outcome {
+	case "":
+		return "hedge: no (--hedge off)"
+	case client.HedgeNotDue:
+		return fmt.Sprintf("hedge: no, not sent: store %d answered within the %s delay", h.PrimaryStoreID, roundLatency(h.Delay))
+	case client.HedgeNoReplica:
+		return fmt.Sprintf("hedge: no, not sent: due after %s, but no other replica could take it", roundLatency(h.Delay))
+	case client.HedgeAtLimit:
+		return fmt.Sprintf("hedge: no, not sent: due after %s, but the most attempts allowed in flight were", roundLatency(h.Delay))
+	case client.HedgeDenied:
+		return fmt.Sprintf("hedge: no, denied by the budget (--hedge-budget): due after %s", roundLatency(h.Delay))
+	case client.HedgeLost:
+		return fmt.Sprintf("hedge: lost: sent to store %d after %s; the primary at store %d answered first", h.StoreID, roundLatency(h.Delay), h.PrimaryStoreID)
+	case client.HedgeWonRace:
+		return fmt.Sprintf("hedge: won: sent to store %d after %s, it answered before the primary at store %d", h.StoreID, roundLatency(h.Delay), h.PrimaryStoreID)
 	}
-	return "hedge: no"
+	return "hedge: " + string(h.Outcome)
 }
 
 func newScanCmd(a *app) *cobra.Command {
@@ -408,6 +453,13 @@ key_base64 or value_base64, so that any bytes stay unambiguous.`,
 			asJSON, err := out.json()
 			if err != nil {
 				return err
+			}
+			// An empty START is the start of the key space; a key over the
+			// limit is bad input here as everywhere.
+			for i, name := range []string{"START", "END"}[:len(args)] {
+				if len(args[i]) > server.MaxKeySize {
+					return checkKeyArg(name, args[i])
+				}
 			}
 			start := []byte(args[0])
 			var end []byte

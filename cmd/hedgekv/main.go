@@ -39,9 +39,10 @@ const (
 
 // exitCodesHelp is the scheme as the help shows it.
 const exitCodesHelp = `Exit status: 0 success; 1 the answer is no (get: key not found; ctl status:
-not healthy); 2 usage or bad input (a wrong flag or argument, an empty key);
-3 no store could be reached at the endpoints; 4 the request failed (the
-stores answered with an error, or --timeout ran out).`
+not healthy); 2 usage or bad input (a wrong flag or argument, an empty key, a
+key or value over the stores' limit); 3 no store could be reached at the
+endpoints; 4 the request failed (the stores answered with an error, or
+--timeout ran out).`
 
 const defaultEndpoints = "127.0.0.1:20161,127.0.0.1:20162,127.0.0.1:20163"
 
@@ -69,13 +70,34 @@ type app struct {
 	// tlsCert, tlsKey and tlsCA are --tls-cert, --tls-key and --tls-ca:
 	// the client's identity, or the server's (server command).
 	tlsCert, tlsKey, tlsCA string
-	// getenv reads the environment (HEDGEKV_ENDPOINTS); tests replace it.
+	// getenv reads the environment (HEDGEKV_<FLAG>, flagenv.go); tests
+	// replace it.
 	getenv func(string) string
+	// root is the command tree run parses into.
+	root *cobra.Command
+	// flagEnv names, per flag name, the variable that set its default;
+	// flagEnvErrs holds the variables whose value the flag refused,
+	// reported unless the flag is given (flagenv.go).
+	flagEnv     map[string]string
+	flagEnvErrs map[string]error
 	// clientLog holds what the client library logged (warnings: a store
 	// that did not answer, a list that could not be loaded). A command
 	// that succeeded got around whatever it was, so it stays quiet; a
 	// command that fails adds it to its one error line.
 	clientLog logBuffer
+}
+
+// appKey is the context key of the app a command runs in, for the bench
+// scenarios, whose constructors take none (bench.go, newBenchEnv).
+type appKey struct{}
+
+// appFrom is the app ctx was run with, nil if none.
+func appFrom(ctx context.Context) *app {
+	if ctx == nil {
+		return nil
+	}
+	a, _ := ctx.Value(appKey{}).(*app)
+	return a
 }
 
 // logBuffer is a bytes.Buffer the client's goroutines may log into.
@@ -123,7 +145,8 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-// runError is an error of a command that ran: exit 1. Everything cobra
+// runError is an error of a command that ran: exit 4 (3 when no store
+// could be reached). Everything cobra
 // returns that is not a runError (unknown command, bad flag, wrong number
 // of arguments) is a usage error.
 type runError struct{ err error }
@@ -169,10 +192,12 @@ func runWithStdin(ctx context.Context, args []string, stdin io.Reader, stdout, s
 func (a *app) run(ctx context.Context, args []string) int {
 	stderr := a.stderr
 	root := newRootCmd(a)
+	a.root = root
+	a.applyFlagEnv(root, args)
 	root.SetArgs(args)
 	root.SetOut(a.stdout)
 	root.SetErr(stderr)
-	cmd, err := root.ExecuteContextC(ctx)
+	cmd, err := root.ExecuteContextC(context.WithValue(ctx, appKey{}, a))
 	if a.stopProfile != nil {
 		a.stopProfile()
 	}
@@ -216,7 +241,8 @@ func newRootCmd(a *app) *cobra.Command {
 		Use:   "hedgekv",
 		Short: "A Multi-Raft key-value store with follower read and hedged requests",
 		Long: "A Multi-Raft key-value store with follower read and hedged requests.\n\n" +
-			"Commands reach the stores at --endpoints, else at $" + endpointsEnv + ", else at " + defaultEndpoints + ".\n\n" + exitCodesHelp,
+			"Commands reach the stores at --endpoints, else at $" + endpointsEnv + ", else at " + defaultEndpoints + ".\n\n" +
+			flagEnvHelp + "\n\n" + exitCodesHelp,
 		Version: versionString(),
 		// Errors and usage are reported by run, once, on one line.
 		SilenceErrors: true,
@@ -230,13 +256,18 @@ func newRootCmd(a *app) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.endpoints, "endpoints", "", "comma-separated gRPC addresses of stores (default $"+endpointsEnv+", else "+defaultEndpoints+")")
-	pf.StringVar(&a.zone, "zone", "", "the zone this client sits in: --read closest prefers it, and stores that advertise an address for it (server --advertise-zone-addrs) are reached there")
+	pf.StringVar(&a.zone, "zone", "", "the zone this client sits in: --read follower and closest prefer its replicas, and stores that advertise an address for it (server --advertise-zone-addrs) are reached there")
 	pf.DurationVar(&a.timeout, "timeout", 10*time.Second, "deadline of the whole command")
 	pf.StringVar(&a.cpuProfile, "cpuprofile", "", "write a CPU profile of this command to `FILE` (for go tool pprof)")
 	pf.StringVar(&a.tlsCert, "tls-cert", "", "mutual TLS: this client's certificate (server: the store's, used to serve and to dial peers); PEM `FILE` (hedgekv certs makes one)")
 	pf.StringVar(&a.tlsKey, "tls-key", "", "mutual TLS: the key of --tls-cert, PEM `FILE`")
 	pf.StringVar(&a.tlsCA, "tls-ca", "", "mutual TLS: the CA that signed the stores' and clients' certificates, PEM `FILE`")
-	root.PersistentPreRunE = func(*cobra.Command, []string) error { return a.startProfile() }
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := a.flagEnvError(cmd); err != nil {
+			return err
+		}
+		return a.startProfile()
+	}
 	root.AddCommand(
 		newPutCmd(a), newGetCmd(a), newDeleteCmd(a), newScanCmd(a),
 		newCtlCmd(a),
@@ -290,12 +321,13 @@ func (a *app) connect(ctx context.Context) (*client.Client, context.Context, fun
 	return cli, ctx, done, nil
 }
 
-// endpointList is --endpoints, else $HEDGEKV_ENDPOINTS, else the local
-// cluster's default, split at commas.
+// endpointList is --endpoints, else $HEDGEKV_ENDPOINTS (which set the
+// flag's default, flagenv.go), else the local cluster's default, split at
+// commas.
 func (a *app) endpointList() ([]string, error) {
 	raw, from := a.endpoints, "--endpoints"
-	if raw == "" && a.getenv != nil {
-		raw, from = a.getenv(endpointsEnv), endpointsEnv
+	if env, ok := a.flagEnv["endpoints"]; ok && !a.flagGiven("endpoints") {
+		from = env
 	}
 	if raw == "" {
 		raw, from = defaultEndpoints, "the default endpoints"

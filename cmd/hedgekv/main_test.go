@@ -113,7 +113,7 @@ func TestKVCommands(t *testing.T) {
 		{args: []string{"put", "a", "hello world"}, wantStdout: "OK\n"},
 		{args: []string{"put", "c", "3"}, wantStdout: "OK\n"},
 		{args: []string{"get", "a"}, wantStdout: "hello world\n"},
-		{args: []string{"get", "a", "-v"}, wantStdout: "hello world\n", wantStderr: []string{"served by store 1 via lease in ", "s\nhedge: no\n"}},
+		{args: []string{"get", "a", "-v"}, wantStdout: "hello world\n", wantStderr: []string{"served by store 1 via lease in ", "s\nhedge: no (--hedge off)\n"}},
 		{args: []string{"get", "a", "-v", "--read", "closest", "--zone", "dc-c"}, wantStdout: "hello world\n", wantStderr: []string{"served by store 3 via read-index in "}},
 		{args: []string{"get", "a", "-v", "--read", "follower", "--max-staleness", "5s"}, wantStdout: "hello world\n", wantStderr: []string{"via stale in ", "s (at most 5s stale)"}},
 		{args: []string{"get", "missing"}, wantCode: exitNotFound, wantStderr: []string{"key not found\n"}},
@@ -160,7 +160,7 @@ func TestGetHedgeWon(t *testing.T) {
 	if code != 0 || stdout != "1\n" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
-	if !strings.Contains(stderr, "via read-index") || !strings.Contains(stderr, "hedge: won\n") || strings.Contains(stderr, "store 1 ") {
+	if !strings.Contains(stderr, "via read-index") || !strings.Contains(stderr, "hedge: won: sent to store ") || strings.Contains(stderr, "store 1 ") {
 		t.Errorf("stderr %q, want a read-index read from a follower and hedge: won", stderr)
 	}
 	code, _, stderr = runCLI(t, "get", "a", "--hedge", "10ms", "--hedge-budget", "2", ep)
@@ -314,20 +314,22 @@ func TestRegionsJSONShape(t *testing.T) {
 		{
 			Region: region.Region{ID: 1, EndKey: []byte("m"), Epoch: region.Epoch{ConfVer: 1, Version: 2},
 				Peers: []region.Peer{{ID: 1, StoreID: 1}, {ID: 2, StoreID: 2}, {ID: 9, StoreID: 4, IsLearner: true}}},
-			LeaderStoreID: 2,
+			LeaderStoreID: 2, Term: 7, AppliedIndex: 42,
 		},
 		{Region: region.Region{ID: 5, StartKey: []byte("m"), Epoch: region.Epoch{ConfVer: 1, Version: 2}}},
 	}
 	var buf bytes.Buffer
-	if err := writeRegionsJSON(&buf, regions); err != nil {
+	// Store 2 is down: its replica and the leader on it are marked, as
+	// the table marks them.
+	if err := writeJSON(&buf, regionsJSON(regions, map[uint64]bool{1: false, 2: true}, nil)); err != nil {
 		t.Fatal(err)
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
-	want := `[{"id":1,"start_key":"","end_key":"m","epoch":{"conf_ver":1,"version":2},"peers":[{"id":1,"store_id":1},{"id":2,"store_id":2},{"id":9,"store_id":4,"is_learner":true}],"leader_store_id":2},` +
-		`{"id":5,"start_key":"m","end_key":"","epoch":{"conf_ver":1,"version":2},"peers":[],"leader_store_id":0}]`
+	want := `[{"id":1,"start_key":"","end_key":"m","epoch":{"conf_ver":1,"version":2},"peers":[{"id":1,"store_id":1},{"id":2,"store_id":2,"down":true},{"id":9,"store_id":4,"is_learner":true}],"leader_store_id":2,"leader_down":true,"term":7,"applied_index":42},` +
+		`{"id":5,"start_key":"m","end_key":"","epoch":{"conf_ver":1,"version":2},"peers":[],"leader_store_id":0,"term":0,"applied_index":0}]`
 	if compact.String() != want {
 		t.Errorf("got  %s\nwant %s", compact.String(), want)
 	}
@@ -346,7 +348,7 @@ func TestRegionsJSONShape(t *testing.T) {
 	}
 
 	buf.Reset()
-	if err := writeRegionsJSON(&buf, nil); err != nil || strings.TrimSpace(buf.String()) != "[]" {
+	if err := writeJSON(&buf, regionsJSON(nil, nil, nil)); err != nil || strings.TrimSpace(buf.String()) != "[]" {
 		t.Errorf("no regions print %q (%v), want []", buf.String(), err)
 	}
 }
@@ -525,17 +527,20 @@ func TestJSONOutputAndPrefix(t *testing.T) {
 
 	// One JSON form for get and scan (pretty-printed, as ctl's), bytes
 	// escaped one way: JSON's own escapes for UTF-8, base64 for the rest.
+	// get adds "found" (false for a missing key, which prints a document
+	// too); scan's pairs are get's without it.
 	code, stdout, stderr := runCLI(t, "get", "user/\xff", "-w", "json", ep)
-	if code != 0 || stdout != "{\n  \"key_base64\": \"dXNlci//\",\n  \"value_base64\": \"/lw=\"\n}\n" {
+	if code != 0 || stdout != "{\n  \"key_base64\": \"dXNlci//\",\n  \"value_base64\": \"/lw=\",\n  \"found\": true\n}\n" {
 		t.Errorf("get -w json: exit %d, stdout %s, stderr %q", code, stdout, stderr)
 	}
 	code, stdout, stderr = runCLI(t, "get", "user/al\tan", "-w", "json", ep)
-	if code != 0 || stdout != "{\n  \"key\": \"user/al\\tan\",\n  \"value\": \"line1\\nline2\"\n}\n" {
+	if code != 0 || stdout != "{\n  \"key\": \"user/al\\tan\",\n  \"value\": \"line1\\nline2\",\n  \"found\": true\n}\n" {
 		t.Errorf("get -w json of text with a tab and a newline: exit %d, stdout %s, stderr %q", code, stdout, stderr)
 	}
+	pair := strings.Replace(stdout, ",\n  \"found\": true", "", 1)
 	code, stdout2, _ := runCLI(t, "scan", "user/al\tan", "user/al\tao", "-w", "json", ep)
-	if code != 0 || stdout2 != "[\n  "+strings.ReplaceAll(strings.TrimSuffix(stdout, "\n"), "\n", "\n  ")+"\n]\n" {
-		t.Errorf("scan -w json of the same pair %q, want get's form in an array, get's:\n%s", stdout2, stdout)
+	if code != 0 || stdout2 != "[\n  "+strings.ReplaceAll(strings.TrimSuffix(pair, "\n"), "\n", "\n  ")+"\n]\n" {
+		t.Errorf("scan -w json of the same pair %q, want get's form (without found) in an array, get's:\n%s", stdout2, stdout)
 	}
 	code, _, stderr = runCLI(t, "get", "nope", "-w", "json", ep)
 	if code != exitNotFound || stderr != "key not found\n" {

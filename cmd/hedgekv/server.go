@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,7 +53,16 @@ type serverFlags struct {
 	// given on the command line), so errors name the key in the file.
 	configFile string
 	fromFile   map[string]bool
+	// dev is --dev: one store on its own, with defaults for the rest.
+	dev bool
 }
+
+// Where server --dev listens unless --listen and --status say: store 1 of
+// the local cluster's ports, so the CLI's default endpoints reach it.
+const (
+	devListen = "127.0.0.1:20161"
+	devStatus = "127.0.0.1:20181"
+)
 
 func newServerCmd(a *app) *cobra.Command { return serverCmd(a, &serverFlags{}) }
 
@@ -60,9 +70,17 @@ func newServerCmd(a *app) *cobra.Command { return serverCmd(a, &serverFlags{}) }
 // tests read back.
 func serverCmd(a *app, f *serverFlags) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "server [--config FILE] --id N --listen ADDR --status ADDR (--peers 1=ADDR,2=ADDR,3=ADDR | --join ADDR[,ADDR]) --zone Z --data-dir DIR",
-		Short: "Run one store until SIGINT or SIGTERM",
+		Use:   "server [--config FILE] --id N --listen ADDR --status ADDR (--peers 1=ADDR,2=ADDR,3=ADDR | --join ADDR[,ADDR]) --zone Z --data-dir DIR | server --dev",
+		Short: "Run one store until SIGINT or SIGTERM (--dev: a single-store cluster for development)",
 		Long: `Run one store until SIGINT or SIGTERM.
+
+With --dev the store is a cluster of its own, for development (as etcd
+with no flags, or cockroach start-single-node): store 1, one replica per
+region, on ` + devListen + ` (status ` + devStatus + `), where bin/hedgekv
+reaches it with no flags, its data in a new temporary directory removed
+when it stops, unless --data-dir names one to keep. --listen, --status,
+--data-dir, --id, --zone and the tuning flags still apply; --peers and
+--join do not.
 
 With --peers the listed stores form the cluster and bootstrap its first
 region together. With --join the store joins a running cluster through any
@@ -96,6 +114,13 @@ store's default; a value out of range stops the server before it starts.`,
 			if err := f.loadConfigFile(cmd); err != nil {
 				return err
 			}
+			if f.dev {
+				cleanup, err := f.devDefaults()
+				if err != nil {
+					return err
+				}
+				defer cleanup()
+			}
 			cfg, level, err := f.config()
 			if err != nil {
 				return err
@@ -118,6 +143,10 @@ store's default; a value out of range stops the server before it starts.`,
 				return fmt.Errorf("store %d: start: %w", cfg.Store.StoreID, err)
 			}
 			log.Info("serving", "store", cfg.Store.StoreID, "listen", cfg.ListenAddr, "status", cfg.StatusAddr, "zone", cfg.Store.Zone, "zone_addrs", cfg.ZoneAddrs)
+			if f.dev {
+				log.Info("dev mode: a single-store cluster", "data_dir", cfg.Store.DataDir, "kept", cmd.Flags().Changed("data-dir"),
+					"cli", "export "+endpointsEnv+"="+cfg.ListenAddr)
+			}
 			<-cmd.Context().Done()
 			// SIGINT or SIGTERM: a graceful stop (leaderships handed to
 			// other stores, in-flight requests finished), bounded by the
@@ -149,7 +178,41 @@ store's default; a value out of range stops the server before it starts.`,
 	fl.StringVar(&f.leaseStores, "follower-lease-stores", "", "only these store ids (comma-separated) hold follower leases (default: every store)")
 	f.store.register(fl)
 	fl.StringVar(&f.configFile, "config", "", "read flags from this TOML `FILE` too (keys: the flag names without --); flags on the command line win")
+	fl.BoolVar(&f.dev, "dev", false, "development mode: a single-store cluster, store 1 on "+devListen+", data in a temporary directory unless --data-dir (no other flag needed)")
 	return cmd
+}
+
+// devDefaults fills in what --dev leaves out: store 1 alone (its own
+// --peers), the local cluster's first ports, one replica per region (the
+// balancer would otherwise look for three stores forever), and a
+// temporary data directory, which cleanup removes when the server stops.
+func (f *serverFlags) devDefaults() (cleanup func(), err error) {
+	if strings.TrimSpace(f.peers) != "" || strings.TrimSpace(f.join) != "" {
+		return nil, usagef("--dev runs a store on its own: --peers and --join do not apply")
+	}
+	if f.id == 0 {
+		f.id = 1
+	}
+	if f.listen == "" {
+		f.listen = devListen
+	}
+	if f.status == "" {
+		f.status = devStatus
+	}
+	if f.store.maxReplicas == 0 {
+		f.store.maxReplicas = 1
+	}
+	f.peers = fmt.Sprintf("%d=%s", f.id, f.listen)
+	cleanup = func() {}
+	if f.dataDir == "" {
+		dir, err := os.MkdirTemp("", "hedgekv-dev-")
+		if err != nil {
+			return nil, fmt.Errorf("--dev: a temporary data directory: %w", err)
+		}
+		f.dataDir = dir
+		cleanup = func() { _ = os.RemoveAll(dir) }
+	}
+	return cleanup, nil
 }
 
 // serverTLS is the store's TLS identity from the global TLS flags, nil

@@ -77,6 +77,9 @@ func TestClusterScriptAddRemove(t *testing.T) {
 	}
 	eps := strings.Split(c.endpoints, ",")
 	c.endpoints = strings.Join([]string{eps[1], eps[2], addr4}, ",")
+	if !strings.Contains(r.Stdout, "export HEDGEKV_ENDPOINTS="+c.endpoints+"\n") {
+		t.Errorf("cluster.sh remove 1 does not print the new export line (HEDGEKV_ENDPOINTS=%s):\n%s", c.endpoints, r.Stdout)
+	}
 	if r := c.script("endpoints"); strings.TrimSpace(r.Stdout) != c.endpoints {
 		t.Errorf("cluster.sh endpoints after the removal: %q, want %q", r.Stdout, c.endpoints)
 	}

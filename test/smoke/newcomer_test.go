@@ -1,7 +1,11 @@
 package smoke
 
 import (
+	"fmt"
+	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,6 +78,56 @@ func TestNewcomer(t *testing.T) {
 		t.Errorf("ctl status right after kill 2, restart 2: %v\n%s", r, r.Stdout)
 	}
 
+	// An unknown command: the error first, then a short usage.
+	r = c.script("bogus")
+	if first, _, _ := strings.Cut(r.Stderr, "\n"); exitCode(r) != 2 || first != "cluster: unknown command 'bogus'" || strings.Count(r.Stderr, "\n") > 20 {
+		t.Errorf("cluster.sh bogus: exit %d, want 2 with the error first and a short usage: %v", exitCode(r), r)
+	}
+
+	// A dead endpoint in HEDGEKV_ENDPOINTS, one that accepts connections
+	// and never answers, costs no 0.5 s per command.
+	hung := hungListener(t)
+	env = append(c.env[:len(c.env):len(c.env)], "HEDGEKV_ENDPOINTS="+hung+","+c.endpoints)
+	fastest := time.Hour
+	for range 3 {
+		r := run(cliTimeout, env, binPath, "ctl", "regions")
+		if r.Err != nil {
+			t.Fatalf("ctl regions with a silent endpoint: %v", r)
+		}
+		fastest = min(fastest, r.Elapsed)
+	}
+	if fastest > 400*time.Millisecond {
+		t.Errorf("ctl regions with a silent endpoint in HEDGEKV_ENDPOINTS took %v at best", fastest)
+	}
+
+	// NETSIM_PORT_BASE moves the netsim's control port too (base+999):
+	// start behind the netsim fails naming that port when it is taken.
+	ctl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	ctlPort := ctl.Addr().(*net.TCPAddr).Port
+	ports, err := testbin.FreePorts(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moved []string
+	for _, kv := range c.env {
+		if !strings.HasPrefix(kv, "NETSIM_CONTROL=") {
+			moved = append(moved, kv)
+		}
+	}
+	moved = append(moved, "CLUSTER_DIR="+t.TempDir(), "GRPC_PORTS="+testbin.JoinInts(ports[:3]), "STATUS_PORTS="+testbin.JoinInts(ports[3:]),
+		"NETSIM_PORT_BASE="+strconv.Itoa(ctlPort-999))
+	r = testbin.ClusterScript(repoRoot, clusterTimeout, moved, "start", "--topology", "default")
+	if r.Err == nil {
+		testbin.ClusterScript(repoRoot, clusterTimeout, moved, "stop")
+	}
+	if want := fmt.Sprintf("port %d on 127.0.0.1 is already in use", ctlPort); exitCode(r) != 1 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("start --topology with NETSIM_PORT_BASE=%d and port %d taken: exit %d, want 1 saying %q: %v", ctlPort-999, ctlPort, exitCode(r), want, r)
+	}
+
 	// Another cluster dir on this cluster's ports: the port is named as
 	// taken by another process, not by a store of that cluster.
 	other := append(c.env[:len(c.env):len(c.env)], "CLUSTER_DIR="+t.TempDir())
@@ -84,6 +138,38 @@ func TestNewcomer(t *testing.T) {
 	if exitCode(r) != 1 || !strings.Contains(r.Stderr, "already in use by another process") || !strings.Contains(r.Stderr, "GRPC_PORT_BASE=") {
 		t.Errorf("start on ports another cluster holds: exit %d: %v", exitCode(r), r)
 	}
+}
+
+// hungListener is the address of a listener that accepts connections
+// and never answers (as a stopped store does), until the test ends.
+func hungListener(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		lis.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, conn := range conns {
+			conn.Close()
+		}
+	})
+	return lis.Addr().String()
 }
 
 // storesUp counts the "store N ... up" lines of cluster.sh status.

@@ -337,8 +337,9 @@ var _ = Describe("simulated WAN", func() {
 		Expect(after).To(BeNumerically(">", before), "the leader reads crossed the dc-b → store 1 link")
 
 		// Bounded-stale reads in the client's zone: ReplicaClosest picks the
-		// replica in dc-b (store 2; ReplicaFollower could pick store 3 in
-		// dc-c), which answers from local state without asking the leader.
+		// replica in dc-b (store 2; so does ReplicaFollower, which prefers
+		// the client's zone), which answers from local state without asking
+		// the leader.
 		// The first may find store 2 without a fresh safe point (the region
 		// hibernates when idle) and be served elsewhere; wait until it is
 		// served locally.
