@@ -4,7 +4,8 @@
 #   make test    gofmt check, go vet, unit + cluster tests with -race, then the
 #                multi-process tests (smoke, multistore, wan, a short chaos run, 10 kill -9s,
 #                CRASH_CUTS power cuts on lossyfs mounts for each of one store, a minority
-#                and all stores, a rolling restart under load) against bin/hedgekv
+#                and all stores, a rolling restart under load, etcdctl, and clientv3's
+#                Mutex, Election, KV and Watch under kill -9s and partitions) against bin/hedgekv
 #   make chaos   the nemesis over real processes for CHAOS_SECONDS (60)
 #   make image   bin/hedgekv-static (CGO_ENABLED=0), then the FROM scratch image
 #                IMAGE (hedgekv:latest) from it; deploy/compose.yaml runs three
@@ -27,7 +28,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # 15 minutes on 2 cores.
 TEST_TIMEOUT  ?= 10m
 SMOKE_TIMEOUT ?= 10m
-SMOKE_PKG     := ./test/smoke/... ./test/multistore/... ./test/wan/... ./test/chaos/... ./test/crash/... ./test/rolling/... ./test/etcdctl/...
+SMOKE_PKG     := ./test/smoke/... ./test/multistore/... ./test/wan/... ./test/chaos/... ./test/crash/... ./test/rolling/... ./test/etcdctl/... ./test/etcdfaults/...
 # Power cuts per power-loss test in test/crash (one store, a minority, all
 # stores; each cut costs a restart, ~1-2 s): make test's short count. The
 # reliability figures use CRASH_CUTS=50. The tests need FUSE (fuse3,
@@ -53,7 +54,7 @@ build:
 # Everything except the multi-process tests, which run processes of their
 # own and are run without -race against the built binary.
 unit-test:
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e '/test/smoke' -e '/test/multistore' -e '/test/wan' -e '/test/chaos' -e '/test/crash' -e '/test/rolling' -e '/test/etcdctl' -e '/test/docker')
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e '/test/smoke' -e '/test/multistore' -e '/test/wan' -e '/test/chaos' -e '/test/crash' -e '/test/rolling' -e '/test/etcdctl' -e '/test/etcdfaults' -e '/test/docker')
 
 # One package at a time: they time fail-overs (and, in test/wan, simulated WAN
 # latency) of real processes.

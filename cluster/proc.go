@@ -43,6 +43,10 @@ type ProcessesConfig struct {
 	// ExtraArgs are passed to every server after the flags above (e.g.
 	// --split-max-bytes), to stores that Join later too.
 	ExtraArgs []string
+	// StoreArgs, if set, are one list per zone, passed to that store alone
+	// after ExtraArgs: what differs between stores, such as each one's
+	// --advertise-zone-addrs behind a simulated WAN.
+	StoreArgs [][]string
 	// LogLevel of the servers (default warn).
 	LogLevel string
 	// Ports, if set, are the stores' ports, two per store: store i's gRPC
@@ -157,6 +161,9 @@ func startProcesses(ctx context.Context, cfg ProcessesConfig) (_ *Processes, err
 	if len(cfg.DataDirs) != 0 && len(cfg.DataDirs) != n {
 		return nil, fmt.Errorf("process cluster: %d data directories for %d stores", len(cfg.DataDirs), n)
 	}
+	if len(cfg.StoreArgs) != 0 && len(cfg.StoreArgs) != n {
+		return nil, fmt.Errorf("process cluster: %d lists of store arguments for %d stores", len(cfg.StoreArgs), n)
+	}
 	c.procs = make([]*storeProc, n)
 	c.zones = slices.Clone(cfg.Zones)
 	c.common = []string{"--log-level", cfg.LogLevel}
@@ -181,6 +188,9 @@ func startProcesses(ctx context.Context, cfg ProcessesConfig) (_ *Processes, err
 			"--data-dir", dataDir,
 		}
 		args = append(args, c.common...)
+		if len(cfg.StoreArgs) != 0 {
+			args = append(args, cfg.StoreArgs[i]...)
+		}
 		c.procs[i] = &storeProc{id: id, args: args, dataDir: dataDir, logPath: filepath.Join(c.dir, fmt.Sprintf("store%d.log", id))}
 		if err := c.launch(c.procs[i]); err != nil {
 			return nil, err

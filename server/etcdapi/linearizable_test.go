@@ -15,69 +15,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/hedgekv/hedgekv/server/etcdapi"
+	"github.com/hedgekv/hedgekv/test/etcdmodel"
 )
-
-// An etcd client's view of one key: put, get, and a compare-and-set Txn
-// (value == Old then put Value).
-type etcdInput struct {
-	Op         string // "put", "get", "cas"
-	Key, Value string
-	Old        string
-	Mode       string // a get's read mode
-}
-
-type etcdOutput struct {
-	Value     string
-	Found     bool
-	Succeeded bool // a cas
-	Unknown   bool // a write whose outcome the client never learned
-}
-
-var etcdModel = porcupine.Model{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		by := map[string][]porcupine.Operation{}
-		var keys []string
-		for _, op := range h {
-			k := op.Input.(etcdInput).Key
-			if _, ok := by[k]; !ok {
-				keys = append(keys, k)
-			}
-			by[k] = append(by[k], op)
-		}
-		var out [][]porcupine.Operation
-		for _, k := range keys {
-			out = append(out, by[k])
-		}
-		return out
-	},
-	Init: func() any { return "" }, // "" : absent (values are never empty)
-	Step: func(state, input, output any) (bool, any) {
-		st, in, out := state.(string), input.(etcdInput), output.(etcdOutput)
-		switch in.Op {
-		case "put":
-			return true, in.Value
-		case "get":
-			return out.Found == (st != "") && out.Value == st, st
-		case "cas":
-			if out.Unknown {
-				if st == in.Old {
-					return true, in.Value
-				}
-				return true, st
-			}
-			if out.Succeeded {
-				return st == in.Old, in.Value
-			}
-			return st != in.Old, st
-		}
-		return false, st
-	},
-	Equal: func(a, b any) bool { return a == b },
-	DescribeOperation: func(input, output any) string {
-		in, out := input.(etcdInput), output.(etcdOutput)
-		return fmt.Sprintf("%s(%s %q old=%q %s) -> %+v", in.Op, in.Key, in.Value, in.Old, in.Mode, out)
-	},
-}
 
 // TestClientv3Linearizable: five clientv3 clients, each on its own store
 // and read mode, put, get and compare-and-set three keys while the etcd
@@ -134,9 +73,9 @@ func TestClientv3Linearizable(t *testing.T) {
 					v := fmt.Sprintf("c%d-%d", id, n)
 					r, err := cli.Put(octx, key, v)
 					if err != nil {
-						record(porcupine.Operation{ClientId: id, Input: etcdInput{Op: "put", Key: key, Value: v}, Call: call, Output: etcdOutput{Unknown: true}, Return: -1})
+						record(porcupine.Operation{ClientId: id, Input: etcdmodel.Input{Op: etcdmodel.OpPut, Key: key, Value: v}, Call: call, Output: etcdmodel.Output{Unknown: true}, Return: -1})
 					} else {
-						record(porcupine.Operation{ClientId: id, Input: etcdInput{Op: "put", Key: key, Value: v}, Call: call, Output: etcdOutput{}, Return: now()})
+						record(porcupine.Operation{ClientId: id, Input: etcdmodel.Input{Op: etcdmodel.OpPut, Key: key, Value: v}, Call: call, Output: etcdmodel.Output{}, Return: now()})
 						mu.Lock()
 						puts = append(puts, ackedPut{key, v, r.Header.Revision})
 						mu.Unlock()
@@ -144,11 +83,11 @@ func TestClientv3Linearizable(t *testing.T) {
 				case 1:
 					g, err := cli.Get(metadata.AppendToOutgoingContext(octx, etcdapi.MetadataReadMode, mode), key)
 					if err == nil {
-						out := etcdOutput{}
+						out := etcdmodel.Output{}
 						if len(g.Kvs) == 1 {
 							out.Value, out.Found = string(g.Kvs[0].Value), true
 						}
-						record(porcupine.Operation{ClientId: id, Input: etcdInput{Op: "get", Key: key, Mode: mode}, Call: call, Output: out, Return: now()})
+						record(porcupine.Operation{ClientId: id, Input: etcdmodel.Input{Op: etcdmodel.OpGet, Key: key, Mode: mode}, Call: call, Output: out, Return: now()})
 					}
 				case 2:
 					g, err := cli.Get(octx, key)
@@ -159,11 +98,11 @@ func TestClientv3Linearizable(t *testing.T) {
 					old, v := string(g.Kvs[0].Value), fmt.Sprintf("s%d-%d", id, n)
 					call = now()
 					tr, err := cli.Txn(octx).If(clientv3.Compare(clientv3.Value(key), "=", old)).Then(clientv3.OpPut(key, v)).Commit()
-					in := etcdInput{Op: "cas", Key: key, Value: v, Old: old}
+					in := etcdmodel.Input{Op: etcdmodel.OpCAS, Key: key, Value: v, Old: old}
 					if err != nil {
-						record(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: etcdOutput{Unknown: true}, Return: -1})
+						record(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: etcdmodel.Output{Unknown: true}, Return: -1})
 					} else {
-						record(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: etcdOutput{Succeeded: tr.Succeeded}, Return: now()})
+						record(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: etcdmodel.Output{Succeeded: tr.Succeeded}, Return: now()})
 						if tr.Succeeded {
 							mu.Lock()
 							puts = append(puts, ackedPut{key, v, tr.Header.Revision})
@@ -197,10 +136,10 @@ func TestClientv3Linearizable(t *testing.T) {
 	if moves == 0 {
 		t.Fatal("no leader move happened: the fault never ran")
 	}
-	res, info := porcupine.CheckOperationsVerbose(etcdModel, ops, 60*time.Second)
+	res, info := porcupine.CheckOperationsVerbose(etcdmodel.Model, ops, 60*time.Second)
 	if res != porcupine.Ok {
 		f := filepath.Join(os.TempDir(), "etcd-linearizability.html")
-		_ = porcupine.VisualizePath(etcdModel, info, f)
+		_ = porcupine.VisualizePath(etcdmodel.Model, info, f)
 		t.Fatalf("history not linearizable (%v); visualization: %s", res, f)
 	}
 

@@ -261,7 +261,7 @@ func (s *Service) write(ctx context.Context, payload []byte) (int64, *pb.Respons
 // into resp (nil: none).
 func (s *Service) propose(ctx context.Context, payload []byte, resp proto.Message) (int64, uint64, error) {
 	var res []byte
-	err := s.retryRouting(ctx, func() (err error) {
+	err := s.retry(ctx, false, func() (err error) {
 		res, err = s.cfg.Store.Propose(ctx, raftstore.WriteOptions{}, []byte(Prefix), payload)
 		return err
 	})
@@ -274,25 +274,39 @@ func (s *Service) propose(ctx context.Context, payload []byte, resp proto.Messag
 	return rev, 0, err
 }
 
-// retryRouting runs op again while it fails because the region holding the
-// keyspace changed under it (the split that makes the keyspace a region
-// of its own), or has no leader this store knows of yet (an election, or
-// a leadership transfer away from this store, whose refusal may still
-// name this store), for at most noLeaderWait: such a write was refused
-// before raft took it, and such a read answered nothing, so trying again
-// is safe.
+// retryRouting runs op again while it fails because the region holding
+// the keyspace changed under it (the split that makes the keyspace a
+// region of its own), has no leader this store knows of yet (an
+// election, or a leadership transfer away from this store, whose refusal
+// may still name this store), or, op being a read of this replica's own
+// state, the replica holds no data for a moment (a snapshot from the
+// leader being applied, as a store restarted behind the leader's
+// compacted log catches up), for at most noLeaderWait: such a read
+// answered nothing, so trying again is safe. A watch's first read is one:
+// clientv3 creates its watches again on a store that just restarted, and
+// one whose creation fails is cancelled for good.
 func (s *Service) retryRouting(ctx context.Context, op func() error) error {
+	return s.retry(ctx, true, op)
+}
+
+// retry is retryRouting, waiting for the replica's data if waitData. A
+// write must not (a peer removed from the region fails the proposals raft
+// took with the same error), nor need a Range, which the leader answers
+// instead.
+func (s *Service) retry(ctx context.Context, waitData bool, op func() error) error {
 	give := time.Now().Add(noLeaderWait)
 	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
 		err := op()
 		var kn *region.KeyNotInRegionError
 		var ep *region.EpochNotMatchError
 		var nl *region.NotLeaderError
+		var rnf *region.RegionNotFoundError
 		if errors.Is(err, raftstore.ErrMaybeApplied) {
 			return err // raft took it: never again
 		}
 		if err == nil || !(errors.As(err, &kn) || errors.As(err, &ep) || errors.Is(err, raftstore.ErrProposalDropped) ||
-			(errors.As(err, &nl) && (nl.Leader == nil || nl.Leader.StoreID == s.cfg.Store.ID()))) || time.Now().After(give) {
+			(errors.As(err, &nl) && (nl.Leader == nil || nl.Leader.StoreID == s.cfg.Store.ID())) ||
+			(waitData && errors.As(err, &rnf) && rnf.RegionID != 0)) || time.Now().After(give) {
 			return err
 		}
 		select {
@@ -527,7 +541,7 @@ func (s *Service) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 		return nil, err
 	}
 	var out *pb.RangeResponse
-	err = s.retryRouting(ctx, func() error {
+	err = s.retry(ctx, false, func() error {
 		_, err := s.cfg.Store.ReadView(ctx, opts, []byte(Prefix), func(sv raftstore.StateView) error {
 			v := readView(ctx, sv)
 			cur, err := v.currentRev()
