@@ -32,6 +32,7 @@ report.md (under --out) and prints progress on stderr while it runs.
 
   ycsb              go-ycsb workloads a-f or scan against a running cluster (--endpoints)
   peer-etcd         the same workloads against a local three-member etcd and hedgekv
+  etcd-wan          the etcd API across a simulated WAN: Range latency and watch delivery beside etcd
   follower-read-dc  TiDB 3.1's follower-read experiment: scans across a simulated WAN
   hot-region        read throughput of one hot region: leader-only vs follower vs mixed
 
@@ -39,7 +40,7 @@ The global --timeout bounds a benchmark only when it is given explicitly.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newBenchYCSBCmd(), newBenchPeerEtcdCmd(), newBenchFollowerReadDCCmd(), newBenchHotRegionCmd(), newBenchHedgeTailCmd(), newBenchOverloadedCmd(), newBenchNodeKillCmd(), newBenchFollowerLeaseCmd(), newBenchScaleCmd())
+	cmd.AddCommand(newBenchYCSBCmd(), newBenchPeerEtcdCmd(), newBenchFollowerReadDCCmd(), newBenchHotRegionCmd(), newBenchHedgeTailCmd(), newBenchOverloadedCmd(), newBenchNodeKillCmd(), newBenchFollowerLeaseCmd(), newBenchScaleCmd(), newBenchEtcdWANCmd())
 	return cmd
 }
 
