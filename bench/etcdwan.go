@@ -209,6 +209,7 @@ type ewState struct {
 	cfg     EtcdWANConfig
 	res     EtcdWANResult
 	started time.Time
+	load    string // the load average when it started
 	prog    *Progress
 }
 
@@ -219,7 +220,7 @@ func RunEtcdWAN(ctx context.Context, cfg EtcdWANConfig) (*EtcdWANResult, error) 
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("etcd-wan: %w", err)
 	}
-	st := &ewState{cfg: cfg, started: time.Now(), res: EtcdWANResult{PutMs: map[string][2]float64{}}}
+	st := &ewState{cfg: cfg, started: time.Now(), load: loadAvg(), res: EtcdWANResult{PutMs: map[string][2]float64{}}}
 	var etcdBinary string
 	if len(st.variants(ewEtcd)) > 0 {
 		var err error
@@ -740,6 +741,36 @@ func (st *ewState) measureWatch(ctx context.Context, t ewTarget, v EtcdWANVarian
 	return nil
 }
 
+// lateTogether counts, for each watch run with late events, the writes
+// late in every remote zone at once among those late in any.
+func (st *ewState) lateTogether() string {
+	var b strings.Builder
+	for _, v := range EtcdWANVariants {
+		remote, any, byZone := 0, map[float64]int{}, 0
+		for _, w := range st.res.Watches {
+			if w.Variant.Name != v.Name || w.Zone == st.cfg.LeaderZone {
+				continue
+			}
+			remote++
+			for _, l := range w.Late {
+				any[l[0]]++
+			}
+			byZone += len(w.Late)
+		}
+		if byZone == 0 {
+			continue
+		}
+		together := 0
+		for _, n := range any {
+			if n == remote {
+				together++
+			}
+		}
+		fmt.Fprintf(&b, "- %s: %d of the %d writes late in a remote zone were late in all %d\n", v.Name, together, len(any), remote)
+	}
+	return b.String()
+}
+
 // lagQuantile is the q-quantile of sorted (nearest rank; 0 when empty).
 func lagQuantile(sorted []float64, q float64) float64 {
 	if len(sorted) == 0 {
@@ -890,6 +921,7 @@ func (st *ewState) report(reads, watches string) string {
 		"the acknowledgement comes after the commit (the leader applies, then answers across no WAN), so the lag from the commit itself is larger by that much. "+
 		"The target is the topology's one-way delay from %s plus %v.\n",
 		cfg.Writes, ewWatchWarmup, cfg.WriteInterval, cfg.LeaderZone, ewWatchSlack)
+	b.WriteString(loadNote(st.load))
 	for _, n := range st.res.Notes {
 		fmt.Fprintf(&b, "- %s\n", n)
 	}
@@ -917,6 +949,9 @@ func (st *ewState) report(reads, watches string) string {
 	if len(late) > 0 {
 		b.WriteString("\nEvents past the target (the measured write's number from 0, its lag):\n\n")
 		b.WriteString(strings.Join(late, ""))
+		b.WriteString("\nA write late in every remote zone at once was held up after its acknowledgement and before either follower served it: " +
+			"on the leader's side of the WAN or by this machine's CPUs, not by one follower's path.\n\n")
+		b.WriteString(st.lateTogether())
 	}
 	for _, r := range st.res.Reads {
 		if r.FirstErr != "" {
