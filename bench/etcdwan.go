@@ -294,7 +294,6 @@ func (st *ewState) zones() []string {
 // ewTarget is a cluster as the measurements see it: a client of a zone's
 // own server, and a check that the leader is still where it was put.
 type ewTarget struct {
-	name string
 	// endpoint is the address a client in zone dials to reach the zone's
 	// server, through the zone's link to it.
 	endpoint func(zone string) string
@@ -330,7 +329,6 @@ func (st *ewState) runEtcd(ctx context.Context, binary string, vs []EtcdWANVaria
 		"client and peer traffic through the simulated links (peer connections routed by sender, as in peer-etcd); leader moved to m%d (%s)",
 		binary, version, etcdMembersText(c), leader, cfg.LeaderZone))
 	t := ewTarget{
-		name: "etcd",
 		endpoint: func(zone string) string {
 			return c.ZoneEndpoint(zone, firstStore(cfg.Topology, zone))
 		},
@@ -397,7 +395,6 @@ func (st *ewState) runHedgeKV(ctx context.Context, leases bool, vs []EtcdWANVari
 		statusAddrs[id] = c.StatusAddr(id)
 	}
 	t := ewTarget{
-		name: ewClusterName(leases),
 		endpoint: func(zone string) string {
 			return c.ZoneEndpoint(zone, firstStore(cfg.Topology, zone))
 		},
