@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/hedgekv/hedgekv/kvpb"
+	"github.com/hedgekv/hedgekv/netsim"
 )
 
 // ProcessesConfig configures StartProcesses.
@@ -61,6 +63,16 @@ type ProcessesConfig struct {
 	// without waiting for the cluster to settle (WaitSettled does): for a
 	// caller that kills a store during its first open.
 	NoWait bool
+	// Topology, if set, runs the stores behind a simulated WAN (package
+	// netsim, its links in this process), as `scripts/cluster.sh start
+	// --topology` does with a `hedgekv netsim` process: one store per store
+	// of the topology, in its zone (Zones is ignored), each dialling its
+	// peers through its own zone's links from the first message on
+	// (--peers) and advertising its address for every zone
+	// (--advertise-zone-addrs). Clients reach the stores through
+	// ZoneEndpoint. Join is refused behind a topology: a newcomer would
+	// need links of its own.
+	Topology *netsim.Topology
 }
 
 // Processes is a hedgekv cluster of `hedgekv server` child processes on
@@ -80,6 +92,9 @@ type Processes struct {
 	dir    string
 	ownDir bool
 	logger *slog.Logger
+
+	// net is the simulated WAN in front of the stores (nil: none).
+	net *netsim.Network
 
 	mu      sync.Mutex
 	stopped bool
@@ -139,6 +154,24 @@ func startProcesses(ctx context.Context, cfg ProcessesConfig) (_ *Processes, err
 			c.Stop()
 		}
 	}()
+	var ids []uint64
+	if cfg.Topology != nil {
+		if err := cfg.Topology.Validate(); err != nil {
+			return nil, fmt.Errorf("process cluster: %w", err)
+		}
+		if ids = cfg.Topology.Stores(); len(ids) == 0 {
+			return nil, errors.New("process cluster: the topology has no store")
+		}
+		cfg.Zones = nil
+		for _, id := range ids {
+			z, _ := cfg.Topology.ZoneOf(id)
+			cfg.Zones = append(cfg.Zones, z)
+		}
+	} else {
+		for i := range cfg.Zones {
+			ids = append(ids, uint64(i+1))
+		}
+	}
 	n := len(cfg.Zones)
 	ports, release, err := cfg.Ports, func() {}, error(nil)
 	if len(ports) == 0 {
@@ -149,12 +182,20 @@ func startProcesses(ctx context.Context, cfg ProcessesConfig) (_ *Processes, err
 	if err != nil {
 		return nil, fmt.Errorf("process cluster: %w", err)
 	}
-	var peers []string
-	for i := range n {
-		c.ids = append(c.ids, uint64(i+1))
+	upstream := make(map[uint64]string, n)
+	for i, id := range ids {
+		c.ids = append(c.ids, id)
 		c.Endpoints = append(c.Endpoints, fmt.Sprintf("127.0.0.1:%d", ports[2*i]))
 		c.StatusAddrs = append(c.StatusAddrs, fmt.Sprintf("127.0.0.1:%d", ports[2*i+1]))
-		peers = append(peers, fmt.Sprintf("%d=%s", i+1, c.Endpoints[i]))
+		upstream[id] = c.Endpoints[i]
+	}
+	if cfg.Topology != nil {
+		// While the stores' ports are still held: the links bind ports the
+		// kernel picks, which could otherwise be one of them.
+		if c.net, err = netsim.Start(cfg.Topology, upstream, netsim.Options{}); err != nil {
+			release()
+			return nil, fmt.Errorf("process cluster: %w", err)
+		}
 	}
 	// Held until now so that nothing else picks them meanwhile.
 	release()
@@ -183,9 +224,12 @@ func startProcesses(ctx context.Context, cfg ProcessesConfig) (_ *Processes, err
 			"--id", strconv.FormatUint(id, 10),
 			"--listen", c.Endpoints[i],
 			"--status", c.StatusAddrs[i],
-			"--peers", strings.Join(peers, ","),
+			"--peers", c.peersFlag(i, upstream),
 			"--zone", cfg.Zones[i],
 			"--data-dir", dataDir,
+		}
+		if c.net != nil {
+			args = append(args, "--advertise-zone-addrs", zoneAddrsFlag(c.net.ZoneAddrs(id)))
 		}
 		args = append(args, c.common...)
 		if len(cfg.StoreArgs) != 0 {
@@ -205,7 +249,70 @@ func startProcesses(ctx context.Context, cfg ProcessesConfig) (_ *Processes, err
 	if _, err := c.WaitSettled(wctx, 0); err != nil {
 		return nil, err
 	}
+	if c.net != nil && len(slices.Compact(slices.Sorted(slices.Values(c.zones)))) > 1 && c.net.WANBytes() == 0 {
+		return nil, errors.New("process cluster: regions elected leaders without a byte crossing the simulated WAN (stores dialled each other directly)")
+	}
 	return c, nil
+}
+
+// peersFlag is store i's --peers: every store at its own address, or
+// behind a WAN, the others through store i's zone's links to them.
+func (c *Processes) peersFlag(i int, upstream map[uint64]string) string {
+	var peers []string
+	for j, id := range c.ids {
+		addr := upstream[id]
+		if c.net != nil && j != i {
+			addr = c.net.Addr(c.zones[i], id)
+		}
+		peers = append(peers, fmt.Sprintf("%d=%s", id, addr))
+	}
+	return strings.Join(peers, ",")
+}
+
+// zoneAddrsFlag renders a store's address per zone as
+// --advertise-zone-addrs takes it, zones sorted.
+func zoneAddrsFlag(addrs map[string]string) string {
+	var out []string
+	for _, z := range slices.Sorted(maps.Keys(addrs)) {
+		out = append(out, z+"="+addrs[z])
+	}
+	return strings.Join(out, ",")
+}
+
+// Network is the simulated WAN the stores run behind, nil without one
+// (and after Stop).
+func (c *Processes) Network() *netsim.Network {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.net
+}
+
+// Zone is a store's zone, "" for an unknown store.
+func (c *Processes) Zone(store uint64) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i := slices.Index(c.ids, store); i >= 0 {
+		return c.zones[i]
+	}
+	return ""
+}
+
+// ZoneEndpoint is the address a client in zone dials to reach store:
+// through the zone's link to it, or the store's own address without a WAN
+// (or for a zone the WAN does not know). "" for an unknown store.
+func (c *Processes) ZoneEndpoint(zone string, store uint64) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.Index(c.ids, store)
+	if i < 0 {
+		return ""
+	}
+	if c.net != nil {
+		if a := c.net.Addr(zone, store); a != "" {
+			return a
+		}
+	}
+	return c.Endpoints[i]
 }
 
 // launch starts p's process (its log appended to, so a restart keeps the
@@ -396,6 +503,9 @@ func (c *Processes) ExitErr(store uint64) error {
 func (c *Processes) Join(id uint64, zone string) error {
 	if slices.Contains(c.StoreIDs(), id) {
 		return fmt.Errorf("process cluster: store %d exists", id)
+	}
+	if c.net != nil {
+		return errors.New("process cluster: join: not behind a topology (the WAN has no links to a new store)")
 	}
 	var via []string
 	for i, sid := range c.StoreIDs() {
@@ -610,6 +720,67 @@ func (c *Processes) settled(ctx context.Context, regionID uint64) (leader uint64
 	return 0, nil
 }
 
+// RegionOf is the region holding key, as the first running store that
+// answers sees it.
+func (c *Processes) RegionOf(ctx context.Context, key []byte) (uint64, error) {
+	var errs []error
+	for _, id := range c.StoreIDs() {
+		if !c.Running(id) {
+			continue
+		}
+		a, err := c.admin(id)
+		if err == nil {
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			var resp *kvpb.RegionsResponse
+			resp, err = a.Regions(rctx, &kvpb.RegionsRequest{Key: key, ByKey: true})
+			cancel()
+			if err == nil && len(resp.GetRegions()) > 0 {
+				return resp.GetRegions()[0].GetRegion().GetId(), nil
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("store %d: %w", id, err))
+		}
+	}
+	return 0, fmt.Errorf("process cluster: no store told the region of %q: %w", key, errors.Join(errs...))
+}
+
+// MoveLeader makes store the leader of regionID: it asks the current
+// leader to transfer leadership, again until it has moved (a transfer can
+// lose to an election) or ctx ends, then waits until the cluster has
+// settled with that leader. With the balancer off (a negative
+// BalanceInterval) the leader then stays there unless the store fails.
+func (c *Processes) MoveLeader(ctx context.Context, regionID, store uint64) error {
+	if !slices.Contains(c.StoreIDs(), store) {
+		return fmt.Errorf("process cluster: no store %d", store)
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		cur := c.LeaderOf(ctx, regionID)
+		if cur == store {
+			if l, err := c.settled(ctx, regionID); err == nil && l == store {
+				return nil
+			}
+		} else if cur != 0 {
+			if a, err := c.admin(cur); err == nil {
+				tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err = a.TransferLeader(tctx, &kvpb.TransferLeaderRequest{RegionId: regionID, ToStoreId: store})
+				cancel()
+				if err != nil {
+					c.logger.Debug("process cluster: transfer leader", "region", regionID, "to", store, "err", err)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("process cluster: move the leader of region %d to store %d (now on store %d): %w",
+				regionID, store, c.LeaderOf(context.Background(), regionID), ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
 // WaitSettled waits until the cluster is settled (see settled) and returns
 // regionID's leader (0 when regionID is 0).
 func (c *Processes) WaitSettled(ctx context.Context, regionID uint64) (uint64, error) {
@@ -651,6 +822,15 @@ func (c *Processes) Stop() {
 	stopChildren(runs, 3*time.Second, func(i int) {
 		c.logger.Debug("store still running 3s after SIGTERM; killing it", "pid", runs[i].cmd.Process.Pid)
 	})
+	c.mu.Lock()
+	wan := c.net
+	c.net = nil
+	c.mu.Unlock()
+	if wan != nil {
+		if err := wan.Close(); err != nil {
+			c.logger.Warn("process cluster: closing the simulated WAN", "err", err)
+		}
+	}
 	if c.ownDir && c.dir != "" {
 		_ = os.RemoveAll(c.dir)
 		c.dir = ""

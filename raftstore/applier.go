@@ -53,6 +53,17 @@ type Applier interface {
 	Apply(tx StateTx, r region.Region, index uint64, payload []byte) (result []byte, err error)
 }
 
+// RoundApplier is an Applier that is also told, on the Ready loop, when a
+// round's transaction has ended well: what Apply wrote in it is then
+// visible to reads (Store.ReadView), which it is not while Apply runs. A
+// layer that wakes readers of what it applied (the etcd API's watchers)
+// wakes them here: woken from Apply, a reader can look before the round
+// ends, find nothing new, and sleep past the write.
+type RoundApplier interface {
+	Applier
+	RoundApplied()
+}
+
 // StateTx is what an Applier sees of the round's transaction: the region's
 // user data, read and written. (It is the engine's transaction, narrowed:
 // a layer above raftstore reaches storage only through raftstore.)

@@ -326,6 +326,9 @@ func (s *Store) persistAndApply(batch []*readyPeer) error {
 		return err
 	}
 	s.stats.readyRounds.Add(1)
+	if ra, ok := s.cfg.Applier.(RoundApplier); ok {
+		ra.RoundApplied()
+	}
 	// A round that changed a region's shape is made durable in bbolt
 	// before anything of it is sent or published: the WAL replays only
 	// raft log entries and hard states (storage/engine, checkpoint.go).

@@ -119,6 +119,9 @@ func decodeResultInto(b []byte, resp proto.Message) (int64, error) {
 // applies, and the store's lessor of each lease it grants or revokes.
 type Applier struct {
 	hub *hub
+	// woken is the revision applied in the running round, for the hub once
+	// the round has ended (RoundApplied): 0 if none.
+	woken atomic.Int64
 	// leases is told of the grants and revokes applied here (the
 	// Service's lessor, once registered).
 	leases atomic.Pointer[lessor]
@@ -128,7 +131,17 @@ type Applier struct {
 // Register.
 func NewApplier() *Applier { return &Applier{hub: newHub()} }
 
-var _ raftstore.Applier = (*Applier)(nil)
+var _ raftstore.RoundApplier = (*Applier)(nil)
+
+// RoundApplied implements raftstore.RoundApplier: the watchers are woken
+// once the round that applied a revision has ended, when they can read
+// it; woken from Apply, inside the round, one could read the state before
+// it and sleep until the next revision or its poll.
+func (a *Applier) RoundApplied() {
+	if rev := a.woken.Swap(0); rev > 0 {
+		a.hub.applied(rev)
+	}
+}
 
 // Apply implements raftstore.Applier. A request etcd refuses is a result;
 // only a storage failure (a record that does not decode) is an error.
@@ -169,7 +182,7 @@ func (a *Applier) Apply(tx raftstore.StateTx, r region.Region, index uint64, pay
 		if err := putInt(tx, revKey, cur+1); err != nil {
 			return nil, err
 		}
-		a.hub.applied(cur + 1)
+		a.woken.Store(cur + 1)
 		return okResult(cur+1, resp)
 	case kindCompact:
 		req := &pb.CompactionRequest{}
@@ -298,7 +311,7 @@ func (a *Applier) revoke(tx raftstore.StateTx, v view, cur int64, index uint64, 
 	if err := putInt(tx, revKey, cur+1); err != nil {
 		return nil, err
 	}
-	a.hub.applied(cur + 1)
+	a.woken.Store(cur + 1)
 	return okResult(cur+1, nil)
 }
 

@@ -306,7 +306,7 @@ func (a *Applier) restore(tx raftstore.StateTx, body []byte) ([]byte, error) {
 		if err := tx.Put(restoredKey, st.id); err != nil {
 			return nil, err
 		}
-		a.hub.applied(st.rev)
+		a.woken.Store(st.rev)
 		return okResult(st.rev, nil)
 	}
 	// A batch.
