@@ -34,12 +34,13 @@ report.md (under --out) and prints progress on stderr while it runs.
   peer-etcd         the same workloads against a local three-member etcd and hedgekv
   follower-read-dc  TiDB 3.1's follower-read experiment: scans across a simulated WAN
   hot-region        read throughput of one hot region: leader-only vs follower vs mixed
+  watch             etcd watch fan-out: N watchers on one store, a writer at R writes/s
 
 The global --timeout bounds a benchmark only when it is given explicitly.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newBenchYCSBCmd(), newBenchPeerEtcdCmd(), newBenchFollowerReadDCCmd(), newBenchHotRegionCmd(), newBenchHedgeTailCmd(), newBenchOverloadedCmd(), newBenchNodeKillCmd(), newBenchFollowerLeaseCmd(), newBenchScaleCmd())
+	cmd.AddCommand(newBenchYCSBCmd(), newBenchPeerEtcdCmd(), newBenchFollowerReadDCCmd(), newBenchHotRegionCmd(), newBenchHedgeTailCmd(), newBenchOverloadedCmd(), newBenchNodeKillCmd(), newBenchFollowerLeaseCmd(), newBenchScaleCmd(), newBenchWatchCmd())
 	return cmd
 }
 
