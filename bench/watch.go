@@ -111,6 +111,10 @@ type WatchRow struct {
 	// acknowledgement (latency counted as 0).
 	BeforeAck int64   `json:"events_before_ack"`
 	MaxMs     float64 `json:"max_ms"`
+	// MaxMsBySecond: the slowest delivery of the writes acknowledged in
+	// each second of the run (a stall of the machine shows as one slow
+	// second, a fan-out that cannot keep up as a rising line).
+	MaxMsBySecond []float64 `json:"max_ms_by_second"`
 	// WriterLagMs: how far the writer fell behind its schedule.
 	WriterLagMs float64 `json:"writer_lag_ms"`
 	// CPU seconds over the run (writes and drain) and peak RSS of the
@@ -450,6 +454,7 @@ func (cfg *WatchConfig) run(ctx context.Context, endpoints []string, inProcess b
 		}
 	}
 	var maxLat int64
+	var perSec []int64 // the slowest delivery of the writes acknowledged in each second
 	for i := range n {
 		want := expected(i)
 		got := events[i]
@@ -477,10 +482,19 @@ func (cfg *WatchConfig) run(ctx context.Context, endpoints []string, inProcess b
 			}
 			maxLat = max(maxLat, lat)
 			recordLatency(out.hist, time.Duration(lat))
+			if sec := int(ackOf[ev.rev] / 1e9); sec >= 0 {
+				for len(perSec) <= sec {
+					perSec = append(perSec, 0)
+				}
+				perSec[sec] = max(perSec[sec], lat)
+			}
 		}
 	}
 	out.Missing = out.Expected - out.Delivered
 	out.MaxMs = round(float64(maxLat)/1e6, 3)
+	for _, l := range perSec {
+		out.MaxMsBySecond = append(out.MaxMsBySecond, round(float64(l)/1e6, 1))
+	}
 	out.WallSec = round(wall.Seconds(), 2)
 	out.ServerCPUSec, out.AllCPUSec, out.BenchCPUSec = after.diff(before, cfg.WatchStore)
 	if out.Missing > 0 || out.Duplicated > 0 {
@@ -678,8 +692,12 @@ func (cfg *WatchConfig) report(res *WatchResult, started time.Time, table string
 		if !w.InProcess {
 			cpu = fmt.Sprintf("all stores' CPU %.1f s, the benchmark process's %.1f s", w.AllCPUSec, w.BenchCPUSec)
 		}
-		notes = append(notes, fmt.Sprintf("%d watchers: created in %.1f s (%d refused and retried); the writer fell at most %.1f ms behind; %d writes failed; %d events unexpected (of failed writes), %d arrived before their ack; %s, in %.1f s.",
-			w.Watchers, w.CreateWatchSec, w.CreateRetries, w.WriterLagMs, w.WritesFailed, w.Unexpected, w.BeforeAck, cpu, w.WallSec))
+		bySec := make([]string, len(w.MaxMsBySecond))
+		for i, ms := range w.MaxMsBySecond {
+			bySec[i] = FormatFloat(ms, 0)
+		}
+		notes = append(notes, fmt.Sprintf("%d watchers: created in %.1f s (%d refused and retried); the writer fell at most %.1f ms behind; %d writes failed; %d events unexpected (of failed writes), %d arrived before their ack; %s, in %.1f s. Slowest delivery of each second's writes, ms: %s.",
+			w.Watchers, w.CreateWatchSec, w.CreateRetries, w.WriterLagMs, w.WritesFailed, w.Unexpected, w.BeforeAck, cpu, w.WallSec, strings.Join(bySec, " ")))
 	}
 	writeNotes(&b, notes)
 	return b.String()

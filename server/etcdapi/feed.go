@@ -95,20 +95,25 @@ func newFeed(s *Service) *feed { return &feed{s: s, synced: newWatchIndex()} }
 // run is the feed's goroutine: until the service stops.
 func (f *feed) run(ctx context.Context) {
 	defer f.close()
-	retry := time.Millisecond
+	var pending time.Time // since when an announced revision has not shown
 	for {
 		wake, applied := f.s.cfg.Applier.hub.next()
-		if f.round(ctx) {
+		more, advanced := f.round(ctx)
+		if more {
 			continue // a full batch: more is waiting
 		}
 		// The Applier announces a revision while its round is still
 		// running: until the round commits, the state does not show it
-		// yet, so look again soon (backing off, should it never show).
+		// yet, so look again every millisecond, for at most watchPoll
+		// without progress (should it never show).
 		delay := watchPoll
-		if f.waiting(applied) {
-			delay, retry = retry, min(2*retry, watchPoll)
-		} else {
-			retry = time.Millisecond
+		switch {
+		case !f.waiting(applied):
+			pending = time.Time{}
+		case advanced || pending.IsZero():
+			pending, delay = time.Now(), time.Millisecond
+		case time.Since(pending) < watchPoll:
+			delay = time.Millisecond
 		}
 		t := time.NewTimer(delay)
 		select {
@@ -139,12 +144,13 @@ func (f *feed) close() {
 
 // round reads the revisions from F on (at most about feedBatch index
 // entries, whole revisions) and queues their events to the synced
-// watchers. It reports whether it stopped at the batch's bound.
-func (f *feed) round(ctx context.Context) (more bool) {
+// watchers. It reports whether it stopped at the batch's bound, and
+// whether it moved F.
+func (f *feed) round(ctx context.Context) (more, advanced bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.synced.n == 0 {
-		return false
+		return false, false
 	}
 	from := f.next.Load()
 	var hi int64
@@ -198,7 +204,7 @@ func (f *feed) round(ctx context.Context) (more bool) {
 	if err != nil {
 		f.resetRound()
 		if ctx.Err() != nil {
-			return false
+			return false, false
 		}
 		if st, ok := status.FromError(err); !ok || st.Code() != codes.Unavailable {
 			// Not a replica that cannot serve for now: let each watcher
@@ -207,20 +213,21 @@ func (f *feed) round(ctx context.Context) (more bool) {
 			f.s.cfg.Logger.Warn("etcd watch feed: read failed; its watchers read on their own", "from", from, "err", err)
 			f.dropAllLocked()
 		}
-		return false
+		return false, false
 	}
 	if compacted {
 		// Each watcher finds the compaction on its own and is cancelled
 		// with compact_revision if it needed what was compacted.
 		f.resetRound()
 		f.dropAllLocked()
-		return false
+		return false, false
 	}
 	f.deliverLocked(hi)
 	if hi+1 > from {
 		f.next.Store(hi + 1)
+		advanced = true
 	}
-	return more
+	return more, advanced
 }
 
 // feedBatch bounds the index entries one round reads, so that a joining
