@@ -46,6 +46,8 @@ type Row struct {
 	// outstanding (follower-lease's write rows: a dead lease holder holds
 	// commits back until its lease ends).
 	MaxStallMs *float64 `json:"max_stall_ms,omitempty"`
+	// Watch: the watch scenario's delivery counts and server costs.
+	Watch *WatchRow `json:"watch,omitempty"`
 }
 
 // TimelinePoint counts the operations that completed in [t_ms, t_ms+step).

@@ -21,7 +21,7 @@ import (
 // startCluster starts three in-process stores on loopback ports, with
 // automatic splits off (the etcd keyspace is the whole of region 1 until
 // the store keeps it in its own region).
-func startCluster(t *testing.T) *cluster.Local {
+func startCluster(t testing.TB) *cluster.Local {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -35,7 +35,7 @@ func startCluster(t *testing.T) *cluster.Local {
 
 // client is a clientv3 client of one endpoint (one store), so that the
 // test says which store answers.
-func client(t *testing.T, endpoint string) *clientv3.Client {
+func client(t testing.TB, endpoint string) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -45,7 +45,7 @@ func client(t *testing.T, endpoint string) *clientv3.Client {
 	return cli
 }
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
+func ctxFor(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx

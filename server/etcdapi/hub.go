@@ -2,11 +2,12 @@ package etcdapi
 
 import "sync"
 
-// hub tells a store's watchers that the Applier applied a new revision
-// here: they then read what it wrote (history, in revision order) from
-// the store's state. A watcher never takes an event from the hub itself,
-// so one that is slow, or that starts between an apply and the end of its
-// round, misses nothing: the state is the only source of events.
+// hub tells a store's watch feed, and its watchers still reading on their
+// own, that the Applier applied a new revision here: they then read what
+// it wrote (history, in revision order) from the store's state. Nothing
+// takes an event from the hub itself, so a reader that is slow, or that
+// starts between an apply and the end of its round, misses nothing: the
+// state is the only source of events.
 type hub struct {
 	mu  sync.Mutex
 	rev int64

@@ -26,6 +26,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -176,6 +177,8 @@ type Service struct {
 	minLeaseTTL int64
 	stopc       chan struct{} // closed by Stop: streams end
 	stopOnce    sync.Once
+	feed        *feed                      // the store's watch feed (feed.go)
+	term        atomic.Pointer[cachedTerm] // watchHeader's
 }
 
 // Register serves the etcd API on g and starts its lessor, which runs
@@ -207,6 +210,7 @@ func Register(g *grpc.Server, cfg Config) *Service {
 		minLeaseTTL: int64(math.Ceil(minTTL.Seconds())),
 		stopc:       make(chan struct{}),
 	}
+	s.feed = newFeed(s)
 	s.lessor = newLessor(s, time.Duration(cfg.ElectionTicks)*cfg.TickInterval)
 	cfg.Applier.leases.Store(s.lessor)
 	pb.RegisterKVServer(g, s)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -17,19 +18,21 @@ import (
 	"github.com/hedgekv/hedgekv/raftstore"
 )
 
-// Watch: any replica serves a watch from its own state. A watcher keeps
-// next, the first revision it has not sent, and reads the events at and
-// after it from the keyspace's history in revision order (the "r/"
-// index, then each change's history record), whenever the Applier tells
-// it a revision was applied here, and at least every watchPoll. The state
-// is the only source of events, so every event is sent once, in revision
+// Watch: any replica serves a watch from its own state, and a store's
+// watchers share one feed of its new events (feed.go). A watcher keeps
+// next, the first revision it has not sent. Until it has caught up it
+// reads the events at and after next from the keyspace's history itself,
+// in revision order (the "r/" index, then each change's history record);
+// then it joins the feed, which hands it every later event, and goes back
+// to reading on its own if its client falls too far behind. The state is
+// the only source of events, so every event is sent once, in revision
 // order, whether the watcher started before, during or after the apply
 // that made it, and whichever store serves it (a client that reconnects
 // elsewhere resumes from its last revision + 1, as clientv3 does).
 
 const (
-	// watchPoll bounds how long an event a watcher was not woken for
-	// (applied while it was reading) waits.
+	// watchPoll bounds how long an event the feed, or a watcher reading
+	// on its own, was not woken for (applied while it was reading) waits.
 	watchPoll = 100 * time.Millisecond
 	// watchBatch bounds the events of one response (whole revisions).
 	watchBatch = 1000
@@ -121,7 +124,8 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 	ws.mu.Unlock()
 
 	start, end := etcdmvcc.RangeSpan(cr.Key, cr.RangeEnd)
-	w := &watcher{ws: ws, id: id, start: start, end: end, prevKV: cr.PrevKv, progress: cr.ProgressNotify}
+	w := &watcher{ws: ws, id: id, start: start, end: end, prevKV: cr.PrevKv, progress: cr.ProgressNotify,
+		single: len(cr.RangeEnd) == 0, seq: watcherSeq.Add(1), wake: make(chan struct{}, 1)}
 	for _, f := range cr.Filters {
 		switch f {
 		case pb.WatchCreateRequest_NOPUT:
@@ -184,17 +188,69 @@ type watcher struct {
 	ws                      *watchStream
 	id                      int64
 	start, end              []byte // etcd keys; end nil: no bound
-	next                    int64  // the first revision not sent
+	single                  bool   // one key: start
+	seq                     uint64 // orders watchers of one start in the feed's index
 	prevKV, noPut, noDelete bool
 	progress                bool
+	wake                    chan struct{} // the feed queued events, or dropped it
+
+	// mu guards what the feed changes while the watcher is synced.
+	mu sync.Mutex
+	// next is the first revision not sent (nor queued): the watcher's
+	// own while it is unsynced; while it is synced the feed gives it
+	// only events at or after it, and sets it when it drops it.
+	next     int64
+	synced   bool
+	queue    []*mvccpb.Event // queued by the feed, not sent yet
+	queueRev int64           // the revision the feed had read to when it queued them
+
+	pending []*mvccpb.Event // the feed's round's events for it (under feed.mu)
+}
+
+var watcherSeq atomic.Uint64
+
+// testBeforeJoin, if set (tests), runs between a watcher's last read of
+// history and its join: a pause there lets the feed move on meanwhile.
+var testBeforeJoin atomic.Pointer[func()]
+
+func (w *watcher) notify() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
 }
 
 func (w *watcher) run(ctx context.Context) error {
 	s := w.ws.s
+	defer s.feed.leave(w)
 	lastSent := time.Now()
+	send := func(evs []*mvccpb.Event, rev int64) error {
+		lastSent = time.Now()
+		return w.ws.send(&pb.WatchResponse{Header: s.watchHeader(rev), WatchId: w.id, Events: evs})
+	}
 	for {
+		w.mu.Lock()
+		synced := w.synced
+		w.mu.Unlock()
+		if synced {
+			if err := w.sendQueued(ctx, &lastSent); err != nil || ctx.Err() != nil {
+				return err
+			}
+			continue // dropped: catch up from history
+		}
 		wake, _ := s.cfg.Applier.hub.next()
 		evs, cur, compacted, err := s.eventsFrom(ctx, w)
+		joined := false
+		if err == nil && len(evs) == 0 && w.next >= compacted {
+			// Caught up with the state: join the feed.
+			if fn := testBeforeJoin.Load(); fn != nil {
+				(*fn)()
+			}
+			var jcur, jcompacted int64
+			if joined, evs, jcur, jcompacted, err = s.feed.join(ctx, w, cur); jcur != 0 {
+				cur, compacted = jcur, jcompacted // it read the state again
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -204,17 +260,19 @@ func (w *watcher) run(ctx context.Context) error {
 			}
 			// The replica cannot serve now (a snapshot applying, the
 			// store rebuilding): try again.
-		} else if w.next < compacted {
+		} else if !joined && w.next < compacted { // once joined, next is the feed's to change
 			return w.ws.send(&pb.WatchResponse{Header: s.header(cur), WatchId: w.id, Canceled: true, CompactRevision: compacted,
 				CancelReason: "etcdserver: mvcc: required revision has been compacted"})
-		} else if len(evs) > 0 || (w.progress && time.Since(lastSent) >= progressEvery) {
-			if err := w.ws.send(&pb.WatchResponse{Header: s.header(cur), WatchId: w.id, Events: evs}); err != nil {
+		} else if len(evs) > 0 || (!joined && w.progress && time.Since(lastSent) >= progressEvery) {
+			if err := send(evs, cur); err != nil {
 				return err
 			}
-			lastSent = time.Now()
 			if len(evs) > 0 {
 				continue // more may be waiting: read again before sleeping
 			}
+		}
+		if joined {
+			continue
 		}
 		t := time.NewTimer(watchPoll)
 		select {
@@ -226,6 +284,103 @@ func (w *watcher) run(ctx context.Context) error {
 		}
 		t.Stop()
 	}
+}
+
+// sendQueued sends what the feed queues for w until the feed drops it
+// (it returns nil then) or ctx ends, and progress notifications while it
+// is idle, if it asked for them.
+func (w *watcher) sendQueued(ctx context.Context, lastSent *time.Time) error {
+	s := w.ws.s
+	var progress *time.Timer
+	defer func() {
+		if progress != nil {
+			progress.Stop()
+		}
+	}()
+	for {
+		w.mu.Lock()
+		evs, rev, synced := w.queue, w.queueRev, w.synced
+		w.queue = nil
+		w.mu.Unlock()
+		for len(evs) > 0 {
+			n := batchEnd(evs)
+			if err := w.ws.send(&pb.WatchResponse{Header: s.watchHeader(rev), WatchId: w.id, Events: evs[:n]}); err != nil {
+				return err
+			}
+			*lastSent = time.Now()
+			evs = evs[n:]
+		}
+		if !synced {
+			return nil
+		}
+		var tick <-chan time.Time
+		if w.progress {
+			if progress == nil {
+				progress = time.NewTimer(time.Until(lastSent.Add(progressEvery)))
+			} else {
+				progress.Reset(time.Until(lastSent.Add(progressEvery)))
+			}
+			tick = progress.C
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.wake:
+		case <-tick:
+			if err := w.sendProgress(lastSent); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// sendProgress tells an idle synced watcher's client it has every event
+// up to the feed's revision: F is read before the queue is found empty,
+// and the feed queues a round's events before it moves F past them.
+func (w *watcher) sendProgress(lastSent *time.Time) error {
+	from := w.ws.s.feed.next.Load()
+	w.mu.Lock()
+	idle := w.synced && len(w.queue) == 0
+	rev := max(from, w.next) - 1
+	w.mu.Unlock()
+	if !idle || time.Since(*lastSent) < progressEvery {
+		return nil
+	}
+	*lastSent = time.Now()
+	return w.ws.send(&pb.WatchResponse{Header: w.ws.s.watchHeader(rev), WatchId: w.id})
+}
+
+// watchHeader is header(rev) with the raft term read at most every
+// termTTL: finding it walks the store's regions, and a store with many
+// watchers sends many responses.
+func (s *Service) watchHeader(rev int64) *pb.ResponseHeader {
+	now := time.Now().UnixNano()
+	term := s.term.Load()
+	if term == nil || now-term.at > int64(termTTL) {
+		term = &cachedTerm{at: now}
+		if st, ok := s.regionStatus(); ok {
+			term.term = st.Term
+		}
+		s.term.Store(term)
+	}
+	return &pb.ResponseHeader{ClusterId: clusterID, MemberId: s.cfg.Store.ID(), Revision: rev, RaftTerm: term.term}
+}
+
+const termTTL = 100 * time.Millisecond
+
+type cachedTerm struct {
+	at   int64 // UnixNano
+	term uint64
+}
+
+// batchEnd is how many of evs (in revision order) one response holds:
+// whole revisions, at most about watchBatch events.
+func batchEnd(evs []*mvccpb.Event) int {
+	n := min(len(evs), watchBatch)
+	for n < len(evs) && evs[n].Kv.ModRevision == evs[n-1].Kv.ModRevision {
+		n++
+	}
+	return n
 }
 
 // eventsFrom reads w's events at and after w.next from this replica's
