@@ -90,6 +90,11 @@ type ReadOptions struct {
 	ReplicaRead bool
 	// MaxStaleness > 0 permits a bounded-staleness local read.
 	MaxStaleness time.Duration
+	// Local serves this replica's applied state as it is, however far
+	// behind, with no round trip and no safe point: for a layer that, as
+	// etcd's watch does, serves each member's own state and can say what
+	// revision it saw. A frozen store (diskfail.go) still refuses it.
+	Local bool
 
 	// scan and scanEnd: the read is a scan of [its key, scanEnd); a
 	// follower-lease read waits for pending writes in that range.

@@ -80,6 +80,7 @@ func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions, keys
 		leader:       p.isLeaderLocked(),
 		replicaRead:  opts.ReplicaRead,
 		staleAllowed: opts.MaxStaleness > 0,
+		local:        opts.Local,
 	}
 	f.followerLease = !f.leader && opts.ReplicaRead && s.cfg.FollowerLeases && p.followerLeaseValidLocked(now)
 	var bound time.Duration
@@ -106,6 +107,11 @@ func (s *Store) prepareRead(ctx context.Context, p *Peer, opts ReadOptions, keys
 	var r region.Region
 	var err error
 	switch path {
+	case readLocal:
+		if lp := p.leaderPeerLocked(); lp != nil {
+			info.LeaderStoreID = lp.StoreID
+		}
+		info.Mode, r = readmode.Local, p.region.Clone()
 	case readStale:
 		r = p.staleAnswerLocked(&info, bound)
 	case readRefuseDisk:
@@ -135,6 +141,7 @@ type readFacts struct {
 	followerLease bool // a follower with replicaRead and a valid read lease (followerlease.go)
 	staleAllowed  bool // the session allows a stale read (MaxStaleness > 0)
 	staleOK       bool // and one within its bound can be served here now (stale.go)
+	local         bool // the caller asked for this replica's state as it is (ReadOptions.Local)
 }
 
 // readPath is how a read is served, or why it is refused.
@@ -148,17 +155,20 @@ const (
 	readRefuseDisk                        // frozen and no stale read allowed: the disk error
 	readRefuseStale                       // a follower that can serve neither: the stale read's error
 	readNotLeader                         // a follower the session may not read from
+	readLocal                             // this replica's applied state as it is
 )
 
 var readPathNames = map[readPath]string{
 	readLease: "lease", readFollowerLease: "follower-lease", readStale: "stale", readIndex: "read-index",
 	readRefuseDisk: "refuse-disk", readRefuseStale: "refuse-stale", readNotLeader: "not-leader",
+	readLocal: "local",
 }
 
 func (r readPath) String() string { return readPathNames[r] }
 
 // decideRead is the read path as a pure function of the facts, in order of
-// preference: a frozen store serves only stale reads; a lease (the
+// preference: a frozen store serves only stale reads; a caller that asked
+// for the replica's state as it is gets it; a lease (the
 // leader's, then a follower's) answers linearizably with no round trip; a
 // stale read, when the session allows one, beats a round trip; a follower
 // that cannot serve it stale says why rather than pay a round trip the
@@ -170,6 +180,8 @@ func decideRead(f readFacts) readPath {
 		return readStale
 	case f.diskFailed:
 		return readRefuseDisk
+	case f.local:
+		return readLocal
 	case f.leaderLease:
 		return readLease
 	case f.followerLease:

@@ -50,7 +50,7 @@ func TestDecideReadTable(t *testing.T) {
 func readFactFields(f *readFacts) map[string]*bool {
 	return map[string]*bool{
 		"disk": &f.diskFailed, "lease": &f.leaderLease, "leader": &f.leader, "replica": &f.replicaRead,
-		"fl": &f.followerLease, "stale-allowed": &f.staleAllowed, "stale-ok": &f.staleOK,
+		"fl": &f.followerLease, "stale-allowed": &f.staleAllowed, "stale-ok": &f.staleOK, "local": &f.local,
 	}
 }
 
@@ -60,9 +60,9 @@ func readFactFields(f *readFacts) map[string]*bool {
 // cannot be served, nothing but a stale read or a refusal from a frozen
 // store, and no follower read for a session that did not ask for one.
 func TestDecideReadPromises(t *testing.T) {
-	for bits := range 1 << 7 {
+	for bits := range 1 << 8 {
 		var f readFacts
-		fields := []*bool{&f.diskFailed, &f.leaderLease, &f.leader, &f.replicaRead, &f.followerLease, &f.staleAllowed, &f.staleOK}
+		fields := []*bool{&f.diskFailed, &f.leaderLease, &f.leader, &f.replicaRead, &f.followerLease, &f.staleAllowed, &f.staleOK, &f.local}
 		for i, p := range fields {
 			*p = bits&(1<<i) != 0
 		}
@@ -71,6 +71,14 @@ func TestDecideReadPromises(t *testing.T) {
 			continue
 		}
 		path := decideRead(f)
+		if f.local && !f.diskFailed {
+			// A read that asked for the local state gets it, whatever
+			// else holds; the promises below are about the others.
+			if path != readLocal {
+				t.Errorf("%+v: %s, want local", f, path)
+			}
+			continue
+		}
 		switch {
 		case path == readLease && !f.leaderLease,
 			path == readFollowerLease && !f.followerLease,
@@ -78,7 +86,8 @@ func TestDecideReadPromises(t *testing.T) {
 			f.diskFailed && path != readStale && path != readRefuseDisk,
 			!f.diskFailed && !f.leader && !f.replicaRead && !f.staleAllowed && path != readNotLeader,
 			!f.leader && !f.replicaRead && path == readIndex,
-			path == readNotLeader && f.leader:
+			path == readNotLeader && f.leader,
+			path == readLocal:
 			t.Errorf("%+v: %s breaks a promise", f, path)
 		}
 	}

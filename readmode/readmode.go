@@ -20,6 +20,10 @@ const (
 	// Stale: a replica served it from local state within the session's
 	// bound on staleness, which the answer reports.
 	Stale Mode = "stale"
+	// Local: a replica served its applied state as it is, with no promise
+	// of freshness (ReadOptions.Local: etcd's watch, which each member
+	// serves from its own state). Never offered by the KV API.
+	Local Mode = "local"
 	// Unknown: the answer named no mode this build knows (a newer peer).
 	Unknown Mode = "unknown"
 )

@@ -487,8 +487,12 @@ func (s *Service) localView(ctx context.Context, fn func(view) error) error {
 		if _, ok := status.FromError(err); ok {
 			return err
 		}
-		// No safe point yet (a replica just started): a ReadIndex read.
-		if err = read(raftstore.ReadOptions{ReplicaRead: true}); err != nil {
+		// No safe point (a replica just started, perhaps cut off from
+		// every other): its state as it is, as an etcd member serves a
+		// watch from its own state, leader or not. A round trip for a
+		// fresher start would fail here while the partition lasts, and
+		// clientv3 takes a cancelled watch as final.
+		if err = read(raftstore.ReadOptions{Local: true}); err != nil {
 			if _, ok := status.FromError(err); ok {
 				return err
 			}

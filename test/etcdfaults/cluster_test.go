@@ -14,9 +14,8 @@
 //     every write once, in revision order.
 //   - TestWatchAcrossRestart: watchers connected to one store each, that
 //     store killed and restarted (a follower's, then the leader's): they
-//     resume and miss nothing. TestWatchAcrossRestartIntoPartition, the
-//     store restarting cut off, shows a bug not yet fixed and is skipped
-//     unless ETCDFAULTS_KNOWN_BUGS=1.
+//     resume and miss nothing, also when the store restarts cut off from
+//     the others (TestWatchAcrossRestartIntoPartition).
 //
 // The stores run behind netsim (package netsim, in this process, links
 // without latency: they are here to be cut) as scripts/cluster.sh runs

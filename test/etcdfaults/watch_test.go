@@ -3,7 +3,6 @@ package etcdfaults
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -73,17 +72,13 @@ func TestWatchAcrossRestart(t *testing.T) {
 
 // TestWatchAcrossRestartIntoPartition: a watcher's store is killed and
 // restarts cut off from the other stores; once the partition heals the
-// watcher must deliver every write. It does not yet: the restarted
-// replica has no safe point for a local read and no leader for a
-// ReadIndex, so the watch clientv3 creates again on it is answered
-// created and cancelled ("etcdserver: no leader"), which ends a clientv3
-// watch for good (etcd serves a watch from its member's own state,
-// leader or not). The fix belongs in server/etcdapi/watch.go (create);
-// ETCDFAULTS_KNOWN_BUGS=1 runs it.
+// watcher must deliver every write. The restarted replica has no safe
+// point for a stale read and no leader for a ReadIndex: the watch clientv3
+// creates again on it is served from the replica's state as it is
+// (ReadOptions.Local), as etcd serves a watch from its member's own state,
+// leader or not. It was answered created and cancelled ("etcdserver: no
+// leader") before, which ends a clientv3 watch for good.
 func TestWatchAcrossRestartIntoPartition(t *testing.T) {
-	if os.Getenv("ETCDFAULTS_KNOWN_BUGS") != "1" {
-		t.Skip("a watch created on a store with no leader is cancelled (watch.go); ETCDFAULTS_KNOWN_BUGS=1 runs it")
-	}
 	c := startCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
