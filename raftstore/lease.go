@@ -6,8 +6,8 @@ import (
 	"go.etcd.io/raft/v3"
 )
 
-// lease is the leader lease. docs/design.md ("The leader lease") gives the
-// whole argument; in short:
+// lease is the leader lease. docs/design.md ("Leader read from the
+// lease") gives the whole argument; in short:
 //
 // Raft runs with CheckQuorum, so a follower that heard from the leader less
 // than an election timeout (E ticks) ago ignores vote requests. If a quorum

@@ -314,7 +314,7 @@ func (e *Engine) ViewCommitted(fn func(*Tx) error) error {
 	return fn(e.wrap(tx))
 }
 
-// viewLatest runs fn on the engine's latest state: the open batch, which
+// ViewLatest runs fn on the engine's latest state: the open batch, which
 // holds every round persisted so far (a round's hard state, a vote, is
 // in it from the moment the round's messages may go out), or committed
 // state if no batch is open. For what must never be read behind a round
