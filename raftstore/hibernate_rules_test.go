@@ -1,8 +1,6 @@
 package raftstore
 
 import (
-	"bufio"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,22 +9,7 @@ import (
 // TestQuietTable runs testdata/hibernate.txt: when an idle leader may
 // hibernate.
 func TestQuietTable(t *testing.T) {
-	f, err := os.Open("testdata/hibernate.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	cases := 0
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		lhs, want, ok := strings.Cut(text, "->")
-		if !ok {
-			t.Fatalf("line %d: %q has no ->", line, text)
-		}
+	eachCase(t, "testdata/hibernate.txt", 10, func(line int, inputs []string, want string) {
 		num := func(v string) uint64 {
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil {
@@ -35,7 +18,7 @@ func TestQuietTable(t *testing.T) {
 			return n
 		}
 		var q quietFacts
-		for _, kv := range strings.Fields(lhs) {
+		for _, kv := range inputs {
 			k, v, _ := strings.Cut(kv, "=")
 			switch k {
 			case "last":
@@ -60,15 +43,8 @@ func TestQuietTable(t *testing.T) {
 				t.Fatalf("line %d: unknown input %q", line, k)
 			}
 		}
-		if got := strconv.FormatBool(q.quiet()); got != strings.TrimSpace(want) {
-			t.Errorf("line %d: %s: got %s", line, text, got)
+		if got := strconv.FormatBool(q.quiet()); got != want {
+			t.Errorf("line %d: %v -> %s: got %s", line, inputs, want, got)
 		}
-		cases++
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if cases < 10 {
-		t.Fatalf("only %d cases read", cases)
-	}
+	})
 }

@@ -1,8 +1,6 @@
 package raftstore
 
 import (
-	"bufio"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,28 +12,23 @@ import (
 // TestLeaseRulesTable runs testdata/lease.txt: each line a lease rule, its
 // inputs and the verdict.
 func TestLeaseRulesTable(t *testing.T) {
-	f, err := os.Open("testdata/lease.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	epoch := time.Unix(1_000_000, 0)
 	at := func(ms uint64) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
-	sc := bufio.NewScanner(f)
-	cases := 0
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		lhs, want, ok := strings.Cut(text, "->")
-		fields := strings.Fields(lhs)
-		if !ok || len(fields) == 0 {
-			t.Fatalf("line %d: %q: want `rule inputs -> verdict`", line, text)
+	inputs := map[string]bool{
+		"role": true, "term": true, "lead": true, "transferee": true, "transferring": true, "lease-term": true,
+		"until": true, "applied-term": true, "now": true, "held-term": true, "held-leader": true, "commit": true,
+		"applied": true, "removed": true, "initialized": true,
+	}
+	eachCase(t, "testdata/lease.txt", 20, func(line int, fields []string, want string) {
+		if len(fields) == 0 {
+			t.Fatalf("line %d: no rule", line)
 		}
 		in := map[string]string{}
 		for _, kv := range fields[1:] {
 			k, v, has := strings.Cut(kv, "=")
+			if !inputs[k] {
+				t.Fatalf("line %d: unknown input %q", line, k)
+			}
 			if !has {
 				v = "true"
 			}
@@ -77,15 +70,8 @@ func TestLeaseRulesTable(t *testing.T) {
 		default:
 			t.Fatalf("line %d: unknown rule %q", line, fields[0])
 		}
-		if strconv.FormatBool(got) != strings.TrimSpace(want) {
-			t.Errorf("line %d: %s: got %v", line, text, got)
+		if strconv.FormatBool(got) != want {
+			t.Errorf("line %d: %v -> %s: got %v", line, fields, want, got)
 		}
-		cases++
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if cases < 20 {
-		t.Fatalf("only %d cases read", cases)
-	}
+	})
 }

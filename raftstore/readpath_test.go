@@ -1,50 +1,25 @@
 package raftstore
 
 import (
-	"bufio"
-	"os"
-	"strings"
 	"testing"
 )
 
 // TestDecideReadTable runs the cases of testdata/read_path.txt: the facts
 // that hold, and the path decideRead must choose.
 func TestDecideReadTable(t *testing.T) {
-	f, err := os.Open("testdata/read_path.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	cases := 0
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		facts, want, ok := strings.Cut(text, "->")
-		if !ok {
-			t.Fatalf("line %d: %q has no ->", line, text)
-		}
+	eachCase(t, "testdata/read_path.txt", 20, func(line int, facts []string, want string) {
 		var rf readFacts
-		for _, name := range strings.Fields(facts) {
+		for _, name := range facts {
 			field, known := readFactFields(&rf)[name]
 			if !known {
 				t.Fatalf("line %d: unknown fact %q", line, name)
 			}
 			*field = true
 		}
-		if got := decideRead(rf).String(); got != strings.TrimSpace(want) {
-			t.Errorf("line %d: %s: got %s", line, text, got)
+		if got := decideRead(rf).String(); got != want {
+			t.Errorf("line %d: %v -> %s: got %s", line, facts, want, got)
 		}
-		cases++
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if cases < 20 {
-		t.Fatalf("only %d cases read", cases)
-	}
+	})
 }
 
 func readFactFields(f *readFacts) map[string]*bool {
