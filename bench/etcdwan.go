@@ -141,12 +141,7 @@ type EtcdWANConfig struct {
 }
 
 func (cfg *EtcdWANConfig) setDefaults() error {
-	if cfg.Topology == nil {
-		cfg.Topology, cfg.TopologyName = netsim.Default(), netsim.DefaultTopology
-	}
-	if cfg.TopologyName == "" {
-		cfg.TopologyName = "custom"
-	}
+	defaultTopology(&cfg.Topology, &cfg.TopologyName)
 	if err := cfg.Topology.Validate(); err != nil {
 		return err
 	}

@@ -148,12 +148,7 @@ func (cfg *FollowerLeaseConfig) setDefaults() error {
 	setDefault(&cfg.ValueSize, 128)
 	setDefault(&cfg.RunDuration, quickOr(cfg.Quick, 10*time.Second, 2*time.Second))
 	setDefaultIfZero(&cfg.Warmup, quickOr(cfg.Quick, time.Second, 300*time.Millisecond))
-	if cfg.Topology == nil {
-		cfg.Topology, cfg.TopologyName = netsim.Default(), netsim.DefaultTopology
-	}
-	if cfg.TopologyName == "" {
-		cfg.TopologyName = "custom"
-	}
+	defaultTopology(&cfg.Topology, &cfg.TopologyName)
 	if !cfg.NoWAN {
 		if err := cfg.Topology.Validate(); err != nil {
 			return err

@@ -103,12 +103,7 @@ type FollowerReadDCConfig struct {
 }
 
 func (cfg *FollowerReadDCConfig) setDefaults() error {
-	if cfg.Topology == nil {
-		cfg.Topology, cfg.TopologyName = netsim.Default(), netsim.DefaultTopology
-	}
-	if cfg.TopologyName == "" {
-		cfg.TopologyName = "custom"
-	}
+	defaultTopology(&cfg.Topology, &cfg.TopologyName)
 	if err := cfg.Topology.Validate(); err != nil {
 		return err
 	}

@@ -389,3 +389,14 @@ func pickZones(topo *netsim.Topology, leader, client, roles string) (string, str
 	}
 	return leader, client, nil
 }
+
+// defaultTopology fills in a scenario's topology: the default one when none
+// is given, and the name "custom" for one given without a name.
+func defaultTopology(top **netsim.Topology, name *string) {
+	if *top == nil {
+		*top, *name = netsim.Default(), netsim.DefaultTopology
+	}
+	if *name == "" {
+		*name = "custom"
+	}
+}
