@@ -143,13 +143,17 @@ func newMetrics(inflightReads func() float64) *metrics {
 		m.faultReadsDelayed, m.faultStalls, m.readsCancelled, m.hedgeReads, m.hedgeReadsCancelled, m.readsBusy,
 		m.kvLatency, m.readLatency, m.readIndexRTT, m.writeTx,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// Pre-create the read modes so dashboards see zeros rather than gaps.
+	// Pre-create the labels dashboards break series down by (read modes,
+	// ops, snapshot results) so they see zeros rather than gaps.
 	for _, mode := range readmode.All {
 		m.reads.WithLabelValues(modeLabel(mode))
 		m.readLatency.WithLabelValues(modeLabel(mode))
 	}
 	for _, op := range kvOps {
 		m.kvLatency.WithLabelValues(op)
+	}
+	for _, result := range []string{"ok", "failed"} {
+		m.snapshots.WithLabelValues(result)
 	}
 	return m
 }
