@@ -12,8 +12,9 @@
 #   make docker-test  that image as a three-store compose cluster, its leader's
 #                container cut off the network and reconnected; part of make
 #                test when a Docker engine answers, skipped (saying so) if not
-#   make demo    three stores in three simulated data centers, reads from a
-#                remote leader and a local follower, follower-read-dc --quick
+#   make demo    three stores in three simulated data centers; reads from dc-b
+#                measured (remote leader, ReadIndex, stale, follower lease) with
+#                a verdict from the numbers; follower-read-dc --quick
 #   make proto   regenerate kvpb from kvpb/hedgekv.proto
 #   make etcdctl bin/etcdctl, etcd's CLI (ETCDCTL_VERSION, v3.7.3) from the module proxy
 #   make etcdutl bin/etcdutl, etcd's offline tool (snapshot status/restore), the same way;

@@ -609,6 +609,34 @@ func TestBenchHelpAndRunTimes(t *testing.T) {
 	}
 }
 
+// TestDemoVerdict: make demo measures the follower-lease row beside
+// ReadIndex, and its verdict may say the machine was too busy to judge;
+// the README's make demo says both, so neither drifts from the script.
+func TestDemoVerdict(t *testing.T) {
+	flat := func(path string) string {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(strings.Fields(string(b)), " ")
+	}
+	readme, demo := flat("../../README.md"), flat("../../scripts/demo.sh")
+	for _, c := range []struct{ where, text, want string }{
+		{"scripts/demo.sh", demo, "FOLLOWER_LEASES=1 BALANCE=off"},
+		{"scripts/demo.sh", demo, `measure "local follower, lease"`},
+		{"scripts/demo.sh", demo, `measure "local follower, ReadIndex"`},
+		{"scripts/demo.sh", demo, "the machine was too busy to judge"},
+		{"scripts/demo.sh", demo, "pays the WAN round trip plus a hop"},
+		{"README's make demo", readme, "after restarting the stores with `--follower-leases`"},
+		{"README's make demo", readme, "too busy to judge"},
+	} {
+		if !strings.Contains(c.text, c.want) {
+			t.Errorf("%s does not say %q", c.where, c.want)
+		}
+	}
+}
+
 // TestServerDev: server --dev is a single-store cluster with no other
 // flag needed (here on free ports): put and get through the CLI and
 // through etcd's clientv3 work, ctl status calls it healthy, and its
