@@ -75,25 +75,34 @@ func (p *Peer) recordSafePointLocked(sp SafePoint, now time.Time) {
 // staleReadLocked returns the staleness bound of a local read now, or
 // DataIsNotReady if no safe point this peer has applied is fresh enough.
 func (p *Peer) staleReadLocked(now time.Time, maxStaleness time.Duration) (time.Duration, error) {
+	bound, age, ok := p.safe.bound(p.applied, now, p.store.cfg.MaxClockOffset, maxStaleness)
+	if !ok {
+		return 0, &region.DataIsNotReadyError{RegionID: p.regionID, PeerID: p.id, SafeAge: age}
+	}
+	return bound, nil
+}
+
+// bound is staleReadLocked's rule, a pure function (testdata/stale.txt):
+// the newest safe point whose commit index is applied bounds a local
+// read's staleness at its age plus the clock offset allowed between
+// stores; within maxStaleness the read may be served (ok), else age is
+// that safe point's age in milliseconds (0: none applied).
+func (sps *safePoints) bound(applied uint64, now time.Time, maxClockOffset, maxStaleness time.Duration) (bound time.Duration, age uint64, ok bool) {
 	var best *SafePoint
-	for i := 0; i < min(p.safe.n, safePointRing); i++ {
-		sp := &p.safe.ring[(p.safe.n-1-i)%safePointRing]
-		if sp.Commit <= p.applied {
+	for i := 0; i < min(sps.n, safePointRing); i++ {
+		sp := &sps.ring[(sps.n-1-i)%safePointRing]
+		if sp.Commit <= applied {
 			best = sp
 			break // newest first
 		}
 	}
-	if best != nil {
-		bound := now.Round(0).Sub(best.Time) + p.store.cfg.MaxClockOffset
-		if bound <= maxStaleness {
-			return max(bound, 0), nil
-		}
+	if best == nil {
+		return 0, 0, false
 	}
-	age := uint64(0)
-	if best != nil {
-		age = uint64(now.Round(0).Sub(best.Time).Milliseconds())
+	if b := now.Round(0).Sub(best.Time) + maxClockOffset; b <= maxStaleness {
+		return max(b, 0), 0, true
 	}
-	return 0, &region.DataIsNotReadyError{RegionID: p.regionID, PeerID: p.id, SafeAge: age}
+	return 0, uint64(now.Round(0).Sub(best.Time).Milliseconds()), false
 }
 
 // A leader stamps safe points only while it holds a lease, and only its own
