@@ -151,21 +151,48 @@ func (p *Peer) takeReadIndexRespLocked(m raftpb.Message, now time.Time) (next *r
 // caller to send once unlocked), and only while fewer than
 // maxFollowerReadBatches are in flight.
 func (p *Peer) issueReadsLocked(now time.Time, renew bool) (direct *raftpb.Message) {
-	if len(p.reads.pending) == 0 && !renew {
-		return nil
-	}
-	if !p.isLeaderLocked() {
-		if p.rn.BasicStatus().Lead == 0 {
-			p.failPendingReadsLocked(p.notLeaderLocked())
-			return nil
-		}
-		if len(p.reads.inflight) >= maxFollowerReadBatches {
-			return nil
-		}
+	switch decideIssue(len(p.reads.pending), renew, p.isLeaderLocked(), p.rn.BasicStatus().Lead != 0, len(p.reads.inflight)) {
+	case issueFail:
+		p.failPendingReadsLocked(p.notLeaderLocked())
+	case issueFollower:
 		return p.followerReadIndexLocked(now)
+	case issueLeader:
+		p.rn.ReadIndex(p.readCtx(p.newBatchLocked(now)))
 	}
-	p.rn.ReadIndex(p.readCtx(p.newBatchLocked(now)))
 	return nil
+}
+
+// readIssue is what a round does with the queued reads.
+type readIssue int
+
+const (
+	issueNone     readIssue = iota // nothing queued, or wait for a batch in flight to come back
+	issueFail                      // a follower that knows no leader: nobody to ask
+	issueFollower                  // a follower sends a batch to its leader
+	issueLeader                    // the leader starts a batch (raft's ReadIndex: one heartbeat round)
+)
+
+var readIssueNames = map[readIssue]string{issueNone: "none", issueFail: "fail", issueFollower: "follower", issueLeader: "leader"}
+
+func (r readIssue) String() string { return readIssueNames[r] }
+
+// decideIssue is issueReadsLocked's rule, a pure function
+// (testdata/readindex.txt). A leader issues a batch whenever reads wait or
+// its lease needs the heartbeat round a ReadIndex brings (renew), one per
+// round; a follower sends its pending reads to the leader, keeping at most
+// maxFollowerReadBatches in flight, and fails them when it knows no leader.
+func decideIssue(pending int, renew, leader, knowsLeader bool, inflight int) readIssue {
+	switch {
+	case pending == 0 && !renew:
+		return issueNone
+	case leader:
+		return issueLeader
+	case !knowsLeader:
+		return issueFail
+	case inflight >= maxFollowerReadBatches:
+		return issueNone
+	}
+	return issueFollower
 }
 
 // onReadStatesLocked resolves batches answered in this Ready.
