@@ -41,9 +41,20 @@ func TestDiskFullUnderWriteLoad(t *testing.T) {
 	pc.mounts[victim].SetFull(false)
 	pc.cutMounts("cut while full", cutModes[seed%3], victim)
 	pc.restart("cut while full", victim)
-	// Full again, this time space comes back under the running store.
+	// Full again, this time space comes back under the running store: once
+	// it has met the full disk. A store that is waiting for a snapshot
+	// writes nothing for a while after its restart, and one that never
+	// failed a write has nothing to recover from.
+	failedBefore := logCount(t, pc.c.LogPath(victim), "disk write failed")
 	pc.mounts[victim].SetFull(true)
 	time.Sleep(2 * time.Second)
+	for wait := time.Now().Add(20 * time.Second); logCount(t, pc.c.LogPath(victim), "disk write failed") == failedBefore; {
+		if time.Now().After(wait) {
+			t.Fatalf("store %d wrote nothing for 22 s after its restart while its disk was full; its log ends with:\n%s",
+				victim, logTail(pc.c.LogPath(victim), 20))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	pc.mounts[victim].SetFull(false)
 	deadline := time.Now().Add(30 * time.Second)
 	for !logHas(t, pc.c.LogPath(victim), "disk takes writes again") && time.Now().Before(deadline) {
@@ -55,6 +66,22 @@ func TestDiskFullUnderWriteLoad(t *testing.T) {
 	time.Sleep(time.Second)
 	w.stop()
 	pc.check("a full disk, a power cut while full, space back", w)
+}
+
+// logCount is how many lines of the file at path hold s.
+func logCount(t *testing.T, path, s string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	n := 0
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, s) {
+			n++
+		}
+	}
+	return n
 }
 
 // logHas reports whether the file at path holds s.
