@@ -15,6 +15,7 @@ import (
 	"github.com/hedgekv/hedgekv/netsim"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/server"
+	"github.com/hedgekv/hedgekv/server/etcdapi"
 )
 
 // LocalConfig configures an in-process hedgekv cluster.
@@ -54,6 +55,9 @@ type LocalConfig struct {
 	AllowFaults bool
 	// StoreKnobs, if set, gives each store its testing knobs (tests only).
 	StoreKnobs func(storeID uint64) raftstore.TestingKnobs
+	// EtcdKnobs, if set, are every store's etcd API testing knobs (tests
+	// only): their hooks must be safe to call from every store at once.
+	EtcdKnobs *etcdapi.TestingKnobs
 	// FollowerLeases turns follower read leases on in every store
 	// (raftstore.Config.FollowerLeases, the server's --follower-leases):
 	// all stores of a cluster must agree, so it is per cluster, and a
@@ -229,7 +233,7 @@ func (c *Local) serverConfig(cfg LocalConfig, i int, logger *slog.Logger, upstre
 			peers[p] = c.net.Addr(c.zones[i], p)
 		}
 	}
-	scfg := server.Config{Store: sc, Peers: peers, AllowFaults: cfg.AllowFaults}
+	scfg := server.Config{Store: sc, Peers: peers, AllowFaults: cfg.AllowFaults, EtcdKnobs: cfg.EtcdKnobs}
 	if c.net != nil {
 		scfg.ZoneAddrs = c.net.ZoneAddrs(id)
 	}

@@ -90,6 +90,8 @@ type Config struct {
 	// whose session names none (etcdapi.ReadLeader, ReadFollower,
 	// ReadStale; "": ReadLeader).
 	EtcdReadMode string
+	// EtcdKnobs are tests' hooks into the etcd API; nil in production.
+	EtcdKnobs *etcdapi.TestingKnobs
 }
 
 // Shutdown bounds: in-flight requests get gracefulStopTimeout to finish
@@ -315,6 +317,7 @@ func (s *Server) newGRPCServer(store *raftstore.Store) *grpc.Server {
 		ElectionTicks: s.cfg.Store.ElectionTicks,
 		Context:       s.ctx,
 		Logger:        s.logger,
+		Knobs:         s.cfg.EtcdKnobs,
 	})
 	return g
 }

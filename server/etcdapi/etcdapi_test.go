@@ -18,14 +18,19 @@ import (
 	"github.com/hedgekv/hedgekv/server/etcdapi"
 )
 
-// startCluster starts three in-process stores on loopback ports, with
-// automatic splits off (the etcd keyspace is the whole of region 1 until
-// the store keeps it in its own region).
-func startCluster(t testing.TB) *cluster.Local {
+// startCluster starts three in-process stores on loopback ports (with the
+// etcd API's testing knobs, if given), with automatic splits off (the etcd
+// keyspace is the whole of region 1 until the store keeps it in its own
+// region).
+func startCluster(t testing.TB, knobs ...*etcdapi.TestingKnobs) *cluster.Local {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := cluster.StartLocal(ctx, cluster.LocalConfig{NoSync: true, DisableSplit: true})
+	cfg := cluster.LocalConfig{NoSync: true, DisableSplit: true}
+	if len(knobs) > 0 {
+		cfg.EtcdKnobs = knobs[0] // every store's
+	}
+	c, err := cluster.StartLocal(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,20 +58,13 @@ import (
 // queue, so a single large revision still goes through).
 const watchBuffer = 256
 
-// testWatchBuffer, if positive (tests), replaces watchBuffer.
-var testWatchBuffer atomic.Int64
-
-func watchBufferLen() int {
-	if n := testWatchBuffer.Load(); n > 0 {
-		return int(n)
+// watchBufferLen is watchBuffer, or the knob that replaces it.
+func (s *Service) watchBufferLen() int {
+	if n := s.knobs().WatchBuffer; n > 0 {
+		return n
 	}
 	return watchBuffer
 }
-
-// Counted for tests: watchers that joined the feed, those that found it
-// ahead and read the rest holding feed.mu, and synced watchers that fell
-// behind and dropped back to unsynced.
-var watchJoins, watchJoinReads, watchFallbacks atomic.Int64
 
 type feed struct {
 	s *Service
@@ -283,7 +276,7 @@ func (f *feed) resetRound() {
 // deliverLocked queues each watcher's events of the round (read up to
 // hi), or drops it back to unsynced if its queue is too long.
 func (f *feed) deliverLocked(hi int64) {
-	limit := watchBufferLen()
+	limit := f.s.watchBufferLen()
 	for _, w := range f.touched {
 		evs := w.pending
 		w.pending = nil
@@ -294,7 +287,9 @@ func (f *feed) deliverLocked(hi int64) {
 			w.next = evs[0].Kv.ModRevision
 			w.synced = false
 			f.synced.remove(w)
-			watchFallbacks.Add(1)
+			if fn := f.s.knobs().OnFallback; fn != nil {
+				fn()
+			}
 		} else {
 			w.queue = append(w.queue, evs...)
 			w.queueRev = hi
@@ -340,8 +335,8 @@ func (f *feed) join(ctx context.Context, w *watcher, read int64) (joined bool, e
 		// next watchers from joining until then).
 		f.next.Store(min(w.next, read+1))
 	}
-	if w.next < f.next.Load() {
-		watchJoinReads.Add(1)
+	readRest := w.next < f.next.Load()
+	if readRest {
 		evs, cur, compacted, err = f.s.eventsFrom(ctx, w)
 		if err != nil || w.next < compacted || w.next < f.next.Load() {
 			return false, evs, cur, compacted, err
@@ -351,7 +346,9 @@ func (f *feed) join(ctx context.Context, w *watcher, read int64) (joined bool, e
 	w.synced = true
 	w.mu.Unlock()
 	f.synced.add(w)
-	watchJoins.Add(1)
+	if fn := f.s.knobs().OnJoin; fn != nil {
+		fn(readRest)
+	}
 	return true, evs, cur, compacted, nil
 }
 

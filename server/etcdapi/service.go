@@ -159,6 +159,8 @@ type Config struct {
 	// Context bounds the service's background work (the split that makes
 	// the keyspace its own region); nil: context.Background().
 	Context context.Context
+	// Knobs are tests' hooks into this service; nil in production.
+	Knobs *TestingKnobs
 }
 
 // Service implements etcd's KV, Watch, Lease, Maintenance and Cluster

@@ -166,14 +166,15 @@ func (s *Service) snapshotFile(ctx context.Context, opts raftstore.ReadOptions) 
 			index, term = st.AppliedIndex, st.Term
 		}
 		rev = cur
-		return writeBackend(ctx, path, v, cur, compacted, index, term)
+		return writeBackend(ctx, path, v, cur, compacted, index, term, s.knobs().BackendBatch)
 	})
 	return path, rev, err
 }
 
 // backendBatch is how many key bucket entries (or bytes of them) one bbolt
-// transaction of writeBackend holds (a variable: tests make it small).
-var (
+// transaction of writeBackend holds (TestingKnobs.BackendBatch makes it
+// small).
+const (
 	backendBatch      = 10000
 	backendBatchBytes = 16 << 20
 )
@@ -184,7 +185,7 @@ var (
 // and appends, so the key bucket is written sequentially as etcd writes it.
 // Errors that are not the view's (the file's) are status errors: they are
 // this store's, and no other store would do better.
-func writeBackend(ctx context.Context, path string, v view, cur, compacted int64, index, term uint64) error {
+func writeBackend(ctx context.Context, path string, v view, cur, compacted int64, index, term uint64, batch int) error {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{NoSync: true, NoGrowSync: true})
 	if err != nil {
 		return status.Errorf(codes.Internal, "etcdserver: hedgekv: snapshot file: %v", err)
@@ -198,7 +199,10 @@ func writeBackend(ctx context.Context, path string, v view, cur, compacted int64
 		}
 		return status.Errorf(codes.Internal, "etcdserver: hedgekv: snapshot file: %v", err)
 	}
-	w := &backendWriter{db: db}
+	if batch <= 0 {
+		batch = backendBatch
+	}
+	w := &backendWriter{db: db, batch: batch}
 	err = w.history(ctx, v, cur, compacted)
 	if err == nil {
 		err = fileErr(w.flush())
@@ -240,6 +244,7 @@ func writeBackend(ctx context.Context, path string, v view, cur, compacted int64
 // transaction per backendBatch of them.
 type backendWriter struct {
 	db      *bolt.DB
+	batch   int // entries per transaction
 	keys    [][]byte
 	vals    [][]byte
 	bytes   int
@@ -259,7 +264,7 @@ func (w *backendWriter) put(ctx context.Context, key []byte, r etcdmvcc.Revision
 	w.keys = append(w.keys, etcdRevBytes(r, h.Kind == etcdmvcc.KindDelete))
 	w.vals = append(w.vals, val)
 	w.bytes += len(val) + 18
-	if len(w.keys) >= backendBatch || w.bytes >= backendBatchBytes {
+	if len(w.keys) >= w.batch || w.bytes >= backendBatchBytes {
 		if err := ctx.Err(); err != nil {
 			return status.FromContextError(err).Err()
 		}

@@ -547,10 +547,9 @@ func TestRestoreFromEtcdMember(t *testing.T) {
 // snapshot file's write transactions (made small here) and several
 // restore steps by size comes back whole.
 func TestSnapshotManyRecords(t *testing.T) {
-	a := startCluster(t)
+	a := startCluster(t, &etcdapi.TestingKnobs{BackendBatch: 1000})
 	ctx := ctxFor(t, 120*time.Second)
 	cli := client(t, a.Endpoints[0])
-	etcdapi.SetBackendBatch(t, 1000)
 	value := strings.Repeat("v", 250)
 	const txns, ops = 24, 128 // 128: etcd's default --max-txn-ops
 	for i := range txns {

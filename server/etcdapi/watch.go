@@ -209,10 +209,6 @@ type watcher struct {
 
 var watcherSeq atomic.Uint64
 
-// testBeforeJoin, if set (tests), runs between a watcher's last read of
-// history and its join: a pause there lets the feed move on meanwhile.
-var testBeforeJoin atomic.Pointer[func()]
-
 func (w *watcher) notify() {
 	select {
 	case w.wake <- struct{}{}:
@@ -243,8 +239,8 @@ func (w *watcher) run(ctx context.Context) error {
 		joined := false
 		if err == nil && len(evs) == 0 && w.next >= compacted {
 			// Caught up with the state: join the feed.
-			if fn := testBeforeJoin.Load(); fn != nil {
-				(*fn)()
+			if fn := s.knobs().BeforeJoin; fn != nil {
+				fn()
 			}
 			var jcur, jcompacted int64
 			if joined, evs, jcur, jcompacted, err = s.feed.join(ctx, w, cur); jcur != 0 {

@@ -333,22 +333,29 @@ func TestWatchFeedMixedWatchers(t *testing.T) {
 // on meanwhile), many times: each sees every event from its start on,
 // once, in order. None may be lost or repeated at the hand-over.
 func TestWatchFeedHandOver(t *testing.T) {
-	c := startCluster(t)
+	// Half the watchers pause up to 5 ms before they join: the feed,
+	// woken by every write, moves on meanwhile, and they must read the
+	// revisions between from history at the join.
+	var pauses, joins, joinReads atomic.Int64
+	c := startCluster(t, &etcdapi.TestingKnobs{
+		BeforeJoin: func() {
+			if pauses.Add(1)%2 == 0 {
+				time.Sleep(time.Duration(rand.IntN(5000)) * time.Microsecond)
+			}
+		},
+		OnJoin: func(readRest bool) {
+			joins.Add(1)
+			if readRest {
+				joinReads.Add(1)
+			}
+		},
+	})
 	ctx := ctxFor(t, 90*time.Second)
 	writer := client(t, c.Endpoints[0])
 	keys := []string{"ho/a", "ho/b", "ho/c", "ho/d"}
 	var log writeLog
 	writeKeys(t, ctx, writer, keys, 10, nil, &log)
-	joinsBefore, readsBefore := etcdapi.WatchJoins(), etcdapi.WatchJoinReads()
-	// Half the watchers pause up to 5 ms before they join: the feed,
-	// woken by every write, moves on meanwhile, and they must read the
-	// revisions between from history at the join.
-	var pauses atomic.Int64
-	etcdapi.SetBeforeJoin(t, func() {
-		if pauses.Add(1)%2 == 0 {
-			time.Sleep(time.Duration(rand.IntN(5000)) * time.Microsecond)
-		}
-	})
+	joinsBefore, readsBefore := joins.Load(), joinReads.Load()
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -376,10 +383,10 @@ func TestWatchFeedHandOver(t *testing.T) {
 	close(stop)
 	<-done
 	checkWatched(t, ws, log.all())
-	if joins := etcdapi.WatchJoins() - joinsBefore; joins < n {
-		t.Errorf("%d watchers joined the feed, want at least %d", joins, n)
+	if joined := joins.Load() - joinsBefore; joined < n {
+		t.Errorf("%d watchers joined the feed, want at least %d", joined, n)
 	}
-	reads := etcdapi.WatchJoinReads() - readsBefore
+	reads := joinReads.Load() - readsBefore
 	t.Logf("%d joins found the feed ahead and read the rest at the join", reads)
 	if reads == 0 {
 		t.Error("no join found the feed ahead: the hand-over's race never ran")
@@ -394,8 +401,8 @@ func TestWatchFeedHandOver(t *testing.T) {
 // once, in order, when it reads again; a watcher of the same keys on
 // another connection of the same store gets every event meanwhile.
 func TestWatchFeedSlowConsumer(t *testing.T) {
-	etcdapi.SetWatchBuffer(t, 8)
-	c := startCluster(t)
+	var fellBack atomic.Int64
+	c := startCluster(t, &etcdapi.TestingKnobs{WatchBuffer: 8, OnFallback: func() { fellBack.Add(1) }})
 	ctx := ctxFor(t, 90*time.Second)
 	writer := client(t, c.Endpoints[0])
 	first, err := writer.Put(ctx, "slow/seed", "")
@@ -424,7 +431,7 @@ func TestWatchFeedSlowConsumer(t *testing.T) {
 	var wg sync.WaitGroup
 	fast := startWatch(t, ctx, client(t, c.Endpoints[1]), watchSpec{key: "slow/", prefix: true, start: first.Header.Revision + 1}, &wg)
 
-	fallbacks := etcdapi.WatchFallbacks()
+	fallbacks := fellBack.Load()
 	var log writeLog
 	val := strings.Repeat("x", 4<<10)
 	const n = 300 // 1.2 MB of values: far past both windows
@@ -442,7 +449,7 @@ func TestWatchFeedSlowConsumer(t *testing.T) {
 			t.Fatalf("the fast watcher got %d of %d events while the slow one read nothing", len(fast.events()), n)
 		}
 	}
-	if etcdapi.WatchFallbacks() == fallbacks {
+	if fellBack.Load() == fallbacks {
 		t.Fatal("the slow watcher never fell behind the feed")
 	}
 	// Now the slow client reads, and gets everything.

@@ -1,0 +1,35 @@
+package etcdapi
+
+// TestingKnobs change what one Service does, for tests only (as
+// raftstore.TestingKnobs do a store's). Every store the binary starts has
+// none. They are per Service, not package variables, so tests that run
+// stores side by side never see each other's.
+type TestingKnobs struct {
+	// WatchBuffer, if positive, replaces watchBuffer: how many events a
+	// synced watcher's queue holds before it drops back to reading
+	// history.
+	WatchBuffer int
+	// BeforeJoin, if set, runs between a watcher's last read of history
+	// and its join to the feed: a pause there lets the feed move on.
+	BeforeJoin func()
+	// OnJoin, if set, is told of each watcher that joined the feed;
+	// readRest: it found the feed ahead and read the rest of its history
+	// holding the feed's lock.
+	OnJoin func(readRest bool)
+	// OnFallback, if set, is told of each synced watcher that fell behind
+	// and dropped back to reading history.
+	OnFallback func()
+	// BackendBatch, if positive, replaces backendBatch: the entries one
+	// transaction of a snapshot file holds.
+	BackendBatch int
+}
+
+// knobs is the Service's knobs, never nil.
+func (s *Service) knobs() *TestingKnobs {
+	if s.cfg.Knobs == nil {
+		return &noKnobs
+	}
+	return s.cfg.Knobs
+}
+
+var noKnobs TestingKnobs
