@@ -271,8 +271,9 @@ func (c *faultCluster) etcdLeader(ctx context.Context, cli *clientv3.Client) uin
 }
 
 // nemesis injects one fault at a time: kill -9 of a store (then a restart
-// on the same data), or a partition of a store (blackhole: bytes held, or
-// disconnect: connections closed), each for a while.
+// on the same data), a partition of a store (blackhole: bytes held, or
+// disconnect: connections closed), or both (restart-cut: killed, then
+// restarted cut off), each for a while.
 type nemesis struct {
 	c   *faultCluster
 	cli *clientv3.Client // direct, to ask who leads
@@ -309,15 +310,15 @@ func (n *nemesis) summary() string {
 
 // fault is one fault of the schedule.
 type fault struct {
-	kind   string // "kill", "blackhole", "disconnect"
+	kind   string // "kill", "blackhole", "disconnect", "restart-cut"
 	leader bool   // on the etcd region's leader's store, else another
 	hold   time.Duration
 }
 
 // run injects faults until d has passed (the fault under way then ends
-// first): the first four in a fixed order, so that every run kills a
-// leader and a follower and makes a partition that outlasts the
-// sessions, then at random. A pause between faults lets clients move.
+// first): the first five in a fixed order, so that every run kills a
+// leader and a follower, makes a partition that outlasts the sessions
+// and restarts a store cut off, then at random. A pause between faults lets clients move.
 func (n *nemesis) run(ctx context.Context, d time.Duration) {
 	end := time.Now().Add(d)
 	script := []fault{
@@ -325,8 +326,9 @@ func (n *nemesis) run(ctx context.Context, d time.Duration) {
 		{kind: "blackhole", leader: n.rng.IntN(2) == 0, hold: (sessionTTL + 2) * time.Second},
 		{kind: "kill", hold: time.Second},
 		{kind: "disconnect", leader: true, hold: 1500 * time.Millisecond},
+		{kind: "restart-cut", hold: 2 * time.Second},
 	}
-	kinds := []string{"kill", "blackhole", "disconnect"}
+	kinds := []string{"kill", "blackhole", "disconnect", "restart-cut"}
 	for i := 0; time.Now().Before(end) && ctx.Err() == nil; i++ {
 		f := fault{kind: kinds[n.rng.IntN(len(kinds))], leader: n.rng.IntN(2) == 0, hold: time.Duration(500+n.rng.IntN(3000)) * time.Millisecond}
 		if i < len(script) {
@@ -372,6 +374,31 @@ func (n *nemesis) inject(ctx context.Context, f fault) {
 		sleepCtx(ctx, f.hold)
 		if err := c.restart(store); err != nil {
 			c.t.Errorf("restart store %d: %v", store, err)
+		}
+	case "restart-cut":
+		// Killed, then restarted cut off from every other store: no
+		// leader, no safe point, until the partition heals (a watch made
+		// again on it was cancelled for good before ReadOptions.Local).
+		n.record("restart-cut", "store %d (%s) kill -9, restarted cut off for %v", store, role, f.hold)
+		if err := c.procs.Kill(store); err != nil {
+			c.t.Errorf("kill store %d: %v", store, err)
+			return
+		}
+		if err := c.net.PartitionWith(store, netsim.PartitionMode("blackhole")); err != nil {
+			c.t.Errorf("partition store %d: %v", store, err)
+			return
+		}
+		if err := c.procs.Start(store); err != nil {
+			c.t.Errorf("start store %d: %v", store, err)
+		}
+		sleepCtx(ctx, f.hold)
+		if err := c.net.Heal(); err != nil {
+			c.t.Errorf("heal: %v", err)
+		}
+		rctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+		defer cancel()
+		if err := c.procs.WaitReady(rctx, store); err != nil {
+			c.t.Errorf("store %d after its partition healed: %v", store, err)
 		}
 	case "blackhole", "disconnect":
 		n.record(f.kind, "store %d (%s, zone %s) cut off for %v", store, role, zones[store-1], f.hold)
