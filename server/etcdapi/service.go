@@ -298,7 +298,10 @@ func (s *Service) retryRouting(ctx context.Context, op func() error) error {
 // retry is retryRouting, waiting for the replica's data if waitData. A
 // write must not (a peer removed from the region fails the proposals raft
 // took with the same error), nor need a Range, which the leader answers
-// instead.
+// instead. Any request waits out a store that finds no region for the key
+// (RegionNotFound with no id: the route failed, nothing was proposed), as
+// for a moment while the split that makes the keyspace its own region is
+// published.
 func (s *Service) retry(ctx context.Context, waitData bool, op func() error) error {
 	give := time.Now().Add(noLeaderWait)
 	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
@@ -312,7 +315,7 @@ func (s *Service) retry(ctx context.Context, waitData bool, op func() error) err
 		}
 		if err == nil || !(errors.As(err, &kn) || errors.As(err, &ep) || errors.Is(err, raftstore.ErrProposalDropped) ||
 			(errors.As(err, &nl) && (nl.Leader == nil || nl.Leader.StoreID == s.cfg.Store.ID())) ||
-			(waitData && errors.As(err, &rnf) && rnf.RegionID != 0)) || time.Now().After(give) {
+			(errors.As(err, &rnf) && (rnf.RegionID == 0 || waitData))) || time.Now().After(give) {
 			return err
 		}
 		select {

@@ -66,3 +66,50 @@ func TestWatchWaitsForReplicaApplyingSnapshot(t *testing.T) {
 		t.Fatal("no watch response")
 	}
 }
+
+// unroutedStore is a store that finds no region for the keyspace's keys
+// for its first proposals: raftstore answers RegionNotFound with no region
+// id, as for a moment while the split that makes the keyspace its own
+// region is published (the shrunk region's range is in, the new one's not
+// yet).
+type unroutedStore struct {
+	*raftstore.Store
+	fails atomic.Int32
+}
+
+func (s *unroutedStore) Propose(ctx context.Context, opts raftstore.WriteOptions, key, payload []byte) ([]byte, error) {
+	if s.fails.Add(-1) >= 0 {
+		return nil, &region.RegionNotFoundError{}
+	}
+	return s.Store.Propose(ctx, opts, key, payload)
+}
+
+// TestWriteWaitsForTheKeyspaceRoute: a Put that finds no region for its
+// key on the store (nothing proposed) is tried again while the split
+// settles. It used to be answered Unavailable ("region 0 not found"),
+// which clientv3 does not retry for a write: TestCompactRefusesOldRevisions
+// failed so in CI, its first Put racing the keyspace's split.
+func TestWriteWaitsForTheKeyspaceRoute(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxFor(t, 30*time.Second)
+	if _, err := client(t, c.Endpoints[0]).Put(ctx, "route/seed", "0"); err != nil {
+		t.Fatal(err)
+	}
+	leader := c.LeaderStore(etcdRegion(t, c).ID)
+	store := &unroutedStore{Store: c.Server(leader).Store()}
+	g := grpc.NewServer()
+	svc := etcdapi.Register(g, etcdapi.Config{Store: store})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(func() { svc.Stop(); g.Stop() })
+	store.fails.Store(3)
+	if _, err := client(t, lis.Addr().String()).Put(ctx, "route/a", "1"); err != nil {
+		t.Fatalf("put while the store finds no region for the key: %v", err)
+	}
+	if n := store.fails.Load(); n >= 0 {
+		t.Fatalf("the store was asked %d times, want more than 3", 3-n)
+	}
+}
