@@ -136,28 +136,13 @@ func (st *peerState) wanEtcd(ctx context.Context, binary string, variants []Peer
 		return fmt.Errorf("peer-etcd: %w", err)
 	}
 
-	open := func(v PeerVariant, endpoint string) (ycsb.DB, error) { return cfg.openDB(v, []string{endpoint}) }
 	// The loader writes as etcd-linearizable's binding does (go-ycsb's
 	// binding stores JSON).
-	loader, err := open(peerVariant("etcd-linearizable"), c.ZoneEndpoint(cfg.LeaderZone, leader))
-	if err != nil {
-		return fmt.Errorf("peer-etcd: %w", err)
-	}
-	load, err := loadRows(ctx, loader, cfg.Records, max(cfg.Threads, 64), prog, cfg.Logger)
-	_ = loader.Close()
-	if load != nil {
-		st.res.Loads[SystemEtcd] = load
-	}
-	if err != nil {
-		return fmt.Errorf("peer-etcd: etcd: %w", err)
-	}
-	dbs := make([]ycsb.DB, len(variants))
+	dbs, err := st.loadThenOpen(ctx, SystemEtcd, variants, prog,
+		peerVariant("etcd-linearizable"), c.ZoneEndpoint(cfg.LeaderZone, leader), c.ZoneEndpoint(cfg.ClientZone, local))
 	defer closeDBs(dbs)
-	endpoint := c.ZoneEndpoint(cfg.ClientZone, local)
-	for i, v := range variants {
-		if dbs[i], err = open(v, endpoint); err != nil {
-			return fmt.Errorf("peer-etcd: %w", err)
-		}
+	if err != nil {
+		return err
 	}
 	defer func() {
 		attributed, unattributed := c.PeerConnections()
@@ -294,27 +279,11 @@ func (st *peerState) wanHedgeKVEtcd(ctx context.Context, variants []PeerVariant,
 		}
 		c.region = id
 	}
-	open := func(v PeerVariant, zone string, store uint64) (ycsb.DB, error) {
-		return cfg.openDB(v, []string{c.Network().Addr(zone, store)})
-	}
-	loader, err := open(variants[0], cfg.LeaderZone, c.leaderStore)
-	if err != nil {
-		return fmt.Errorf("peer-etcd: %w", err)
-	}
-	load, err := loadRows(ctx, loader, cfg.Records, max(cfg.Threads, 64), prog, cfg.Logger)
-	_ = loader.Close()
-	if load != nil {
-		st.res.Loads[hedgeKVEtcdGroup] = load
-	}
-	if err != nil {
-		return fmt.Errorf("peer-etcd: hedgekv (etcd API): %w", err)
-	}
-	dbs := make([]ycsb.DB, len(variants))
+	dbs, err := st.loadThenOpen(ctx, hedgeKVEtcdGroup, variants, prog,
+		variants[0], c.Network().Addr(cfg.LeaderZone, c.leaderStore), c.Network().Addr(cfg.ClientZone, local))
 	defer closeDBs(dbs)
-	for i, v := range variants {
-		if dbs[i], err = open(v, cfg.ClientZone, local); err != nil {
-			return fmt.Errorf("peer-etcd: %w", err)
-		}
+	if err != nil {
+		return err
 	}
 	st.notes = append(st.notes, fmt.Sprintf("hedgekv-etcd-*: another cluster as hedgekv's above, stores %s, region %d (the etcd keyspace) led from store %d in %s, "+
 		"driven through its etcd API by the etcd variants' binding (%q), loaded by a client beside the leader; the client's only endpoint is store %d (%s) through %s's link, "+
@@ -343,6 +312,34 @@ func (st *peerState) wanHedgeKVEtcd(ctx context.Context, variants []PeerVariant,
 
 // etcdRangeMethod is how a store's request metrics name etcd's KV.Range.
 const etcdRangeMethod = "etcdserverpb.KV.Range"
+
+// loadThenOpen loads the records through a client of loadAt (writing as
+// loadAs's binding does), records the load as group's, then opens one
+// client of readAt per variant. The clients it returns, opened or nil,
+// are the caller's to close (closeDBs), also with an error.
+func (st *peerState) loadThenOpen(ctx context.Context, group string, variants []PeerVariant, prog *Progress,
+	loadAs PeerVariant, loadAt, readAt string) ([]ycsb.DB, error) {
+	cfg := st.cfg
+	loader, err := cfg.openDB(loadAs, []string{loadAt})
+	if err != nil {
+		return nil, fmt.Errorf("peer-etcd: %w", err)
+	}
+	load, err := loadRows(ctx, loader, cfg.Records, max(cfg.Threads, 64), prog, cfg.Logger)
+	_ = loader.Close()
+	if load != nil {
+		st.res.Loads[group] = load
+	}
+	if err != nil {
+		return nil, fmt.Errorf("peer-etcd: %s: %w", group, err)
+	}
+	dbs := make([]ycsb.DB, len(variants))
+	for i, v := range variants {
+		if dbs[i], err = cfg.openDB(v, []string{readAt}); err != nil {
+			return dbs, fmt.Errorf("peer-etcd: %w", err)
+		}
+	}
+	return dbs, nil
+}
 
 // eachWANRun measures every variant at every scan length, in that order,
 // and records each run: a run whose operations all failed is kept and the
