@@ -71,36 +71,36 @@ func TestDiskFullUnderWriteLoad(t *testing.T) {
 // logCount is how many lines of the file at path hold s.
 func logCount(t *testing.T, path, s string) int {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read %s: %v", path, err)
-	}
-	n := 0
-	for line := range strings.Lines(string(b)) {
-		if strings.Contains(line, s) {
-			n++
-		}
-	}
-	return n
+	return len(logLines(t, path, s))
 }
 
 // logHas reports whether the file at path holds s.
 func logHas(t *testing.T, path, s string) bool {
 	t.Helper()
-	return logLine(t, path, s) != ""
+	return logCount(t, path, s) > 0
 }
 
 // logLine returns the first line of the file at path that holds s.
 func logLine(t *testing.T, path, s string) string {
 	t.Helper()
+	if lines := logLines(t, path, s); len(lines) > 0 {
+		return lines[0]
+	}
+	return ""
+}
+
+// logLines returns the lines of the file at path that hold s, trimmed.
+func logLines(t *testing.T, path, s string) []string {
+	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("read %s: %v", path, err)
 	}
+	var out []string
 	for line := range strings.Lines(string(b)) {
 		if strings.Contains(line, s) {
-			return strings.TrimSpace(line)
+			out = append(out, strings.TrimSpace(line))
 		}
 	}
-	return ""
+	return out
 }

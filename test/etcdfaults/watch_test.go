@@ -56,18 +56,12 @@ func TestWatchAcrossRestart(t *testing.T) {
 		}
 		sleepCtx(ctx, time.Second)
 	}
-	close(stop)
-	wg.Wait()
-	end, err := direct.Put(ctx, "w/end", "end")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wr.ack("w/end", "end", end.Header.Revision)
+	end := wr.stopAndEnd(t, ctx, direct, stop, &wg)
 	t.Logf("%d writes acknowledged, %d of unknown outcome", len(wr.acked), len(wr.unknown))
 	if len(wr.acked) < 20 {
 		t.Errorf("only %d writes acknowledged: too few to check anything", len(wr.acked))
 	}
-	checkWatchers(t, ws, wr, first.Header.Revision+1, end.Header.Revision)
+	checkWatchers(t, ws, wr, first.Header.Revision+1, end)
 }
 
 // TestWatchAcrossRestartIntoPartition: a watcher's store is killed and
@@ -106,14 +100,8 @@ func TestWatchAcrossRestartIntoPartition(t *testing.T) {
 	sleepCtx(ctx, 8*time.Second) // longer than a store's waits for a leader
 	c.recover()
 	sleepCtx(ctx, time.Second)
-	close(stop)
-	wg.Wait()
-	end, err := direct.Put(ctx, "w/end", "end")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wr.ack("w/end", "end", end.Header.Revision)
-	checkWatchers(t, ws, wr, first.Header.Revision+1, end.Header.Revision)
+	end := wr.stopAndEnd(t, ctx, direct, stop, &wg)
+	checkWatchers(t, ws, wr, first.Header.Revision+1, end)
 }
 
 // event is a watch event as recorded.
@@ -316,4 +304,18 @@ func firstDiff(a, b []event) string {
 		}
 	}
 	return fmt.Sprintf("one is a prefix of the other (%d, %d events)", len(a), len(b))
+}
+
+// stopAndEnd stops the writers (closing stop, waiting for wg), writes
+// the end marker every watcher must reach, and returns its revision.
+func (wr *writes) stopAndEnd(t *testing.T, ctx context.Context, direct *clientv3.Client, stop chan struct{}, wg *sync.WaitGroup) int64 {
+	t.Helper()
+	close(stop)
+	wg.Wait()
+	end, err := direct.Put(ctx, "w/end", "end")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wr.ack("w/end", "end", end.Header.Revision)
+	return end.Header.Revision
 }
