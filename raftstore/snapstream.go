@@ -100,8 +100,8 @@ type snapshots struct {
 	staged   map[uint64]*stagedSnap
 	streams  map[*io.PipeWriter]struct{} // sends in progress
 	closed   bool
-	lastWarn map[uint64]time.Time // per region: the last build failure logged
-	wg       sync.WaitGroup       // stream writers
+	lastWarn map[warnKey]time.Time // the last failure logged, per kind and region
+	wg       sync.WaitGroup        // stream writers
 
 	// The apply worker (snapapply.go): the Readys held for an apply, by
 	// region; the jobs in order; whether the worker runs; halted while
@@ -120,7 +120,7 @@ func newSnapshots(eng *engine.Engine, log *slog.Logger, rate int64) (*snapshots,
 		sources:  make(map[uint64]*sendSource),
 		staged:   make(map[uint64]*stagedSnap),
 		streams:  make(map[*io.PipeWriter]struct{}),
-		lastWarn: make(map[uint64]time.Time),
+		lastWarn: make(map[warnKey]time.Time),
 		held:     make(map[uint64]*applyJob),
 	}
 	// An apply or a clear a stop or crash interrupted is finished first,
@@ -161,17 +161,41 @@ func (ss *snapshots) open(regionID uint64) (raftpb.Snapshot, error) {
 	return raftpb.Snapshot{Data: snapDesc(snapDescSource, id), Metadata: md}, nil
 }
 
-// buildFailed logs a failed build, at most every 10s per region.
-func (ss *snapshots) buildFailed(regionID uint64, err error) {
+// warnKey names a kind of snapshot failure in one region.
+type warnKey struct {
+	receive  bool // receiving, else building
+	regionID uint64
+}
+
+// warnEvery is how often one kind of failure in one region is logged:
+// raft retries a snapshot at every heartbeat, far too often to log each.
+const warnEvery = 10 * time.Second
+
+// shouldWarn reports whether a failure of kind k is to be logged now.
+func (ss *snapshots) shouldWarn(k warnKey) bool {
 	ss.mu.Lock()
+	defer ss.mu.Unlock()
 	now := time.Now()
-	warn := now.Sub(ss.lastWarn[regionID]) >= 10*time.Second
-	if warn {
-		ss.lastWarn[regionID] = now
+	if now.Sub(ss.lastWarn[k]) < warnEvery {
+		return false
 	}
-	ss.mu.Unlock()
-	if warn {
+	ss.lastWarn[k] = now
+	return true
+}
+
+// buildFailed logs a failed build, at most every warnEvery per region.
+func (ss *snapshots) buildFailed(regionID uint64, err error) {
+	if ss.shouldWarn(warnKey{regionID: regionID}) {
 		ss.log.Warn("building a snapshot failed; raft retries at the follower's next heartbeat", "region", regionID, "err", err)
+	}
+}
+
+// receiveFailed logs a snapshot this store could not take (its disk is
+// full, the stream broke), at most every warnEvery per region: the
+// sender logs it too, but this is the store an operator has to fix.
+func (ss *snapshots) receiveFailed(regionID uint64, err error) {
+	if ss.shouldWarn(warnKey{receive: true, regionID: regionID}) {
+		ss.log.Warn("receiving a snapshot failed; the leader sends another", "region", regionID, "err", err)
 	}
 }
 
@@ -256,6 +280,7 @@ func (s *Store) ReceiveSnapshot(m *Message, r io.Reader) error {
 	rg, err := receiveSnapshotFile(ss.eng, path, m.RegionID, r)
 	if err != nil {
 		_ = ss.eng.RemoveSnapshotFile(path)
+		ss.receiveFailed(m.RegionID, err)
 		return fmt.Errorf("region %d: receive snapshot: %w", m.RegionID, err)
 	}
 	ss.mu.Lock()
