@@ -112,6 +112,12 @@ type WriteOptions struct {
 	// RequestID identifies the write across the client's retries so that it
 	// is applied at most once. 0: the store picks a fresh one (no dedup).
 	RequestID uint64
+	// Forward lets a follower take a Propose: it hands the entry to its
+	// leader through raft (a MsgProp, as etcd's members do) and answers
+	// from its own apply of it, instead of refusing with NotLeader. It
+	// saves the caller a hop to the leader's store and the store a second
+	// request. Put and Delete ignore it (they deduplicate on the leader).
+	Forward bool
 }
 
 // ReadInfo says who served a read and how.

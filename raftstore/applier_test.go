@@ -17,6 +17,7 @@ import (
 	"github.com/hedgekv/hedgekv/readmode"
 	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/storage/engine"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // counter is an Applier: "incr <key>[ <token>]" adds one to the decimal
@@ -459,6 +460,257 @@ func TestReadViewRecheckFailsAfterSplit(t *testing.T) {
 		}
 		return nil
 	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A Propose with Forward is taken by every replica: a follower hands it to
+// the leader through raft and answers from its own apply. Concurrent
+// proposers on all three stores get every value from 1 to N once, each in
+// increasing order, and a follower's answer is already in its own state.
+// Without Forward a follower still refuses with NotLeader.
+func TestProposeForwardedByFollowers(t *testing.T) {
+	c := newCluster(t, raftstoretest.Options{Stores: 3, Applier: counter{}})
+	key := "fwd"
+	leader := settledLeader(t, c, []byte(key))
+	everyoneKnowsLeader(t, c, []byte(key))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var follower *raftstore.Store
+	for _, id := range c.IDs() {
+		if id != leader.ID() {
+			follower, _ = c.Store(id)
+			break
+		}
+	}
+	var nl *region.NotLeaderError
+	if _, err := follower.Propose(ctx, raftstore.WriteOptions{}, []byte(key), incr(key)); !errors.As(err, &nl) {
+		t.Fatalf("follower Propose without Forward = %v, want NotLeader", err)
+	}
+
+	const perProposer = 25
+	var (
+		mu   sync.Mutex
+		seen = map[uint64]string{}
+		wg   sync.WaitGroup
+	)
+	for _, id := range c.IDs() {
+		s, _ := c.Store(id)
+		for g := range 2 {
+			wg.Go(func() {
+				name := fmt.Sprintf("s%d-%d", id, g)
+				var last uint64
+				for i := range perProposer {
+					res, err := s.Propose(ctx, raftstore.WriteOptions{Forward: true}, []byte(key), incrAs(key, fmt.Sprintf("%s-%d", name, i)))
+					if err != nil {
+						t.Errorf("%s: Propose %d: %v", name, i, err)
+						return
+					}
+					n, err := parseCount(res)
+					if err != nil {
+						t.Errorf("%s: result %q: %v", name, res, err)
+						return
+					}
+					if n <= last {
+						t.Errorf("%s: got %d after %d", name, n, last)
+					}
+					last = n
+					// Answered from this replica's own apply.
+					local, _, err := readCounter(ctx, s, raftstore.ReadOptions{Local: true}, key)
+					if err != nil || local < n {
+						t.Errorf("%s: store %d reads %d (%v) after its Propose answered %d", name, id, local, err, n)
+					}
+					mu.Lock()
+					if prev, dup := seen[n]; dup {
+						t.Errorf("value %d given to %s and to %s", n, prev, name)
+					}
+					seen[n] = name
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	want := uint64(len(c.IDs()) * 2 * perProposer)
+	for n := uint64(1); n <= want; n++ {
+		if _, ok := seen[n]; !ok {
+			t.Fatalf("value %d given to nobody (%d proposals)", n, want)
+		}
+	}
+	if err := c.CheckReplicas(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A forwarded proposal whose leader goes away before it applies fails at
+// once with ErrMaybeApplied, not at the end of its wait: the follower's
+// MsgProps are lost, then the leadership moves to the third store.
+func TestForwardedProposalFailsWhenTheLeaderChanges(t *testing.T) {
+	c := newCluster(t, raftstoretest.Options{Stores: 3, Applier: counter{}})
+	key := "fwd"
+	leader := settledLeader(t, c, []byte(key))
+	everyoneKnowsLeader(t, c, []byte(key))
+	var others []uint64
+	for _, id := range c.IDs() {
+		if id != leader.ID() {
+			others = append(others, id)
+		}
+	}
+	follower, _ := c.Store(others[0])
+	c.Net.AddFilter(raftstore.MsgTypeFilter(raftstore.OneWayFilter(others[0], leader.ID()), raftpb.MsgProp))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := follower.Propose(ctx, raftstore.WriteOptions{Forward: true}, []byte(key), incr(key))
+		errc <- err
+	}()
+	// Let the proposal go out (and be lost) before the leadership moves.
+	time.Sleep(100 * time.Millisecond) // a pace: the loop's next round
+	rg, _ := c.RegionOf([]byte(key))
+	if err := leader.TransferLeader(ctx, rg.ID, others[1]); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, raftstore.ErrMaybeApplied) {
+			t.Fatalf("forwarded Propose = %v, want ErrMaybeApplied", err)
+		}
+		t.Logf("failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(4 * time.Second):
+		t.Fatal("the forwarded Propose still waits 4 s after its leader changed")
+	}
+}
+
+// everyoneKnowsLeader waits until every store's replica of key's region
+// knows its leader (a follower forwards only to a leader it knows).
+func everyoneKnowsLeader(t testing.TB, c *raftstoretest.Cluster, key []byte) {
+	t.Helper()
+	rg, ok := c.RegionOf(key)
+	if !ok {
+		t.Fatalf("no region holds %q", key)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		known := 0
+		for _, id := range c.IDs() {
+			if st, ok := c.Status(id, rg.ID); ok && st.LeaderPeerID != 0 {
+				known++
+			}
+		}
+		if known == len(c.IDs()) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d stores know region %d's leader after 10 s", known, len(c.IDs()), rg.ID)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Forwarded proposals keep their answers across leadership transfers:
+// proposers on every store forward while the leadership moves round the
+// stores. Every success is the value its own apply recorded, no value is
+// given twice, and a proposal that failed and yet applied (its outcome
+// reported unknown) is rare: one in flight when the leader changes waits
+// for its apply under the next leader instead of failing at once.
+func TestForwardedProposalsAcrossLeaderTransfers(t *testing.T) {
+	c := newCluster(t, raftstoretest.Options{Stores: 3, Applier: counter{}})
+	key := "fwd"
+	settledLeader(t, c, []byte(key))
+	everyoneKnowsLeader(t, c, []byte(key))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	type outcome struct {
+		token string
+		n     uint64 // 0: failed
+	}
+	var (
+		mu       sync.Mutex
+		outcomes []outcome
+		stop     atomic.Bool
+		wg       sync.WaitGroup
+	)
+	for _, id := range c.IDs() {
+		s, _ := c.Store(id)
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				token := fmt.Sprintf("s%d-%d", id, i)
+				pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+				res, err := s.Propose(pctx, raftstore.WriteOptions{Forward: true}, []byte(key), incrAs(key, token))
+				pcancel()
+				var n uint64
+				if err == nil {
+					if n, err = parseCount(res); err != nil {
+						t.Errorf("%s: result %q", token, res)
+						return
+					}
+				} else if !raftstoretest.Retryable(err) && !errors.Is(err, raftstore.ErrMaybeApplied) {
+					t.Errorf("%s: %v", token, err)
+					return
+				} else {
+					time.Sleep(5 * time.Millisecond) // a pace: let the election end
+				}
+				mu.Lock()
+				outcomes = append(outcomes, outcome{token, n})
+				mu.Unlock()
+			}
+		})
+	}
+	ids := c.IDs()
+	rg, _ := c.RegionOf([]byte(key))
+	for i := range 3 {
+		time.Sleep(200 * time.Millisecond) // a pace: proposals between transfers
+		from := leaderStore(t, c, []byte(key))
+		to := ids[(slices.Index(ids, from.ID())+1)%len(ids)]
+		if err := from.TransferLeader(ctx, rg.ID, to); err != nil {
+			t.Logf("transfer %d from store %d to %d: %v", i, from.ID(), to, err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	s := leaderStore(t, c, []byte(key))
+	succeeded, failed, failedYetApplied := 0, 0, 0
+	_, err := s.ReadView(ctx, raftstore.ReadOptions{}, []byte(key), func(v raftstore.StateView) error {
+		seen := map[uint64]string{}
+		for _, o := range outcomes {
+			val, found, err := v.Get(byKey(key, o.token))
+			if err != nil {
+				return err
+			}
+			if o.n == 0 {
+				failed++
+				if found {
+					failedYetApplied++
+				}
+				continue
+			}
+			succeeded++
+			if prev, dup := seen[o.n]; dup {
+				return fmt.Errorf("value %d returned to %s and %s", o.n, prev, o.token)
+			}
+			seen[o.n] = o.token
+			if !found || string(val) != strconv.FormatUint(o.n, 10) {
+				return fmt.Errorf("%s returned %d, its apply recorded %q (found %v)", o.token, o.n, val, found)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d succeeded, %d failed (%d of them applied all the same)", succeeded, failed, failedYetApplied)
+	if succeeded == 0 {
+		t.Fatal("no forwarded proposal succeeded")
+	}
+	if err := c.CheckReplicas(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

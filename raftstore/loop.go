@@ -149,6 +149,7 @@ func (s *Store) tick() {
 			staleChecks = append(staleChecks, notice{p, n})
 		}
 		p.expireReadsLocked(now, readTimeout)
+		p.expireOrphansLocked(now)
 		if s.cfg.FollowerLeases {
 			// Follower: ask for (or renew) a lease. Leader: step the acks
 			// a holder's expiry or the end of the deferral released.
@@ -251,16 +252,42 @@ func (s *Store) collectReady(dirty map[uint64]*Peer) []*readyPeer {
 // sendEarly sends a leader's appends and heartbeats before its own write:
 // it may persist in parallel with its followers (raft's doc.go), which
 // takes one disk write off every commit's critical path. The rest of its
-// messages are held for step 5.
+// messages are held for step 5. A follower's forwarded proposals go now
+// too: they promise nothing about its own state.
 func (s *Store) sendEarly(batch []*readyPeer) {
 	for _, rp := range batch {
 		if rp.leader {
 			var early []raftpb.Message
 			rp.held, early = splitEarly(rp.rd.Messages)
 			s.send(rp.p, early)
+			continue
 		}
+		var props []raftpb.Message
+		rp.rd.Messages, props = splitProps(rp.rd.Messages)
+		s.send(rp.p, props)
 	}
 	s.trans.Flush()
+}
+
+// splitProps separates a follower's forwarded proposals (MsgProp) from
+// its other messages (rest: returned first, in their order).
+func splitProps(msgs []raftpb.Message) (rest, props []raftpb.Message) {
+	for i, m := range msgs {
+		if m.Type != raftpb.MsgProp {
+			continue
+		}
+		// Rare: copy only when there is a proposal to take out.
+		rest = append([]raftpb.Message(nil), msgs[:i]...)
+		for _, m := range msgs[i:] {
+			if m.Type == raftpb.MsgProp {
+				props = append(props, m)
+			} else {
+				rest = append(rest, m)
+			}
+		}
+		return rest, props
+	}
+	return msgs, nil
 }
 
 // persistAndApply is steps 2–3: persist every peer's snapshot, entries and
@@ -649,9 +676,14 @@ func (s *Store) publishLeaderLocked(p *Peer, ss *raft.SoftState) {
 	if newLead != p.lead || ss.RaftState != raft.StateLeader {
 		p.revokeLeaseLocked()
 	}
+	giveUpAt := s.now().Add(time.Duration(s.cfg.ElectionTicks) * s.cfg.TickInterval)
 	if ss.RaftState != raft.StateLeader {
 		p.transferring = false
-		p.failProposalsLocked(fmt.Errorf("%w: %w", ErrMaybeApplied, p.notLeaderWithLocked(newLead)))
+		p.confInFlight = false // it may still apply, but under another leader
+		p.orphanProposalsLocked(giveUpAt, false)
+	} else if newLead != p.lead {
+		// Become leader: what it forwarded went to a leader that is gone.
+		p.orphanProposalsLocked(giveUpAt, true)
 	}
 	if newLead != p.lead && p.lead != 0 {
 		// Reads in flight went to the old leader and may never be
@@ -754,7 +786,9 @@ func (s *Store) publishShape(rp *readyPeer) error {
 // messages and acks under a 32-thread insert load). If this peer no longer
 // leads, or raft drops the batch (a leadership transfer in flight, the
 // uncommitted-size limit), every write in it fails as a single Propose
-// would have; the client retries with the same request ID.
+// would have; the client retries with the same request ID. On a follower
+// the forwarded ones (WriteOptions.Forward) go to the leader as one
+// MsgProp, which raft sends there, and the rest fail.
 func (p *Peer) batchProposalsLocked() {
 	if len(p.queued) == 0 {
 		return
@@ -762,10 +796,29 @@ func (p *Peer) batchProposalsLocked() {
 	ents, ids := p.queued, p.queuedIDs
 	p.queued, p.queuedIDs = nil, nil
 	st := p.rn.BasicStatus()
+	leader := st.RaftState == raft.StateLeader
+	var refused error // for the proposals that cannot go anywhere
+	if !leader {
+		refused = p.notLeaderLocked()
+		// Keep only the forwarded ones, and only with a leader to go to.
+		kept, keptIDs := ents[:0], ids[:0]
+		for i, id := range ids {
+			if pr, ok := p.proposals[id]; ok && pr.forwarded && p.lead != 0 {
+				kept, keptIDs = append(kept, ents[i]), append(keptIDs, id)
+				continue
+			}
+			if pr, ok := p.proposals[id]; ok {
+				delete(p.proposals, id)
+				pr.finish(refused)
+			}
+		}
+		ents, ids = kept, keptIDs
+		if len(ents) == 0 {
+			return
+		}
+	}
 	var err error
-	if st.RaftState != raft.StateLeader {
-		err = p.notLeaderLocked()
-	} else if serr := p.rn.Step(raftpb.Message{Type: raftpb.MsgProp, From: p.id, Entries: ents}); serr != nil {
+	if serr := p.rn.Step(raftpb.Message{Type: raftpb.MsgProp, From: p.id, Entries: ents}); serr != nil {
 		err = fmt.Errorf("region %d: %w (%v)", p.regionID, ErrProposalDropped, serr)
 	}
 	for _, id := range ids {
@@ -778,8 +831,11 @@ func (p *Peer) batchProposalsLocked() {
 			pr.finish(err)
 			continue
 		}
-		// The term the entry is proposed in: only an entry committed in it
-		// renews the lease (publish).
-		pr.term = st.Term
+		if leader {
+			// The term the entry is proposed in: only an entry committed
+			// in it renews the lease (publish). One queued as forwarded
+			// by a peer that has since become leader is its own now.
+			pr.term, pr.forwarded = st.Term, false
+		}
 	}
 }

@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"encoding/binary"
+	"fmt"
 	"sync"
 	"time"
 
@@ -137,8 +138,16 @@ type regionSize struct {
 }
 
 type proposal struct {
-	term     uint64
+	term     uint64 // 0 for a forwarded one: raft gives it a term elsewhere
 	proposed time.Time
+	// forwarded: proposed on a follower (WriteOptions.Forward), its entry
+	// handed to the leader; matched by request ID when this replica
+	// applies it.
+	forwarded bool
+	// giveUpAt: the leader its entry went to is gone (orphaned); it may
+	// still apply under the next one until then, and fails with
+	// ErrMaybeApplied after. Zero: not orphaned.
+	giveUpAt time.Time
 	waiters  []chan error // each buffered(1): a retry of a pending request joins it
 	// results are the waiters that also take the entry's result: a
 	// Propose's, whose command the Applier answered (buffered(1) too).
@@ -240,6 +249,49 @@ func (p *Peer) failProposalsLocked(err error) {
 	for id, pr := range p.proposals {
 		pr.finish(err)
 		delete(p.proposals, id)
+	}
+}
+
+// orphanProposalsLocked handles the proposals of a peer whose leader is
+// gone: it stepped down, or (forwardedOnly) the leader it forwarded to
+// changed. Those still queued never reached raft and stay queued: the
+// next round fails them with NotLeader, which callers retry, or forwards
+// them to the new leader. The rest were appended to a log the next leader
+// most likely holds (a transfer waits for its target to catch up; an
+// election picks a candidate holding every committed entry), so they wait
+// until giveUpAt for their apply (answered as any other) and then fail
+// with ErrMaybeApplied (expireOrphansLocked). Failing them at once, as
+// this store did, failed writes that were about to apply, and every
+// leadership transfer of the balancer cost a burst of errors.
+func (p *Peer) orphanProposalsLocked(giveUpAt time.Time, forwardedOnly bool) {
+	if len(p.proposals) == 0 {
+		return
+	}
+	queued := make(map[uint64]bool, len(p.queuedIDs))
+	for _, id := range p.queuedIDs {
+		queued[id] = true
+	}
+	for id, pr := range p.proposals {
+		if queued[id] || (forwardedOnly && !pr.forwarded) || !pr.giveUpAt.IsZero() {
+			continue
+		}
+		pr.giveUpAt = giveUpAt
+	}
+}
+
+// expireOrphansLocked fails the orphaned proposals whose wait is over
+// (orphanProposalsLocked): their outcome is unknown.
+func (p *Peer) expireOrphansLocked(now time.Time) {
+	for id, pr := range p.proposals {
+		if pr.giveUpAt.IsZero() || now.Before(pr.giveUpAt) {
+			continue
+		}
+		delete(p.proposals, id)
+		if p.rn.BasicStatus().RaftState == raft.StateLeader {
+			pr.finish(fmt.Errorf("region %d: %w", p.regionID, ErrMaybeApplied))
+		} else {
+			pr.finish(fmt.Errorf("%w: %w", ErrMaybeApplied, p.notLeaderLocked()))
+		}
 	}
 }
 

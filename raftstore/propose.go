@@ -3,6 +3,7 @@ package raftstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -29,6 +30,12 @@ func (s *Store) Delete(ctx context.Context, opts WriteOptions, key []byte) error
 // and Propose does not deduplicate, so opts.RequestID must be 0: the
 // Applier makes retries harmless (see Applier). Refused with ErrNoApplier
 // when the store has no Applier.
+//
+// With opts.Forward a follower takes the command too (see WriteOptions)
+// and returns the result of its own apply, which is the leader's: applies
+// are deterministic. It waits at most forwardWait for it, as etcd bounds
+// a request: a leader may drop a forwarded proposal without a word (while
+// it hands its leadership over, or over its uncommitted-size limit).
 func (s *Store) Propose(ctx context.Context, opts WriteOptions, key []byte, payload []byte) ([]byte, error) {
 	if s.cfg.Applier == nil {
 		return nil, ErrNoApplier
@@ -37,43 +44,71 @@ func (s *Store) Propose(ctx context.Context, opts WriteOptions, key []byte, payl
 		return nil, fmt.Errorf("%w: Propose does not deduplicate: RequestID must be 0", ErrInvalidRequest)
 	}
 	done := make(chan proposalResult, 1)
-	p, err := s.queueProposal(opts, command{op: opApply, key: key, value: payload}, func(pr *proposal) {
+	var fwd bool
+	p, id, err := s.queueProposal(opts, command{op: opApply, key: key, value: payload}, func(pr *proposal) {
 		pr.results = append(pr.results, done)
+		fwd = pr.forwarded
 	})
 	if err != nil {
 		return nil, err
+	}
+	var bound <-chan time.Time
+	if fwd {
+		t := time.NewTimer(s.forwardWait())
+		defer t.Stop()
+		bound = t.C
 	}
 	select {
 	case r := <-done:
 		return r.result, r.err
 	case <-ctx.Done():
 		return nil, fmt.Errorf("region %d: wait for apply: %w", p.regionID, ctx.Err())
+	case <-bound:
+		s.dropProposal(p, id)
+		return nil, fmt.Errorf("region %d: %w: a forwarded proposal was not applied here within %v", p.regionID, ErrMaybeApplied, s.forwardWait())
 	case <-s.stopc:
 		return nil, ErrStopped
+	}
+}
+
+// forwardWait bounds the wait for a forwarded proposal: etcd's request
+// timeout (5 s plus two election timeouts).
+func (s *Store) forwardWait() time.Duration {
+	return 5*time.Second + 2*time.Duration(s.cfg.ElectionTicks)*s.cfg.TickInterval
+}
+
+// dropProposal forgets proposal id of p, if still pending, and fails it.
+func (s *Store) dropProposal(p *Peer, id uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pr, ok := p.proposals[id]; ok {
+		delete(p.proposals, id)
+		pr.finish(ErrMaybeApplied)
 	}
 }
 
 // propose appends cmd to the region's log and waits until it is applied.
 func (s *Store) propose(ctx context.Context, opts WriteOptions, cmd command) error {
 	done := make(chan error, 1)
-	p, err := s.queueProposal(opts, cmd, func(pr *proposal) { pr.waiters = append(pr.waiters, done) })
+	p, _, err := s.queueProposal(opts, cmd, func(pr *proposal) { pr.waiters = append(pr.waiters, done) })
 	if err != nil {
 		return err
 	}
 	return s.waitProposal(ctx, p, done)
 }
 
-// queueProposal routes cmd and, on the region's leader, queues it for the
+// queueProposal routes cmd and, on the region's leader (or on a follower
+// that knows its leader, for a forwarded Propose), queues it for the
 // loop's next round with the waiter wait adds to its proposal; a request
 // ID already in flight here only gains the waiter (a retry joins it). It
-// returns the peer to wait on.
-func (s *Store) queueProposal(opts WriteOptions, cmd command, wait func(*proposal)) (*Peer, error) {
+// returns the peer to wait on and the request ID.
+func (s *Store) queueProposal(opts WriteOptions, cmd command, wait func(*proposal)) (*Peer, uint64, error) {
 	if err := s.diskError(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	p, err := s.route(opts.RegionID, opts.Epoch, cmd.key)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	cmd.id = opts.RequestID
 	if cmd.id == 0 {
@@ -81,16 +116,23 @@ func (s *Store) queueProposal(opts WriteOptions, cmd command, wait func(*proposa
 	}
 	p.mu.Lock()
 	st := p.rn.BasicStatus()
+	forward := false
 	if st.RaftState != raft.StateLeader {
-		err := p.notLeaderLocked()
-		p.mu.Unlock()
-		return nil, err
+		// A follower forwards only a Propose (Put and Delete deduplicate
+		// on the leader), and only to a leader it knows: raft would drop
+		// the entry otherwise, and the caller had better go elsewhere.
+		if !opts.Forward || cmd.op != opApply || p.lead == 0 || !p.initialized {
+			err := p.notLeaderLocked()
+			p.mu.Unlock()
+			return nil, 0, err
+		}
+		forward = true
 	}
 	if pr, ok := p.proposals[cmd.id]; ok {
 		// The same request is already in flight here: wait for it.
 		wait(pr)
 		p.mu.Unlock()
-		return p, nil
+		return p, cmd.id, nil
 	}
 	// Queued, not stepped: the loop steps every queued write of the region
 	// as one proposal at its next round (batchProposalsLocked). The time
@@ -100,12 +142,15 @@ func (s *Store) queueProposal(opts WriteOptions, cmd command, wait func(*proposa
 	p.queued = append(p.queued, raftpb.Entry{Data: cmd.encode()})
 	p.queuedIDs = append(p.queuedIDs, cmd.id)
 	s.stats.proposals.Add(1)
-	pr := &proposal{term: st.Term, proposed: proposed}
+	pr := &proposal{term: st.Term, proposed: proposed, forwarded: forward}
+	if forward {
+		pr.term = 0
+	}
 	wait(pr)
 	p.proposals[cmd.id] = pr
 	p.mu.Unlock()
 	s.markDirty(p)
-	return p, nil
+	return p, cmd.id, nil
 }
 
 func (s *Store) waitProposal(ctx context.Context, p *Peer, done <-chan error) error {

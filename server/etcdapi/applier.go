@@ -125,6 +125,12 @@ type Applier struct {
 	// leases is told of the grants and revokes applied here (the
 	// Service's lessor, once registered).
 	leases atomic.Pointer[lessor]
+	// inUse, once the Service is registered, is called when a command
+	// applies in a region larger than the keyspace: the keyspace is in
+	// use, and whichever store leads that region splits it off
+	// (KeepRegion). Every replica calls it, so the leader's store learns
+	// of the first write even if a follower took it (WriteOptions.Forward).
+	inUse atomic.Pointer[func()]
 }
 
 // NewApplier returns the Applier of one store; give the same one to
@@ -151,6 +157,11 @@ func (a *Applier) Apply(tx raftstore.StateTx, r region.Region, index uint64, pay
 	}
 	if len(payload) == 0 {
 		return errResult(status.Error(codes.InvalidArgument, "etcdserver: hedgekv: empty command")), nil
+	}
+	if !isKeyspace(r) {
+		if f := a.inUse.Load(); f != nil {
+			(*f)()
+		}
 	}
 	if res, ok, err := a.applyRestore(tx, payload); ok {
 		return res, err // a restore step, or a command refused while one runs (restore.go)
@@ -381,4 +392,9 @@ func compactTx(tx raftstore.StateTx, rev int64) error {
 // [Prefix, End): the Applier writes only keys inside its region.
 func holdsKeyspace(r region.Region) bool {
 	return bytes.Compare(r.StartKey, []byte(Prefix)) <= 0 && (len(r.EndKey) == 0 || bytes.Compare(r.EndKey, []byte(End)) >= 0)
+}
+
+// isKeyspace reports whether r is exactly the etcd keyspace's region.
+func isKeyspace(r region.Region) bool {
+	return string(r.StartKey) == Prefix && string(r.EndKey) == End
 }

@@ -172,7 +172,7 @@ type Service struct {
 	pb.UnimplementedClusterServer
 	pb.UnimplementedWatchServer
 	cfg    Config
-	split  sync.Once // KeepRegion, started at the first write this store proposes
+	split  sync.Once // KeepRegion, started once the keyspace is in use (keepRegion)
 	lessor *lessor
 	// minLeaseTTL is etcd's minLeaseTTL (seconds): a shorter grant is
 	// raised to it.
@@ -215,6 +215,8 @@ func Register(g *grpc.Server, cfg Config) *Service {
 	s.feed = newFeed(s)
 	s.lessor = newLessor(s, time.Duration(cfg.ElectionTicks)*cfg.TickInterval)
 	cfg.Applier.leases.Store(s.lessor)
+	inUse := s.keepRegion
+	cfg.Applier.inUse.Store(&inUse)
 	pb.RegisterKVServer(g, s)
 	pb.RegisterLeaseServer(g, s)
 	pb.RegisterMaintenanceServer(g, s)
@@ -223,6 +225,15 @@ func Register(g *grpc.Server, cfg Config) *Service {
 	registerRestore(g, s) // hedgekv etcd-restore's steps (restore.go)
 	s.lessor.start()
 	return s
+}
+
+// keepRegion starts KeepRegion once: the keyspace is in use, so it
+// becomes a region of its own (its leader's store splits; KeepRegion
+// returns on the others once that split applied there). It runs at this
+// store's first write and when any command applies here in a larger
+// region (Applier.inUse).
+func (s *Service) keepRegion() {
+	s.split.Do(func() { go KeepRegion(s.cfg.Context, s.cfg.Store, s.cfg.Logger) })
 }
 
 // Stop stops the lessor (no lease expires here after it returns) and ends
@@ -268,14 +279,16 @@ func (s *Service) write(ctx context.Context, payload []byte) (int64, *pb.Respons
 func (s *Service) propose(ctx context.Context, payload []byte, resp proto.Message) (int64, uint64, error) {
 	var res []byte
 	err := s.retry(ctx, false, func() (err error) {
-		res, err = s.cfg.Store.Propose(ctx, raftstore.WriteOptions{}, []byte(Prefix), payload)
+		// Forward: a follower hands the write to the leader through raft
+		// and answers from its own apply, as an etcd member does; a
+		// store that cannot (no leader known) says whom to ask.
+		res, err = s.cfg.Store.Propose(ctx, raftstore.WriteOptions{Forward: true}, []byte(Prefix), payload)
 		return err
 	})
 	if err != nil {
 		return 0, leaderOf(err), toStatus(err)
 	}
-	// This store leads the keyspace's region: it splits the keyspace off.
-	s.split.Do(func() { go KeepRegion(s.cfg.Context, s.cfg.Store, s.cfg.Logger) })
+	s.keepRegion()
 	rev, err := decodeResultInto(res, resp)
 	return rev, 0, err
 }
