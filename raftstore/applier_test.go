@@ -221,7 +221,7 @@ func TestProposeResultsSurviveLeaderTransfer(t *testing.T) {
 				id, ok := c.LeaderOf([]byte("ctr"))
 				s, running := c.Store(id)
 				if !ok || !running {
-					time.Sleep(5 * time.Millisecond)
+					time.Sleep(5 * time.Millisecond) // a pace: no leader to ask yet
 					continue
 				}
 				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -249,7 +249,7 @@ func TestProposeResultsSurviveLeaderTransfer(t *testing.T) {
 	ids := c.IDs()
 	transfers := 0
 	for i := range 4 {
-		time.Sleep(150 * time.Millisecond)
+		time.Sleep(150 * time.Millisecond) // a pace: load between transfers
 		from := leaderStore(t, c, []byte("ctr"))
 		to := ids[(slices.Index(ids, from.ID())+1)%len(ids)]
 		if err := from.TransferLeader(ctx, 1, to); err != nil {
@@ -261,7 +261,7 @@ func TestProposeResultsSurviveLeaderTransfer(t *testing.T) {
 	if transfers == 0 {
 		t.Error("no leader transfer succeeded")
 	}
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(150 * time.Millisecond) // a pace: load after the last transfer
 	stop.Store(true)
 	wg.Wait()
 	if t.Failed() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/hedgekv/hedgekv/clock"
 	"github.com/hedgekv/hedgekv/placement"
 )
 
@@ -29,15 +30,14 @@ func (c *Config) balanceDefaults() {
 	}
 }
 
-func (s *Store) balanceLoop() {
-	t := time.NewTicker(s.cfg.BalanceInterval)
+func (s *Store) balanceLoop(t clock.Ticker) {
 	defer t.Stop()
 	downSince := map[uint64]time.Time{}
 	for {
 		select {
 		case <-s.stopc:
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		if s.view == nil {
 			continue
@@ -76,7 +76,7 @@ func (s *Store) balanceStep(downSince map[uint64]time.Time) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*s.cfg.BalanceInterval+10*time.Second)
 	defer cancel()
 	stores := s.view.Stores(ctx)
-	now := time.Now()
+	now := s.now()
 	for _, st := range stores {
 		if st.Up {
 			delete(downSince, st.ID)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/hedgekv/hedgekv/clock"
 	"github.com/hedgekv/hedgekv/storage/engine"
 	"github.com/hedgekv/hedgekv/storage/vfs"
 )
@@ -82,9 +83,12 @@ type Config struct {
 	// HibernateAfter: a region idle this long stops ticking until traffic
 	// arrives (hibernate.go). Default 10s; negative disables.
 	HibernateAfter time.Duration
-	// Clock reads the time for everything a lease or a staleness bound is
-	// measured with (default time.Now). Tests give stores skewed clocks.
-	Clock func() time.Time
+	// Clock is the store's one clock (default clock.Real): the Ready loop
+	// ticks on it, and every lease, staleness bound, hibernation and
+	// background interval is measured on it. Tests give stores skewed
+	// clocks, or a clock.Manual they step. Deadlines of callers' contexts
+	// and the pace of polls stay on real time.
+	Clock clock.Clock
 	// SnapshotSendRate bounds the bytes per second this store's snapshot
 	// sends read, all of them together (0: DefaultSnapshotSendRate, 64
 	// MiB/s; negative: no limit), so that moving a region leaves the
@@ -160,7 +164,7 @@ func (c *Config) setDefaults() {
 		c.Logger = slog.Default()
 	}
 	if c.Clock == nil {
-		c.Clock = time.Now
+		c.Clock = clock.Real{}
 	}
 	if c.SnapshotSendRate == 0 {
 		c.SnapshotSendRate = DefaultSnapshotSendRate

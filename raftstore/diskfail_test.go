@@ -152,7 +152,11 @@ func TestDiskRebuildStaleReadLoop(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// Heal once reads have run against the frozen store for a while.
+	deadline := time.Now().Add(5 * time.Second)
+	for reads.Load() < 20 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // a bounded poll
+	}
 	sr.heal(t)
 	stop.Store(true)
 	<-done

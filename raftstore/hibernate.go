@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/hedgekv/hedgekv/clock"
 	"go.etcd.io/raft/v3"
 )
 
@@ -108,15 +109,17 @@ func (s *Store) hibernateTicks() int {
 	return int(s.cfg.HibernateAfter / s.cfg.TickInterval)
 }
 
+// livenessInterval is how often livenessLoop asks the cluster view.
+const livenessInterval = time.Second
+
 // livenessLoop is step 4.
-func (s *Store) livenessLoop() {
-	t := time.NewTicker(time.Second)
+func (s *Store) livenessLoop(t clock.Ticker) {
 	defer t.Stop()
 	for {
 		select {
 		case <-s.stopc:
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		stores := s.view.Stores(ctx)

@@ -379,7 +379,7 @@ func TestSplitCheckKeepsARangeWhole(t *testing.T) {
 	c.waitFor(30*time.Second, "the split check makes [k, l) a region", isolated)
 	// Let it go on a while: nothing may ever cut [k, l).
 	for range 30 {
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // a pace: the split check runs on
 		isolated()
 	}
 	if n := len(c.store(1).Regions()); n < 4 {

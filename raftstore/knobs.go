@@ -10,6 +10,11 @@ type TestingKnobs struct {
 	// replica diverge from its peers with it, as a bug or a bad disk
 	// would, to show that the replica check names the difference.
 	ApplyFilter func(regionID uint64, key, value []byte, del bool) (newValue []byte, newDel bool)
+	// AfterTick, if set, runs on the Ready loop after each tick and the
+	// round it started: a test stepping a manual clock (Config.Clock)
+	// waits for it before the next step, so no tick is dropped and each
+	// tick's effects are in place when it looks.
+	AfterTick func()
 
 	// afterPersist runs in every round between its write and its
 	// publish: a message a test hands the store there lands in the window

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hedgekv/hedgekv/clock"
 	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/storage/engine"
 	"github.com/hedgekv/hedgekv/storage/wal"
@@ -68,19 +69,24 @@ func (rp *readyPeer) ackResult(id, term uint64, result []byte) {
 }
 
 // run is the Ready loop; see doc.go for the contract it keeps.
-func (s *Store) run() {
+func (s *Store) run(ticker clock.Ticker) {
 	defer close(s.done)
-	ticker := time.NewTicker(s.cfg.TickInterval)
 	defer ticker.Stop()
 	for {
+		ticked := false
 		select {
 		case <-s.stopc:
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 			s.tick()
+			ticked = true
 		case <-s.wakec:
 		}
-		if err := s.round(); err != nil {
+		err := s.round()
+		if ticked && s.cfg.Knobs.AfterTick != nil {
+			s.cfg.Knobs.AfterTick()
+		}
+		if err != nil {
 			// The engine failed under us: nothing that was not made durable
 			// may be acknowledged or sent. Freeze until a write succeeds,
 			// then start over from what is on disk (diskfail.go).
@@ -95,13 +101,13 @@ func (s *Store) run() {
 // waitForDisk probes the disk until a write succeeds and the peers are
 // rebuilt from it (true), or the store stops (false).
 func (s *Store) waitForDisk() bool {
-	t := time.NewTicker(diskProbeInterval)
+	t := s.cfg.Clock.NewTicker(diskProbeInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.stopc:
 			return false
-		case <-t.C:
+		case <-t.C():
 		}
 		if err := s.probeDisk(); err != nil {
 			continue

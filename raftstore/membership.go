@@ -431,9 +431,10 @@ func (s *Store) proposeConfChange(ctx context.Context, p *Peer, cc raftpb.ConfCh
 		// stall writes until it ends anyway. It gets no renewal from now.
 		if until := p.removedHolderUntilLocked(cc, s.now()); !until.IsZero() {
 			p.mu.Unlock()
-			t := time.NewTimer(until.Sub(s.now()) + time.Millisecond)
+			// On the store's clock: the lease ends on it.
+			t := s.cfg.Clock.NewTimer(until.Sub(s.now()) + time.Millisecond)
 			select {
-			case <-t.C:
+			case <-t.C():
 			case <-ctx.Done():
 				t.Stop()
 				return fmt.Errorf("region %d: wait for a removed peer's follower lease to end: %w", p.regionID, ctx.Err())

@@ -473,7 +473,9 @@ func TestSnapshotApplyToAFollowerServesNothingUntilDone(t *testing.T) {
 	c.put(ctx, []byte("during"), []byte("v")) // the region takes writes meanwhile
 	stopped := make(chan struct{})
 	go func() { c.stop(victim); close(stopped) }()
-	time.Sleep(50 * time.Millisecond) // the stop closes the snapshots first
+	// Release the apply only once the stop is under way, so that it finds
+	// the store stopping half-way.
+	c.waitFor(5*time.Second, "the victim's stop begins", vs.stopped)
 	close(release)
 	<-stopped
 

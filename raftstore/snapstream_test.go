@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,9 +163,18 @@ func TestSnapshotSourcesClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
+	var sent atomic.Int64
 	wg.Add(1)
-	go func() { defer wg.Done(); _, _ = io.Copy(io.Discard, rc) }()
-	time.Sleep(50 * time.Millisecond)
+	go func() { defer wg.Done(); _, _ = io.Copy(countWriter{&sent}, rc) }()
+	// Close once the send is under way (paced at 1 MiB/s, it has seconds
+	// to go).
+	deadline := time.Now().Add(5 * time.Second)
+	for sent.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the send never started")
+		}
+		time.Sleep(time.Millisecond) // a bounded poll
+	}
 	ss.close()
 	wg.Wait()
 	done := make(chan error, 1)
@@ -288,4 +298,12 @@ func watchHeap() func() uint64 {
 		}
 	}()
 	return func() uint64 { close(stop); return <-res }
+}
+
+// countWriter discards what it is given and counts its bytes.
+type countWriter struct{ n *atomic.Int64 }
+
+func (w countWriter) Write(p []byte) (int, error) {
+	w.n.Add(int64(len(p)))
+	return len(p), nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hedgekv/hedgekv/clock"
 	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3/raftpb"
@@ -60,8 +61,7 @@ func (s *Store) Split(ctx context.Context, key []byte) (left, right region.Regio
 // then (or could not be split: it lies in a kept range), is not counted
 // again: its count still holds. No split cuts a kept range
 // (Config.KeepWhole, keepwhole.go).
-func (s *Store) splitCheck() {
-	t := time.NewTicker(s.cfg.SplitCheckInterval)
+func (s *Store) splitCheck(t clock.Ticker) {
 	defer t.Stop()
 	type counted struct{ applied, version uint64 }
 	last := map[uint64]counted{}
@@ -69,7 +69,7 @@ func (s *Store) splitCheck() {
 		select {
 		case <-s.stopc:
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		led := map[uint64]bool{}
 		for _, st := range s.Regions() {

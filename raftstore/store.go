@@ -75,8 +75,8 @@ type Store struct {
 }
 
 // now is the store's clock: leases, read batches and safe points are timed
-// on it.
-func (s *Store) now() time.Time { return s.cfg.Clock() }
+// on it, and the loop ticks on it.
+func (s *Store) now() time.Time { return s.cfg.Clock.Now() }
 
 // NewStore opens (or creates) the engine under cfg.DataDir, loads every
 // region peer found there, bootstraps region 1 if the engine is empty, and
@@ -298,18 +298,24 @@ func (s *Store) Start() {
 	if s.started.Swap(true) {
 		return
 	}
-	go s.run()
+	// Every ticker is armed before Start returns, so that on a manual
+	// clock the first tick is one interval after Start, whenever the
+	// goroutines get to run.
+	go s.run(s.cfg.Clock.NewTicker(s.cfg.TickInterval))
 	if s.cfg.SplitCheckInterval > 0 {
 		s.bg.Add(1)
-		go func() { defer s.bg.Done(); s.splitCheck() }()
+		t := s.cfg.Clock.NewTicker(s.cfg.SplitCheckInterval)
+		go func() { defer s.bg.Done(); s.splitCheck(t) }()
 	}
 	if s.cfg.BalanceInterval > 0 {
 		s.bg.Add(1)
-		go func() { defer s.bg.Done(); s.balanceLoop() }()
+		t := s.cfg.Clock.NewTicker(s.cfg.BalanceInterval)
+		go func() { defer s.bg.Done(); s.balanceLoop(t) }()
 	}
 	if s.view != nil && s.hibernateTicks() > 0 {
 		s.bg.Add(1)
-		go func() { defer s.bg.Done(); s.livenessLoop() }()
+		t := s.cfg.Clock.NewTicker(livenessInterval)
+		go func() { defer s.bg.Done(); s.livenessLoop(t) }()
 	}
 }
 

@@ -44,7 +44,9 @@ func (s *Store) TransferLeader(ctx context.Context, regionID, toStoreID uint64) 
 		return err
 	}
 	p.mu.Unlock()
-	retry := time.NewTicker(time.Duration(s.cfg.ElectionTicks) * s.cfg.TickInterval)
+	// The retry follows raft's election timeout, so it is on the store's
+	// clock; the poll only paces a look at state, so it is real time.
+	retry := s.cfg.Clock.NewTicker(time.Duration(s.cfg.ElectionTicks) * s.cfg.TickInterval)
 	defer retry.Stop()
 	poll := time.NewTicker(s.cfg.TickInterval / 2)
 	defer poll.Stop()
@@ -100,7 +102,7 @@ func (s *Store) TransferLeader(ctx context.Context, regionID, toStoreID uint64) 
 			return fmt.Errorf("transfer leader of region %d to store %d: %w", regionID, toStoreID, ctx.Err())
 		case <-s.stopc:
 			return ErrStopped
-		case <-retry.C:
+		case <-retry.C():
 			// Raft abandons a transfer after an election timeout; try again.
 			start = true
 		case <-poll.C:

@@ -15,8 +15,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/hedgekv/hedgekv/clock"
 	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/region"
 )
@@ -31,7 +33,13 @@ type Options struct {
 	// against the lease the others hold.
 	StoreElectionTicks map[uint64]int
 	// Clock, if set, gives each store its clock (see SkewedClock).
-	Clock func(storeID uint64) func() time.Time
+	Clock func(storeID uint64) clock.Clock
+	// ManualClock runs every store on one clock.Manual (Cluster.Clock):
+	// time stands still, so no store ticks, no lease ends and no store
+	// hibernates until the test steps it with Tick or Advance. New and
+	// WaitLeader step it a tick at a time while they wait for a leader.
+	// Not with Clock.
+	ManualClock bool
 	// Knobs, if set, gives each store its testing knobs.
 	Knobs          func(storeID uint64) raftstore.TestingKnobs
 	LogGCThreshold uint64 // default raftstore's
@@ -84,6 +92,19 @@ type Cluster struct {
 	// stoppedViolations sums the follower-lease commit violations counted
 	// by store instances since stopped (their counters die with them).
 	stoppedViolations uint64
+
+	// Options.ManualClock: the stores' clock, and each running store
+	// instance's count of the ticks its loop has finished.
+	manual *clock.Manual
+	ticks  map[uint64]*tickCount
+	tickMu sync.Mutex // one Advance at a time
+}
+
+// tickCount is one store instance's ticks: its loop's ticker was armed at
+// start, and done counts the ticks its loop has finished (AfterTick).
+type tickCount struct {
+	start time.Time
+	done  atomic.Int64
 }
 
 // New starts a cluster and waits for region 1 to elect a leader.
@@ -103,8 +124,15 @@ func New(opts Options) (*Cluster, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("raftstoretest: Options.Dir is required")
 	}
+	if opts.ManualClock && opts.Clock != nil {
+		return nil, errors.New("raftstoretest: Options.ManualClock and Options.Clock both set")
+	}
 	c := &Cluster{Net: raftstore.NewInmemNetwork(), opts: opts, stores: make(map[uint64]*raftstore.Store),
 		disks: make(map[uint64]*disk), dataDir: opts.Dir}
+	if opts.ManualClock {
+		c.manual = clock.NewManual(time.Unix(1_700_000_000, 0))
+		c.ticks = make(map[uint64]*tickCount)
+	}
 	if opts.PowerLoss {
 		if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
 			if dir, err := os.MkdirTemp("/dev/shm", "hedgekv-cluster-"); err == nil {
@@ -172,6 +200,16 @@ func (c *Cluster) StartStore(id uint64) error {
 	if c.opts.Knobs != nil {
 		cfg.Knobs = c.opts.Knobs(id)
 	}
+	var ticks *tickCount
+	if c.manual != nil {
+		ticks = &tickCount{start: c.manual.Now()}
+		cfg.Clock = c.manual
+		if after := cfg.Knobs.AfterTick; after != nil {
+			cfg.Knobs.AfterTick = func() { after(); ticks.done.Add(1) }
+		} else {
+			cfg.Knobs.AfterTick = func() { ticks.done.Add(1) }
+		}
+	}
 	if c.opts.SplitMaxKeys > 0 {
 		cfg.SplitCheckInterval = 100 * time.Millisecond
 	}
@@ -193,6 +231,9 @@ func (c *Cluster) StartStore(id uint64) error {
 	c.Net.Register(id, s)
 	s.Start()
 	c.stores[id] = s
+	if ticks != nil {
+		c.ticks[id] = ticks
+	}
 	return nil
 }
 
@@ -211,6 +252,7 @@ func (c *Cluster) StopStore(id uint64) error {
 	c.mu.Lock()
 	s, ok := c.stores[id]
 	delete(c.stores, id)
+	delete(c.ticks, id)
 	c.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("store %d not running", id)
@@ -301,16 +343,83 @@ func (c *Cluster) Status(id, regionID uint64) (raftstore.RegionStatus, bool) {
 	return raftstore.RegionStatus{}, false
 }
 
-// WaitLeader waits until regionID has a leader.
+// WaitLeader waits until regionID has a leader. On a manual clock it
+// steps the clock a tick at a time while it waits: an election needs time
+// to pass.
 func (c *Cluster) WaitLeader(regionID uint64, timeout time.Duration) (uint64, error) {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		if id, ok := c.Leader(regionID); ok {
 			return id, nil
 		}
+		if c.manual != nil {
+			if err := c.Tick(1); err != nil {
+				return 0, fmt.Errorf("region %d: wait for a leader: %w", regionID, err)
+			}
+		}
+		// A pace: the real time the election's messages take between looks
+		// (and, on a manual clock, between ticks).
 		time.Sleep(c.opts.TickInterval)
 	}
 	return 0, fmt.Errorf("region %d: no leader after %v", regionID, timeout)
+}
+
+// Clock is the stores' manual clock (Options.ManualClock), nil without one.
+func (c *Cluster) Clock() *clock.Manual { return c.manual }
+
+// Tick steps the manual clock n ticks (Options.TickInterval each); see
+// Advance.
+func (c *Cluster) Tick(n int) error {
+	return c.Advance(time.Duration(n) * c.opts.TickInterval)
+}
+
+// Advance moves the manual clock d forward, at most a tick at a time, and
+// after each step waits until every running store's loop has finished
+// every tick that fell due, round included: no tick is dropped, and when
+// Advance returns each store has taken all of d's ticks. It fails if a
+// store's loop takes no tick for 10 s (a loop frozen by a failed disk
+// takes none).
+func (c *Cluster) Advance(d time.Duration) error {
+	if c.manual == nil {
+		return errors.New("raftstoretest: Advance needs Options.ManualClock")
+	}
+	c.tickMu.Lock()
+	defer c.tickMu.Unlock()
+	for d > 0 {
+		step := min(d, c.opts.TickInterval)
+		d -= step
+		c.manual.Advance(step)
+		if err := c.waitTicks(10 * time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitTicks waits until every running store instance has finished the
+// ticks due by the manual clock's time.
+func (c *Cluster) waitTicks(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	now := c.manual.Now()
+	for {
+		behind := uint64(0)
+		c.mu.Lock()
+		for id, t := range c.ticks {
+			if t.done.Load() < int64(now.Sub(t.start)/c.opts.TickInterval) {
+				behind = id
+				break
+			}
+		}
+		c.mu.Unlock()
+		if behind == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("raftstoretest: store %d's loop has not finished its ticks due at %v after %v", behind, now, timeout)
+		}
+		// A bounded poll: the loops take their ticks on their own goroutines.
+		time.Sleep(100 * time.Microsecond)
+	}
 }
 
 // Put writes through whichever store leads, retrying region errors and
@@ -486,16 +595,26 @@ func (c *Cluster) Stores(context.Context) []raftstore.StoreInfo {
 	return out
 }
 
-// SkewedClock is a clock that is offset from the real one by offset and
-// runs rate times as fast (rate 1.001 gains a millisecond a second). Its
-// readings keep a monotonic component, so intervals measured on it drift
-// as a badly disciplined oscillator's would.
-func SkewedClock(offset time.Duration, rate float64) func() time.Time {
-	base := time.Now()
-	return func() time.Time {
-		elapsed := time.Since(base)
-		return base.Add(offset + time.Duration(float64(elapsed)*rate))
-	}
+// SkewedClock is a clock whose readings are offset from the real one by
+// offset and run rate times as fast (rate 1.001 gains a millisecond a
+// second). Its readings keep a monotonic component, so intervals measured
+// on it drift as a badly disciplined oscillator's would. Its tickers and
+// timers are real time: the specs skew what leases and staleness bounds
+// measure, not the pace of the loop.
+func SkewedClock(offset time.Duration, rate float64) clock.Clock {
+	return skewedClock{base: time.Now(), offset: offset, rate: rate}
+}
+
+type skewedClock struct {
+	clock.Real
+	base   time.Time
+	offset time.Duration
+	rate   float64
+}
+
+func (c skewedClock) Now() time.Time {
+	elapsed := time.Since(c.base)
+	return c.base.Add(c.offset + time.Duration(float64(elapsed)*c.rate))
 }
 
 // Retryable reports whether err means "try again, maybe elsewhere".

@@ -39,6 +39,7 @@ func (c *Cluster) CutPower(id uint64, mode vfs.CrashMode, rng *rand.Rand) error 
 	d, ok := c.disks[id]
 	s, running := c.stores[id]
 	delete(c.stores, id)
+	delete(c.ticks, id)
 	c.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("store %d: no modelled disk (Options.PowerLoss)", id)

@@ -63,7 +63,7 @@ func TestPowerLossKeepsAcknowledgedWrites(t *testing.T) {
 		// Writes race the cut: some land in rounds the store never synced.
 		done := make(chan error)
 		go func() { done <- write(20) }()
-		time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond)
+		time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond) // a pace: where the cut lands
 		if err := c.PowerLoss(id, mode, rng); err != nil {
 			t.Fatalf("power loss of store %d (%s): %v", id, mode, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hedgekv/hedgekv/clock"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"go.etcd.io/raft/v3/raftpb"
@@ -406,7 +407,7 @@ func clockRatesWithinMargin() {
 	opts := leaseOpts()
 	// 10% margin: rates within 1/(1-0.1) of each other are covered.
 	rates := map[uint64]float64{1: 1.04, 2: 0.96, 3: 1.0}
-	opts.Clock = func(id uint64) func() time.Time { return raftstoretest.SkewedClock(0, rates[id]) }
+	opts.Clock = func(id uint64) clock.Clock { return raftstoretest.SkewedClock(0, rates[id]) }
 	c := startCluster(opts)
 	ctx := ctxFor(30 * time.Second)
 	Expect(c.Put(ctx, []byte("x"), []byte("0"))).To(Succeed())

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/hedgekv/hedgekv/clock"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
@@ -163,17 +164,17 @@ func runLinearizability(run nemesisRun, duration time.Duration) {
 // startNemesisCluster starts three stores with skewed clocks, and a fourth
 // without a replica for the nemesis to move replicas to; splits off the
 // quiet key and preloads the data. It returns the stores' clocks.
-func startNemesisCluster(run nemesisRun, rng *rand.Rand) (*raftstoretest.Cluster, map[uint64]func() time.Time) {
+func startNemesisCluster(run nemesisRun, rng *rand.Rand) (*raftstoretest.Cluster, map[uint64]clock.Clock) {
 	GinkgoHelper()
 	// Clocks skewed within what the lease and the staleness bounds allow
 	// for: a rate off by up to 3% (the lease gives up 10%), an offset of
 	// up to 20ms (MaxClockOffset is 50ms). shortLeaseStore campaigns
 	// sooner than the others, and its own leases are shorter.
-	skews := map[uint64]func() time.Time{}
+	skews := map[uint64]clock.Clock{}
 	for id := uint64(1); id <= 4; id++ {
 		skews[id] = raftstoretest.SkewedClock(time.Duration(rng.IntN(41)-20)*time.Millisecond, 0.97+rng.Float64()*0.06)
 		if run.trueClocks {
-			skews[id] = time.Now
+			skews[id] = clock.Real{}
 		}
 	}
 	c := startCluster(raftstoretest.Options{
@@ -181,7 +182,7 @@ func startNemesisCluster(run nemesisRun, rng *rand.Rand) (*raftstoretest.Cluster
 		DedupWindow:        run.dedupWindow,
 		LogGCThreshold:     200,
 		StoreElectionTicks: map[uint64]int{shortLeaseStore: 6},
-		Clock:              func(id uint64) func() time.Time { return skews[id] },
+		Clock:              func(id uint64) clock.Clock { return skews[id] },
 		FollowerLeases:     run.followerLeases,
 		PowerLoss:          run.powerLoss,
 	})

@@ -246,7 +246,7 @@ func (n *nemesis) quietWrite() (quietPut, bool) {
 		return w, false
 	}
 	n.h.Add(porcupine.Operation{ClientId: probeClient, Input: in, Call: call, Output: kvOutput{}, Return: n.h.Now()})
-	w.leaderAck = n.clocks[leader]()
+	w.leaderAck = n.clocks[leader].Now()
 	if st, up := n.c.Status(leader, r.ID); !up || !st.IsLeader || st.Term != w.term {
 		return w, false
 	}
@@ -279,7 +279,7 @@ func (n *nemesis) staleReadsAcrossRebuild(s *raftstore.Store, victim uint64, w q
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-		start := n.clocks[victim]()
+		start := n.clocks[victim].Now()
 		v, found, info, err := s.Get(ctx, raftstore.ReadOptions{RegionID: w.regionID, MaxStaleness: 5 * time.Second}, []byte(quietKey))
 		cancel()
 		reads++

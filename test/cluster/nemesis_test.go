@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/hedgekv/hedgekv/clock"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/hedgekv/hedgekv/raftstore"
@@ -103,8 +104,8 @@ type nemesis struct {
 	stop   <-chan struct{}
 	log    *faultLog
 	h      *kvmodel.History
-	clocks map[uint64]func() time.Time // each store's (skewed) clock
-	probes int                         // operations the nemesis itself recorded
+	clocks map[uint64]clock.Clock // each store's (skewed) clock
+	probes int                    // operations the nemesis itself recorded
 	// staleViolations counts bounded-staleness reads that answered older
 	// than their bound allows (staleReadsAcrossRebuild).
 	staleViolations, staleChecked int
@@ -224,7 +225,7 @@ func (n *nemesis) renewLease(leader, regionID uint64, key string) {
 		_, _, _, _ = s.Get(ctx, raftstore.ReadOptions{}, []byte(key))
 		cancel()
 		// LeaseExpiry is on the leader's clock, not ours.
-		if st, ok := n.c.Status(leader, regionID); ok && st.LeaseExpiry.Sub(n.clocks[leader]()) > lease*3/4 {
+		if st, ok := n.c.Status(leader, regionID); ok && st.LeaseExpiry.Sub(n.clocks[leader].Now()) > lease*3/4 {
 			return
 		}
 	}

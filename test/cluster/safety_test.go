@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hedgekv/hedgekv/clock"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"go.etcd.io/raft/v3/raftpb"
@@ -269,14 +270,14 @@ func refuseSafePointsFromTheFuture() {
 	// Store 2's clock runs 200ms behind the others: a safe point from
 	// store 1 looks 200ms in its future, which the 50ms max clock
 	// offset says cannot happen. Store 3's is 20ms behind: within it.
-	c := startCluster(raftstoretest.Options{Clock: func(id uint64) func() time.Time {
+	c := startCluster(raftstoretest.Options{Clock: func(id uint64) clock.Clock {
 		switch id {
 		case 2:
 			return raftstoretest.SkewedClock(-200*time.Millisecond, 1)
 		case 3:
 			return raftstoretest.SkewedClock(-20*time.Millisecond, 1)
 		}
-		return time.Now
+		return clock.Real{}
 	}})
 	ctx := ctxFor(20 * time.Second)
 	Expect(c.Put(ctx, []byte("x"), []byte("v"))).To(Succeed())
