@@ -78,7 +78,7 @@ func (s *Service) LeaseTimeToLive(ctx context.Context, req *pb.LeaseTimeToLiveRe
 		if forwarded(ctx) {
 			return nil, rpctypes.ErrGRPCLeaderChanged
 		}
-		leader := s.leaderFor(nil)
+		leader := s.leaderFor(ctx, nil)
 		return forwardWith(s, ctx, leader, rpctypes.ErrGRPCNoLeader, pb.NewLeaseClient, func(c pb.LeaseClient, ctx context.Context) (*pb.LeaseTimeToLiveResponse, error) {
 			return c.LeaseTimeToLive(ctx, req)
 		})
@@ -112,7 +112,7 @@ func (s *Service) LeaseLeases(ctx context.Context, req *pb.LeaseLeasesRequest) (
 		if _, ok := status.FromError(err); ok {
 			return nil, err
 		}
-		if leader := s.leaderFor(err); leader != 0 {
+		if leader := s.leaderFor(ctx, err); leader != 0 {
 			return forwardWith(s, ctx, leader, toStatus(err), pb.NewLeaseClient, func(c pb.LeaseClient, ctx context.Context) (*pb.LeaseLeasesResponse, error) {
 				return c.LeaseLeases(ctx, req)
 			})
@@ -228,7 +228,7 @@ type keepAliveUpstream struct {
 // keepAliveUpstream opens a KeepAlive stream to the region's leader, which
 // ends with ctx or its cancel.
 func (s *Service) keepAliveUpstream(ctx context.Context) (*keepAliveUpstream, error) {
-	conn, out, err := s.forwardConn(ctx, s.leaderFor(nil), rpctypes.ErrGRPCNoLeader)
+	conn, out, err := s.forwardConn(ctx, s.leaderFor(ctx, nil), rpctypes.ErrGRPCNoLeader)
 	if err != nil {
 		return nil, err
 	}

@@ -180,6 +180,7 @@ type Service struct {
 	stopc       chan struct{} // closed by Stop: streams end
 	stopOnce    sync.Once
 	feed        *feed                      // the store's watch feed (feed.go)
+	found       elsewhere                  // the leader other stores named (elsewhere.go)
 	term        atomic.Pointer[cachedTerm] // watchHeader's
 }
 
@@ -281,10 +282,14 @@ func (s *Service) propose(ctx context.Context, payload []byte, resp proto.Messag
 	err := s.retry(ctx, false, func() (err error) {
 		// Forward: a follower hands the write to the leader through raft
 		// and answers from its own apply, as an etcd member does; a
-		// store that cannot (no leader known) says whom to ask.
+		// store that cannot (no leader known) says whom to ask, and one
+		// with no replica asks the others (elsewhere.go).
 		res, err = s.cfg.Store.Propose(ctx, raftstore.WriteOptions{Forward: true}, []byte(Prefix), payload)
-		return err
+		return s.routeMissElsewhere(ctx, err)
 	})
+	if ee, ok := errors.AsType[*errElsewhere](err); ok {
+		return 0, ee.leader, toStatus(err)
+	}
 	if err != nil {
 		return 0, leaderOf(err), toStatus(err)
 	}
@@ -584,13 +589,18 @@ func (s *Service) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 			out.Header = s.header(cur)
 			return nil
 		})
-		return err
+		return s.routeMissElsewhere(ctx, err)
 	})
 	if err != nil {
+		if ee, ok := errors.AsType[*errElsewhere](err); ok {
+			return forward(s, ctx, ee.leader, toStatus(err), func(c pb.KVClient, ctx context.Context) (*pb.RangeResponse, error) {
+				return c.Range(ctx, req)
+			})
+		}
 		if _, ok := status.FromError(err); ok {
 			return nil, err // etcd's refusal: compacted, future revision...
 		}
-		if leader := s.leaderFor(err); leader != 0 {
+		if leader := s.leaderFor(ctx, err); leader != 0 {
 			return forward(s, ctx, leader, toStatus(err), func(c pb.KVClient, ctx context.Context) (*pb.RangeResponse, error) {
 				return c.Range(ctx, req)
 			})
@@ -603,14 +613,14 @@ func (s *Service) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 // leaderFor is the store a read that failed here should go to: the leader
 // a NotLeader names, or the one this store last knew (a replica that
 // cannot serve: no stale safe point yet, a snapshot being applied).
-func (s *Service) leaderFor(err error) uint64 {
+func (s *Service) leaderFor(ctx context.Context, err error) uint64 {
 	if id := leaderOf(err); id != 0 {
 		return id
 	}
 	if st, ok := s.regionStatus(); ok {
 		return st.LeaderStoreID
 	}
-	return 0
+	return s.leaderElsewhere(ctx) // no replica here
 }
 
 // ---- maintenance and cluster -------------------------------------------------------

@@ -127,7 +127,7 @@ func (s *Service) Snapshot(req *pb.SnapshotRequest, srv pb.Maintenance_SnapshotS
 		if _, ok := status.FromError(err); ok {
 			return err
 		}
-		if leader := s.leaderFor(err); leader != 0 {
+		if leader := s.leaderFor(ctx, err); leader != 0 {
 			return s.forwardSnapshot(ctx, leader, toStatus(err), req, srv)
 		}
 		return toStatus(err)
