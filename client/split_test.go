@@ -241,3 +241,46 @@ func TestRegionLookupNotHeldBySilentStore(t *testing.T) {
 		t.Errorf("put took %v; the stores that know the region answered from 300ms on", d)
 	}
 }
+
+// A replica behind the cache answers EpochNotMatch with its older region
+// (it has not applied a conf change the cache learned elsewhere). A
+// replica read must go to another replica in the same request rather
+// than back to it after a back-off: the replica may never catch up (the
+// conf change removed it, and it hears so only when the leader tells it
+// to destroy itself). test/cluster's drain spec saw scans give up after
+// 5 s of EpochNotMatch from the store being drained.
+func TestEpochBehindAsksAnotherReplica(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	cl.Put("k", "v")
+	c := newTestClient(t, cl, "dc-b")
+	warm(t, c)
+	r, ok := c.cache.lookupKey([]byte("k"))
+	if !ok {
+		t.Fatal("region of k not cached")
+	}
+	old := region.Region{ID: r.ID, Epoch: region.Epoch{ConfVer: r.Epoch.ConfVer - 1, Version: r.Epoch.Version}, Peers: r.Peers}
+	var behind atomic.Int32
+	cl.SetHook(func(_ context.Context, s uint64, m string) error {
+		if s == 2 && (m == "Get" || m == "Scan") {
+			behind.Add(1)
+			return clienttest.RegionError(codes.FailedPrecondition, &kvpb.RegionError{
+				Message:       "epoch not match",
+				EpochNotMatch: &kvpb.EpochNotMatch{RegionId: r.ID, CurrentRegions: []*kvpb.Region{kvpb.FromRegion(old)}},
+			})
+		}
+		return nil
+	})
+	s := c.Session(ReadPolicy{Replica: ReplicaClosest})
+	for i := range 10 {
+		before := behind.Load()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		v, info, err := s.GetWithInfo(ctx, []byte("k"))
+		cancel()
+		if err != nil || string(v) != "v" {
+			t.Fatalf("get %d: %q, %v (store 2 asked %d times)", i, v, err, behind.Load()-before)
+		}
+		if n := behind.Load() - before; n > 1 || info.StoreID == 2 {
+			t.Fatalf("get %d: store 2 asked %d times, served by store %d", i, n, info.StoreID)
+		}
+	}
+}
