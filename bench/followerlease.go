@@ -617,13 +617,24 @@ func runWrites(ctx context.Context, s writeSpec) *writeResult {
 		side.Go(func() {
 			t := time.NewTimer(s.At)
 			defer t.Stop()
-			select {
-			case <-t.C:
+			do := func() {
 				mu.Lock()
 				res.DidAt = time.Since(start)
 				mu.Unlock()
 				s.Do()
+			}
+			select {
+			case <-t.C:
+				do()
 			case <-stop:
+				// Woken late on a loaded machine, with both ready: the
+				// timer fired first (At is within the run), so Do is
+				// still owed; select picks between them at random.
+				select {
+				case <-t.C:
+					do()
+				default:
+				}
 			}
 		})
 	}

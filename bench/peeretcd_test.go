@@ -133,12 +133,17 @@ func TestPeerEtcdHedgeKVEtcdAPI(t *testing.T) {
 			}
 			for i, r := range res.Runs {
 				row := r.Phase.Row
-				if row.Variant != tc.want[i%len(tc.want)] || row.Ops != 200 || row.Failed != 0 || row.QPS <= 0 {
-					t.Errorf("row %+v", row)
+				// MaxDuration bounds a run: on a loaded machine (load 20
+				// under -race) it ends some before all 200 operations
+				// (167 seen), which is the cap working, not a failure.
+				if row.Variant != tc.want[i%len(tc.want)] || row.Ops <= 0 || row.Ops > 200 || row.Failed != 0 || row.QPS <= 0 {
+					t.Errorf("row %+v; first error: %s", row, r.Phase.Total.FirstErr)
+				} else if row.Ops < 200 {
+					t.Logf("%s %s: %d of 200 operations within MaxDuration (a loaded machine?)", row.Variant, r.Workload, row.Ops)
 				}
 				for _, o := range r.Phase.Ops {
-					if o.Op == "SCAN" && o.Ops < 100 {
-						t.Errorf("%s: %d successful scans", r.Workload, o.Ops)
+					if o.Op == "SCAN" && o.Ops < row.Ops/2 {
+						t.Errorf("%s: %d successful scans of %d operations", r.Workload, o.Ops, row.Ops)
 					}
 				}
 			}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -473,26 +475,42 @@ func (c *Client) TransferLeader(ctx context.Context, regionID, toStoreID uint64)
 // and returns the two halves: left keeps the region's id and ends at key,
 // right is a new region starting at key. Routed like a write, it follows
 // NotLeader hints within ctx's deadline. Splitting at a key that already
-// starts a region fails with InvalidArgument.
+// starts a region fails with InvalidArgument, unless an earlier attempt
+// of this call was sent: that attempt may have split the region before
+// its answer was lost (its leader stepped down, it timed out), so the
+// key being a boundary now is this call's success, and the halves are
+// looked up.
 func (c *Client) Split(ctx context.Context, key []byte) (left, right region.Region, err error) {
 	if len(key) == 0 {
 		return left, right, fmt.Errorf("split: %w", errEmptyKey)
 	}
-	var resp *kvpb.SplitResponse
+	var (
+		resp     *kvpb.SplitResponse
+		sent     atomic.Bool // an attempt reached a store
+		boundary atomic.Bool // a retry found the key already a boundary
+	)
 	res, err := c.send(ctx, &regionRequest{
 		op:    fmt.Sprintf("split at %q", key),
 		key:   key,
 		write: true,
 		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, _ *attempt) (*kvpb.Load, error) {
+			again := sent.Swap(true)
 			r, err := kvpb.NewAdminClient(cc).Split(ctx, &kvpb.SplitRequest{Key: key})
-			if err == nil {
+			switch {
+			case err == nil:
 				resp = r
+			case again && isBoundaryRefusal(err):
+				boundary.Store(true)
+				return nil, nil
 			}
 			return nil, err
 		},
 	})
 	if err != nil {
 		return left, right, err
+	}
+	if boundary.Load() {
+		return c.halvesAt(ctx, key)
 	}
 	left, right = resp.GetLeft().ToRegion(), resp.GetRight().ToRegion()
 	// The store that split leads the left half and (campaigning at once)
@@ -504,6 +522,41 @@ func (c *Client) Split(ctx context.Context, key []byte) (left, right region.Regi
 	c.cache.insert(left, leader)
 	c.cache.insert(right, leader)
 	return left, right, nil
+}
+
+// splitBoundaryRefusal is what a store's refusal of a split at a key that
+// already starts a region says (raftstore's Split).
+const splitBoundaryRefusal = "is already a region boundary"
+
+// isBoundaryRefusal reports whether err is a store's refusal of a split
+// at a key that already starts a region.
+func isBoundaryRefusal(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.InvalidArgument && strings.Contains(st.Message(), splitBoundaryRefusal)
+}
+
+// halvesAt returns the regions either side of key, a region boundary, as
+// the stores list them now, and puts them in the cache.
+func (c *Client) halvesAt(ctx context.Context, key []byte) (left, right region.Region, err error) {
+	regions, err := c.gatherRegions(ctx)
+	if err != nil {
+		return left, right, fmt.Errorf("split at %q: applied; look up its halves: %w", key, err)
+	}
+	var halves [2]*kvpb.RegionInfo
+	for _, ri := range regions {
+		switch r := ri.GetRegion(); {
+		case r == nil:
+		case bytes.Equal(r.GetEndKey(), key):
+			halves[0] = ri
+		case bytes.Equal(r.GetStartKey(), key):
+			halves[1] = ri
+		}
+	}
+	if halves[0] == nil || halves[1] == nil {
+		return left, right, fmt.Errorf("split at %q: applied, but the stores list no regions either side of it", key)
+	}
+	c.cache.insertInfos(halves[:])
+	return halves[0].GetRegion().ToRegion(), halves[1].GetRegion().ToRegion(), nil
 }
 
 // AddPeer adds a replica of regionID on storeID: the region's leader adds

@@ -142,22 +142,32 @@ func (s *replicaSelector) followerOrLeader(r *cachedRegion, cands []region.Peer,
 	return selection{peer: p, replicaRead: true}
 }
 
-// candidates filters out excluded stores and, while others remain, stores
-// in their back-off after a failure (see storeStats.usable: once the
-// back-off has passed, one request at a time probes the store).
+// candidates filters out excluded stores and, while others remain,
+// learners and stores in their back-off after a failure (see
+// storeStats.usable: once the back-off has passed, one request at a time
+// probes the store). A learner is a replica being added: until its
+// snapshot is in and applied it serves nothing, and a read sent there
+// waits out its attempt timeout (TiKV's client skips learners too).
 func (s *replicaSelector) candidates(peers []region.Peer, excluded storeSet) []region.Peer {
-	var usable, healthy []region.Peer
+	var usable, voters, healthy []region.Peer
 	for _, p := range peers {
 		if excluded.has(p.StoreID) {
 			continue
 		}
 		usable = append(usable, p)
+		if p.IsLearner {
+			continue
+		}
+		voters = append(voters, p)
 		if s.stats.get(p.StoreID).usable() {
 			healthy = append(healthy, p)
 		}
 	}
-	if len(healthy) > 0 {
+	switch {
+	case len(healthy) > 0:
 		return healthy
+	case len(voters) > 0:
+		return voters
 	}
 	return usable
 }

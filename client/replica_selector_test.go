@@ -1,6 +1,7 @@
 package client
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/hedgekv/hedgekv/region"
@@ -20,6 +21,7 @@ func TestReplicaSelector(t *testing.T) {
 		leader      uint64
 		excluded    []uint64
 		failed      []uint64 // stores that failed recently
+		learners    []uint64 // stores whose peer is a learner
 		inflight    map[uint64]int64
 		want        []uint64 // acceptable stores
 		replicaRead bool
@@ -43,6 +45,13 @@ func TestReplicaSelector(t *testing.T) {
 		{name: "prefer-leader: healthy leader", policy: ReplicaPreferLeader, leader: 2, want: []uint64{2}, replicaRead: true},
 		{name: "prefer-leader: leader failed recently", policy: ReplicaPreferLeader, leader: 2, failed: []uint64{2}, want: []uint64{1, 3}, replicaRead: true},
 		{name: "mixed avoids the loaded store", policy: ReplicaMixed, leader: 1, inflight: map[uint64]int64{2: 10}, want: []uint64{1, 3}, replicaRead: true},
+		// A learner is being added: it may be waiting for its snapshot
+		// and serves a read only once caught up, if ever in time.
+		{name: "follower skips a learner", policy: ReplicaFollower, leader: 1, learners: []uint64{3}, want: []uint64{2}, replicaRead: true},
+		{name: "follower: the zone's learner skipped", zone: "dc-c", policy: ReplicaFollower, leader: 1, learners: []uint64{3}, want: []uint64{2}, replicaRead: true},
+		{name: "mixed skips a learner", policy: ReplicaMixed, leader: 1, learners: []uint64{3}, want: []uint64{1, 2}, replicaRead: true},
+		{name: "closest skips a learner", zone: "dc-c", policy: ReplicaClosest, leader: 1, learners: []uint64{3}, want: []uint64{1, 2}, replicaRead: true},
+		{name: "follower: voters excluded, the learner", policy: ReplicaFollower, leader: 1, excluded: []uint64{1, 2}, learners: []uint64{3}, want: []uint64{3}, replicaRead: true},
 		{name: "all excluded", policy: ReplicaMixed, leader: 1, excluded: []uint64{1, 2, 3}, wantNone: true},
 		{name: "all excluded, leader policy", policy: ReplicaLeader, leader: 1, excluded: []uint64{1, 2, 3}, wantNone: true},
 	}
@@ -62,7 +71,11 @@ func TestReplicaSelector(t *testing.T) {
 			}
 			// Selection is randomized: every draw must be acceptable.
 			for range 200 {
-				got, ok := sel.pick(testRegion(tt.leader), tt.policy, tt.write, ex)
+				r := testRegion(tt.leader)
+				for i := range r.Peers {
+					r.Peers[i].IsLearner = slices.Contains(tt.learners, r.Peers[i].StoreID)
+				}
+				got, ok := sel.pick(r, tt.policy, tt.write, ex)
 				if tt.wantNone {
 					if ok {
 						t.Fatalf("picked store %d, want none", got.peer.StoreID)

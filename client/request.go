@@ -312,8 +312,14 @@ func (c *Client) afterFailure(ctx context.Context, req *regionRequest, r *retryS
 		// given them, and the request goes there at once. A store
 		// behind the cache (it has not applied the split or conf
 		// change the cache learned from another) is asked again
-		// after a back-off: it will catch up.
+		// after a back-off: it will catch up. A replica read asks
+		// another replica first: the conf change may have removed
+		// the one behind, which then never catches up (it hears of
+		// its removal only when the leader tells it to go).
 		if c.cache.onEpochNotMatch(a.region, en.Current, a.storeID) {
+			if a.replicaRead {
+				r.exclude(a.storeID, a)
+			}
 			sleep = r.bo.next(boRegionMiss)
 		} else if r.epochErrs++; r.epochErrs > 1 {
 			sleep = r.bo.next(boRegionMiss)

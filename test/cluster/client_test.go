@@ -46,13 +46,21 @@ func serverLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
+// serverTick is the servers' raft tick: the binary's default. With it an
+// election times out after 500 ms-1 s; a 10 ms tick made that 100-200 ms,
+// under the round trip of a heartbeat between servers under -race on a
+// loaded 2-core machine, and leaders stepped down (check quorum) and
+// elections timed out before their votes arrived, over and over, leaving
+// regions without a leader for longer than an operation's deadline.
+const serverTick = 50 * time.Millisecond
+
 func storeConfig(id uint64, dir string, initial []uint64, log *slog.Logger) raftstore.Config {
 	return raftstore.Config{
 		StoreID:            id,
 		Zone:               fmt.Sprintf("dc-%c", 'a'+rune(id-1)),
 		DataDir:            filepath.Join(dir, fmt.Sprintf("store%d", id)),
 		InitialStores:      initial,
-		TickInterval:       10 * time.Millisecond,
+		TickInterval:       serverTick,
 		NoSync:             true,
 		BalanceInterval:    -1,
 		SplitCheckInterval: -1,
@@ -228,6 +236,12 @@ func clientKey(writer, i int) string { return fmt.Sprintf("ck/%d/%03d", writer, 
 
 func clientValue(k string, seq int) string { return fmt.Sprintf("%s#%d", k, seq) }
 
+// opTime says when an operation that began at begin began and how long
+// it took, for its error: the stores' log lines place it.
+func opTime(begin time.Time) string {
+	return fmt.Sprintf("at %s after %v", begin.Format("15:04:05.000"), time.Since(begin).Round(time.Millisecond))
+}
+
 // parseSeq checks a value read for key k and returns its sequence number.
 func parseSeq(k string, v []byte) (int, error) {
 	pre, seq, ok := strings.Cut(string(v), "#")
@@ -323,12 +337,13 @@ func runWorkload(cli *client.Client, sess *client.Session, w *workload, ls *loop
 			seq++
 			k := clientKey(wr, seq%keysPerWriter)
 			ctx, cancel := context.WithTimeout(context.Background(), clientOpTimeout)
+			begin := time.Now()
 			err := cli.Put(ctx, []byte(k), []byte(clientValue(k, seq)))
 			cancel()
 			w.ops.Add(1)
 			w.mu.Lock()
 			if err != nil {
-				w.errs = append(w.errs, fmt.Errorf("put %s #%d: %w", k, seq, err))
+				w.errs = append(w.errs, fmt.Errorf("put %s #%d %s: %w", k, seq, opTime(begin), err))
 			} else {
 				w.acked[k] = seq
 			}
@@ -357,15 +372,16 @@ func runWorkload(cli *client.Client, sess *client.Session, w *workload, ls *loop
 func (w *workload) checkGet(sess *client.Session, k string) {
 	floor := w.ackedSeq(k)
 	ctx, cancel := context.WithTimeout(context.Background(), clientOpTimeout)
+	begin := time.Now()
 	v, info, err := sess.GetWithInfo(ctx, []byte(k))
 	cancel()
 	w.ops.Add(1)
 	switch {
 	case errors.Is(err, client.ErrNotFound):
-		w.fail(fmt.Errorf("get %s: not found, but #%d was acknowledged before", k, floor))
+		w.fail(fmt.Errorf("get %s %s: not found, but #%d was acknowledged before", k, opTime(begin), floor))
 		return
 	case err != nil:
-		w.fail(fmt.Errorf("get %s: %w", k, err))
+		w.fail(fmt.Errorf("get %s %s: %w", k, opTime(begin), err))
 		return
 	}
 	count(&w.modes, string(info.Mode))
@@ -382,11 +398,12 @@ func (w *workload) checkGet(sess *client.Session, k string) {
 func (w *workload) checkScan(sess *client.Session) {
 	floor := w.snapshot()
 	ctx, cancel := context.WithTimeout(context.Background(), clientOpTimeout)
+	begin := time.Now()
 	kvs, err := sess.Scan(ctx, []byte("ck/"), []byte("ck0"), 0)
 	cancel()
 	w.ops.Add(1)
 	if err != nil {
-		w.fail(fmt.Errorf("scan: %w", err))
+		w.fail(fmt.Errorf("scan %s: %w", opTime(begin), err))
 		return
 	}
 	seen := map[string]bool{}
