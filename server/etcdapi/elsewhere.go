@@ -78,7 +78,9 @@ func (s *Service) leaderElsewhere(ctx context.Context) uint64 {
 // keyspace, and leader, found on the other stores, should take the request.
 type errElsewhere struct{ leader uint64 }
 
-func (e *errElsewhere) Error() string { return "etcdserver: hedgekv: the etcd keyspace has no replica here" }
+func (e *errElsewhere) Error() string {
+	return "etcdserver: hedgekv: the etcd keyspace has no replica here"
+}
 
 // routeMissElsewhere turns a route miss (RegionNotFound with no region:
 // nothing was proposed) on a store that holds no replica of the keyspace
