@@ -614,9 +614,9 @@ func everyoneKnowsLeader(t testing.TB, c *raftstoretest.Cluster, key []byte) {
 // Forwarded proposals keep their answers across leadership transfers:
 // proposers on every store forward while the leadership moves round the
 // stores. Every success is the value its own apply recorded, no value is
-// given twice, and a proposal that failed and yet applied (its outcome
-// reported unknown) is rare: one in flight when the leader changes waits
-// for its apply under the next leader instead of failing at once.
+// given twice, and an outcome reported unknown is rare: a proposal in
+// flight when the leader changes waits for its apply under the next
+// leader, and one the transferring leader dropped is held for the next.
 func TestForwardedProposalsAcrossLeaderTransfers(t *testing.T) {
 	c := newCluster(t, raftstoretest.Options{Stores: 3, Applier: counter{}})
 	key := "fwd"
@@ -627,6 +627,7 @@ func TestForwardedProposalsAcrossLeaderTransfers(t *testing.T) {
 	type outcome struct {
 		token string
 		n     uint64 // 0: failed
+		maybe bool   // failed with ErrMaybeApplied: outcome unknown
 	}
 	var (
 		mu       sync.Mutex
@@ -643,6 +644,7 @@ func TestForwardedProposalsAcrossLeaderTransfers(t *testing.T) {
 				res, err := s.Propose(pctx, raftstore.WriteOptions{Forward: true}, []byte(key), incrAs(key, token))
 				pcancel()
 				var n uint64
+				maybe := errors.Is(err, raftstore.ErrMaybeApplied)
 				if err == nil {
 					if n, err = parseCount(res); err != nil {
 						t.Errorf("%s: result %q", token, res)
@@ -655,7 +657,7 @@ func TestForwardedProposalsAcrossLeaderTransfers(t *testing.T) {
 					time.Sleep(5 * time.Millisecond) // a pace: let the election end
 				}
 				mu.Lock()
-				outcomes = append(outcomes, outcome{token, n})
+				outcomes = append(outcomes, outcome{token, n, maybe})
 				mu.Unlock()
 			}
 		})
@@ -677,7 +679,7 @@ func TestForwardedProposalsAcrossLeaderTransfers(t *testing.T) {
 		return
 	}
 	s := leaderStore(t, c, []byte(key))
-	succeeded, failed, failedYetApplied := 0, 0, 0
+	succeeded, failed, failedYetApplied, unknown := 0, 0, 0, 0
 	_, err := s.ReadView(ctx, raftstore.ReadOptions{}, []byte(key), func(v raftstore.StateView) error {
 		seen := map[uint64]string{}
 		for _, o := range outcomes {
@@ -687,6 +689,9 @@ func TestForwardedProposalsAcrossLeaderTransfers(t *testing.T) {
 			}
 			if o.n == 0 {
 				failed++
+				if o.maybe {
+					unknown++
+				}
 				if found {
 					failedYetApplied++
 				}
@@ -706,9 +711,16 @@ func TestForwardedProposalsAcrossLeaderTransfers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d succeeded, %d failed (%d of them applied all the same)", succeeded, failed, failedYetApplied)
+	t.Logf("%d succeeded, %d failed (%d of unknown outcome, %d applied all the same)", succeeded, failed, unknown, failedYetApplied)
 	if succeeded == 0 {
 		t.Fatal("no forwarded proposal succeeded")
+	}
+	// A forwarded proposal a transferring leader dropped is held for the
+	// next leader and one in flight waits for its apply, so the outcome
+	// is unknown only for one caught in an election that outlasts the
+	// wait (a starved machine): one at most.
+	if unknown > 1 {
+		t.Errorf("%d forwarded proposals of unknown outcome across 3 transfers", unknown)
 	}
 	if err := c.CheckReplicas(ctx); err != nil {
 		t.Fatal(err)

@@ -156,6 +156,7 @@ func (s *Store) tick() {
 		}
 		p.expireReadsLocked(now, readTimeout)
 		p.expireOrphansLocked(now)
+		p.restepHeldPropsLocked(now)
 		if s.cfg.FollowerLeases {
 			// Follower: ask for (or renew) a lease. Leader: step the acks
 			// a holder's expiry or the end of the deferral released.
@@ -686,6 +687,7 @@ func (s *Store) publishLeaderLocked(p *Peer, ss *raft.SoftState) {
 	if ss.RaftState != raft.StateLeader {
 		p.transferring = false
 		p.confInFlight = false // it may still apply, but under another leader
+		p.failQueuedLocked(p.notLeaderWithLocked(newLead))
 		p.orphanProposalsLocked(giveUpAt, false)
 	} else if newLead != p.lead {
 		// Become leader: what it forwarded went to a leader that is gone.
@@ -701,6 +703,7 @@ func (s *Store) publishLeaderLocked(p *Peer, ss *raft.SoftState) {
 		s.log.Info("leader changed", "region", p.regionID, "leader", newLead, "term", p.rn.BasicStatus().Term)
 	}
 	p.lead = newLead
+	p.restepHeldPropsLocked(s.now()) // a leader to take them, perhaps
 }
 
 // publishFollowerLeaseLocked records the round's pending writes before its

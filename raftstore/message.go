@@ -177,6 +177,12 @@ func (s *Store) stepLocked(p *Peer, m *Message) error {
 	}
 	holderRose := p.capAckLocked(&m.Msg, now)
 	err := p.rn.Step(m.Msg)
+	if errors.Is(err, raft.ErrProposalDropped) && m.Msg.Type == raftpb.MsgProp {
+		// A follower's forwarded proposal met a leadership transfer (or
+		// no leader): keep it for the next leader (heldprops.go).
+		p.holdPropLocked(m.Msg, now, s.electionTimeout())
+		err = nil
+	}
 	if err == nil && m.SafePoint != nil && m.Msg.Type == raftpb.MsgHeartbeat {
 		p.recordSafePointLocked(*m.SafePoint, now)
 	}

@@ -95,6 +95,9 @@ type Peer struct {
 	// itself and the peer whose message created it, and must still answer
 	// a leader elected since (TiKV's peer cache).
 	senders map[uint64]uint64
+	// heldProps: forwarded proposals raft dropped while no leader could
+	// take them, stepped again once one can (heldprops.go).
+	heldProps []heldProp
 }
 
 // maxSenders bounds the senders a peer remembers beyond its region's.
@@ -254,9 +257,8 @@ func (p *Peer) failProposalsLocked(err error) {
 
 // orphanProposalsLocked handles the proposals of a peer whose leader is
 // gone: it stepped down, or (forwardedOnly) the leader it forwarded to
-// changed. Those still queued never reached raft and stay queued: the
-// next round fails them with NotLeader, which callers retry, or forwards
-// them to the new leader. The rest were appended to a log the next leader
+// changed. The caller has failed those still queued (failQueuedLocked):
+// they never reached raft. The rest were appended to a log the next leader
 // most likely holds (a transfer waits for its target to catch up; an
 // election picks a candidate holding every committed entry), so they wait
 // until giveUpAt for their apply (answered as any other) and then fail
@@ -267,16 +269,24 @@ func (p *Peer) orphanProposalsLocked(giveUpAt time.Time, forwardedOnly bool) {
 	if len(p.proposals) == 0 {
 		return
 	}
-	queued := make(map[uint64]bool, len(p.queuedIDs))
-	for _, id := range p.queuedIDs {
-		queued[id] = true
-	}
-	for id, pr := range p.proposals {
-		if queued[id] || (forwardedOnly && !pr.forwarded) || !pr.giveUpAt.IsZero() {
+	for _, pr := range p.proposals {
+		if (forwardedOnly && !pr.forwarded) || !pr.giveUpAt.IsZero() {
 			continue
 		}
 		pr.giveUpAt = giveUpAt
 	}
+}
+
+// failQueuedLocked fails the proposals queued for the next round with
+// err: they never reached raft, so err may be one callers retry.
+func (p *Peer) failQueuedLocked(err error) {
+	for _, id := range p.queuedIDs {
+		if pr, ok := p.proposals[id]; ok {
+			delete(p.proposals, id)
+			pr.finish(err)
+		}
+	}
+	p.queued, p.queuedIDs = nil, nil
 }
 
 // expireOrphansLocked fails the orphaned proposals whose wait is over
