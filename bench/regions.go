@@ -268,7 +268,13 @@ func splitInto(ctx context.Context, cli *client.Client, n, conc int, prog *Progr
 				defer func() { <-sem }()
 				var err error
 				for attempt := range 5 {
-					if _, _, err = cli.Split(ctx, regionKey(mid)); err == nil || ctx.Err() != nil {
+					_, _, err = cli.Split(ctx, regionKey(mid))
+					if err != nil && strings.Contains(err.Error(), "already a region boundary") {
+						// An earlier attempt split it after all (its answer
+						// timed out, or was lost).
+						err = nil
+					}
+					if err == nil || ctx.Err() != nil {
 						break
 					}
 					// The new half may still be electing its leader.

@@ -3,7 +3,9 @@ package raftstore
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -247,4 +249,36 @@ func (s *Store) CaughtUp() (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// Summary is what the cluster view asks of every store every second: the
+// counts and the stores named as replicas, without a RegionStatus per
+// region (Regions), whose cost grows with the regions hosted.
+type Summary struct {
+	Regions, Leaders int // as len(Regions()) and its leaders count them
+	// ReplicaStores are the stores some region here names as a replica, in
+	// order.
+	ReplicaStores []uint64
+}
+
+// Summary computes the summary; it takes every peer's lock in turn, as
+// briefly as Gauges.
+func (s *Store) Summary() Summary {
+	var sum Summary
+	stores := map[uint64]bool{}
+	for _, p := range s.allPeers() {
+		p.mu.Lock()
+		if p.initialized {
+			sum.Regions++
+			if p.isLeaderLocked() {
+				sum.Leaders++
+			}
+			for _, rp := range p.region.Peers {
+				stores[rp.StoreID] = true
+			}
+		}
+		p.mu.Unlock()
+	}
+	sum.ReplicaStores = slices.Sorted(maps.Keys(stores))
+	return sum
 }

@@ -54,6 +54,21 @@ func (t *Tree) Remove(id uint64) bool {
 	return false
 }
 
+// From returns, in key order, at most limit regions (every one if limit is
+// 0) from the one containing start, or the first after start; more is
+// set if regions are left after them. The slice is a copy.
+func (t *Tree) From(start []byte, limit int) (out []Region, more bool) {
+	i := sort.Search(len(t.byStart), func(i int) bool { return bytes.Compare(t.byStart[i].StartKey, start) > 0 })
+	if i > 0 && t.byStart[i-1].Contains(start) {
+		i--
+	}
+	end := len(t.byStart)
+	if limit > 0 && i+limit < end {
+		end, more = i+limit, true
+	}
+	return append([]Region(nil), t.byStart[i:end]...), more
+}
+
 // Len is the number of regions.
 func (t *Tree) Len() int { return len(t.byStart) }
 

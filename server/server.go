@@ -269,7 +269,7 @@ func New(cfg Config) (*Server, error) {
 	s.admin = &adminService{srv: s}
 	cp.Attach(controlplane.Deps{
 		Transport:   s.trans,
-		Local:       s.admin.localStatus,
+		Local:       s.admin.localSummary,
 		Leaders:     s.leadersDigest,
 		MaxReplicas: store.MaxReplicas,
 		ListenAddr:  s.Addr,
