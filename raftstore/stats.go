@@ -86,6 +86,7 @@ type stats struct {
 	readIndexAnswersRefused                                  atomic.Uint64
 	diskFailures                                             atomic.Uint64
 	leadersByTransfer, leadersByElection                     atomic.Uint64
+	softStateChanges                                         atomic.Uint64 // LeaderChanges
 
 	snapshotsFailed, snapshotBuildErrors atomic.Uint64
 	// transferTerms maps a region ID to the term of the latest campaign its
@@ -142,6 +143,9 @@ func (p *Peer) countLeadershipLocked(rd *raft.Ready) {
 			st.transferTerms.Store(p.regionID, m.Term)
 			break
 		}
+	}
+	if rd.SoftState != nil {
+		st.softStateChanges.Add(1)
 	}
 	if rd.SoftState == nil || rd.SoftState.RaftState != raft.StateLeader {
 		return
@@ -250,6 +254,11 @@ func (s *Store) CaughtUp() (bool, string) {
 	}
 	return true, ""
 }
+
+// LeaderChanges counts the changes of leader or role raft reported of any
+// peer of this store: a digest of who leads what that costs nothing to
+// read, where one built from every region costs a scan of them all.
+func (s *Store) LeaderChanges() uint64 { return s.stats.softStateChanges.Load() }
 
 // Summary is what the cluster view asks of every store every second: the
 // counts and the stores named as replicas, without a RegionStatus per

@@ -2,6 +2,7 @@ package region
 
 import (
 	"bytes"
+	"slices"
 	"sort"
 )
 
@@ -14,19 +15,21 @@ type Tree struct {
 // Insert adds r, first removing every region whose range overlaps it (the
 // newer metadata wins, as after a split). It returns the removed regions.
 func (t *Tree) Insert(r Region) (removed []Region) {
-	kept := t.byStart[:0:0]
-	for _, old := range t.byStart {
-		if overlaps(old, r) {
-			removed = append(removed, old)
-			continue
-		}
-		kept = append(kept, old)
+	// The regions are sorted and disjoint, so those r overlaps are
+	// contiguous, from the last one starting at or before r's start; the
+	// rest stay where they are (a store with thousands of regions inserts
+	// one per split, so no insert copies them all).
+	i := sort.Search(len(t.byStart), func(i int) bool { return bytes.Compare(t.byStart[i].StartKey, r.StartKey) > 0 })
+	lo := i
+	if lo > 0 && overlaps(t.byStart[lo-1], r) {
+		lo--
 	}
-	i := sort.Search(len(kept), func(i int) bool { return bytes.Compare(kept[i].StartKey, r.StartKey) > 0 })
-	kept = append(kept, Region{})
-	copy(kept[i+1:], kept[i:])
-	kept[i] = r
-	t.byStart = kept
+	hi := lo
+	for hi < len(t.byStart) && overlaps(t.byStart[hi], r) {
+		hi++
+	}
+	removed = append(removed, t.byStart[lo:hi]...)
+	t.byStart = slices.Replace(t.byStart, lo, hi, r)
 	return removed
 }
 
