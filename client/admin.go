@@ -245,12 +245,45 @@ func (c *Client) Regions(ctx context.Context) ([]RegionInfo, error) {
 	return out, nil
 }
 
+// RegionsPage is Regions a page at a time: at most about limit regions in
+// key order from the one holding start (the stores' pages are merged, and
+// cut where the first of them ends), and next, the start of the next page
+// (nil after the last). Each store reads only its page, so a listing of a
+// cluster of many regions costs no store a scan of them all.
+func (c *Client) RegionsPage(ctx context.Context, start []byte, limit int) (_ []RegionInfo, next []byte, _ error) {
+	if limit <= 0 {
+		return nil, nil, fmt.Errorf("regions page: limit %d, want at least 1", limit)
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	merged, next, err := c.gatherRegionsPage(ctx, start, limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.cache.insertInfos(merged)
+	out := make([]RegionInfo, 0, len(merged))
+	for _, info := range merged {
+		out = append(out, regionInfoFromPB(info))
+	}
+	return out, next, nil
+}
+
 // gatherRegions asks every known store for its regions, in parallel, and
 // merges the answers (see mergeRegionInfos). Once one store has answered,
 // the others get gatherGrace (or twice what the first took, if longer):
 // a store cut off or stalled does not hold the answer up for DialTimeout,
 // and is asked last by the next metadata call.
 func (c *Client) gatherRegions(ctx context.Context) ([]*kvpb.RegionInfo, error) {
+	infos, _, err := c.gatherRegionsPage(ctx, nil, 0)
+	return infos, err
+}
+
+// gatherRegionsPage is gatherRegions for a page: every store is asked for
+// at most limit regions from start (0: all). A store that had more ends
+// its page at its last region's end key; the merged page ends at the
+// first such end (next; nil when no store had more), since past it the
+// stores that stopped earlier said nothing.
+func (c *Client) gatherRegionsPage(ctx context.Context, start []byte, limit int) (_ []*kvpb.RegionInfo, next []byte, _ error) {
 	if len(c.cache.storeAddrs()) == 0 {
 		if err := c.cache.refreshStores(ctx); err != nil {
 			c.log.Debug("refresh stores", "err", err)
@@ -258,13 +291,14 @@ func (c *Client) gatherRegions(ctx context.Context) ([]*kvpb.RegionInfo, error) 
 	}
 	targets := c.adminTargets()
 	if len(targets) == 0 {
-		return nil, fmt.Errorf("regions: %w", errNoStore)
+		return nil, nil, fmt.Errorf("regions: %w", errNoStore)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type answer struct {
 		addr  string
 		infos []*kvpb.RegionInfo
+		more  bool
 		err   error
 	}
 	ch := make(chan answer, len(targets))
@@ -286,7 +320,7 @@ func (c *Client) gatherRegions(ctx context.Context) ([]*kvpb.RegionInfo, error) 
 	for _, addr := range targets {
 		stub, err := c.conns.admin(addr)
 		if err != nil {
-			return nil, fmt.Errorf("regions: %w", err)
+			return nil, nil, fmt.Errorf("regions: %w", err)
 		}
 		pending[addr] = true
 		st := c.meta.get(addr)
@@ -294,9 +328,9 @@ func (c *Client) gatherRegions(ctx context.Context) ([]*kvpb.RegionInfo, error) 
 			actx, acancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
 			defer acancel()
 			done := st.start()
-			resp, err := stub.Regions(actx, &kvpb.RegionsRequest{})
+			resp, err := stub.Regions(actx, &kvpb.RegionsRequest{StartKey: start, Limit: uint32(limit)})
 			done(err == nil, nil)
-			ch <- answer{addr, resp.GetRegions(), err}
+			ch <- answer{addr, resp.GetRegions(), resp.GetMore(), err}
 		}()
 	}
 	var (
@@ -316,11 +350,16 @@ collect:
 				errs = append(errs, &storeError{addr: a.addr, err: a.err})
 			} else {
 				answers = append(answers, a.infos)
+				if n := len(a.infos); a.more && n > 0 {
+					if end := a.infos[n-1].GetRegion().GetEndKey(); next == nil || bytes.Compare(end, next) < 0 {
+						next = end
+					}
+				}
 				if grace == nil {
 					grace = time.After(max(gatherGrace, 2*time.Since(begin)))
 				}
 			}
-			if len(pending) > 0 && onlyOptional(pending, optional) && coverEveryKey(answers) {
+			if len(pending) > 0 && limit == 0 && onlyOptional(pending, optional) && coverEveryKey(answers) {
 				for addr := range pending {
 					errs = append(errs, &storeError{addr: addr, err: errors.New("in its back-off, not waited for")})
 				}
@@ -338,12 +377,18 @@ collect:
 		}
 	}
 	if len(answers) == 0 {
-		return nil, fmt.Errorf("regions: no store answered: %w", errors.Join(errs...))
+		return nil, nil, fmt.Errorf("regions: no store answered: %w", errors.Join(errs...))
 	}
 	if len(errs) > 0 {
 		c.log.Debug("regions merged without some stores", "answered", len(answers), "err", errors.Join(errs...))
 	}
-	return mergeRegionInfos(answers), nil
+	merged := mergeRegionInfos(answers)
+	if next != nil {
+		merged = slices.DeleteFunc(merged, func(info *kvpb.RegionInfo) bool {
+			return bytes.Compare(info.GetRegion().GetStartKey(), next) >= 0
+		})
+	}
+	return merged, next, nil
 }
 
 // onlyOptional reports whether every pending target is optional.

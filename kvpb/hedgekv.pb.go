@@ -1656,7 +1656,12 @@ func (*DeleteResponse) Descriptor() ([]byte, []int) {
 }
 
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// summary leaves regions out (region_count and replica_stores say what
+	// the cluster view needs): the view asks every store every second, and
+	// a list of every region costs a store with thousands of them more than
+	// everything else it does while idle.
+	Summary       bool `protobuf:"varint,1,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1689,6 +1694,13 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_hedgekv_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *StatusRequest) GetSummary() bool {
+	if x != nil {
+		return x.Summary
+	}
+	return false
 }
 
 type RegionInfo struct {
@@ -1822,8 +1834,15 @@ type StatusResponse struct {
 	// removing_stores are the stores this store knows are being removed
 	// (RemoveStore), so a store that missed the call learns of it.
 	RemovingStores []uint64 `protobuf:"varint,8,rep,packed,name=removing_stores,json=removingStores,proto3" json:"removing_stores,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// region_count is the number of regions this store hosts (len(regions)
+	// when they are listed).
+	RegionCount uint64 `protobuf:"varint,9,opt,name=region_count,json=regionCount,proto3" json:"region_count,omitempty"`
+	// replica_stores are the stores some region of this store names as a
+	// replica, in order: a store being removed is removed once no answering
+	// store names it.
+	ReplicaStores []uint64 `protobuf:"varint,10,rep,packed,name=replica_stores,json=replicaStores,proto3" json:"replica_stores,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1908,6 +1927,20 @@ func (x *StatusResponse) GetZoneAddresses() map[string]string {
 func (x *StatusResponse) GetRemovingStores() []uint64 {
 	if x != nil {
 		return x.RemovingStores
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetRegionCount() uint64 {
+	if x != nil {
+		return x.RegionCount
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetReplicaStores() []uint64 {
+	if x != nil {
+		return x.ReplicaStores
 	}
 	return nil
 }
@@ -2163,11 +2196,15 @@ func (x *StoresResponse) GetStores() []*Store {
 	return nil
 }
 
-// RegionsRequest with a key returns only the region holding it.
+// RegionsRequest with a key returns only the region holding it. Otherwise,
+// with a limit, it returns a page: at most limit regions in key order, from
+// the one holding start_key (or the first after it).
 type RegionsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	ByKey         bool                   `protobuf:"varint,2,opt,name=by_key,json=byKey,proto3" json:"by_key,omitempty"`
+	StartKey      []byte                 `protobuf:"bytes,3,opt,name=start_key,json=startKey,proto3" json:"start_key,omitempty"`
+	Limit         uint32                 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2216,9 +2253,26 @@ func (x *RegionsRequest) GetByKey() bool {
 	return false
 }
 
+func (x *RegionsRequest) GetStartKey() []byte {
+	if x != nil {
+		return x.StartKey
+	}
+	return nil
+}
+
+func (x *RegionsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 type RegionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Regions       []*RegionInfo          `protobuf:"bytes,1,rep,name=regions,proto3" json:"regions,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Regions []*RegionInfo          `protobuf:"bytes,1,rep,name=regions,proto3" json:"regions,omitempty"`
+	// more: the page stopped at limit; the next starts at the last
+	// region's end key.
+	More          bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2258,6 +2312,13 @@ func (x *RegionsResponse) GetRegions() []*RegionInfo {
 		return x.Regions
 	}
 	return nil
+}
+
+func (x *RegionsResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
 }
 
 type TransferLeaderRequest struct {
@@ -3798,8 +3859,9 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\rDeleteRequest\x12/\n" +
 	"\acontext\x18\x01 \x01(\v2\x15.hedgekv.WriteContextR\acontext\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\"\x10\n" +
-	"\x0eDeleteResponse\"\x0f\n" +
-	"\rStatusRequest\"\xd5\x02\n" +
+	"\x0eDeleteResponse\")\n" +
+	"\rStatusRequest\x12\x18\n" +
+	"\asummary\x18\x01 \x01(\bR\asummary\"\xd5\x02\n" +
 	"\n" +
 	"RegionInfo\x12'\n" +
 	"\x06region\x18\x01 \x01(\v2\x0f.hedgekv.RegionR\x06region\x12&\n" +
@@ -3811,7 +3873,7 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\n" +
 	"size_known\x18\a \x01(\bR\tsizeKnown\x12)\n" +
 	"\x10approximate_keys\x18\b \x01(\x04R\x0fapproximateKeys\x12)\n" +
-	"\x10approximate_size\x18\t \x01(\x04R\x0fapproximateSize\"\xdd\x03\n" +
+	"\x10approximate_size\x18\t \x01(\x04R\x0fapproximateSize\"\xa7\x04\n" +
 	"\x0eStatusResponse\x12\x19\n" +
 	"\bstore_id\x18\x01 \x01(\x04R\astoreId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
@@ -3820,7 +3882,10 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\fleader_count\x18\x05 \x01(\x04R\vleaderCount\x128\n" +
 	"\x05peers\x18\x06 \x03(\v2\".hedgekv.StatusResponse.PeersEntryR\x05peers\x12Q\n" +
 	"\x0ezone_addresses\x18\a \x03(\v2*.hedgekv.StatusResponse.ZoneAddressesEntryR\rzoneAddresses\x12'\n" +
-	"\x0fremoving_stores\x18\b \x03(\x04R\x0eremovingStores\x1a8\n" +
+	"\x0fremoving_stores\x18\b \x03(\x04R\x0eremovingStores\x12!\n" +
+	"\fregion_count\x18\t \x01(\x04R\vregionCount\x12%\n" +
+	"\x0ereplica_stores\x18\n" +
+	" \x03(\x04R\rreplicaStores\x1a8\n" +
 	"\n" +
 	"PeersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
@@ -3849,12 +3914,15 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"8\n" +
 	"\x0eStoresResponse\x12&\n" +
-	"\x06stores\x18\x01 \x03(\v2\x0e.hedgekv.StoreR\x06stores\"9\n" +
+	"\x06stores\x18\x01 \x03(\v2\x0e.hedgekv.StoreR\x06stores\"l\n" +
 	"\x0eRegionsRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x15\n" +
-	"\x06by_key\x18\x02 \x01(\bR\x05byKey\"@\n" +
+	"\x06by_key\x18\x02 \x01(\bR\x05byKey\x12\x1b\n" +
+	"\tstart_key\x18\x03 \x01(\fR\bstartKey\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"T\n" +
 	"\x0fRegionsResponse\x12-\n" +
-	"\aregions\x18\x01 \x03(\v2\x13.hedgekv.RegionInfoR\aregions\"T\n" +
+	"\aregions\x18\x01 \x03(\v2\x13.hedgekv.RegionInfoR\aregions\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"T\n" +
 	"\x15TransferLeaderRequest\x12\x1b\n" +
 	"\tregion_id\x18\x01 \x01(\x04R\bregionId\x12\x1e\n" +
 	"\vto_store_id\x18\x02 \x01(\x04R\ttoStoreId\"\x18\n" +

@@ -3,7 +3,9 @@ package raftstore
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,6 +86,7 @@ type stats struct {
 	readIndexAnswersRefused                                  atomic.Uint64
 	diskFailures                                             atomic.Uint64
 	leadersByTransfer, leadersByElection                     atomic.Uint64
+	softStateChanges                                         atomic.Uint64 // LeaderChanges
 
 	snapshotsFailed, snapshotBuildErrors atomic.Uint64
 	// transferTerms maps a region ID to the term of the latest campaign its
@@ -140,6 +143,9 @@ func (p *Peer) countLeadershipLocked(rd *raft.Ready) {
 			st.transferTerms.Store(p.regionID, m.Term)
 			break
 		}
+	}
+	if rd.SoftState != nil {
+		st.softStateChanges.Add(1)
 	}
 	if rd.SoftState == nil || rd.SoftState.RaftState != raft.StateLeader {
 		return
@@ -247,4 +253,41 @@ func (s *Store) CaughtUp() (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// LeaderChanges counts the changes of leader or role raft reported of any
+// peer of this store: a digest of who leads what that costs nothing to
+// read, where one built from every region costs a scan of them all.
+func (s *Store) LeaderChanges() uint64 { return s.stats.softStateChanges.Load() }
+
+// Summary is what the cluster view asks of every store every second: the
+// counts and the stores named as replicas, without a RegionStatus per
+// region (Regions), whose cost grows with the regions hosted.
+type Summary struct {
+	Regions, Leaders int // as len(Regions()) and its leaders count them
+	// ReplicaStores are the stores some region here names as a replica, in
+	// order.
+	ReplicaStores []uint64
+}
+
+// Summary computes the summary; it takes every peer's lock in turn, as
+// briefly as Gauges.
+func (s *Store) Summary() Summary {
+	var sum Summary
+	stores := map[uint64]bool{}
+	for _, p := range s.allPeers() {
+		p.mu.Lock()
+		if p.initialized {
+			sum.Regions++
+			if p.isLeaderLocked() {
+				sum.Leaders++
+			}
+			for _, rp := range p.region.Peers {
+				stores[rp.StoreID] = true
+			}
+		}
+		p.mu.Unlock()
+	}
+	sum.ReplicaStores = slices.Sorted(maps.Keys(stores))
+	return sum
 }

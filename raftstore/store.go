@@ -413,40 +413,70 @@ func (s *Store) peer(regionID uint64) (*Peer, bool) {
 func (s *Store) Regions() []RegionStatus {
 	peers := s.allPeers()
 	out := make([]RegionStatus, 0, len(peers))
+	now := s.now()
 	for _, p := range peers {
-		p.mu.Lock()
-		if !p.initialized {
-			p.mu.Unlock()
-			continue
+		if st, ok := s.regionStatus(p, now); ok {
+			out = append(out, st)
 		}
-		st := RegionStatus{
-			Region:       p.region.Clone(),
-			LeaderPeerID: p.lead,
-			IsLeader:     p.isLeaderLocked(),
-			Transferring: p.transferring,
-			Hibernating:  p.hibernating,
-			Term:         p.term,
-			CommitIndex:  p.commit,
-			AppliedIndex: p.applied,
-			LastIndex:    p.lastIndex,
-		}
-		if st.IsLeader {
-			st.Progress = p.progressLocked()
-		}
-		if lp := p.leaderPeerLocked(); lp != nil {
-			st.LeaderStoreID = lp.StoreID
-		}
-		if p.leaseValidLocked(s.now()) {
-			st.LeaseExpiry = p.lease.until
-		}
-		if st.IsLeader && p.size.counted && p.size.version == p.region.Epoch.Version {
-			st.SizeKnown, st.ApproximateKeys, st.ApproximateBytes = true, p.size.keys, p.size.bytes
-		}
-		p.mu.Unlock()
-		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool { return string(out[i].Region.StartKey) < string(out[j].Region.StartKey) })
 	return out
+}
+
+// RegionsFrom is Regions paged: at most limit regions (every one if 0) in
+// key order, from the one holding start or the first after it; more is
+// set if regions are left after them. It reads only the regions it
+// returns, so a page or a lookup by key costs the same however many
+// regions the store hosts.
+func (s *Store) RegionsFrom(start []byte, limit int) (out []RegionStatus, more bool) {
+	s.mu.RLock()
+	rs, more := s.ranges.From(start, limit)
+	s.mu.RUnlock()
+	now := s.now()
+	for _, r := range rs {
+		p, ok := s.peer(r.ID)
+		if !ok {
+			continue
+		}
+		if st, ok := s.regionStatus(p, now); ok {
+			out = append(out, st)
+		}
+	}
+	return out, more
+}
+
+// regionStatus is one initialized peer's RegionStatus (false if it is not
+// initialized). It takes the peer's lock.
+func (s *Store) regionStatus(p *Peer, now time.Time) (RegionStatus, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.initialized {
+		return RegionStatus{}, false
+	}
+	st := RegionStatus{
+		Region:       p.region.Clone(),
+		LeaderPeerID: p.lead,
+		IsLeader:     p.isLeaderLocked(),
+		Transferring: p.transferring,
+		Hibernating:  p.hibernating,
+		Term:         p.term,
+		CommitIndex:  p.commit,
+		AppliedIndex: p.applied,
+		LastIndex:    p.lastIndex,
+	}
+	if st.IsLeader {
+		st.Progress = p.progressLocked()
+	}
+	if lp := p.leaderPeerLocked(); lp != nil {
+		st.LeaderStoreID = lp.StoreID
+	}
+	if p.leaseValidLocked(now) {
+		st.LeaseExpiry = p.lease.until
+	}
+	if st.IsLeader && p.size.counted && p.size.version == p.region.Epoch.Version {
+		st.SizeKnown, st.ApproximateKeys, st.ApproximateBytes = true, p.size.keys, p.size.bytes
+	}
+	return st, true
 }
 
 // progressLocked is a leader's raft progress of every peer but itself,

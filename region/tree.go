@@ -2,6 +2,7 @@ package region
 
 import (
 	"bytes"
+	"slices"
 	"sort"
 )
 
@@ -14,19 +15,21 @@ type Tree struct {
 // Insert adds r, first removing every region whose range overlaps it (the
 // newer metadata wins, as after a split). It returns the removed regions.
 func (t *Tree) Insert(r Region) (removed []Region) {
-	kept := t.byStart[:0:0]
-	for _, old := range t.byStart {
-		if overlaps(old, r) {
-			removed = append(removed, old)
-			continue
-		}
-		kept = append(kept, old)
+	// The regions are sorted and disjoint, so those r overlaps are
+	// contiguous, from the last one starting at or before r's start; the
+	// rest stay where they are (a store with thousands of regions inserts
+	// one per split, so no insert copies them all).
+	i := sort.Search(len(t.byStart), func(i int) bool { return bytes.Compare(t.byStart[i].StartKey, r.StartKey) > 0 })
+	lo := i
+	if lo > 0 && overlaps(t.byStart[lo-1], r) {
+		lo--
 	}
-	i := sort.Search(len(kept), func(i int) bool { return bytes.Compare(kept[i].StartKey, r.StartKey) > 0 })
-	kept = append(kept, Region{})
-	copy(kept[i+1:], kept[i:])
-	kept[i] = r
-	t.byStart = kept
+	hi := lo
+	for hi < len(t.byStart) && overlaps(t.byStart[hi], r) {
+		hi++
+	}
+	removed = append(removed, t.byStart[lo:hi]...)
+	t.byStart = slices.Replace(t.byStart, lo, hi, r)
 	return removed
 }
 
@@ -52,6 +55,21 @@ func (t *Tree) Remove(id uint64) bool {
 		}
 	}
 	return false
+}
+
+// From returns, in key order, at most limit regions (every one if limit is
+// 0) from the one containing start, or the first after start; more is
+// set if regions are left after them. The slice is a copy.
+func (t *Tree) From(start []byte, limit int) (out []Region, more bool) {
+	i := sort.Search(len(t.byStart), func(i int) bool { return bytes.Compare(t.byStart[i].StartKey, start) > 0 })
+	if i > 0 && t.byStart[i-1].Contains(start) {
+		i--
+	}
+	end := len(t.byStart)
+	if limit > 0 && i+limit < end {
+		end, more = i+limit, true
+	}
+	return append([]Region(nil), t.byStart[i:end]...), more
 }
 
 // Len is the number of regions.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand"
+	"slices"
 	"testing"
 )
 
@@ -452,6 +453,38 @@ func TestOverlaps(t *testing.T) {
 		}
 		if got := overlaps(tt.b, tt.a); got != tt.want {
 			t.Errorf("overlaps(%v, %v) (swapped) = %v, want %v", tt.b.String(), tt.a.String(), got, tt.want)
+		}
+	}
+}
+
+// TestTreeFrom: a page starts at the region holding start, or the first
+// after it, and says whether regions are left.
+func TestTreeFrom(t *testing.T) {
+	var tr Tree
+	for i, r := range [][2]string{{"", "b"}, {"b", "d"}, {"f", "h"}, {"h", ""}} {
+		tr.Insert(Region{ID: uint64(i + 1), StartKey: []byte(r[0]), EndKey: []byte(r[1])})
+	}
+	ids := func(rs []Region) (out []uint64) {
+		for _, r := range rs {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		start string
+		limit int
+		want  []uint64
+		more  bool
+	}{
+		{"", 0, []uint64{1, 2, 3, 4}, false},
+		{"", 2, []uint64{1, 2}, true},
+		{"c", 1, []uint64{2}, true},
+		{"e", 2, []uint64{3, 4}, false}, // in a gap: the first after it
+		{"z", 5, []uint64{4}, false},
+	} {
+		got, more := tr.From([]byte(c.start), c.limit)
+		if !slices.Equal(ids(got), c.want) || more != c.more {
+			t.Errorf("From(%q, %d) = %v, %v; want %v, %v", c.start, c.limit, ids(got), more, c.want, c.more)
 		}
 	}
 }

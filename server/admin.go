@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -26,11 +25,42 @@ type adminService struct {
 	srv *Server
 }
 
-func (s *adminService) Status(ctx context.Context, _ *kvpb.StatusRequest) (*kvpb.StatusResponse, error) {
+func (s *adminService) Status(ctx context.Context, req *kvpb.StatusRequest) (*kvpb.StatusResponse, error) {
+	if req.GetSummary() {
+		return s.localSummary(), nil
+	}
 	return s.localStatus(), nil
 }
 
+// localSummary is Status without the regions: what the cluster view asks
+// of every store every second (kvpb.StatusRequest.summary).
+func (s *adminService) localSummary() *kvpb.StatusResponse {
+	out := s.statusHead()
+	sum := s.srv.store.Summary()
+	out.RegionCount, out.LeaderCount = uint64(sum.Regions), uint64(sum.Leaders)
+	out.ReplicaStores = sum.ReplicaStores
+	return out
+}
+
 func (s *adminService) localStatus() *kvpb.StatusResponse {
+	out := s.statusHead()
+	stores := map[uint64]bool{}
+	for _, rs := range s.srv.store.Regions() {
+		out.Regions = append(out.Regions, fromRegionStatus(rs))
+		if rs.IsLeader {
+			out.LeaderCount++
+		}
+		for _, p := range rs.Region.Peers {
+			stores[p.StoreID] = true
+		}
+	}
+	out.RegionCount = uint64(len(out.Regions))
+	out.ReplicaStores = slices.Sorted(maps.Keys(stores))
+	return out
+}
+
+// statusHead is what Status answers besides the regions.
+func (s *adminService) statusHead() *kvpb.StatusResponse {
 	store := s.srv.store
 	out := &kvpb.StatusResponse{
 		StoreId:        store.ID(),
@@ -42,12 +72,6 @@ func (s *adminService) localStatus() *kvpb.StatusResponse {
 	}
 	if _, ok := out.Peers[store.ID()]; !ok {
 		out.Peers[store.ID()] = out.Address
-	}
-	for _, rs := range store.Regions() {
-		out.Regions = append(out.Regions, fromRegionStatus(rs))
-		if rs.IsLeader {
-			out.LeaderCount++
-		}
 	}
 	return out
 }
@@ -64,14 +88,22 @@ func (s *adminService) Stores(ctx context.Context, req *kvpb.StoresRequest) (*kv
 }
 
 // Regions lists this store's view of its regions in key order; with by_key,
-// only the region holding key (NotFound if this store hosts none).
+// only the region holding key (NotFound if this store hosts none); with a
+// limit, a page of them from the one holding start_key.
 func (s *adminService) Regions(ctx context.Context, req *kvpb.RegionsRequest) (*kvpb.RegionsResponse, error) {
-	all := s.srv.store.Regions()
-	slices.SortFunc(all, func(a, b raftstore.RegionStatus) int {
-		return bytes.Compare(a.Region.StartKey, b.Region.StartKey)
-	})
-	out := &kvpb.RegionsResponse{}
-	for _, rs := range all {
+	start, limit := req.GetStartKey(), int(req.GetLimit())
+	if req.GetByKey() {
+		start, limit = req.GetKey(), 1
+	}
+	var page []raftstore.RegionStatus
+	var more bool
+	if limit == 0 && len(start) == 0 {
+		page = s.srv.store.Regions()
+	} else {
+		page, more = s.srv.store.RegionsFrom(start, limit)
+	}
+	out := &kvpb.RegionsResponse{More: more && !req.GetByKey()}
+	for _, rs := range page {
 		if req.GetByKey() && !rs.Region.Contains(req.GetKey()) {
 			continue
 		}
@@ -163,7 +195,7 @@ func (s *adminService) answers(ctx context.Context, id uint64) bool {
 	kvpb.ResetBackoff(conn)
 	ctx, cancel := context.WithTimeout(ctx, controlplane.StoreStatusTimeout)
 	defer cancel()
-	st, err := kvpb.NewAdminClient(conn).Status(ctx, &kvpb.StatusRequest{}, grpc.WaitForReady(true))
+	st, err := kvpb.NewAdminClient(conn).Status(ctx, &kvpb.StatusRequest{Summary: true}, grpc.WaitForReady(true))
 	if err != nil {
 		s.srv.logger.Debug("transfer target did not answer", "to_store", id, "err", err)
 		return false

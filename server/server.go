@@ -9,7 +9,6 @@ package server
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,7 +19,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -269,7 +267,7 @@ func New(cfg Config) (*Server, error) {
 	s.admin = &adminService{srv: s}
 	cp.Attach(controlplane.Deps{
 		Transport:   s.trans,
-		Local:       s.admin.localStatus,
+		Local:       s.admin.localSummary,
 		Leaders:     s.leadersDigest,
 		MaxReplicas: store.MaxReplicas,
 		ListenAddr:  s.Addr,
@@ -638,20 +636,13 @@ func (s *Server) ReadCounters() ReadCounters {
 	}
 }
 
-// leadersDigest is who leads each region this store hosts, as it knows
-// it ("region:leader-store" pairs): the cluster view's listing is not
+// leadersDigest changes whenever who leads a region this store hosts does,
+// as it knows it: the cluster view's listing is not
 // reused across a change of it.
 func (s *Server) leadersDigest() string {
-	regions := s.store.Regions()
-	slices.SortFunc(regions, func(a, b raftstore.RegionStatus) int { return cmp.Compare(a.Region.ID, b.Region.ID) })
-	var b strings.Builder
-	for _, rs := range regions {
-		b.WriteString(strconv.FormatUint(rs.Region.ID, 10))
-		b.WriteByte(':')
-		b.WriteString(strconv.FormatUint(rs.LeaderStoreID, 10))
-		b.WriteByte(' ')
-	}
-	return b.String()
+	// A count of changes, not a list of who leads what: the view reads it
+	// on every call, and a list grows with the regions.
+	return strconv.FormatUint(s.store.LeaderChanges(), 10)
 }
 
 // advertiseAddr is the address other stores and clients reach this store

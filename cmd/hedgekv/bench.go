@@ -31,7 +31,7 @@ func newBenchCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newBenchYCSBCmd(), newBenchPeerEtcdCmd(), newBenchEtcdWANCmd(), newBenchFollowerReadDCCmd(), newBenchHotRegionCmd(), newBenchHedgeTailCmd(), newBenchOverloadedCmd(), newBenchNodeKillCmd(), newBenchFollowerLeaseCmd(), newBenchScaleCmd(), newBenchWatchCmd())
+	cmd.AddCommand(newBenchYCSBCmd(), newBenchPeerEtcdCmd(), newBenchEtcdWANCmd(), newBenchFollowerReadDCCmd(), newBenchHotRegionCmd(), newBenchHedgeTailCmd(), newBenchOverloadedCmd(), newBenchNodeKillCmd(), newBenchFollowerLeaseCmd(), newBenchScaleCmd(), newBenchWatchCmd(), newBenchRegionsCmd())
 	cmd.Long = benchLong(cmd.Commands())
 	return cmd
 }

@@ -104,6 +104,8 @@ func (f *regionsFlags) print(ctx context.Context, a *app, cli *client.Client, re
 
 func newCtlRegionsCmd(a *app) *cobra.Command {
 	var f regionsFlags
+	var limit int
+	var startKey string
 	cmd := &cobra.Command{
 		Use:   "regions",
 		Short: "List the regions in key order: range, epoch, leader, replicas, size, keys",
@@ -116,7 +118,9 @@ escaped form of docs/design.md (the key itself when it is printable UTF-8
 without a backslash, else \\ and \xHH escapes) in the table; -w json
 gives them as JSON strings (start_key_base64/end_key_base64 for keys that
 are not UTF-8). A leader or replica on a store that is down is marked
-(down).
+(down). --limit N lists a page of at most N regions from the one holding
+--start-key (each store reads only its page: for clusters of thousands of
+regions) and, if more follow, says on stderr where the next page starts.
 
 ` + viewAgeHelp,
 		Args: exactArgs(),
@@ -124,16 +128,37 @@ are not UTF-8). A leader or replica on a store that is down is marked
 			if _, err := f.out.json(); err != nil {
 				return err
 			}
+			if limit < 0 {
+				return usagef("--limit must not be negative")
+			}
+			if limit == 0 && startKey != "" {
+				return usagef("--start-key applies with --limit only")
+			}
 			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
-				regions, err := cli.Regions(ctx)
+				if limit == 0 {
+					regions, err := cli.Regions(ctx)
+					if err != nil {
+						return err
+					}
+					return f.print(ctx, a, cli, regions, false)
+				}
+				regions, next, err := cli.RegionsPage(ctx, []byte(startKey), limit)
 				if err != nil {
 					return err
 				}
-				return f.print(ctx, a, cli, regions, false)
+				if err := f.print(ctx, a, cli, regions, false); err != nil {
+					return err
+				}
+				if next != nil {
+					fmt.Fprintf(a.stderr, "more regions: the next page starts at --start-key %s\n", region.FormatKey(next))
+				}
+				return nil
 			})
 		}),
 	}
 	f.register(cmd)
+	cmd.Flags().IntVar(&limit, "limit", 0, "list at most this many regions, a page from --start-key (0: every region)")
+	cmd.Flags().StringVar(&startKey, "start-key", "", "with --limit: the page starts at the region holding this key")
 	return cmd
 }
 
@@ -150,7 +175,8 @@ func newCtlRegionCmd(a *app) *cobra.Command {
 				return err
 			}
 			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
-				regions, err := cli.Regions(ctx)
+				// A page of one: the stores read the region holding key alone.
+				regions, _, err := cli.RegionsPage(ctx, key, 1)
 				if err != nil {
 					return err
 				}

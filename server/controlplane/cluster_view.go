@@ -238,6 +238,10 @@ func (v *clusterView) collect(ctx context.Context) []*kvpb.Store {
 				}
 			}
 			removing = append(removing, st.GetRemovingStores()...)
+			for _, id := range st.GetReplicaStores() {
+				hosted[id] = true
+			}
+			// A store of an earlier version lists its regions instead.
 			for _, r := range st.GetRegions() {
 				for _, p := range r.GetRegion().GetPeers() {
 					hosted[p.GetStoreId()] = true
@@ -290,7 +294,10 @@ func (v *clusterView) storeInfo(ctx context.Context, id uint64) (*kvpb.Store, *k
 	}
 	ctx, cancel := context.WithTimeout(ctx, v.timeout)
 	defer cancel()
-	st, err := kvpb.NewAdminClient(conn).Status(ctx, &kvpb.StatusRequest{})
+	// A summary: every store's whole region list every second would cost
+	// more than the rest of an idle store's work with thousands of regions.
+	req := &kvpb.StatusRequest{Summary: true}
+	st, err := kvpb.NewAdminClient(conn).Status(ctx, req)
 	if cs := conn.GetState(); status.Code(err) == codes.Unavailable && (cs == connectivity.TransientFailure || cs == connectivity.Idle) {
 		// Refused at once because the connection is waiting out its
 		// reconnect back-off (up to 2 s after the store went away) or
@@ -300,7 +307,7 @@ func (v *clusterView) storeInfo(ctx context.Context, id uint64) (*kvpb.Store, *k
 		kvpb.ResetBackoff(conn)
 		conn.Connect()
 		if conn.WaitForStateChange(ctx, cs) {
-			st, err = kvpb.NewAdminClient(conn).Status(ctx, &kvpb.StatusRequest{})
+			st, err = kvpb.NewAdminClient(conn).Status(ctx, req)
 		}
 	}
 	if err != nil {
@@ -325,7 +332,8 @@ func (v *clusterView) fromStatus(info *kvpb.Store, st *kvpb.StatusResponse) *kvp
 	info.Zone = st.GetZone()
 	info.ZoneAddresses = maps.Clone(st.GetZoneAddresses())
 	info.LeaderCount = st.GetLeaderCount()
-	info.RegionCount = uint64(len(st.GetRegions()))
+	// A store of an earlier version sets no region_count.
+	info.RegionCount = max(st.GetRegionCount(), uint64(len(st.GetRegions())))
 	return info
 }
 

@@ -219,7 +219,7 @@ func (p *Plane) answersAs(ctx context.Context, id uint64) bool {
 	var st *kvpb.StatusResponse
 	err := p.callDirect(ctx, id, StoreStatusTimeout, func(ctx context.Context, a kvpb.AdminClient) error {
 		var err error
-		st, err = a.Status(ctx, &kvpb.StatusRequest{})
+		st, err = a.Status(ctx, &kvpb.StatusRequest{Summary: true})
 		return err
 	})
 	return err == nil && st.GetStoreId() == id

@@ -61,7 +61,7 @@ type Config struct {
 // and the store exist.
 type Deps struct {
 	Transport Transport
-	// Local answers this store's own Status.
+	// Local answers this store's own Status, as a summary (no regions).
 	Local func() *kvpb.StatusResponse
 	// Leaders is a digest of who leads each region this store hosts.
 	Leaders func() string

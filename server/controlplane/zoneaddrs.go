@@ -276,7 +276,7 @@ func (p *Plane) askStatus(ids []uint64) {
 			var st *kvpb.StatusResponse
 			err := p.callDirect(p.deps.Context, id, StoreStatusTimeout, func(ctx context.Context, a kvpb.AdminClient) error {
 				var err error
-				st, err = a.Status(ctx, &kvpb.StatusRequest{})
+				st, err = a.Status(ctx, &kvpb.StatusRequest{Summary: true})
 				return err
 			})
 			if err != nil || st.GetStoreId() != id {
