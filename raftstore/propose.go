@@ -34,8 +34,9 @@ func (s *Store) Delete(ctx context.Context, opts WriteOptions, key []byte) error
 // With opts.Forward a follower takes the command too (see WriteOptions)
 // and returns the result of its own apply, which is the leader's: applies
 // are deterministic. It waits at most forwardWait for it, as etcd bounds
-// a request: a leader may drop a forwarded proposal without a word (while
-// it hands its leadership over, or over its uncommitted-size limit).
+// a request: a leader may drop a forwarded proposal without a word (over
+// its uncommitted-size limit; one dropped during a leadership transfer
+// is held for the next leader, heldprops.go).
 func (s *Store) Propose(ctx context.Context, opts WriteOptions, key []byte, payload []byte) ([]byte, error) {
 	if s.cfg.Applier == nil {
 		return nil, ErrNoApplier
