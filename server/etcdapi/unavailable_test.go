@@ -44,15 +44,7 @@ func TestWatchWaitsForReplicaApplyingSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := &unservingStore{Store: c.Server(1).Store()}
-	g := grpc.NewServer()
-	svc := etcdapi.Register(g, etcdapi.Config{Store: store})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(func() { svc.Stop(); g.Stop() })
-	cli := client(t, lis.Addr().String())
+	cli := client(t, serveAPI(t, store))
 
 	store.fails.Store(4)
 	wctx, cancel := context.WithCancel(ctx)
@@ -97,6 +89,20 @@ func TestWriteWaitsForTheKeyspaceRoute(t *testing.T) {
 	}
 	leader := c.LeaderStore(etcdRegion(t, c).ID)
 	store := &unroutedStore{Store: c.Server(leader).Store()}
+	addr := serveAPI(t, store)
+	store.fails.Store(3)
+	if _, err := client(t, addr).Put(ctx, "route/a", "1"); err != nil {
+		t.Fatalf("put while the store finds no region for the key: %v", err)
+	}
+	if n := store.fails.Load(); n >= 0 {
+		t.Fatalf("the store was asked %d times, want more than 3", 3-n)
+	}
+}
+
+// serveAPI serves the etcd API over store, alone, on a free loopback port
+// until the test ends, and returns its address.
+func serveAPI(t *testing.T, store etcdapi.Store) string {
+	t.Helper()
 	g := grpc.NewServer()
 	svc := etcdapi.Register(g, etcdapi.Config{Store: store})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -105,11 +111,5 @@ func TestWriteWaitsForTheKeyspaceRoute(t *testing.T) {
 	}
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(func() { svc.Stop(); g.Stop() })
-	store.fails.Store(3)
-	if _, err := client(t, lis.Addr().String()).Put(ctx, "route/a", "1"); err != nil {
-		t.Fatalf("put while the store finds no region for the key: %v", err)
-	}
-	if n := store.fails.Load(); n >= 0 {
-		t.Fatalf("the store was asked %d times, want more than 3", 3-n)
-	}
+	return lis.Addr().String()
 }
