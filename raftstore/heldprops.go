@@ -40,28 +40,23 @@ func (p *Peer) holdPropLocked(m raftpb.Message, now time.Time, keep time.Duratio
 
 // restepHeldPropsLocked steps the held proposals again once this peer
 // leads with no transfer in flight or follows a known leader, and drops
-// those held too long. It reports whether it stepped any (the peer has a
-// Ready then).
-func (p *Peer) restepHeldPropsLocked(now time.Time) bool {
+// those held too long. Its callers' rounds take the Ready that makes.
+func (p *Peer) restepHeldPropsLocked(now time.Time) {
 	if len(p.heldProps) == 0 {
-		return false
+		return
 	}
 	st := p.rn.BasicStatus()
 	ready := (st.RaftState == raft.StateLeader && st.LeadTransferee == 0) ||
 		(st.RaftState == raft.StateFollower && st.Lead != 0)
 	kept := p.heldProps[:0]
-	stepped := false
 	for _, h := range p.heldProps {
 		switch {
 		case ready:
-			if p.rn.Step(h.msg) == nil {
-				stepped = true
-			}
+			_ = p.rn.Step(h.msg) // dropped again: as raft would have
 		case now.Before(h.giveUpAt):
 			kept = append(kept, h)
 		}
 	}
 	clear(p.heldProps[len(kept):])
 	p.heldProps = kept
-	return stepped
 }

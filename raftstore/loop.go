@@ -812,11 +812,11 @@ func (p *Peer) batchProposalsLocked() {
 		// Keep only the forwarded ones, and only with a leader to go to.
 		kept, keptIDs := ents[:0], ids[:0]
 		for i, id := range ids {
-			if pr, ok := p.proposals[id]; ok && pr.forwarded && p.lead != 0 {
+			pr, ok := p.proposals[id]
+			switch {
+			case ok && pr.forwarded && p.lead != 0:
 				kept, keptIDs = append(kept, ents[i]), append(keptIDs, id)
-				continue
-			}
-			if pr, ok := p.proposals[id]; ok {
+			case ok:
 				delete(p.proposals, id)
 				pr.finish(refused)
 			}

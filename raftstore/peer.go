@@ -266,9 +266,6 @@ func (p *Peer) failProposalsLocked(err error) {
 // this store did, failed writes that were about to apply, and every
 // leadership transfer of the balancer cost a burst of errors.
 func (p *Peer) orphanProposalsLocked(giveUpAt time.Time, forwardedOnly bool) {
-	if len(p.proposals) == 0 {
-		return
-	}
 	for _, pr := range p.proposals {
 		if (forwardedOnly && !pr.forwarded) || !pr.giveUpAt.IsZero() {
 			continue

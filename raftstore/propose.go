@@ -143,10 +143,11 @@ func (s *Store) queueProposal(opts WriteOptions, cmd command, wait func(*proposa
 	p.queued = append(p.queued, raftpb.Entry{Data: cmd.encode()})
 	p.queuedIDs = append(p.queuedIDs, cmd.id)
 	s.stats.proposals.Add(1)
-	pr := &proposal{term: st.Term, proposed: proposed, forwarded: forward}
+	term := st.Term
 	if forward {
-		pr.term = 0
+		term = 0 // raft gives it a term at the leader
 	}
+	pr := &proposal{term: term, proposed: proposed, forwarded: forward}
 	wait(pr)
 	p.proposals[cmd.id] = pr
 	p.mu.Unlock()
