@@ -20,14 +20,12 @@ package bench
 // of that one.
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -784,7 +782,7 @@ const readIndexRoundsMetric = "hedgekv_store_read_index_rtt_seconds_count"
 func scrapeReadIndexRounds(ctx context.Context, statusAddrs map[uint64]string) map[uint64]float64 {
 	out := map[uint64]float64{}
 	for id, addr := range statusAddrs {
-		if m, err := scrapeMetrics(ctx, addr, readIndexRoundsMetric); err == nil {
+		if m, err := scrapeMetrics(ctx, addr, 5*time.Second, readIndexRoundsMetric); err == nil {
 			out[id] = m[readIndexRoundsMetric]
 		}
 	}
@@ -804,38 +802,6 @@ func readIndexServedBy(store uint64, zone string, before, after map[uint64]float
 		rounds = []string{"none"}
 	}
 	return fmt.Sprintf("store %d (%s); ReadIndex batches: %s", store, zone, strings.Join(rounds, ", "))
-}
-
-// scrapeMetrics reads the values of the unlabelled samples named from a
-// store's /metrics.
-func scrapeMetrics(ctx context.Context, statusAddr string, names ...string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+statusAddr+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", statusAddr, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: %s", statusAddr, resp.Status)
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), " ")
-		if !ok || !slices.Contains(names, name) {
-			continue
-		}
-		if n, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err == nil {
-			out[name] = n
-		}
-	}
-	return out, sc.Err()
 }
 
 // ---- results ---------------------------------------------------------------

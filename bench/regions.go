@@ -306,40 +306,16 @@ func splitInto(ctx context.Context, cli *client.Client, n, conc int, prog *Progr
 // storeGauges scrapes a store's /metrics for the figures this scenario
 // reports.
 func storeGauges(ctx context.Context, addr string) (regions, hibernating, goroutines int, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	const (
+		regionsMetric     = "hedgekv_store_regions"
+		hibernatingMetric = "hedgekv_store_hibernating_regions"
+		goroutinesMetric  = "go_goroutines"
+	)
+	m, err := scrapeMetrics(ctx, addr, 10*time.Second, regionsMetric, hibernatingMetric, goroutinesMetric)
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("scrape %s: %w", addr, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("scrape %s: %w", addr, err)
-	}
-	for line := range strings.SplitSeq(string(body), "\n") {
-		name, v, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		f, perr := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if perr != nil {
-			continue
-		}
-		switch name {
-		case "hedgekv_store_regions":
-			regions = int(f)
-		case "hedgekv_store_hibernating_regions":
-			hibernating = int(f)
-		case "go_goroutines":
-			goroutines = int(f)
-		}
-	}
-	return regions, hibernating, goroutines, nil
+	return int(m[regionsMetric]), int(m[hibernatingMetric]), int(m[goroutinesMetric]), nil
 }
 
 // waitHibernating waits until every store hosts n regions, all but 1% of

@@ -182,3 +182,35 @@ func scrapeCluster(ctx context.Context, addrs []string, method string) (ServerHi
 	}
 	return sum, errors.Join(errs...)
 }
+
+// scrapeMetrics reads the values of the unlabelled samples named from a
+// store's /metrics, waiting at most timeout.
+func scrapeMetrics(ctx context.Context, statusAddr string, timeout time.Duration, names ...string) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+statusAddr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", statusAddr, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %s", statusAddr, resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !slices.Contains(names, name) {
+			continue
+		}
+		if n, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err == nil {
+			out[name] = n
+		}
+	}
+	return out, sc.Err()
+}
