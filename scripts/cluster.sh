@@ -68,6 +68,9 @@
 #   FAULTS=1          start servers with --allow-faults
 #   FOLLOWER_LEASES=1 start servers with --follower-leases (followers serve
 #                     linearizable reads locally from read leases)
+#   ETCD_READ_MODE    pass --etcd-read-mode to the servers: who answers a
+#                     linearizable etcd Range whose session names no mode
+#                     (leader, follower or stale; default: leader)
 #   TICK              pass --tick TICK to the servers (e.g. 50ms)
 #   START_TIMEOUT     seconds `start`/`restart`/`add` wait for leaders (default: 30)
 #   REMOVE_TIMEOUT    seconds `remove` waits for the replicas to move (default: 120)
@@ -462,6 +465,7 @@ server_args() {
 	if [[ -n ${TICK:-} ]]; then SERVER_ARGS+=(--tick "$TICK"); fi
 	if [[ ${FAULTS:-0} == 1 ]]; then SERVER_ARGS+=(--allow-faults); fi
 	if [[ ${FOLLOWER_LEASES:-0} == 1 ]]; then SERVER_ARGS+=(--follower-leases); fi
+	if [[ -n ${ETCD_READ_MODE:-} ]]; then SERVER_ARGS+=(--etcd-read-mode "$ETCD_READ_MODE"); fi
 	if [[ -n $BALANCE_FLAG ]]; then SERVER_ARGS+=(--balance-interval "$BALANCE_FLAG"); fi
 	if ((TLS_ON)); then
 		local d
