@@ -445,6 +445,25 @@ func (s *Store) RegionsFrom(start []byte, limit int) (out []RegionStatus, more b
 	return out, more
 }
 
+// Term is the raft term known to this store's replica of the region
+// holding key (false: no initialized replica here). It is a RegionStatus's
+// Term without the rest, for answers that carry it on every request.
+func (s *Store) Term(key []byte) (uint64, bool) {
+	s.mu.RLock()
+	r, ok := s.ranges.Lookup(key)
+	s.mu.RUnlock()
+	if !ok {
+		return 0, false
+	}
+	p, ok := s.peer(r.ID)
+	if !ok {
+		return 0, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.term, p.initialized
+}
+
 // regionStatus is one initialized peer's RegionStatus (false if it is not
 // initialized). It takes the peer's lock.
 func (s *Store) regionStatus(p *Peer, now time.Time) (RegionStatus, bool) {
