@@ -101,7 +101,7 @@ var PeerVariants = []PeerVariant{
 		WANRead: "local follower, bounded staleness"},
 	// hedgekv through its etcd API, with the etcd variants' binding.
 	{Name: "hedgekv-etcd-linearizable", System: SystemHedgeKV, EtcdAPI: true, Linearizable: true,
-		Read:    "linearizable (read mode leader: lease / ReadIndex)",
+		Read:    "linearizable (the stores' default read mode: leader unless --etcd-read-mode)",
 		WANRead: "linearizable, at the local store, forwarded to the remote leader (lease)"},
 	{Name: "hedgekv-etcd-follower", System: SystemHedgeKV, EtcdAPI: true, Linearizable: true,
 		Read:    "linearizable (read mode follower: ReadIndex)",

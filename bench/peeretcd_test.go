@@ -111,7 +111,7 @@ func TestPeerEtcdHedgeKVEtcdAPI(t *testing.T) {
 		{"etcdkv-running-cluster", EtcdBindingNative, true, []string{"c"}, etcdAPI,
 			"| c | hedgekv | etcd: etcdkv | serializable (local, may be stale) |"},
 		{"go-ycsb", EtcdBindingGoYCSB, false, []string{"a", "scan"}, etcdAPI[:1],
-			"| scan | hedgekv | etcd: go-ycsb's | linearizable (read mode leader: lease / ReadIndex) |"},
+			"| scan | hedgekv | etcd: go-ycsb's | linearizable (the stores' default read mode: leader unless --etcd-read-mode) |"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
