@@ -20,6 +20,10 @@ const (
 	opDelete
 	opSplit // key: the split key; value: encodeSplit
 	opApply // key: routes it; value: the Applier's payload (Store.Propose)
+	// opAllocRegionID takes the next region ID from the cluster's counter
+	// (region.Region.LastRegionID); key: empty (the first region); value:
+	// the proposer's floor, 8 bytes (regionid.go).
+	opAllocRegionID
 )
 
 type command struct {
@@ -51,7 +55,7 @@ func decodeCommand(b []byte) (command, error) {
 	c.key = rest[w : w+int(n)]
 	c.value = rest[w+int(n):]
 	switch c.op {
-	case opPut, opDelete, opSplit, opApply:
+	case opPut, opDelete, opSplit, opApply, opAllocRegionID:
 	default:
 		return command{}, fmt.Errorf("command: unknown op %d: %w", c.op, errCorrupt)
 	}

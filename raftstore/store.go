@@ -44,6 +44,9 @@ type Store struct {
 	stats stats
 	snaps *snapshots // snapshot sources and received files (snapstream.go)
 	view  ClusterView
+	// regionIDs: where region IDs come from when this store holds no
+	// replica of the first region (regionid.go).
+	regionIDs RegionIDSource
 	// sweepAt is when the Ready loop next sweeps snapshot sources and
 	// files (sweepSnapshots); only the loop touches it.
 	sweepAt time.Time

@@ -34,6 +34,12 @@ type Region struct {
 	EndKey   []byte
 	Epoch    Epoch
 	Peers    []Peer
+	// LastRegionID is the cluster's region ID counter: the last ID it
+	// handed out. Only the first region (StartKey empty, which every
+	// split leaves on the left) holds it; every other region's is 0. It
+	// is replicated state like the rest of the descriptor: raft entries
+	// move it and snapshots carry it.
+	LastRegionID uint64 `json:",omitempty"`
 }
 
 // Contains reports whether key falls inside the region's range.
@@ -75,7 +81,7 @@ func (r *Region) Voters() []Peer {
 // Clone returns a deep copy, so a caller may keep it without sharing slices
 // with the store's live metadata.
 func (r *Region) Clone() Region {
-	c := Region{ID: r.ID, Epoch: r.Epoch}
+	c := Region{ID: r.ID, Epoch: r.Epoch, LastRegionID: r.LastRegionID}
 	c.StartKey = append([]byte(nil), r.StartKey...)
 	c.EndKey = append([]byte(nil), r.EndKey...)
 	c.Peers = append([]Peer(nil), r.Peers...)
@@ -123,6 +129,7 @@ func Split(r Region, key []byte, newID uint64, newPeerIDs []uint64) (left, right
 	right = r.Clone()
 	left.EndKey = append([]byte(nil), key...)
 	right.ID = newID
+	right.LastRegionID = 0 // the counter stays with the first region
 	right.StartKey = append([]byte(nil), key...)
 	for i := range right.Peers {
 		right.Peers[i].ID = newPeerIDs[i]
