@@ -1,0 +1,243 @@
+package etcdapi_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/hedgekv/hedgekv/server/etcdapi"
+)
+
+// seen is an event as a test compares it: what changed, at which
+// revision, and the value before.
+type seen struct {
+	rev       int64
+	del       bool
+	key, val  string
+	prev      string
+	prevFound bool
+}
+
+func (e seen) String() string {
+	op := "put"
+	if e.del {
+		op = "del"
+	}
+	return fmt.Sprintf("%d %s %s=%q (prev %q, %v)", e.rev, op, e.key, e.val, e.prev, e.prevFound)
+}
+
+func seenOf(ev *clientv3.Event) seen {
+	e := seen{rev: ev.Kv.ModRevision, del: ev.Type == mvccpb.DELETE, key: string(ev.Kv.Key), val: string(ev.Kv.Value)}
+	if ev.PrevKv != nil {
+		e.prev, e.prevFound = string(ev.PrevKv.Value), true
+	}
+	return e
+}
+
+// collect reads wc's events until one at or after rev arrived, or d
+// passed (an error then).
+func collect(t *testing.T, wc clientv3.WatchChan, rev int64, d time.Duration) []seen {
+	t.Helper()
+	var out []seen
+	timeout := time.After(d)
+	for len(out) == 0 || out[len(out)-1].rev < rev {
+		select {
+		case r, ok := <-wc:
+			if !ok {
+				t.Fatalf("watch closed after %d events, want up to revision %d", len(out), rev)
+			}
+			if err := r.Err(); err != nil {
+				t.Fatalf("watch: %v", err)
+			}
+			for _, ev := range r.Events {
+				out = append(out, seenOf(ev))
+			}
+		case <-timeout:
+			t.Fatalf("after %v: %d events, the last %v; want up to revision %d", d, len(out), out[max(len(out)-1, 0):], rev)
+		}
+	}
+	return out
+}
+
+// sameEvents fails t unless got is want, event for event.
+func sameEvents(t *testing.T, what string, got, want []seen) {
+	t.Helper()
+	for i := range max(len(got), len(want)) {
+		var g, w seen
+		if i < len(got) {
+			g = got[i]
+		}
+		if i < len(want) {
+			w = want[i]
+		}
+		if g != w {
+			t.Fatalf("%s: event %d is %v, want %v (%d events, want %d)", what, i, g, w, len(got), len(want))
+		}
+	}
+}
+
+// created waits for wc's created notification.
+func created(t *testing.T, wc clientv3.WatchChan) {
+	t.Helper()
+	select {
+	case r := <-wc:
+		if !r.Created || r.Err() != nil {
+			t.Fatalf("first watch response %+v (%v), want created", r, r.Err())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("watch not created in 20s")
+	}
+}
+
+// A Watch on a store with no replica of the keyspace is proxied to one
+// that has: it sees the puts and deletes made through the other stores
+// once, in order, with prev_kv, and history from an old revision; when
+// the store it is proxied to stops, the proxy resumes elsewhere from the
+// last revision it delivered, and the client sees no gap and no
+// duplicate. Once the client leaves, the proxy has stopped everything it
+// started.
+func TestWatchOnAStoreWithoutAReplica(t *testing.T) {
+	ctx := ctxFor(t, 150*time.Second)
+	var upstream atomic.Uint64
+	var proxies atomic.Int64
+	knobs := &etcdapi.TestingKnobs{
+		OnWatchUpstream: func(from, to uint64) {
+			if from == outsider {
+				upstream.Store(to)
+			}
+		},
+		OnWatchProxy: func(store uint64, delta int) {
+			if store == outsider {
+				proxies.Add(int64(delta))
+			}
+		},
+	}
+	c := outsiderCluster(t, ctx, knobs)
+	var clis []*clientv3.Client
+	for _, ep := range c.Endpoints[:outsider-1] {
+		clis = append(clis, client(t, ep))
+	}
+
+	// History first: a put, another, a delete.
+	p, err := clis[0].Put(ctx, "w/a", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := p.Header.Revision
+	if _, err := clis[1].Put(ctx, "w/a", "2"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := clis[2].Delete(ctx, "w/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := client(t, c.Endpoints[outsider-1])
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	hist := cli.Watch(wctx, "w/", clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithPrevKV())
+	sameEvents(t, "watch from an old revision", collect(t, hist, d.Header.Revision, 20*time.Second), []seen{
+		{rev: from, key: "w/a", val: "1"},
+		{rev: from + 1, key: "w/a", val: "2", prev: "1", prevFound: true},
+		{rev: from + 2, del: true, key: "w/a", prev: "2", prevFound: true},
+	})
+
+	// A live watch on the same stream, and writes through the other
+	// stores in turn.
+	live := cli.Watch(wctx, "w/", clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify())
+	created(t, live)
+	var want []seen
+	vals := map[string]string{}
+	var last int64
+	write := func(cli *clientv3.Client, i int) error {
+		key := fmt.Sprintf("w/%d", i%5)
+		if prev, ok := vals[key]; ok && i%3 == 0 {
+			r, err := cli.Delete(ctx, key)
+			if err != nil {
+				return err
+			}
+			want = append(want, seen{rev: r.Header.Revision, del: true, key: key, prev: prev, prevFound: true})
+			delete(vals, key)
+			last = r.Header.Revision
+			return nil
+		}
+		val := fmt.Sprint(i)
+		r, err := cli.Put(ctx, key, val)
+		if err != nil {
+			return err
+		}
+		prev, ok := vals[key]
+		want = append(want, seen{rev: r.Header.Revision, key: key, val: val, prev: prev, prevFound: ok})
+		vals[key] = val
+		last = r.Header.Revision
+		return nil
+	}
+	for i := range 30 {
+		if err := write(clis[i%len(clis)], i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := collect(t, live, last, 20*time.Second)
+	sameEvents(t, "live watch", got, want)
+	mark, phase1 := last, append([]seen(nil), want...)
+
+	// Stop the store the watches are proxied to, and write on through
+	// the others meanwhile and after. A write refused while the region
+	// elects a leader is tried again; one whose outcome is unknown may
+	// have applied, so what the watches must see from here on is read
+	// from a replica's own watch.
+	gone := upstream.Load()
+	if gone == 0 || gone == outsider {
+		t.Fatalf("the proxy's upstream store is %d", gone)
+	}
+	var writers []*clientv3.Client
+	for i, cl := range clis {
+		if uint64(i+1) != gone {
+			writers = append(writers, cl)
+		}
+	}
+	var stopped sync.WaitGroup
+	stopped.Go(func() { c.Server(gone).Stop() })
+	for i := 30; i < 60; i++ {
+		for attempt := 0; ; attempt++ {
+			err := write(writers[i%len(writers)], i)
+			if err == nil {
+				break
+			}
+			if attempt > 50 || ctx.Err() != nil {
+				t.Fatalf("write %d: %v", i, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	stopped.Wait()
+	truth := collect(t, writers[0].Watch(wctx, "w/", clientv3.WithPrefix(), clientv3.WithRev(mark+1), clientv3.WithPrevKV()), last, 30*time.Second)
+	sameEvents(t, "live watch across its upstream's stop", collect(t, live, last, 30*time.Second), truth)
+	if up := upstream.Load(); up == gone {
+		t.Errorf("the proxy still names store %d, stopped, as its upstream", gone)
+	}
+	// The watch from history, on the same stream, resumed too.
+	sameEvents(t, "old watch across its upstream's stop", collect(t, hist, last, 10*time.Second), append(phase1, truth...))
+
+	// Nothing more arrives (no duplicate sent late).
+	select {
+	case r := <-live:
+		if len(r.Events) > 0 {
+			t.Fatalf("unexpected events after the last write: %v", r.Events)
+		}
+	case <-time.After(500 * time.Millisecond):
+	}
+
+	wcancel()
+	_ = cli.Close()
+	for deadline := time.Now().Add(10 * time.Second); proxies.Load() != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d watch proxies still running after their client left", proxies.Load())
+		}
+	}
+}
