@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/hedgekv/hedgekv/server/etcdapi"
 )
@@ -235,6 +238,197 @@ func TestWatchOnAStoreWithoutAReplica(t *testing.T) {
 
 	wcancel()
 	_ = cli.Close()
+	for deadline := time.Now().Add(10 * time.Second); proxies.Load() != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d watch proxies still running after their client left", proxies.Load())
+		}
+	}
+}
+
+// rawWatch is a Watch stream of etcd's own protocol, read in the
+// background so each wait is bounded.
+type rawWatch struct {
+	t      *testing.T
+	stream pb.Watch_WatchClient
+	resps  chan *pb.WatchResponse
+	errc   chan error
+}
+
+func openRawWatch(t *testing.T, ctx context.Context, endpoint string) *rawWatch {
+	t.Helper()
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	stream, err := pb.NewWatchClient(conn).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &rawWatch{t: t, stream: stream, resps: make(chan *pb.WatchResponse, 100), errc: make(chan error, 1)}
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				w.errc <- err
+				return
+			}
+			w.resps <- r
+		}
+	}()
+	return w
+}
+
+func (w *rawWatch) send(req *pb.WatchRequest) {
+	w.t.Helper()
+	if err := w.stream.Send(req); err != nil {
+		w.t.Fatalf("send %v: %v", req, err)
+	}
+}
+
+func (w *rawWatch) create(cr *pb.WatchCreateRequest) {
+	w.t.Helper()
+	w.send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: cr}})
+}
+
+// next is the stream's next response, within d.
+func (w *rawWatch) next(d time.Duration) *pb.WatchResponse {
+	w.t.Helper()
+	select {
+	case r := <-w.resps:
+		return r
+	case err := <-w.errc:
+		w.t.Fatalf("watch stream ended: %v", err)
+	case <-time.After(d):
+		w.t.Fatalf("no watch response in %v", d)
+	}
+	return nil
+}
+
+// quiet fails unless nothing arrives for d.
+func (w *rawWatch) quiet(d time.Duration) {
+	w.t.Helper()
+	select {
+	case r := <-w.resps:
+		w.t.Fatalf("unexpected watch response %v", r)
+	case <-time.After(d):
+	}
+}
+
+// A proxied Watch stream has a replica's semantics: the client's watch
+// IDs (its own and the server's picks), a duplicate ID refused, filters,
+// prev_kv, cancel, progress requests and notifications, a watch from
+// compacted history cancelled with the compaction revision; closing the
+// stream stops the proxy.
+func TestWatchOnAStoreWithoutAReplicaSemantics(t *testing.T) {
+	ctx := ctxFor(t, 120*time.Second)
+	var proxies atomic.Int64
+	c := outsiderCluster(t, ctx, &etcdapi.TestingKnobs{OnWatchProxy: func(store uint64, delta int) {
+		if store == outsider {
+			proxies.Add(int64(delta))
+		}
+	}})
+	writer := client(t, c.Endpoints[0])
+	const d = 20 * time.Second
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	w := openRawWatch(t, sctx, c.Endpoints[outsider-1])
+
+	// Deletes of s/ only, with the value before; s/x alone, its ID the
+	// server's pick; a duplicate ID.
+	w.create(&pb.WatchCreateRequest{WatchId: 7, Key: []byte("s/"), RangeEnd: []byte("s0"), PrevKv: true,
+		Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT}})
+	if r := w.next(d); !r.Created || r.Canceled || r.WatchId != 7 {
+		t.Fatalf("create 7: %v", r)
+	}
+	w.create(&pb.WatchCreateRequest{Key: []byte("s/x")})
+	if r := w.next(d); !r.Created || r.Canceled || r.WatchId != 0 {
+		t.Fatalf("create with no ID: %v, want ID 0", r)
+	}
+	w.create(&pb.WatchCreateRequest{WatchId: 7, Key: []byte("other")})
+	if r := w.next(d); !r.Created || !r.Canceled || r.WatchId != 7 {
+		t.Fatalf("create 7 again: %v, want refused", r)
+	}
+
+	put := func(k, v string) int64 {
+		t.Helper()
+		r, err := writer.Put(ctx, k, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Header.Revision
+	}
+	del := func(k string) int64 {
+		t.Helper()
+		r, err := writer.Delete(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Header.Revision
+	}
+	putX := put("s/x", "1")
+	put("s/y", "1")
+	delX := del("s/x")
+	byID := map[int64][]*mvccpb.Event{}
+	for len(byID[0]) < 2 || len(byID[7]) < 1 {
+		r := w.next(d)
+		if r.Created || r.Canceled {
+			t.Fatalf("unexpected %v", r)
+		}
+		byID[r.WatchId] = append(byID[r.WatchId], r.Events...)
+	}
+	if ev := byID[0]; len(ev) != 2 || ev[0].Kv.ModRevision != putX || ev[0].Type != mvccpb.PUT || ev[1].Kv.ModRevision != delX || ev[1].Type != mvccpb.DELETE || ev[0].PrevKv != nil {
+		t.Fatalf("watch 0 got %v; want the put at %d and the delete at %d of s/x, no prev_kv", ev, putX, delX)
+	}
+	if ev := byID[7]; len(ev) != 1 || ev[0].Type != mvccpb.DELETE || ev[0].Kv.ModRevision != delX || string(ev[0].PrevKv.GetValue()) != "1" {
+		t.Fatalf("watch 7 got %v; want the delete of s/x at %d with its value before", ev, delX)
+	}
+
+	// A progress request is answered for the stream (ID -1).
+	w.send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}})
+	if r := w.next(d); r.WatchId != -1 || len(r.Events) > 0 || r.Header.GetRevision() < delX {
+		t.Fatalf("progress: %v, want ID -1 at %d or later", r, delX)
+	}
+
+	// Cancelled, watch 0 sees nothing more; 7 still sees deletes.
+	w.send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{CancelRequest: &pb.WatchCancelRequest{WatchId: 0}}})
+	if r := w.next(d); !r.Canceled || r.WatchId != 0 {
+		t.Fatalf("cancel 0: %v", r)
+	}
+	put("s/x", "2")
+	delY := del("s/y")
+	if r := w.next(d); r.WatchId != 7 || len(r.Events) != 1 || r.Events[0].Kv.ModRevision != delY {
+		t.Fatalf("after the cancel: %v, want watch 7's delete of s/y at %d", r, delY)
+	}
+
+	// History before the compaction is gone: the watch is created, then
+	// cancelled with the compaction revision.
+	if _, err := writer.Compact(ctx, delY); err != nil {
+		t.Fatal(err)
+	}
+	w.create(&pb.WatchCreateRequest{WatchId: 9, Key: []byte("s/"), RangeEnd: []byte("s0"), StartRevision: putX})
+	if r := w.next(d); !r.Created || r.WatchId != 9 {
+		t.Fatalf("create from compacted history: %v", r)
+	}
+	if r := w.next(d); !r.Canceled || r.Created || r.WatchId != 9 || r.CompactRevision != delY {
+		t.Fatalf("watch from compacted history: %v, want cancelled with compact_revision %d", r, delY)
+	}
+
+	// An idle watch that asked for progress notifications gets one.
+	w.create(&pb.WatchCreateRequest{WatchId: 11, Key: []byte("quiet"), ProgressNotify: true})
+	if r := w.next(d); !r.Created || r.WatchId != 11 {
+		t.Fatalf("create 11: %v", r)
+	}
+	if r := w.next(15 * time.Second); r.WatchId != 11 || len(r.Events) > 0 || r.Header.GetRevision() < delY {
+		t.Fatalf("progress notification: %v, want watch 11's at %d or later", r, delY)
+	}
+	w.quiet(200 * time.Millisecond)
+
+	// The client leaves: the proxy stops everything it started.
+	if err := w.stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	scancel()
 	for deadline := time.Now().Add(10 * time.Second); proxies.Load() != 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d watch proxies still running after their client left", proxies.Load())
