@@ -21,8 +21,9 @@ type TestingKnobs struct {
 	OnFallback func()
 	// OnWatchUpstream, if set, is told of each upstream stream a watch
 	// proxy (a store with no replica of the keyspace) opened: from the
-	// proxy's store to store to.
-	OnWatchUpstream func(from, to uint64)
+	// proxy's store to store to; cut breaks that stream, as a connection
+	// lost would.
+	OnWatchUpstream func(from, to uint64, cut func())
 	// OnWatchProxy, if set, is told when a watch proxy on store starts
 	// (delta 1) and when it has stopped everything it started (-1).
 	OnWatchProxy func(store uint64, delta int)

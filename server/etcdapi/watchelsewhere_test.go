@@ -110,7 +110,7 @@ func TestWatchOnAStoreWithoutAReplica(t *testing.T) {
 	var upstream atomic.Uint64
 	var proxies atomic.Int64
 	knobs := &etcdapi.TestingKnobs{
-		OnWatchUpstream: func(from, to uint64) {
+		OnWatchUpstream: func(from, to uint64, _ func()) {
 			if from == outsider {
 				upstream.Store(to)
 			}
@@ -434,4 +434,79 @@ func TestWatchOnAStoreWithoutAReplicaSemantics(t *testing.T) {
 			t.Fatalf("%d watch proxies still running after their client left", proxies.Load())
 		}
 	}
+}
+
+// TestWatchProxyResumesAcrossCuts: the proxy's upstream stream is cut
+// again and again while a writer writes; watches through the store with
+// no replica (of a prefix with prev_kv, of one key, filtered, from
+// history, on one stream) still see every event once, in revision order.
+func TestWatchProxyResumesAcrossCuts(t *testing.T) {
+	ctx := ctxFor(t, 120*time.Second)
+	var mu sync.Mutex
+	var cut func()
+	opened := 0
+	c := outsiderCluster(t, ctx, &etcdapi.TestingKnobs{OnWatchUpstream: func(from, _ uint64, c func()) {
+		if from == outsider {
+			mu.Lock()
+			cut, opened = c, opened+1
+			mu.Unlock()
+		}
+	}})
+	writer := client(t, c.Endpoints[0])
+	first, err := writer.Put(ctx, "cut", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := client(t, c.Endpoints[outsider-1])
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	var wg sync.WaitGroup
+	var ws []*watched
+	for _, spec := range []watchSpec{
+		{key: "c/", prefix: true, prevKV: true},
+		{key: "c/3"},
+		{key: "c/", prefix: true, noPut: true, prevKV: true},
+	} {
+		ws = append(ws, startWatch(t, wctx, cli, spec, &wg))
+	}
+
+	var keys []string
+	for i := range 10 {
+		keys = append(keys, fmt.Sprintf("c/%d", i))
+	}
+	var log writeLog
+	stop := make(chan struct{})
+	var writing sync.WaitGroup
+	writing.Go(func() { writeKeys(t, ctx, writer, keys, 100000, stop, &log) })
+	for deadline := time.Now().Add(20 * time.Second); log.last() < first.Header.Revision+20; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer made fewer than 20 writes in 20s")
+		}
+	}
+	ws = append(ws, startWatch(t, wctx, cli, watchSpec{key: "c/", prefix: true, start: first.Header.Revision + 1, prevKV: true}, &wg))
+	// Each cut once the proxy resumed from the last one, while the
+	// writer writes.
+	for i := range 10 {
+		time.Sleep(100 * time.Millisecond)
+		mu.Lock()
+		n := opened
+		cut()
+		mu.Unlock()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			mu.Lock()
+			resumed := opened > n
+			mu.Unlock()
+			if resumed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the proxy did not resume within 10s of cut %d", i+1)
+			}
+		}
+	}
+	close(stop)
+	writing.Wait()
+	checkWatched(t, ws, log.all())
+	wcancel()
+	wg.Wait()
 }

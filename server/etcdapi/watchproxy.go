@@ -197,7 +197,7 @@ func (p *watchProxy) connect() error {
 	go u.recv()
 	p.up = u
 	if fn := p.s.knobs().OnWatchUpstream; fn != nil {
-		fn(p.s.cfg.Store.ID(), store)
+		fn(p.s.cfg.Store.ID(), store, cancel)
 	}
 	// In the client's ID order: the upstream's responses to them are
 	// then in the order the client created them.
@@ -210,19 +210,22 @@ func (p *watchProxy) connect() error {
 	return nil
 }
 
+// recv hands the proxy what the upstream sends, then why it ended (its
+// context too: a stream cut from this side must be resumed as well).
 func (u *upstreamWatch) recv() {
 	defer close(u.done)
 	for {
 		r, err := u.cl.Recv()
-		if err != nil {
-			u.errc <- err
-			return
+		if err == nil {
+			select {
+			case u.resps <- r:
+				continue
+			case <-u.ctx.Done():
+				err = u.ctx.Err()
+			}
 		}
-		select {
-		case u.resps <- r:
-		case <-u.ctx.Done():
-			return
-		}
+		u.errc <- err
+		return
 	}
 }
 
