@@ -111,6 +111,12 @@ func (s *Store) queueProposal(opts WriteOptions, cmd command, wait func(*proposa
 	if err != nil {
 		return nil, 0, err
 	}
+	return s.queueOn(p, opts, cmd, wait)
+}
+
+// queueOn is queueProposal on a peer already routed to (a merge's
+// commands go to a frozen region, which route refuses).
+func (s *Store) queueOn(p *Peer, opts WriteOptions, cmd command, wait func(*proposal)) (*Peer, uint64, error) {
 	cmd.id = opts.RequestID
 	if cmd.id == 0 {
 		cmd.id = s.nextRequestID()
@@ -122,7 +128,7 @@ func (s *Store) queueProposal(opts WriteOptions, cmd command, wait func(*proposa
 		// A follower forwards only a Propose (Put and Delete deduplicate
 		// on the leader), and only to a leader it knows: raft would drop
 		// the entry otherwise, and the caller had better go elsewhere.
-		if !opts.Forward || cmd.op != opApply || p.lead == 0 || !p.initialized {
+		if !opts.Forward || !cmd.op.forwardable() || p.lead == 0 || !p.initialized {
 			err := p.notLeaderLocked()
 			p.mu.Unlock()
 			return nil, 0, err

@@ -161,6 +161,19 @@ func (s *Store) load() error {
 			return fmt.Errorf("region %d: %w", pp.region.ID, err)
 		}
 	}
+	// A stop between a merged region's snapshot and the forgetting of the
+	// frozen source it absorbed leaves both (merge.go, dropMergedBy).
+	for _, pp := range persisted {
+		if m := pp.region.Merge; m != nil {
+			if tp, ok := s.peer(m.Target); ok {
+				if t := tp.regionClone(); t.Contains(pp.region.StartKey) {
+					if err := s.dropMergedBy(t); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
 	return nil
 }
 

@@ -553,6 +553,32 @@ func (c *Cluster) Split(ctx context.Context, key []byte) error {
 	})
 }
 
+// Merge merges region leftID with its right neighbour through the store
+// leading leftID, retrying region errors (a merge rolled back because a
+// split or a transfer raced it is tried again) until ctx ends.
+func (c *Cluster) Merge(ctx context.Context, leftID uint64) (region.Region, error) {
+	attempt := 5 * time.Second
+	var last error
+	for {
+		if id, ok := c.Leader(leftID); ok {
+			if s, running := c.Store(id); running {
+				opCtx, cancel := context.WithTimeout(ctx, attempt)
+				r, err := s.Merge(opCtx, leftID)
+				cancel()
+				if err == nil || !Retryable(err) {
+					return r, err
+				}
+				last = err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return region.Region{}, fmt.Errorf("merge region %d: %w (last error: %v)", leftID, ctx.Err(), last)
+		case <-time.After(c.opts.TickInterval):
+		}
+	}
+}
+
 // Scan reads [start, end) across regions from their leaders, in key order.
 func (c *Cluster) Scan(ctx context.Context, start, end []byte, limit int) ([]raftstore.KV, error) {
 	var out []raftstore.KV
