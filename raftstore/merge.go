@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hedgekv/hedgekv/clock"
 	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/storage/engine"
 	"go.etcd.io/raft/v3/raftpb"
@@ -504,4 +505,133 @@ func (s *Store) dropMergedBy(r region.Region) error {
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// mergeSettleAfter is how long a region stays frozen before the merge
+// check of the store leading it settles the merge: longer than any
+// coordinator waits for one entry (forwardWait), twice.
+func (s *Store) mergeSettleAfter() time.Duration {
+	if d := s.cfg.Knobs.MergeSettleAfter; d > 0 {
+		return d
+	}
+	return 2 * s.forwardWait()
+}
+
+// mergeCheck runs in the background (Config.MergeCheckInterval). For each
+// region this store leads it settles a merge left frozen since
+// mergeSettleAfter (its coordinator stopped or gave up halfway): Merge
+// run again commits it or aborts and rolls it back. With automatic
+// merges on, it then merges at most one small region per round with its
+// right neighbour (TiKV's merge-check-tick and max-merge-region-size).
+func (s *Store) mergeCheck(t clock.Ticker) {
+	defer t.Stop()
+	type seen struct {
+		version uint64
+		since   time.Time
+	}
+	frozen := map[uint64]seen{} // frozen regions led here, since when
+	shape := map[uint64]seen{}  // every region here: its version, since when
+	for {
+		select {
+		case <-s.stopc:
+			return
+		case <-t.C():
+		}
+		now := s.now()
+		led := map[uint64]region.Region{}
+		here := map[uint64]bool{}
+		for _, st := range s.Regions() {
+			r := st.Region
+			here[r.ID] = true
+			if sh, ok := shape[r.ID]; !ok || sh.version != r.Epoch.Version {
+				shape[r.ID] = seen{r.Epoch.Version, now}
+			}
+			if st.IsLeader {
+				led[r.ID] = r
+			}
+		}
+		for id := range frozen {
+			if _, ok := led[id]; !ok {
+				delete(frozen, id)
+			}
+		}
+		for id, r := range led {
+			if r.Merge == nil {
+				delete(frozen, id)
+				continue
+			}
+			f, ok := frozen[id]
+			if !ok || f.version != r.Merge.Index {
+				frozen[id] = seen{r.Merge.Index, now}
+				continue
+			}
+			if now.Sub(f.since) < s.mergeSettleAfter() {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*s.forwardWait())
+			m, err := s.Merge(ctx, r.Merge.Target)
+			cancel()
+			s.log.Info("settled a merge left frozen", "source", id, "target", r.Merge.Target, "merged", m.ID != 0, "err", err)
+			delete(frozen, id)
+		}
+		for id := range shape {
+			if !here[id] {
+				delete(shape, id)
+			}
+		}
+		if s.cfg.MergeMaxKeys == 0 && s.cfg.MergeMaxBytes == 0 {
+			continue
+		}
+		for id, left := range led {
+			if left.Merge != nil || len(left.EndKey) == 0 || now.Sub(shape[id].since) < s.cfg.MergeAfterSplit {
+				continue
+			}
+			if s.tryAutoMerge(left, func(rid uint64, version uint64) bool {
+				sh, ok := shape[rid]
+				return ok && sh.version == version && now.Sub(sh.since) >= s.cfg.MergeAfterSplit
+			}) {
+				break // one merge a round: the rest are counted again next time
+			}
+		}
+	}
+}
+
+// tryAutoMerge merges left with its right neighbour if the two are small
+// enough together and the neighbour has kept its shape (settled: as this
+// store's replica of it has shown for MergeAfterSplit). It reports
+// whether it merged.
+func (s *Store) tryAutoMerge(left region.Region, settled func(id, version uint64) bool) bool {
+	for _, kr := range s.cfg.KeepWhole {
+		if bytes.Equal(kr.Start, left.EndKey) || bytes.Equal(kr.End, left.EndKey) {
+			return false // a kept range was made a region of its own on purpose
+		}
+	}
+	sp, ok := s.peerAt(left.EndKey)
+	if !ok {
+		return false
+	}
+	right := sp.regionClone()
+	if right.Merge != nil || !region.SameStores(left, right) || !settled(right.ID, right.Epoch.Version) {
+		return false
+	}
+	var keys, bytes uint64
+	for _, r := range []region.Region{left, right} {
+		size, _, _ := splitKey(s.eng, r, 0, 0, nil, s.stopc)
+		if !size.counted {
+			return false
+		}
+		keys, bytes = keys+size.keys, bytes+size.bytes
+	}
+	if (s.cfg.MergeMaxKeys > 0 && keys > s.cfg.MergeMaxKeys) || (s.cfg.MergeMaxBytes > 0 && bytes > s.cfg.MergeMaxBytes) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*s.forwardWait())
+	defer cancel()
+	m, err := s.Merge(ctx, left.ID)
+	if err != nil {
+		s.log.Warn("automatic merge failed", "left", left.ID, "right", right.ID, "err", err)
+		return false
+	}
+	s.log.Info("merged small regions", "merged", m.String(), "absorbed", right.ID, "keys", keys, "bytes", bytes)
+	return true
 }

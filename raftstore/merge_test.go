@@ -399,3 +399,113 @@ func TestMergeEndsLeases(t *testing.T) {
 	}
 	checkMerged(t, ctx, c, left.ID, right.ID, itoa)
 }
+
+// TestMergeRolledBackWhenAReplicaNeverConfirms: a replica of the source
+// never says it applied the freeze (its answers are lost), so the merge
+// gives up: the target's log aborts it and the source serves again.
+func TestMergeRolledBackWhenAReplicaNeverConfirms(t *testing.T) {
+	c := newCluster(t, raftstoretest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	left, right := splitFilled(t, ctx, c)
+	lead, _ := c.Leader(left.ID)
+	silent := lead%3 + 1 // a store other than the coordinator
+	remove := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+		return m.Notice != nil && m.Notice.Kind == raftstore.NoticeMergeApplied && m.FromStore == silent, 0
+	}))
+	defer remove()
+	s, _ := c.Store(lead)
+	mctx, mcancel := context.WithTimeout(ctx, time.Second)
+	_, err := s.Merge(mctx, left.ID)
+	mcancel()
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("merge with a silent replica: %v, want it rolled back after its deadline", err)
+	}
+	waitNoneFrozen(t, c)
+	checkSplitIntact(t, ctx, c, left, right)
+}
+
+// checkSplitIntact: both regions are there, unfrozen, and take reads and
+// writes; the replicas agree.
+func checkSplitIntact(t *testing.T, ctx context.Context, c *raftstoretest.Cluster, left, right region.Region) {
+	t.Helper()
+	if r, _ := c.RegionOf(mergeKey(99)); r.ID != right.ID || r.Merge != nil {
+		t.Fatalf("k099 is in %v, want region %d unfrozen", r.String(), right.ID)
+	}
+	for i := 0; i < 100; i++ {
+		v, found, err := c.Get(ctx, mergeKey(i))
+		if err != nil || !found || string(v) != itoa(i) {
+			t.Fatalf("get %s = %q %v %v", mergeKey(i), v, found, err)
+		}
+	}
+	for _, i := range []int{0, 99} {
+		if err := c.Put(ctx, mergeKey(i), []byte(itoa(i))); err != nil {
+			t.Fatalf("put %s: %v", mergeKey(i), err)
+		}
+	}
+	if err := c.CheckReplicas(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMergeLeftFrozenIsSettled: the coordinator gives up while the
+// target's log is cut off, so it can neither commit nor abort, and the
+// source stays frozen. Once the network heals, the merge check of the
+// store leading the source settles it (here: commits it).
+func TestMergeLeftFrozenIsSettled(t *testing.T) {
+	c := newCluster(t, raftstoretest.Options{MergeSettleAfter: 500 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	left, right := splitFilled(t, ctx, c)
+	var cut sync.Map
+	remove := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+		if _, on := cut.Load("on"); !on {
+			return false, 0
+		}
+		return m.RegionID == left.ID || (m.Notice != nil && m.Notice.Kind == raftstore.NoticeMergeApplied), 0
+	}))
+	defer remove()
+	cut.Store("on", true)
+	lead, _ := c.Leader(left.ID)
+	s, _ := c.Store(lead)
+	mctx, mcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err := s.Merge(mctx, left.ID)
+	mcancel()
+	if err == nil {
+		t.Fatal("merge succeeded with the target cut off")
+	}
+	if r, _ := c.RegionOf(mergeKey(99)); r.Merge == nil {
+		t.Fatalf("the source is not frozen after the coordinator gave up: %v (merge: %v)", r.String(), err)
+	}
+	cut.Delete("on")
+	checkMerged(t, ctx, c, left.ID, right.ID, itoa)
+}
+
+// TestMergeAutomatic: small regions merge back into one once their shape
+// has settled.
+func TestMergeAutomatic(t *testing.T) {
+	c := newCluster(t, raftstoretest.Options{MergeMaxKeys: 1000})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	splitFilled(t, ctx, c)
+	if err := c.Split(ctx, mergeKey(80)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(c.Regions()) > 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("regions never merged back: %v", c.Regions())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitNoneFrozen(t, c)
+	for i := 0; i < 100; i++ {
+		v, found, err := c.Get(ctx, mergeKey(i))
+		if err != nil || !found || string(v) != itoa(i) {
+			t.Fatalf("get %s = %q %v %v", mergeKey(i), v, found, err)
+		}
+	}
+	if err := c.CheckReplicas(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -320,6 +320,11 @@ func (s *Store) Start() {
 		t := s.cfg.Clock.NewTicker(s.cfg.SplitCheckInterval)
 		go func() { defer s.bg.Done(); s.splitCheck(t) }()
 	}
+	if s.cfg.MergeCheckInterval > 0 {
+		s.bg.Add(1)
+		t := s.cfg.Clock.NewTicker(s.cfg.MergeCheckInterval)
+		go func() { defer s.bg.Done(); s.mergeCheck(t) }()
+	}
 	if s.cfg.BalanceInterval > 0 {
 		s.bg.Add(1)
 		t := s.cfg.Clock.NewTicker(s.cfg.BalanceInterval)

@@ -45,6 +45,14 @@ type Options struct {
 	LogGCThreshold uint64 // default raftstore's
 	// SplitMaxKeys > 0 turns on automatic splits, checked every 100ms.
 	SplitMaxKeys uint64
+	// MergeMaxKeys > 0 turns on automatic merges of regions that together
+	// hold at most that many keys and kept their shape MergeAfterSplit
+	// (default 200ms); MergeSettleAfter > 0 has a frozen region's merge
+	// settled after that long. Either runs the merge check every 100ms,
+	// which is off otherwise.
+	MergeMaxKeys     uint64
+	MergeAfterSplit  time.Duration
+	MergeSettleAfter time.Duration
 	// KeepWhole is every store's Config.KeepWhole: ranges no split cuts.
 	KeepWhole []raftstore.KeepRange
 	// Balance turns on the leader and replica balancer, every 100ms.
@@ -177,6 +185,7 @@ func (c *Cluster) StartStore(id uint64) error {
 		ElectionTicks:      c.opts.ElectionTicks,
 		LogGCThreshold:     c.opts.LogGCThreshold,
 		SplitCheckInterval: -1,
+		MergeCheckInterval: -1,
 		SplitMaxKeys:       c.opts.SplitMaxKeys,
 		KeepWhole:          c.opts.KeepWhole,
 		BalanceInterval:    -1,
@@ -212,6 +221,15 @@ func (c *Cluster) StartStore(id uint64) error {
 	}
 	if c.opts.SplitMaxKeys > 0 {
 		cfg.SplitCheckInterval = 100 * time.Millisecond
+	}
+	if c.opts.MergeMaxKeys > 0 || c.opts.MergeSettleAfter > 0 {
+		cfg.MergeCheckInterval = 100 * time.Millisecond
+		cfg.MergeMaxKeys = c.opts.MergeMaxKeys
+		cfg.MergeAfterSplit = c.opts.MergeAfterSplit
+		if cfg.MergeAfterSplit == 0 {
+			cfg.MergeAfterSplit = 200 * time.Millisecond
+		}
+		cfg.Knobs.MergeSettleAfter = c.opts.MergeSettleAfter
 	}
 	if c.opts.HibernateAfter == 0 {
 		cfg.HibernateAfter = -1
