@@ -225,6 +225,17 @@ func (s *Store) applyCommitMergeTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry
 		s.stats.mergeViolations.Add(1)
 		s.log.Error("merge committed where the source's freeze was not applied", "target", p.regionID, "source", src.ID, "freeze", freeze)
 	}
+	// The source's dedup records (keyed by user key, so already the
+	// target's) carry the source's clock; one at or past the target's
+	// clock would never count as seen (engine.Tx.DedupSeen), and a retry
+	// of its write would apply again. So the target's clock moves on to
+	// just past the source's at the freeze. Every replica has the same
+	// two clocks here, so they move alike.
+	if srcClock := tx.DedupClock(src.ID, freeze); srcClock >= tx.DedupClock(p.regionID, e.Index) {
+		if err := tx.SplitDedup(src.ID, p.regionID, freeze, e.Index-1); err != nil {
+			return err
+		}
+	}
 	if err := tx.DeleteRegion(src.ID); err != nil {
 		return err
 	}

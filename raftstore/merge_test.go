@@ -509,3 +509,37 @@ func TestMergeAutomatic(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMergeKeepsDedup: a write the source applied, retried with its
+// request ID after the merge, is not applied again by the target, though
+// the source's log ran far ahead of the target's.
+func TestMergeKeepsDedup(t *testing.T) {
+	c := newCluster(t, raftstoretest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	left, _ := splitFilled(t, ctx, c)
+	for i := 0; i < 100; i++ {
+		if err := c.Put(ctx, mergeKey(90), []byte("busy")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const id = 0xfeed1
+	if err := c.PutWithID(ctx, id, mergeKey(99), []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(ctx, mergeKey(99), []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Merge(ctx, left.ID); err != nil {
+		t.Fatalf("merge: %v", err)
+	}
+	if err := c.PutWithID(ctx, id, mergeKey(99), []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := c.Get(ctx, mergeKey(99)); err != nil || string(v) != "new" {
+		t.Fatalf("k099 = %q %v after a retry of an applied write, want %q", v, err, "new")
+	}
+	if err := c.CheckReplicas(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

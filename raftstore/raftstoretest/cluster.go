@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -548,7 +549,15 @@ func (c *Cluster) Regions() []region.Region {
 			}
 		}
 	}
+	// Older shapes first, so that where two overlap (a store that has not
+	// applied a split or a merge yet) the newer one wins: a merge's and a
+	// split's versions are above those of the regions they replace.
+	all := make([]region.Region, 0, len(newest))
 	for _, r := range newest {
+		all = append(all, r)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Epoch.Version < all[j].Epoch.Version })
+	for _, r := range all {
 		t.Insert(r)
 	}
 	return t.All()
