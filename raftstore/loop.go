@@ -40,6 +40,7 @@ type readyPeer struct {
 	// skipped (merge.go); mergedSources: the source regions' peers here
 	// whose regions this round's commit merges absorbed, to forget.
 	confSkipped   bool
+	merged        bool
 	mergedSources []*Peer
 	// sentEarly: a follower's messages went as soon as the round's WAL
 	// record was synced (sendDurable); pendingNoted: its entries were
@@ -763,7 +764,7 @@ func (s *Store) publishShape(rp *readyPeer) error {
 	if len(rp.confChanges) > 0 || rp.confSkipped {
 		p.confInFlight = false
 	}
-	if len(rp.mergedSources) > 0 || rp.regionChanged && p.region.Merge != nil {
+	if rp.merged || rp.regionChanged && p.region.Merge != nil {
 		// A merge changes which keys the leadership covers, and a frozen
 		// region serves nothing: the lease ends (merge.go).
 		p.revokeLeaseLocked()

@@ -248,7 +248,7 @@ func (s *Store) applyCommitMergeTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry
 		return err
 	}
 	p.setRegion(merged)
-	rp.regionChanged = true
+	rp.regionChanged, rp.merged = true, true
 	if ok {
 		rp.mergedSources = append(rp.mergedSources, sp)
 	}
