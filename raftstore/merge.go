@@ -167,6 +167,10 @@ func (s *Store) applyAbortMergeTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry,
 		rp.ack(cmd.id, e.Term, errAlreadyMerged)
 		return nil
 	}
+	if a := p.region.AbortedMerge; a != nil && a.Target == src.ID && a.Index >= freeze {
+		rp.ack(cmd.id, e.Term, nil) // aborted already (a retry, or a later freeze)
+		return nil
+	}
 	r := p.region.Clone()
 	r.AbortedMerge = &region.MergeState{Target: src.ID, Index: freeze}
 	if err := putRegion(tx, r); err != nil {
@@ -198,7 +202,9 @@ func (s *Store) applyCommitMergeTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry
 		return refuse("the target is frozen for a merge of its own")
 	case src.Merge == nil || src.Merge.Target != p.regionID || src.Merge.Index != freeze:
 		return refuse("the source is not frozen for this merge")
-	case p.region.AbortedMerge != nil && *p.region.AbortedMerge == region.MergeState{Target: src.ID, Index: freeze}:
+	case p.region.AbortedMerge != nil && p.region.AbortedMerge.Target == src.ID && freeze <= p.region.AbortedMerge.Index:
+		// A source's freezes have rising indexes, and the abort of a later
+		// one means every earlier one was aborted or rolled back too.
 		return refuse("the merge was aborted")
 	}
 	merged, err := region.Merge(p.region, src)
@@ -376,6 +382,12 @@ func (s *Store) abandonMerge(tp, sp *Peer, right region.Region, cause error) (re
 // proposeMerge proposes a merge entry through p, leader or follower, and
 // waits until p applied it: a follower forwards it, bounded as Propose's.
 func (s *Store) proposeMerge(ctx context.Context, p *Peer, cmd command) error {
+	p.mu.Lock()
+	gone := p.removed || !p.initialized
+	p.mu.Unlock()
+	if gone {
+		return &region.RegionNotFoundError{RegionID: p.regionID}
+	}
 	done := make(chan error, 1)
 	var fwd bool
 	_, id, err := s.queueOn(p, WriteOptions{Forward: true}, cmd, func(pr *proposal) {
