@@ -477,6 +477,21 @@ func TestMergeLeftFrozenIsSettled(t *testing.T) {
 	if r, _ := c.RegionOf(mergeKey(99)); r.Merge == nil {
 		t.Fatalf("the source is not frozen after the coordinator gave up: %v (merge: %v)", r.String(), err)
 	}
+	// A frozen region's membership does not change: the merge checked it.
+	srcLead, err := c.WaitLeader(right.ID, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, _ := c.Store(srcLead)
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	err = ss.RemovePeer(rctx, right.ID, srcLead%3+1)
+	rcancel()
+	if !errors.Is(err, raftstore.ErrInvalidRequest) {
+		t.Fatalf("remove a replica of the frozen source: %v, want it refused", err)
+	}
+	if r, _ := c.RegionOf(mergeKey(99)); len(r.Peers) != 3 {
+		t.Fatalf("the frozen source's replicas changed: %v", r.String())
+	}
 	cut.Delete("on")
 	checkMerged(t, ctx, c, left.ID, right.ID, itoa)
 }
