@@ -62,6 +62,12 @@ func (e *MergeRefusedError) Error() string {
 
 func (e *MergeRefusedError) Unwrap() error { return ErrInvalidRequest }
 
+// ErrMergeRolledBack: the merge was abandoned and the right region
+// unfrozen, serving again as before; trying again may succeed (what
+// stopped it, wrapped beside, may have been a race with a split or a
+// slow replica).
+var ErrMergeRolledBack = errors.New("merge rolled back")
+
 // errRefusedAtApply marks a merge entry that was applied and refused: it
 // will never take effect, on any replica.
 var errRefusedAtApply = errors.New("refused where it applied")
@@ -376,7 +382,7 @@ func (s *Store) abandonMerge(tp, sp *Peer, right region.Region, cause error) (re
 		return region.Region{}, fmt.Errorf("%w; aborted, but its rollback failed (the merge check retries it): %v", cause, err)
 	}
 	s.log.Info("merge rolled back", "source", right.ID, "target", right.Merge.Target, "cause", cause)
-	return region.Region{}, fmt.Errorf("merge of region %d into %d rolled back: %w", right.ID, right.Merge.Target, cause)
+	return region.Region{}, fmt.Errorf("merge of region %d into %d: %w: %w", right.ID, right.Merge.Target, ErrMergeRolledBack, cause)
 }
 
 // proposeMerge proposes a merge entry through p, leader or follower, and

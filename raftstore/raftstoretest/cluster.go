@@ -582,7 +582,7 @@ func (c *Cluster) Split(ctx context.Context, key []byte) error {
 
 // Merge merges region leftID with its right neighbour through the store
 // leading leftID, retrying region errors (a merge rolled back because a
-// split or a transfer raced it is tried again) until ctx ends.
+// split, a transfer or a restart raced it is tried again) until ctx ends.
 func (c *Cluster) Merge(ctx context.Context, leftID uint64) (region.Region, error) {
 	attempt := 5 * time.Second
 	var last error
@@ -592,7 +592,7 @@ func (c *Cluster) Merge(ctx context.Context, leftID uint64) (region.Region, erro
 				opCtx, cancel := context.WithTimeout(ctx, attempt)
 				r, err := s.Merge(opCtx, leftID)
 				cancel()
-				if err == nil || !Retryable(err) {
+				if err == nil || !Retryable(err) && !errors.Is(err, raftstore.ErrMergeRolledBack) {
 					return r, err
 				}
 				last = err
