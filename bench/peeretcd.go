@@ -101,7 +101,7 @@ var PeerVariants = []PeerVariant{
 		WANRead: "local follower, bounded staleness"},
 	// hedgekv through its etcd API, with the etcd variants' binding.
 	{Name: "hedgekv-etcd-linearizable", System: SystemHedgeKV, EtcdAPI: true, Linearizable: true,
-		Read:    "linearizable (read mode leader: lease / ReadIndex)",
+		Read:    "linearizable (the stores' default read mode: leader unless --etcd-read-mode)",
 		WANRead: "linearizable, at the local store, forwarded to the remote leader (lease)"},
 	{Name: "hedgekv-etcd-follower", System: SystemHedgeKV, EtcdAPI: true, Linearizable: true,
 		Read:    "linearizable (read mode follower: ReadIndex)",
@@ -157,8 +157,12 @@ type PeerEtcdConfig struct {
 	// three-store cluster on loopback ports, a fresh one for the
 	// EtcdAPI variants.
 	HedgeKVEndpoints []string
-	Zone             string        // hedgekv client zone (default dc-a)
-	MaxStaleness     time.Duration // of hedgekv-follower-stale (default 1s)
+	// HedgeKVStatusAddrs: the status (metrics) addresses of that cluster's
+	// stores, whose process_cpu_seconds_total gives the servers' CPU per
+	// operation; without them only etcd's is reported.
+	HedgeKVStatusAddrs []string
+	Zone               string        // hedgekv client zone (default dc-a)
+	MaxStaleness       time.Duration // of hedgekv-follower-stale (default 1s)
 
 	// MaxDuration caps each run phase (quick: 5s; default none).
 	MaxDuration      time.Duration
@@ -380,31 +384,36 @@ func RunPeerEtcd(ctx context.Context, cfg PeerEtcdConfig) (*PeerEtcdResult, erro
 
 	var errs []error
 	if len(etcdVariants) > 0 {
-		err := st.runSystem(ctx, SystemEtcd, etcdVariants, func() ([]string, func(), error) {
+		err := st.runSystem(ctx, SystemEtcd, etcdVariants, func() (servers, func(), error) {
 			c, err := cluster.StartEtcd(ctx, cluster.EtcdConfig{Binary: etcdBinary, Logger: cfg.Logger})
 			if err != nil {
-				return nil, nil, err
+				return servers{}, nil, err
 			}
-			return c.Endpoints, c.Stop, nil
+			// An etcd member serves /metrics on its client URL.
+			var metrics []string
+			for _, ep := range c.Endpoints {
+				metrics = append(metrics, strings.TrimPrefix(ep, "http://"))
+			}
+			return servers{endpoints: c.Endpoints, metrics: metrics}, c.Stop, nil
 		})
 		errs = append(errs, err)
 	}
 	hkNoted := false
-	startHedgeKV := func(group string) ([]string, func(), error) {
+	startHedgeKV := func(group string) (servers, func(), error) {
 		if len(cfg.HedgeKVEndpoints) > 0 {
 			if !hkNoted {
 				st.notes = append(st.notes, fmt.Sprintf("hedgekv: the running cluster at %s, server processes started outside this one (e.g. scripts/cluster.sh's three), "+
 					"as they were configured; the client is this process", strings.Join(cfg.HedgeKVEndpoints, ",")))
 			}
 			hkNoted = true
-			return cfg.HedgeKVEndpoints, func() {}, nil
+			return servers{endpoints: cfg.HedgeKVEndpoints, metrics: cfg.HedgeKVStatusAddrs}, func() {}, nil
 		}
 		// The etcd keyspace is one region by design; in its own cluster
 		// no split is needed, and none may cut it (a Range of a keyspace
 		// cut in two fails).
 		c, err := cluster.StartLocal(ctx, cluster.LocalConfig{DisableSplit: group == hedgeKVEtcdGroup})
 		if err != nil {
-			return nil, nil, err
+			return servers{}, nil, err
 		}
 		if !hkNoted {
 			st.notes = append(st.notes, "hedgekv: three stores inside this process on 127.0.0.1 (zones dc-a, dc-b, dc-c), fsync on, client zone "+
@@ -413,11 +422,13 @@ func RunPeerEtcd(ctx context.Context, cfg PeerEtcdConfig) (*PeerEtcdResult, erro
 				"processes (scripts/cluster.sh start) and pass their --endpoints. The etcd API's cluster does not split (the etcd keyspace is one region)")
 		}
 		hkNoted = true
-		return c.Endpoints, c.Stop, nil
+		// In this process: the servers' CPU cannot be told from the
+		// client's, so none is reported.
+		return servers{endpoints: c.Endpoints}, c.Stop, nil
 	}
 	for _, g := range []string{SystemHedgeKV, hedgeKVEtcdGroup} {
 		if vs := cfg.wants(g); len(vs) > 0 && ctx.Err() == nil {
-			errs = append(errs, st.runSystem(ctx, g, vs, func() ([]string, func(), error) { return startHedgeKV(g) }))
+			errs = append(errs, st.runSystem(ctx, g, vs, func() (servers, func(), error) { return startHedgeKV(g) }))
 		}
 	}
 	if len(cfg.wants(hedgeKVEtcdGroup)) > 0 {
@@ -444,14 +455,23 @@ func RunPeerEtcd(ctx context.Context, cfg PeerEtcdConfig) (*PeerEtcdResult, erro
 // variant's binding, runs every workload for every variant, and stops it.
 // A run whose operations all fail is kept and the scenario goes on; any
 // other error ends the group's runs.
-func (st *peerState) runSystem(ctx context.Context, system string, variants []PeerVariant, start func() ([]string, func(), error)) error {
+func (st *peerState) runSystem(ctx context.Context, system string, variants []PeerVariant, start func() (servers, func(), error)) error {
 	cfg := st.cfg
 	cfg.Logger.Info("peer-etcd: starting "+system, "variants", len(variants), "workloads", strings.Join(cfg.Workloads, ","))
-	endpoints, stop, err := start()
+	srv, stop, err := start()
 	if err != nil {
 		return fmt.Errorf("peer-etcd: start %s: %w", system, err)
 	}
 	defer stop()
+	endpoints := srv.endpoints
+	run := func(spec Spec) (*Result, error) {
+		before := srv.cpu(ctx, cfg.Logger)
+		res, err := Run(ctx, spec)
+		if res != nil {
+			srv.chargeCPU(ctx, cfg.Logger, before, res)
+		}
+		return res, err
+	}
 
 	// One DB per variant, created once: the connection set-up stays out of
 	// the measured phases.
@@ -487,7 +507,7 @@ func (st *peerState) runSystem(ctx context.Context, system string, variants []Pe
 		return fmt.Errorf("peer-etcd: %s: %w", system, err)
 	}
 	load.Load, load.MaxDuration = true, 0
-	res, err := Run(ctx, load)
+	res, err := run(load)
 	if err != nil {
 		return fmt.Errorf("peer-etcd: load %s: %w", system, err)
 	}
@@ -502,7 +522,7 @@ func (st *peerState) runSystem(ctx context.Context, system string, variants []Pe
 				return errors.Join(append(errs, fmt.Errorf("peer-etcd: %w", err))...)
 			}
 			spec.Run = true
-			res, err := Run(ctx, spec)
+			res, err := run(spec)
 			if res != nil && res.Run != nil {
 				st.res.Runs = append(st.res.Runs, PeerRun{Variant: v, Workload: w, Phase: res.Run})
 				st.res.Rows = append(st.res.Rows, res.Run.Row)
@@ -552,10 +572,12 @@ func (st *peerState) sideBySide() string {
 				w, r.Variant.System, st.cfg.clientOf(r.Variant), r.Variant.Read, FormatFloat(row.QPS, 0),
 				FormatFloat(row.P50Ms, 3), FormatFloat(row.P99Ms, 3), FormatFloat(row.P999Ms, 3),
 				strconv.FormatInt(row.Ops, 10), strconv.FormatInt(row.Failed, 10),
+				cpuCell(row.ServerCPUMsPerOp), cpuCell(row.ClientCPUMsPerOp),
 			})
 		}
 	}
-	return MarkdownTable([]string{"workload", "system", "binding", "reads", "ops/s", "p50 ms", "p99 ms", "p99.9 ms", "ops", "failed"}, cells)
+	return MarkdownTable([]string{"workload", "system", "binding", "reads", "ops/s", "p50 ms", "p99 ms", "p99.9 ms", "ops", "failed",
+		"server CPU ms/op", "client CPU ms/op"}, cells)
 }
 
 // ratios: hedgekv / etcd throughput and latencies, per workload, for
@@ -589,7 +611,8 @@ func (st *peerState) ratios() string {
 	var cells [][]string
 	if h, e := st.res.Loads[hedgeKVEtcdGroup], st.res.Loads[SystemEtcd]; h != nil && e != nil {
 		cells = append(cells, []string{"load", hedgeKVEtcdGroup + " vs etcd, inserts", ratio(h.Row.QPS, e.Row.QPS),
-			ratio(h.Row.P50Ms, e.Row.P50Ms), ratio(h.Row.P99Ms, e.Row.P99Ms), target(peerLoadTarget, h.Row.QPS, e.Row.QPS)})
+			ratio(h.Row.P50Ms, e.Row.P50Ms), ratio(h.Row.P99Ms, e.Row.P99Ms),
+			cpuRatio(h.Row.ServerCPUMsPerOp, e.Row.ServerCPUMsPerOp), target(peerLoadTarget, h.Row.QPS, e.Row.QPS)})
 	}
 	for _, w := range st.cfg.Workloads {
 		for _, cmp := range peerComparisons {
@@ -602,13 +625,13 @@ func (st *peerState) ratios() string {
 				t = cmp.target
 			}
 			cells = append(cells, []string{w, cmp.hk + " vs " + cmp.etcd, ratio(h.QPS, e.QPS), ratio(h.P50Ms, e.P50Ms), ratio(h.P99Ms, e.P99Ms),
-				target(t, h.QPS, e.QPS)})
+				cpuRatio(h.ServerCPUMsPerOp, e.ServerCPUMsPerOp), target(t, h.QPS, e.QPS)})
 		}
 	}
 	if len(cells) == 0 {
 		return ""
 	}
-	return MarkdownTable([]string{"workload", "comparison", "ops/s ratio", "p50 ratio", "p99 ratio", "target (issue 30)"}, cells)
+	return MarkdownTable([]string{"workload", "comparison", "ops/s ratio", "p50 ratio", "p99 ratio", "server CPU/op ratio", "target (issue 30)"}, cells)
 }
 
 func (st *peerState) report(table, ratios string) string {
@@ -636,7 +659,10 @@ func (st *peerState) report(table, ratios string) string {
 	b.WriteString("The two systems run one after the other on the same machine, never at the same time; client and servers share its CPUs.\n")
 	b.WriteString("- `binding` is the go-ycsb binding a row ran through: the `etcd:` ones are the same code, client library (clientv3) and properties whichever server they drive.\n")
 	b.WriteString("- `serializable` etcd reads and `bounded staleness` hedgekv reads may miss recent writes; the other variants are linearizable.\n")
-	b.WriteString("- Latencies are of successful operations; ops/s counts successful operations per second of the run.\n\n")
+	b.WriteString("- Latencies are of successful operations; ops/s counts successful operations per second of the run.\n")
+	b.WriteString("- `server CPU ms/op` is the CPU time (user and system) of all three members together per successful operation, from their own `process_cpu_seconds_total`; " +
+		"`client CPU ms/op` is this process's (go-ycsb and the client library). On a machine whose CPUs the client and servers share, ops/s depend on what the client leaves the servers; " +
+		"CPU per operation is each system's own cost. Shown only where the servers are processes of their own (etcd's; hedgekv's with --endpoints and --status-addrs).\n\n")
 	b.WriteString("## Side by side\n\n")
 	b.WriteString(table)
 	if ratios != "" {
@@ -650,9 +676,10 @@ func (st *peerState) report(table, ratios string) string {
 	for _, sys := range slices.Sorted(maps.Keys(st.res.Loads)) {
 		l := st.res.Loads[sys]
 		loadCells = append(loadCells, []string{sys, strconv.FormatInt(l.Row.Ops, 10), FormatFloat(l.Row.QPS, 0),
-			FormatFloat(l.Row.P50Ms, 3), FormatFloat(l.Row.P99Ms, 3), strconv.FormatInt(l.Row.Failed, 10)})
+			FormatFloat(l.Row.P50Ms, 3), FormatFloat(l.Row.P99Ms, 3), strconv.FormatInt(l.Row.Failed, 10),
+			cpuCell(l.Row.ServerCPUMsPerOp), cpuCell(l.Row.ClientCPUMsPerOp)})
 	}
-	b.WriteString(MarkdownTable([]string{"system", "inserts", "inserts/s", "p50 ms", "p99 ms", "failed"}, loadCells))
+	b.WriteString(MarkdownTable([]string{"system", "inserts", "inserts/s", "p50 ms", "p99 ms", "failed", "server CPU ms/op", "client CPU ms/op"}, loadCells))
 	b.WriteString("\n## Per operation\n")
 	for _, r := range st.res.Runs {
 		fmt.Fprintf(&b, "\n### %s, workload %s\n\n", r.Variant.Name, r.Workload)

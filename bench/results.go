@@ -40,6 +40,12 @@ type Row struct {
 	// during the run, per successful operation (follower-read-dc,
 	// hot-region).
 	WANBytesPerOp *float64 `json:"wan_bytes_per_op,omitempty"`
+	// ServerCPUMsPerOp and ClientCPUMsPerOp: CPU milliseconds (user and
+	// system) the servers, all members together, and the benchmark's own
+	// process spent per successful operation (peer-etcd, where the
+	// servers are processes of their own).
+	ServerCPUMsPerOp *float64 `json:"server_cpu_ms_per_op,omitempty"`
+	ClientCPUMsPerOp *float64 `json:"client_cpu_ms_per_op,omitempty"`
 	// ServedBy: which stores served the run's reads, and how.
 	ServedBy string `json:"served_by,omitempty"`
 	// MaxStallMs: the longest time no operation completed while some were

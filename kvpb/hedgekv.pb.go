@@ -3849,6 +3849,86 @@ func (*Done) Descriptor() ([]byte, []int) {
 	return file_hedgekv_proto_rawDescGZIP(), []int{60}
 }
 
+type AllocRegionIDRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocRegionIDRequest) Reset() {
+	*x = AllocRegionIDRequest{}
+	mi := &file_hedgekv_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocRegionIDRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocRegionIDRequest) ProtoMessage() {}
+
+func (x *AllocRegionIDRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocRegionIDRequest.ProtoReflect.Descriptor instead.
+func (*AllocRegionIDRequest) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{61}
+}
+
+type AllocRegionIDResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RegionId      uint64                 `protobuf:"varint,1,opt,name=region_id,json=regionId,proto3" json:"region_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocRegionIDResponse) Reset() {
+	*x = AllocRegionIDResponse{}
+	mi := &file_hedgekv_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocRegionIDResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocRegionIDResponse) ProtoMessage() {}
+
+func (x *AllocRegionIDResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocRegionIDResponse.ProtoReflect.Descriptor instead.
+func (*AllocRegionIDResponse) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *AllocRegionIDResponse) GetRegionId() uint64 {
+	if x != nil {
+		return x.RegionId
+	}
+	return 0
+}
+
 var File_hedgekv_proto protoreflect.FileDescriptor
 
 const file_hedgekv_proto_rawDesc = "" +
@@ -4125,7 +4205,10 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\rSnapshotChunk\x12,\n" +
 	"\x06header\x18\x01 \x01(\v2\x14.hedgekv.RaftMessageR\x06header\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"\x06\n" +
-	"\x04Done*\x87\x01\n" +
+	"\x04Done\"\x16\n" +
+	"\x14AllocRegionIDRequest\"4\n" +
+	"\x15AllocRegionIDResponse\x12\x1b\n" +
+	"\tregion_id\x18\x01 \x01(\x04R\bregionId*\x87\x01\n" +
 	"\bReadMode\x12\x19\n" +
 	"\x15READ_MODE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fREAD_MODE_LEASE\x10\x01\x12\x18\n" +
@@ -4167,10 +4250,11 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x05Fault\x12\x15.hedgekv.FaultRequest\x1a\x16.hedgekv.FaultResponse\x12K\n" +
 	"\fRegionDigest\x12\x1c.hedgekv.RegionDigestRequest\x1a\x1d.hedgekv.RegionDigestResponse\x12E\n" +
 	"\n" +
-	"RegionDump\x12\x1a.hedgekv.RegionDumpRequest\x1a\x1b.hedgekv.RegionDumpResponse2q\n" +
+	"RegionDump\x12\x1a.hedgekv.RegionDumpRequest\x1a\x1b.hedgekv.RegionDumpResponse2\xc1\x01\n" +
 	"\x04Raft\x124\n" +
 	"\x06Stream\x12\x19.hedgekv.RaftMessageBatch\x1a\r.hedgekv.Done(\x01\x123\n" +
-	"\bSnapshot\x12\x16.hedgekv.SnapshotChunk\x1a\r.hedgekv.Done(\x01B!Z\x1fgithub.com/hedgekv/hedgekv/kvpbb\x06proto3"
+	"\bSnapshot\x12\x16.hedgekv.SnapshotChunk\x1a\r.hedgekv.Done(\x01\x12N\n" +
+	"\rAllocRegionID\x12\x1d.hedgekv.AllocRegionIDRequest\x1a\x1e.hedgekv.AllocRegionIDResponseB!Z\x1fgithub.com/hedgekv/hedgekv/kvpbb\x06proto3"
 
 var (
 	file_hedgekv_proto_rawDescOnce sync.Once
@@ -4185,7 +4269,7 @@ func file_hedgekv_proto_rawDescGZIP() []byte {
 }
 
 var file_hedgekv_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_hedgekv_proto_goTypes = []any{
 	(ReadMode)(0),                  // 0: hedgekv.ReadMode
 	(NoticeKind)(0),                // 1: hedgekv.NoticeKind
@@ -4250,13 +4334,15 @@ var file_hedgekv_proto_goTypes = []any{
 	(*RaftMessageBatch)(nil),       // 60: hedgekv.RaftMessageBatch
 	(*SnapshotChunk)(nil),          // 61: hedgekv.SnapshotChunk
 	(*Done)(nil),                   // 62: hedgekv.Done
-	nil,                            // 63: hedgekv.StatusResponse.PeersEntry
-	nil,                            // 64: hedgekv.StatusResponse.ZoneAddressesEntry
-	nil,                            // 65: hedgekv.Store.ZoneAddressesEntry
-	nil,                            // 66: hedgekv.ZoneAddresses.AddressesEntry
-	nil,                            // 67: hedgekv.JoinRequest.ZoneAddressesEntry
-	nil,                            // 68: hedgekv.JoinResponse.PeersEntry
-	nil,                            // 69: hedgekv.JoinResponse.ZoneAddressesEntry
+	(*AllocRegionIDRequest)(nil),   // 63: hedgekv.AllocRegionIDRequest
+	(*AllocRegionIDResponse)(nil),  // 64: hedgekv.AllocRegionIDResponse
+	nil,                            // 65: hedgekv.StatusResponse.PeersEntry
+	nil,                            // 66: hedgekv.StatusResponse.ZoneAddressesEntry
+	nil,                            // 67: hedgekv.Store.ZoneAddressesEntry
+	nil,                            // 68: hedgekv.ZoneAddresses.AddressesEntry
+	nil,                            // 69: hedgekv.JoinRequest.ZoneAddressesEntry
+	nil,                            // 70: hedgekv.JoinResponse.PeersEntry
+	nil,                            // 71: hedgekv.JoinResponse.ZoneAddressesEntry
 }
 var file_hedgekv_proto_depIdxs = []int32{
 	2,  // 0: hedgekv.Region.epoch:type_name -> hedgekv.Epoch
@@ -4288,18 +4374,18 @@ var file_hedgekv_proto_depIdxs = []int32{
 	4,  // 26: hedgekv.RegionInfo.region:type_name -> hedgekv.Region
 	3,  // 27: hedgekv.RegionInfo.leader:type_name -> hedgekv.Peer
 	28, // 28: hedgekv.StatusResponse.regions:type_name -> hedgekv.RegionInfo
-	63, // 29: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
-	64, // 30: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
-	65, // 31: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
-	66, // 32: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
+	65, // 29: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
+	66, // 30: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
+	67, // 31: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
+	68, // 32: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
 	31, // 33: hedgekv.StoresResponse.stores:type_name -> hedgekv.Store
 	28, // 34: hedgekv.RegionsResponse.regions:type_name -> hedgekv.RegionInfo
 	4,  // 35: hedgekv.SplitResponse.left:type_name -> hedgekv.Region
 	4,  // 36: hedgekv.SplitResponse.right:type_name -> hedgekv.Region
 	4,  // 37: hedgekv.MergeResponse.merged:type_name -> hedgekv.Region
-	67, // 38: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
-	68, // 39: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
-	69, // 40: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
+	69, // 38: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
+	70, // 39: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
+	71, // 40: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
 	4,  // 41: hedgekv.RegionDigestResponse.region:type_name -> hedgekv.Region
 	16, // 42: hedgekv.RegionDumpResponse.pairs:type_name -> hedgekv.KvPair
 	59, // 43: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
@@ -4329,28 +4415,30 @@ var file_hedgekv_proto_depIdxs = []int32{
 	52, // 67: hedgekv.Admin.RegionDump:input_type -> hedgekv.RegionDumpRequest
 	60, // 68: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
 	61, // 69: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
-	18, // 70: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
-	20, // 71: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
-	22, // 72: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
-	24, // 73: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
-	26, // 74: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
-	29, // 75: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
-	33, // 76: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
-	35, // 77: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
-	37, // 78: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
-	39, // 79: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
-	41, // 80: hedgekv.Admin.Merge:output_type -> hedgekv.MergeResponse
-	43, // 81: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
-	45, // 82: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
-	49, // 83: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
-	48, // 84: hedgekv.Admin.RemoveStore:output_type -> hedgekv.RemoveStoreResponse
-	55, // 85: hedgekv.Admin.Fault:output_type -> hedgekv.FaultResponse
-	51, // 86: hedgekv.Admin.RegionDigest:output_type -> hedgekv.RegionDigestResponse
-	53, // 87: hedgekv.Admin.RegionDump:output_type -> hedgekv.RegionDumpResponse
-	62, // 88: hedgekv.Raft.Stream:output_type -> hedgekv.Done
-	62, // 89: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
-	70, // [70:90] is the sub-list for method output_type
-	50, // [50:70] is the sub-list for method input_type
+	63, // 70: hedgekv.Raft.AllocRegionID:input_type -> hedgekv.AllocRegionIDRequest
+	18, // 71: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
+	20, // 72: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
+	22, // 73: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
+	24, // 74: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
+	26, // 75: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
+	29, // 76: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
+	33, // 77: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
+	35, // 78: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
+	37, // 79: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
+	39, // 80: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
+	41, // 81: hedgekv.Admin.Merge:output_type -> hedgekv.MergeResponse
+	43, // 82: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
+	45, // 83: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
+	49, // 84: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
+	48, // 85: hedgekv.Admin.RemoveStore:output_type -> hedgekv.RemoveStoreResponse
+	55, // 86: hedgekv.Admin.Fault:output_type -> hedgekv.FaultResponse
+	51, // 87: hedgekv.Admin.RegionDigest:output_type -> hedgekv.RegionDigestResponse
+	53, // 88: hedgekv.Admin.RegionDump:output_type -> hedgekv.RegionDumpResponse
+	62, // 89: hedgekv.Raft.Stream:output_type -> hedgekv.Done
+	62, // 90: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
+	64, // 91: hedgekv.Raft.AllocRegionID:output_type -> hedgekv.AllocRegionIDResponse
+	71, // [71:92] is the sub-list for method output_type
+	50, // [50:71] is the sub-list for method input_type
 	50, // [50:50] is the sub-list for extension type_name
 	50, // [50:50] is the sub-list for extension extendee
 	0,  // [0:50] is the sub-list for field type_name
@@ -4367,7 +4455,7 @@ func file_hedgekv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hedgekv_proto_rawDesc), len(file_hedgekv_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   68,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

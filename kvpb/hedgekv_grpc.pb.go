@@ -856,8 +856,9 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Raft_Stream_FullMethodName   = "/hedgekv.Raft/Stream"
-	Raft_Snapshot_FullMethodName = "/hedgekv.Raft/Snapshot"
+	Raft_Stream_FullMethodName        = "/hedgekv.Raft/Stream"
+	Raft_Snapshot_FullMethodName      = "/hedgekv.Raft/Snapshot"
+	Raft_AllocRegionID_FullMethodName = "/hedgekv.Raft/AllocRegionID"
 )
 
 // RaftClient is the client API for Raft service.
@@ -869,6 +870,10 @@ type RaftClient interface {
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftMessageBatch, Done], error)
 	// Snapshot streams one region snapshot in chunks.
 	Snapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, Done], error)
+	// AllocRegionID takes the next region ID from the cluster's counter,
+	// kept by the first region: a store without a replica of it asks one
+	// with (NOT_FOUND from a store that has none either).
+	AllocRegionID(ctx context.Context, in *AllocRegionIDRequest, opts ...grpc.CallOption) (*AllocRegionIDResponse, error)
 }
 
 type raftClient struct {
@@ -905,6 +910,16 @@ func (c *raftClient) Snapshot(ctx context.Context, opts ...grpc.CallOption) (grp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Raft_SnapshotClient = grpc.ClientStreamingClient[SnapshotChunk, Done]
 
+func (c *raftClient) AllocRegionID(ctx context.Context, in *AllocRegionIDRequest, opts ...grpc.CallOption) (*AllocRegionIDResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AllocRegionIDResponse)
+	err := c.cc.Invoke(ctx, Raft_AllocRegionID_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RaftServer is the server API for Raft service.
 // All implementations must embed UnimplementedRaftServer
 // for forward compatibility.
@@ -914,6 +929,10 @@ type RaftServer interface {
 	Stream(grpc.ClientStreamingServer[RaftMessageBatch, Done]) error
 	// Snapshot streams one region snapshot in chunks.
 	Snapshot(grpc.ClientStreamingServer[SnapshotChunk, Done]) error
+	// AllocRegionID takes the next region ID from the cluster's counter,
+	// kept by the first region: a store without a replica of it asks one
+	// with (NOT_FOUND from a store that has none either).
+	AllocRegionID(context.Context, *AllocRegionIDRequest) (*AllocRegionIDResponse, error)
 	mustEmbedUnimplementedRaftServer()
 }
 
@@ -929,6 +948,9 @@ func (UnimplementedRaftServer) Stream(grpc.ClientStreamingServer[RaftMessageBatc
 }
 func (UnimplementedRaftServer) Snapshot(grpc.ClientStreamingServer[SnapshotChunk, Done]) error {
 	return status.Errorf(codes.Unimplemented, "method Snapshot not implemented")
+}
+func (UnimplementedRaftServer) AllocRegionID(context.Context, *AllocRegionIDRequest) (*AllocRegionIDResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AllocRegionID not implemented")
 }
 func (UnimplementedRaftServer) mustEmbedUnimplementedRaftServer() {}
 func (UnimplementedRaftServer) testEmbeddedByValue()              {}
@@ -965,13 +987,36 @@ func _Raft_Snapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Raft_SnapshotServer = grpc.ClientStreamingServer[SnapshotChunk, Done]
 
+func _Raft_AllocRegionID_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AllocRegionIDRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RaftServer).AllocRegionID(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raft_AllocRegionID_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RaftServer).AllocRegionID(ctx, req.(*AllocRegionIDRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Raft_ServiceDesc is the grpc.ServiceDesc for Raft service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Raft_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "hedgekv.Raft",
 	HandlerType: (*RaftServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "AllocRegionID",
+			Handler:    _Raft_AllocRegionID_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Stream",

@@ -45,6 +45,8 @@ func (s *Store) applyEntryTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry) erro
 			return s.applySplitTx(tx, rp, e, cmd)
 		case opApply:
 			return s.applyCommandTx(tx, rp, e, cmd)
+		case opAllocRegionID:
+			return s.applyAllocRegionIDTx(tx, rp, e, cmd)
 		}
 		return nil
 	case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:

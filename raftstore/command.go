@@ -20,19 +20,16 @@ const (
 	opDelete
 	opSplit // key: the split key; value: encodeSplit
 	opApply // key: routes it; value: the Applier's payload (Store.Propose)
+	// opAllocRegionID takes the next region ID from the cluster's counter
+	// (region.Region.LastRegionID); key: empty (the first region); value:
+	// the proposer's floor, 8 bytes (regionid.go).
+	opAllocRegionID
 	// The merge's entries (merge.go). key: the region's start key.
 	opPrepareMerge  // on the source: freeze it; value: encodePrepareMerge
 	opCommitMerge   // on the target: absorb the source; value: encodeCommitMerge
 	opAbortMerge    // on the target: refuse the freeze's commit for good; value: encodeCommitMerge
 	opRollbackMerge // on the source: unfreeze, once the target aborted; value: encodeRollbackMerge
 )
-
-// forwardable reports whether a follower may forward a command of op to
-// its leader (WriteOptions.Forward): an Applier's, or a merge's, whose
-// coordinator need lead neither region.
-func (op cmdOp) forwardable() bool {
-	return op == opApply || op == opPrepareMerge || op == opCommitMerge || op == opAbortMerge || op == opRollbackMerge
-}
 
 type command struct {
 	op    cmdOp
@@ -63,7 +60,7 @@ func decodeCommand(b []byte) (command, error) {
 	c.key = rest[w : w+int(n)]
 	c.value = rest[w+int(n):]
 	switch c.op {
-	case opPut, opDelete, opSplit, opApply, opPrepareMerge, opCommitMerge, opAbortMerge, opRollbackMerge:
+	case opPut, opDelete, opSplit, opApply, opAllocRegionID, opPrepareMerge, opCommitMerge, opAbortMerge, opRollbackMerge:
 	default:
 		return command{}, fmt.Errorf("command: unknown op %d: %w", c.op, errCorrupt)
 	}

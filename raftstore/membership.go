@@ -20,7 +20,7 @@ import (
 // A tombstone (engine.Tx.PutTombstone) is kept for every peer removed
 // here. Messages to such a peer are stale and must not resurrect it; a new
 // replica of the region gets a new peer ID (IDs are cluster-unique, not
-// ordered: allocID puts the allocating store in the low bits).
+// ordered: allocPeerID puts the allocating store in the low bits).
 
 // A tombstone (NoticeTombstone) is how a leader tells a peer it removed to
 // destroy itself; the receiving store handles it before any other check
@@ -310,7 +310,7 @@ func (s *Store) AddPeer(ctx context.Context, regionID, storeID uint64) error {
 
 // addLearner adds a learner on storeID under a fresh peer ID.
 func (s *Store) addLearner(ctx context.Context, p *Peer, storeID uint64) (uint64, error) {
-	id, err := s.allocID()
+	id, err := s.allocPeerID()
 	if err != nil {
 		return 0, err
 	}
@@ -512,10 +512,11 @@ func (s *Store) waitCaughtUp(ctx context.Context, p *Peer, peerID uint64) error 
 	}
 }
 
-// allocID returns a cluster-unique ID for a region or peer: a per-store
-// counter in the high bits and the store ID in the low 16, so stores never
-// need to agree on anything to allocate.
-func (s *Store) allocID() (uint64, error) {
+// allocPeerID returns a cluster-unique peer ID: a per-store counter in the
+// high bits and the store ID in the low 16, so stores never need to agree
+// on anything to allocate. (Region IDs come from the cluster's counter
+// instead, regionid.go: users see them.)
+func (s *Store) allocPeerID() (uint64, error) {
 	var id uint64
 	err := s.eng.Update(func(tx *engine.Tx) error {
 		n := tx.NextID() + 1

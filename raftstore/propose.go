@@ -53,6 +53,25 @@ func (s *Store) Propose(ctx context.Context, opts WriteOptions, key []byte, payl
 	if err != nil {
 		return nil, err
 	}
+	return s.waitResult(ctx, p, id, fwd, done)
+}
+
+// forwardable: the commands a follower may forward to its leader
+// (WriteOptions.Forward). Put and Delete deduplicate on the leader and are
+// never forwarded; these have no request ID a retry could join. A merge's
+// are forwarded because its coordinator need lead neither region
+// (merge.go).
+func forwardable(op cmdOp) bool {
+	switch op {
+	case opApply, opAllocRegionID, opPrepareMerge, opCommitMerge, opAbortMerge, opRollbackMerge:
+		return true
+	}
+	return false
+}
+
+// waitResult waits for the result of proposal id queued on p; a forwarded
+// one (fwd) is waited for at most forwardWait.
+func (s *Store) waitResult(ctx context.Context, p *Peer, id uint64, fwd bool, done <-chan proposalResult) ([]byte, error) {
 	var bound <-chan time.Time
 	if fwd {
 		t := time.NewTimer(s.forwardWait())
@@ -125,10 +144,10 @@ func (s *Store) queueOn(p *Peer, opts WriteOptions, cmd command, wait func(*prop
 	st := p.rn.BasicStatus()
 	forward := false
 	if st.RaftState != raft.StateLeader {
-		// A follower forwards only a Propose (Put and Delete deduplicate
-		// on the leader), and only to a leader it knows: raft would drop
-		// the entry otherwise, and the caller had better go elsewhere.
-		if !opts.Forward || !cmd.op.forwardable() || p.lead == 0 || !p.initialized {
+		// A follower forwards only what forwardable allows, and only to a
+		// leader it knows: raft would drop the entry otherwise, and the
+		// caller had better go elsewhere.
+		if !opts.Forward || !forwardable(cmd.op) || p.lead == 0 || !p.initialized {
 			err := p.notLeaderLocked()
 			p.mu.Unlock()
 			return nil, 0, err

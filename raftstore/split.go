@@ -29,13 +29,20 @@ func (s *Store) Split(ctx context.Context, key []byte) (left, right region.Regio
 	}
 	p.mu.Lock()
 	r := p.region.Clone()
+	// Only the leader proposes a split: refused here, before it takes a
+	// region ID that would then be a gap in the sequence.
+	if !p.isLeaderLocked() {
+		err := p.notLeaderLocked()
+		p.mu.Unlock()
+		return left, right, err
+	}
 	p.mu.Unlock()
 	if bytes.Equal(key, r.StartKey) {
 		return left, right, fmt.Errorf("split key %q is already a region boundary: %w", key, ErrInvalidRequest)
 	}
-	newID, err := s.allocID()
+	newID, err := s.newRegionID(ctx)
 	if err != nil {
-		return left, right, err
+		return left, right, fmt.Errorf("split region %d at %q: %w", r.ID, key, err)
 	}
 	cmd := command{op: opSplit, key: key, value: encodeSplit(newID, r.Epoch)}
 	if err := s.propose(ctx, WriteOptions{RegionID: r.ID, Epoch: r.Epoch}, cmd); err != nil {

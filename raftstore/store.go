@@ -44,6 +44,9 @@ type Store struct {
 	stats stats
 	snaps *snapshots // snapshot sources and received files (snapstream.go)
 	view  ClusterView
+	// regionIDs: where region IDs come from when this store holds no
+	// replica of the first region (regionid.go).
+	regionIDs RegionIDSource
 	// sweepAt is when the Ready loop next sweeps snapshot sources and
 	// files (sweepSnapshots); only the loop touches it.
 	sweepAt time.Time
@@ -461,6 +464,25 @@ func (s *Store) RegionsFrom(start []byte, limit int) (out []RegionStatus, more b
 		}
 	}
 	return out, more
+}
+
+// Term is the raft term known to this store's replica of the region
+// holding key (false: no initialized replica here). It is a RegionStatus's
+// Term without the rest, for answers that carry it on every request.
+func (s *Store) Term(key []byte) (uint64, bool) {
+	s.mu.RLock()
+	r, ok := s.ranges.Lookup(key)
+	s.mu.RUnlock()
+	if !ok {
+		return 0, false
+	}
+	p, ok := s.peer(r.ID)
+	if !ok {
+		return 0, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.term, p.initialized
 }
 
 // regionStatus is one initialized peer's RegionStatus (false if it is not

@@ -44,6 +44,12 @@ type Region struct {
 	// so the neighbour may unfreeze. Only the latest abort is kept: a new
 	// freeze has a later index.
 	AbortedMerge *MergeState `json:",omitempty"`
+	// LastRegionID is the cluster's region ID counter: the last ID it
+	// handed out. Only the first region (StartKey empty, which every
+	// split leaves on the left) holds it; every other region's is 0. It
+	// is replicated state like the rest of the descriptor: raft entries
+	// move it and snapshots carry it.
+	LastRegionID uint64 `json:",omitempty"`
 }
 
 // MergeState records a region's freeze for a merge: the region that is to
@@ -92,7 +98,7 @@ func (r *Region) Voters() []Peer {
 // Clone returns a deep copy, so a caller may keep it without sharing slices
 // with the store's live metadata.
 func (r *Region) Clone() Region {
-	c := Region{ID: r.ID, Epoch: r.Epoch}
+	c := Region{ID: r.ID, Epoch: r.Epoch, LastRegionID: r.LastRegionID}
 	c.StartKey = append([]byte(nil), r.StartKey...)
 	c.EndKey = append([]byte(nil), r.EndKey...)
 	c.Peers = append([]Peer(nil), r.Peers...)
@@ -148,6 +154,7 @@ func Split(r Region, key []byte, newID uint64, newPeerIDs []uint64) (left, right
 	right = r.Clone()
 	left.EndKey = append([]byte(nil), key...)
 	right.ID = newID
+	right.LastRegionID = 0 // the counter stays with the first region
 	right.StartKey = append([]byte(nil), key...)
 	for i := range right.Peers {
 		right.Peers[i].ID = newPeerIDs[i]

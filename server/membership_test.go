@@ -155,7 +155,8 @@ func TestWithStoreSplit(t *testing.T) {
 	if left.ID != 1 || len(left.StartKey) != 0 || string(left.EndKey) != "m" || left.Epoch.Version != 2 {
 		t.Errorf("left %s", left.String())
 	}
-	if right.ID == 0 || right.ID == 1 || string(right.StartKey) != "m" || len(right.EndKey) != 0 || right.Epoch.Version != 2 {
+	// Region IDs read as a sequence: the cluster's first split makes 2.
+	if right.ID != 2 || string(right.StartKey) != "m" || len(right.EndKey) != 0 || right.Epoch.Version != 2 {
 		t.Errorf("right %s", right.String())
 	}
 	if v, _ := peerStores(right); !slices.Equal(v, []uint64{1, 2, 3}) {
@@ -228,6 +229,45 @@ func TestWithStoreSplit(t *testing.T) {
 // reads; replicas of the original stores are removed (a follower's, then
 // the leader's own) and the region keeps serving; the joined store
 // restarts from its remembered address book without joining again.
+// TestWithStoreRegionIDFromAPeer: a store with no replica of the first
+// region, which keeps the cluster's region ID counter, splits a region it
+// leads with the next ID of the sequence, asked of a peer over gRPC
+// (Raft.AllocRegionID).
+func TestWithStoreRegionIDFromAPeer(t *testing.T) {
+	c := startQuietCluster(t, 3)
+	ctx := testCtx(t)
+	split := func(admin kvpb.AdminClient, key string) (*kvpb.SplitResponse, error) {
+		return admin.Split(ctx, &kvpb.SplitRequest{Key: []byte(key)})
+	}
+	if err := c.onLeader(t, 1, func(a kvpb.AdminClient) error { _, err := split(a, "m"); return err }); err != nil {
+		t.Fatalf("split at m: %v", err)
+	}
+	joinStore4(ctx, t, c)
+	if err := c.onLeader(t, 2, func(a kvpb.AdminClient) error {
+		_, err := a.AddPeer(ctx, &kvpb.AddPeerRequest{RegionId: 2, StoreId: 4})
+		return err
+	}); err != nil {
+		t.Fatalf("add region 2 on store 4: %v", err)
+	}
+	if err := c.onLeader(t, 2, func(a kvpb.AdminClient) error {
+		_, err := a.TransferLeader(ctx, &kvpb.TransferLeaderRequest{RegionId: 2, ToStoreId: 4})
+		return err
+	}); err != nil {
+		t.Fatalf("move region 2's leader to store 4: %v", err)
+	}
+	waitFor(t, 15*time.Second, "store 4 leading region 2", func() bool { return c.leaderOf(t, 2) == 4 })
+	if _, ok := regionOn(c.server(4), 1); ok {
+		t.Fatal("store 4 holds region 1")
+	}
+	resp, err := split(c.admin(t, 4), "p")
+	if err != nil {
+		t.Fatalf("split at p on store 4: %v", err)
+	}
+	if id := resp.GetRight().ToRegion().ID; id != 3 {
+		t.Fatalf("store 4's split made region %d, want 3", id)
+	}
+}
+
 func TestWithStoreJoinAndMembership(t *testing.T) {
 	c := startQuietCluster(t, 3)
 	ctx := testCtx(t)

@@ -49,6 +49,9 @@ type raftService struct {
 	// waitStall, if set, holds inbound raft messages while an injected
 	// stall is in progress (see faults.go). Set before serving.
 	waitStall func(ctx context.Context) error
+	// allocRegionID serves AllocRegionID (the store's); set before
+	// serving.
+	allocRegionID func(ctx context.Context) (uint64, error)
 }
 
 func newRaftService(storeID uint64, h raftstore.Handler, logger *slog.Logger) *raftService {

@@ -264,6 +264,8 @@ func New(cfg Config) (*Server, error) {
 	s.raft = newRaftService(cfg.Store.StoreID, drainingHandler{Handler: store, draining: &s.health.draining}, logger)
 	s.raft.waitStall = s.faults.waitStall
 	s.raft.onStream = cp.PeerConnected
+	s.raft.allocRegionID = store.AllocRegionID
+	store.SetRegionIDSource(peerRegionIDs{self: cfg.Store.StoreID, members: cp.DialAddrs, conn: s.trans.conn})
 	s.admin = &adminService{srv: s}
 	cp.Attach(controlplane.Deps{
 		Transport:   s.trans,

@@ -310,6 +310,7 @@ func newBenchPeerEtcdCmd() *cobra.Command {
 	var (
 		workloads, variants, etcdBin, binding, out string
 		topology, leaderZone, clientZone, scanLens string
+		status                                     string
 		records, ops                               int64
 		threads                                    int
 		quick, noPlots                             bool
@@ -354,6 +355,12 @@ latency CDFs.`,
 			}
 			if env.endpointsSet {
 				cfg.HedgeKVEndpoints = env.endpoints
+				cfg.HedgeKVStatusAddrs = splitList(status)
+				if n := len(cfg.HedgeKVStatusAddrs); n > 0 && n != len(env.endpoints) {
+					return usagef("--status-addrs: %d addresses for %d endpoints", n, len(env.endpoints))
+				}
+			} else if status != "" {
+				return usagef("--status-addrs applies with --endpoints only")
 			}
 			if records < 0 || ops < 0 || threads < 0 {
 				return usagef("--records, --ops and --threads must not be negative")
@@ -417,6 +424,7 @@ latency CDFs.`,
 	f.StringVar(&scanLens, "scan-lengths", "", "with --topology: comma list of keys per scan (default 10,100)")
 	f.DurationVar(&warmup, "warmup", 0, "with --topology: unmeasured warm-up before each run (default 1s; --quick 500ms; negative: none)")
 	f.BoolVar(&noPlots, "no-plots", false, "with --topology: write no PNG plots")
+	f.StringVar(&status, "status-addrs", "", "with --endpoints: the stores' status addresses, for the servers' CPU per operation (from /metrics; etcd's is always measured)")
 	return cmd
 }
 

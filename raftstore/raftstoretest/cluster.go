@@ -247,6 +247,7 @@ func (c *Cluster) StartStore(id uint64) error {
 		return fmt.Errorf("start store %d: %w", id, err)
 	}
 	s.SetClusterView(c)
+	s.SetRegionIDSource(c)
 	c.Net.Register(id, s)
 	s.Start()
 	c.stores[id] = s
@@ -646,6 +647,26 @@ func (c *Cluster) Stores(context.Context) []raftstore.StoreInfo {
 		out = append(out, info)
 	}
 	return out
+}
+
+// AllocRegionID is every store's RegionIDSource: it asks the running
+// stores in turn for a region ID from the cluster's counter, as the server
+// asks its peers over gRPC (and, as there, not through the in-memory
+// network's faults).
+func (c *Cluster) AllocRegionID(ctx context.Context) (uint64, error) {
+	var errs []error
+	for _, id := range c.IDs() {
+		s, ok := c.Store(id)
+		if !ok {
+			continue
+		}
+		rid, err := s.AllocRegionID(ctx)
+		if err == nil {
+			return rid, nil
+		}
+		errs = append(errs, fmt.Errorf("store %d: %w", id, err))
+	}
+	return 0, fmt.Errorf("no store took a region id: %w", errors.Join(errs...))
 }
 
 // SkewedClock is a clock whose readings are offset from the real one by

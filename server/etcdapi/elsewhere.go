@@ -74,6 +74,17 @@ func (s *Service) leaderElsewhere(ctx context.Context) uint64 {
 	return 0
 }
 
+// forgetLeader drops the leader found elsewhere if it is id, a store that
+// just failed a request (a proxied watch's stream broke): the next
+// request looks it up again instead of asking id until elsewhereTTL ends.
+func (s *Service) forgetLeader(id uint64) {
+	s.found.mu.Lock()
+	defer s.found.mu.Unlock()
+	if s.found.leader == id {
+		s.found.leader = 0
+	}
+}
+
 // errElsewhere stops a retry loop: this store holds no replica of the
 // keyspace, and leader, found on the other stores, should take the request.
 type errElsewhere struct{ leader uint64 }

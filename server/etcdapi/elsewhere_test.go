@@ -16,41 +16,8 @@ import (
 // and what it writes is read back everywhere.
 func TestStoreWithoutAReplicaServesTheKeyspace(t *testing.T) {
 	ctx := ctxFor(t, 90*time.Second)
-	c, err := cluster.StartLocal(ctx, cluster.LocalConfig{NoSync: true, Zones: []string{"dc-a", "dc-b", "dc-c", "dc-d"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
+	c := outsiderCluster(t, ctx, nil)
 	first := client(t, c.Endpoints[0])
-	if _, err := first.Put(ctx, "seed", "0"); err != nil {
-		t.Fatal(err)
-	}
-
-	// Wait for the keyspace's own region, then take one replica off it.
-	const outsider = uint64(4)
-	var rid uint64
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		r := etcdRegion(t, c)
-		if string(r.StartKey) == etcdapi.Prefix && string(r.EndKey) == etcdapi.End {
-			rid = r.ID
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the etcd keyspace is still in %v", r)
-		}
-	}
-	for deadline := time.Now().Add(30 * time.Second); holds(c, outsider, rid); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("store %d still holds region %d", outsider, rid)
-		}
-		for _, id := range c.StoreIDs() {
-			st := c.Server(id).Store()
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_ = st.RemovePeer(rctx, rid, outsider) // only the leader's succeeds
-			cancel()
-		}
-	}
-
 	cli := client(t, c.Endpoints[outsider-1])
 	start := time.Now()
 	if _, err := cli.Put(ctx, "k", "v1"); err != nil {
@@ -74,6 +41,50 @@ func TestStoreWithoutAReplicaServesTheKeyspace(t *testing.T) {
 	if err != nil || len(g.Kvs) != 1 || string(g.Kvs[0].Key) != "k" || string(g.Kvs[0].Value) != "v2" {
 		t.Fatalf("store 1 reads %+v, %v; want only k=v2", g, err)
 	}
+}
+
+// outsider is the store outsiderCluster leaves without a replica of the
+// keyspace's region.
+const outsider = uint64(4)
+
+// outsiderCluster starts four stores (every store's etcd API with knobs,
+// nil: none), writes a key through store 1 so the keyspace becomes its
+// own region, and takes store outsider's replica of it off.
+func outsiderCluster(t *testing.T, ctx context.Context, knobs *etcdapi.TestingKnobs) *cluster.Local {
+	t.Helper()
+	c, err := cluster.StartLocal(ctx, cluster.LocalConfig{NoSync: true, Zones: []string{"dc-a", "dc-b", "dc-c", "dc-d"}, EtcdKnobs: knobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	if _, err := client(t, c.Endpoints[0]).Put(ctx, "seed", "0"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Wait for the keyspace's own region, then take one replica off it.
+	var rid uint64
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		r := etcdRegion(t, c)
+		if string(r.StartKey) == etcdapi.Prefix && string(r.EndKey) == etcdapi.End {
+			rid = r.ID
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the etcd keyspace is still in %v", r)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); holds(c, outsider, rid); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("store %d still holds region %d", outsider, rid)
+		}
+		for _, id := range c.StoreIDs() {
+			st := c.Server(id).Store()
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = st.RemovePeer(rctx, rid, outsider) // only the leader's succeeds
+			cancel()
+		}
+	}
+	return c
 }
 
 // holds reports whether store id has a replica of region rid.

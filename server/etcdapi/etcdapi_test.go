@@ -89,6 +89,11 @@ func TestKVThroughEveryStore(t *testing.T) {
 			g.Kvs[0].CreateRevision != p1.Header.Revision || g.Kvs[0].ModRevision != p2.Header.Revision || g.Header.Revision < p2.Header.Revision {
 			t.Fatalf("store %d: get %s = %+v (header %d)", i+1, key, g.Kvs, g.Header.Revision)
 		}
+		// The header carries the keyspace region's raft term, as the
+		// answering store (the leader, in the default read mode) knows it.
+		if g.Header.RaftTerm == 0 || p2.Header.RaftTerm == 0 {
+			t.Fatalf("store %d: headers %+v and %+v, want a raft term", i+1, p2.Header, g.Header)
+		}
 		last = p2.Header.Revision
 	}
 	cli := client(t, c.Endpoints[len(c.Endpoints)-1])

@@ -19,6 +19,14 @@ type TestingKnobs struct {
 	// OnFallback, if set, is told of each synced watcher that fell behind
 	// and dropped back to reading history.
 	OnFallback func()
+	// OnWatchUpstream, if set, is told of each upstream stream a watch
+	// proxy (a store with no replica of the keyspace) opened: from the
+	// proxy's store to store to; cut breaks that stream, as a connection
+	// lost would.
+	OnWatchUpstream func(from, to uint64, cut func())
+	// OnWatchProxy, if set, is told when a watch proxy on store starts
+	// (delta 1) and when it has stopped everything it started (-1).
+	OnWatchProxy func(store uint64, delta int)
 	// BackendBatch, if positive, replaces backendBatch: the entries one
 	// transaction of a snapshot file holds.
 	BackendBatch int

@@ -124,6 +124,7 @@ type Store interface {
 	Propose(ctx context.Context, opts raftstore.WriteOptions, key []byte, payload []byte) ([]byte, error)
 	ReadView(ctx context.Context, opts raftstore.ReadOptions, key []byte, fn func(raftstore.StateView) error) (raftstore.ReadInfo, error)
 	RegionsFrom(start []byte, limit int) ([]raftstore.RegionStatus, bool)
+	Term(key []byte) (uint64, bool)
 	Gauges() raftstore.Gauges
 	EnsureBoundaries(ctx context.Context, keys ...[]byte) error
 }
@@ -248,8 +249,9 @@ func (s *Service) Stop() {
 
 func (s *Service) header(rev int64) *pb.ResponseHeader {
 	h := &pb.ResponseHeader{ClusterId: clusterID, MemberId: s.cfg.Store.ID(), Revision: rev}
-	if st, ok := s.regionStatus(); ok {
-		h.RaftTerm = st.Term
+	// Every answer carries it: the term alone, not the region's status.
+	if term, ok := s.cfg.Store.Term([]byte(Prefix)); ok {
+		h.RaftTerm = term
 	}
 	return h
 }

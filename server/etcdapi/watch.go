@@ -44,6 +44,9 @@ const (
 
 // Watch implements etcd's Watch service.
 func (s *Service) Watch(stream pb.Watch_WatchServer) error {
+	if s.proxiesWatch(stream.Context()) {
+		return s.watchElsewhere(stream) // no state here to serve it from (watchproxy.go)
+	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	ws := &watchStream{s: s, stream: stream, ctx: ctx, cancels: map[int64]context.CancelFunc{}}

@@ -19,14 +19,14 @@
 //	raftlog     regionID(8) | index(8) -> raftpb.Entry
 //	raftstate   regionID(8) | 'h' -> raftpb.HardState
 //	            regionID(8) | 'a' -> apply state: applied index, term, truncated index, term (4×8)
-//	            regionID(8) | 'r' -> region meta (JSON; small and rarely written)
+//	            regionID(8) | 'r' -> region meta (region.Region as JSON; small and rarely written; the first region's carries the cluster's region ID counter)
 //	            regionID(8) | 'd' -> the region's dedup clock base(8) (absent: 0)
 //	            regionID(8) | 't' | peerID(8) -> nil: a tombstone for a peer removed here
 //	            regionID(8) | 's' | peerID(8) -> a snapshot apply in progress (JSON marker)
 //	            regionID(8) | 'c' | peerID(8) -> a range clear in progress (JSON marker)
 //	meta        "store_id" -> storeID(8)
 //	            "incarnation" -> the store's incarnation(8)
-//	            "next_id" -> the next ID this store allocates(8)
+//	            "next_id" -> this store's peer ID counter, n of its last n<<16|store(8)
 //	            "wal_seq" -> the last round-log record this state holds(8)
 //	            "disk-probe" -> written and deleted at once (a probe of a failed disk)
 //	dedup3      the write-dedup table, keyed by user key (raftstore/dedup.go)

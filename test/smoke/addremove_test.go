@@ -46,9 +46,14 @@ func TestClusterScriptAddRemove(t *testing.T) {
 	for i := range 40 {
 		c.mustPut(fmt.Sprintf("ar/k%02d", i), fmt.Sprintf("v%02d", i), acked)
 	}
-	for _, k := range []string{"ar/k10", "ar/k20", "ar/k30"} {
-		if r := c.cli(cliTimeout, "ctl", "split", k); r.Err != nil {
+	for i, k := range []string{"ar/k10", "ar/k20", "ar/k30"} {
+		r := c.cli(cliTimeout, "ctl", "split", k)
+		if r.Err != nil {
 			t.Fatalf("ctl split %s: %v", k, r)
+		}
+		// Region IDs read as a sequence: the cluster's splits make 2, 3, 4.
+		if want := fmt.Sprintf("right: region %d ", i+2); !strings.Contains(r.Stdout, want) {
+			t.Errorf("ctl split %s printed %q, want %q", k, r.Stdout, want)
 		}
 	}
 
