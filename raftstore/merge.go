@@ -326,6 +326,16 @@ func (s *Store) Merge(ctx context.Context, leftID uint64) (region.Region, error)
 	if right.Merge != nil && right.Merge.Target != leftID {
 		return region.Region{}, &MergeRefusedError{Left: leftID, Right: right.ID, Reason: fmt.Sprintf("region %d is frozen for a merge into region %d", right.ID, right.Merge.Target)}
 	}
+	if right.Merge == nil && len(right.EndKey) > 0 {
+		// Absorbed first, right would leave its own frozen neighbour a
+		// target that no longer exists.
+		if np, ok := s.peerAt(right.EndKey); ok {
+			if n := np.regionClone(); n.Merge != nil && n.Merge.Target == right.ID {
+				return region.Region{}, &MergeRefusedError{Left: leftID, Right: right.ID,
+					Reason: fmt.Sprintf("region %d is frozen for a merge into region %d; that merge must settle first", n.ID, right.ID)}
+			}
+		}
+	}
 	if right.Merge == nil {
 		cmd := command{op: opPrepareMerge, key: right.StartKey, value: encodePrepareMerge(leftID, right.Epoch)}
 		if err := s.proposeMerge(ctx, sp, cmd); err != nil {
@@ -358,6 +368,22 @@ func (s *Store) Merge(ctx context.Context, leftID uint64) (region.Region, error)
 		return s.abandonMerge(tp, sp, right, err)
 	}
 	return region.Region{}, fmt.Errorf("merge of region %d into %d is in doubt (region %d stays frozen until a merge retried or the merge check settles it): %w", right.ID, leftID, right.ID, err)
+}
+
+// settleMerge finishes the merge source is frozen for: Merge run again if
+// the target is still its left neighbour here, else the abort and the
+// rollback (a commit the target refuses for good: not adjacent). A
+// target with no replica here is left to a store that has one.
+func (s *Store) settleMerge(ctx context.Context, source region.Region) (region.Region, error) {
+	tp, ok := s.peer(source.Merge.Target)
+	sp, found := s.peer(source.ID)
+	if !ok || !tp.isInitialized() || !found {
+		return region.Region{}, fmt.Errorf("settle the merge of region %d: %w", source.ID, &region.RegionNotFoundError{RegionID: source.Merge.Target})
+	}
+	if t := tp.regionClone(); bytes.Equal(t.EndKey, source.StartKey) {
+		return s.Merge(ctx, t.ID)
+	}
+	return s.abandonMerge(tp, sp, source, fmt.Errorf("region %d is no longer the left neighbour of region %d", source.Merge.Target, source.ID))
 }
 
 // abandonMerge aborts the freeze of right in the target's log, then rolls
@@ -598,7 +624,7 @@ func (s *Store) mergeCheck(t clock.Ticker) {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*s.forwardWait())
-			m, err := s.Merge(ctx, r.Merge.Target)
+			m, err := s.settleMerge(ctx, r)
 			cancel()
 			s.log.Info("settled a merge left frozen", "source", id, "target", r.Merge.Target, "merged", m.ID != 0, "err", err)
 			delete(frozen, id)

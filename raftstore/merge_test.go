@@ -595,3 +595,51 @@ func TestMergeSurvivesPowerLoss(t *testing.T) {
 	}
 	checkMerged(t, ctx, c, left.ID, right.ID, itoa)
 }
+
+// TestMergeLeftFrozenSettledByRollbackAfterTargetSplit: as above, the
+// source stays frozen when its coordinator gives up, but the target then
+// splits, so it is no longer the source's neighbour: the merge check
+// aborts the freeze in the target's log and rolls the source back, and a
+// merge of the target's new right half with the source is refused while
+// the source is frozen for another region.
+func TestMergeLeftFrozenSettledByRollbackAfterTargetSplit(t *testing.T) {
+	c := newCluster(t, raftstoretest.Options{MergeSettleAfter: 2 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	left, right := splitFilled(t, ctx, c)
+	var cut sync.Map
+	remove := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+		if _, on := cut.Load("on"); !on {
+			return false, 0
+		}
+		return m.RegionID == left.ID || (m.Notice != nil && m.Notice.Kind == raftstore.NoticeMergeApplied), 0
+	}))
+	defer remove()
+	cut.Store("on", true)
+	lead, _ := c.Leader(left.ID)
+	s, _ := c.Store(lead)
+	mctx, mcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := s.Merge(mctx, left.ID)
+	mcancel()
+	if r, _ := c.RegionOf(mergeKey(99)); err == nil || r.Merge == nil {
+		t.Fatalf("merge with the target cut off: %v, source %v; want it failed and the source frozen", err, r.String())
+	}
+	cut.Delete("on")
+	if err := c.Split(ctx, mergeKey(40)); err != nil {
+		t.Fatalf("split the target: %v", err)
+	}
+	mid, _ := c.RegionOf(mergeKey(40))
+	if _, err := c.WaitLeader(mid.ID, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c.RegionOf(mergeKey(99)); r.Merge != nil {
+		ml, _ := c.Leader(mid.ID)
+		ms, _ := c.Store(ml)
+		var refused *raftstore.MergeRefusedError
+		if _, err := ms.Merge(ctx, mid.ID); !errors.As(err, &refused) {
+			t.Fatalf("merge into a region of a source frozen for another: %v, want a *MergeRefusedError", err)
+		}
+	}
+	waitNoneFrozen(t, c)
+	checkSplitIntact(t, ctx, c, left, right)
+}
