@@ -569,6 +569,41 @@ func (c *Client) Split(ctx context.Context, key []byte) (left, right region.Regi
 	return left, right, nil
 }
 
+// Merge merges regionID with its right neighbour, on regionID's leader
+// (any store with replicas of both could coordinate it; the leader is
+// one), and returns the merged region: regionID over both ranges. Regions
+// whose replicas are not on the same stores are refused with
+// InvalidArgument. The cache forgets the absorbed region.
+func (c *Client) Merge(ctx context.Context, regionID uint64) (region.Region, error) {
+	if regionID == 0 {
+		return region.Region{}, errors.New("merge: region id must be non-zero")
+	}
+	var resp *kvpb.MergeResponse
+	res, err := c.send(ctx, &regionRequest{
+		op:       fmt.Sprintf("merge region %d with its right neighbour", regionID),
+		byID:     true,
+		regionID: regionID,
+		write:    true,
+		rpc: func(ctx context.Context, cc grpc.ClientConnInterface, _ *attempt) (*kvpb.Load, error) {
+			r, err := kvpb.NewAdminClient(cc).Merge(ctx, &kvpb.MergeRequest{RegionId: regionID})
+			if err == nil {
+				resp = r
+			}
+			return nil, err
+		},
+	})
+	if err != nil {
+		return region.Region{}, err
+	}
+	merged := resp.GetMerged().ToRegion()
+	var leader uint64
+	if res.final != nil {
+		leader = res.final.storeID
+	}
+	c.cache.insert(merged, leader) // replaces both halves' entries
+	return merged, nil
+}
+
 // splitBoundaryRefusal is what a store's refusal of a split at a key that
 // already starts a region says (raftstore's Split).
 const splitBoundaryRefusal = "is already a region boundary"

@@ -326,3 +326,42 @@ func TestEpochBehindAsksAnotherReplica(t *testing.T) {
 		}
 	}
 }
+
+// TestMergedRegionRefreshesRoute: the cache holds both halves of a split
+// when the regions merge behind the client's back; reads and writes of
+// either half's keys find the merged region, as after a split.
+func TestMergedRegionRefreshesRoute(t *testing.T) {
+	cl := clienttest.NewCluster(t, threeZones...)
+	cl.Put("a", "1")
+	cl.Put("x", "2")
+	c := newTestClient(t, cl, "")
+	if err := cl.Split([]byte("m"), 2); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for _, k := range []string{"a", "x"} {
+		if _, err := c.Get(ctx, []byte(k)); err != nil {
+			t.Fatalf("get %s: %v", k, err)
+		}
+	}
+	if r, ok := c.cache.lookupKey([]byte("x")); !ok || r.ID != 2 {
+		t.Fatalf("cached %+v for x, want region 2", r)
+	}
+	merged, err := cl.Merge(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(ctx, []byte("x"), []byte("3")); err != nil {
+		t.Fatalf("put x after the merge: %v", err)
+	}
+	if v, err := c.Get(ctx, []byte("x")); err != nil || string(v) != "3" {
+		t.Fatalf("get x after the merge: %q %v", v, err)
+	}
+	if v, err := c.Get(ctx, []byte("a")); err != nil || string(v) != "1" {
+		t.Fatalf("get a after the merge: %q %v", v, err)
+	}
+	if r, ok := c.cache.lookupKey([]byte("x")); !ok || r.ID != 1 || r.Epoch.Version != merged.Epoch.Version {
+		t.Errorf("cache holds %+v for x, want the merged region %v", r, merged)
+	}
+}

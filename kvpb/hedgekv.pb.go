@@ -84,28 +84,32 @@ type NoticeKind int32
 
 const (
 	NoticeKind_NOTICE_KIND_UNSPECIFIED   NoticeKind = 0
-	NoticeKind_NOTICE_KIND_HIBERNATE     NoticeKind = 1 // leader: stop ticking (commit: its commit index)
-	NoticeKind_NOTICE_KIND_WAKE          NoticeKind = 2 // follower: wake up, leader
-	NoticeKind_NOTICE_KIND_LEASE_REQUEST NoticeKind = 3 // follower: grant me a read lease (lease: instance, seq)
-	NoticeKind_NOTICE_KIND_LEASE_GRANT   NoticeKind = 4 // leader: a read lease (lease: the request answered, commit, length)
-	NoticeKind_NOTICE_KIND_LEASE_REVOKE  NoticeKind = 5 // leader: your read lease ends now
-	NoticeKind_NOTICE_KIND_RENEW         NoticeKind = 6 // follower: renew your lease, I need fresh safe points
-	NoticeKind_NOTICE_KIND_TOMBSTONE     NoticeKind = 7 // a member: you were removed, destroy yourself
-	NoticeKind_NOTICE_KIND_STALE_CHECK   NoticeKind = 8 // follower unled for long: am I still a member?
+	NoticeKind_NOTICE_KIND_HIBERNATE     NoticeKind = 1  // leader: stop ticking (commit: its commit index)
+	NoticeKind_NOTICE_KIND_WAKE          NoticeKind = 2  // follower: wake up, leader
+	NoticeKind_NOTICE_KIND_LEASE_REQUEST NoticeKind = 3  // follower: grant me a read lease (lease: instance, seq)
+	NoticeKind_NOTICE_KIND_LEASE_GRANT   NoticeKind = 4  // leader: a read lease (lease: the request answered, commit, length)
+	NoticeKind_NOTICE_KIND_LEASE_REVOKE  NoticeKind = 5  // leader: your read lease ends now
+	NoticeKind_NOTICE_KIND_RENEW         NoticeKind = 6  // follower: renew your lease, I need fresh safe points
+	NoticeKind_NOTICE_KIND_TOMBSTONE     NoticeKind = 7  // a member: you were removed, destroy yourself
+	NoticeKind_NOTICE_KIND_STALE_CHECK   NoticeKind = 8  // follower unled for long: am I still a member?
+	NoticeKind_NOTICE_KIND_MERGE_CHECK   NoticeKind = 9  // merge coordinator: have you applied the freeze at commit?
+	NoticeKind_NOTICE_KIND_MERGE_APPLIED NoticeKind = 10 // a frozen replica: I have applied the freeze at commit
 )
 
 // Enum value maps for NoticeKind.
 var (
 	NoticeKind_name = map[int32]string{
-		0: "NOTICE_KIND_UNSPECIFIED",
-		1: "NOTICE_KIND_HIBERNATE",
-		2: "NOTICE_KIND_WAKE",
-		3: "NOTICE_KIND_LEASE_REQUEST",
-		4: "NOTICE_KIND_LEASE_GRANT",
-		5: "NOTICE_KIND_LEASE_REVOKE",
-		6: "NOTICE_KIND_RENEW",
-		7: "NOTICE_KIND_TOMBSTONE",
-		8: "NOTICE_KIND_STALE_CHECK",
+		0:  "NOTICE_KIND_UNSPECIFIED",
+		1:  "NOTICE_KIND_HIBERNATE",
+		2:  "NOTICE_KIND_WAKE",
+		3:  "NOTICE_KIND_LEASE_REQUEST",
+		4:  "NOTICE_KIND_LEASE_GRANT",
+		5:  "NOTICE_KIND_LEASE_REVOKE",
+		6:  "NOTICE_KIND_RENEW",
+		7:  "NOTICE_KIND_TOMBSTONE",
+		8:  "NOTICE_KIND_STALE_CHECK",
+		9:  "NOTICE_KIND_MERGE_CHECK",
+		10: "NOTICE_KIND_MERGE_APPLIED",
 	}
 	NoticeKind_value = map[string]int32{
 		"NOTICE_KIND_UNSPECIFIED":   0,
@@ -117,6 +121,8 @@ var (
 		"NOTICE_KIND_RENEW":         6,
 		"NOTICE_KIND_TOMBSTONE":     7,
 		"NOTICE_KIND_STALE_CHECK":   8,
+		"NOTICE_KIND_MERGE_CHECK":   9,
+		"NOTICE_KIND_MERGE_APPLIED": 10,
 	}
 )
 
@@ -2507,6 +2513,97 @@ func (x *SplitResponse) GetRight() *Region {
 	return nil
 }
 
+// MergeRequest merges region_id with its right neighbour: region_id
+// absorbs it and keeps its ID. The two must have replicas on the same
+// stores (InvalidArgument otherwise); the store reached must host both.
+type MergeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RegionId      uint64                 `protobuf:"varint,1,opt,name=region_id,json=regionId,proto3" json:"region_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MergeRequest) Reset() {
+	*x = MergeRequest{}
+	mi := &file_hedgekv_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MergeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MergeRequest) ProtoMessage() {}
+
+func (x *MergeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MergeRequest.ProtoReflect.Descriptor instead.
+func (*MergeRequest) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *MergeRequest) GetRegionId() uint64 {
+	if x != nil {
+		return x.RegionId
+	}
+	return 0
+}
+
+type MergeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Merged        *Region                `protobuf:"bytes,1,opt,name=merged,proto3" json:"merged,omitempty"` // region_id, now spanning both ranges
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MergeResponse) Reset() {
+	*x = MergeResponse{}
+	mi := &file_hedgekv_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MergeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MergeResponse) ProtoMessage() {}
+
+func (x *MergeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hedgekv_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MergeResponse.ProtoReflect.Descriptor instead.
+func (*MergeResponse) Descriptor() ([]byte, []int) {
+	return file_hedgekv_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *MergeResponse) GetMerged() *Region {
+	if x != nil {
+		return x.Merged
+	}
+	return nil
+}
+
 // AddPeerRequest adds a replica of region_id on store_id (as a learner,
 // caught up, then promoted); it must reach the region's leader.
 type AddPeerRequest struct {
@@ -2519,7 +2616,7 @@ type AddPeerRequest struct {
 
 func (x *AddPeerRequest) Reset() {
 	*x = AddPeerRequest{}
-	mi := &file_hedgekv_proto_msgTypes[38]
+	mi := &file_hedgekv_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2531,7 +2628,7 @@ func (x *AddPeerRequest) String() string {
 func (*AddPeerRequest) ProtoMessage() {}
 
 func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[38]
+	mi := &file_hedgekv_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2544,7 +2641,7 @@ func (x *AddPeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerRequest.ProtoReflect.Descriptor instead.
 func (*AddPeerRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{38}
+	return file_hedgekv_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AddPeerRequest) GetRegionId() uint64 {
@@ -2569,7 +2666,7 @@ type AddPeerResponse struct {
 
 func (x *AddPeerResponse) Reset() {
 	*x = AddPeerResponse{}
-	mi := &file_hedgekv_proto_msgTypes[39]
+	mi := &file_hedgekv_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2581,7 +2678,7 @@ func (x *AddPeerResponse) String() string {
 func (*AddPeerResponse) ProtoMessage() {}
 
 func (x *AddPeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[39]
+	mi := &file_hedgekv_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2594,7 +2691,7 @@ func (x *AddPeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddPeerResponse.ProtoReflect.Descriptor instead.
 func (*AddPeerResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{39}
+	return file_hedgekv_proto_rawDescGZIP(), []int{41}
 }
 
 // RemovePeerRequest removes the replica of region_id on store_id; it must
@@ -2610,7 +2707,7 @@ type RemovePeerRequest struct {
 
 func (x *RemovePeerRequest) Reset() {
 	*x = RemovePeerRequest{}
-	mi := &file_hedgekv_proto_msgTypes[40]
+	mi := &file_hedgekv_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2719,7 @@ func (x *RemovePeerRequest) String() string {
 func (*RemovePeerRequest) ProtoMessage() {}
 
 func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[40]
+	mi := &file_hedgekv_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2732,7 @@ func (x *RemovePeerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerRequest.ProtoReflect.Descriptor instead.
 func (*RemovePeerRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{40}
+	return file_hedgekv_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RemovePeerRequest) GetRegionId() uint64 {
@@ -2660,7 +2757,7 @@ type RemovePeerResponse struct {
 
 func (x *RemovePeerResponse) Reset() {
 	*x = RemovePeerResponse{}
-	mi := &file_hedgekv_proto_msgTypes[41]
+	mi := &file_hedgekv_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2769,7 @@ func (x *RemovePeerResponse) String() string {
 func (*RemovePeerResponse) ProtoMessage() {}
 
 func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[41]
+	mi := &file_hedgekv_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2782,7 @@ func (x *RemovePeerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePeerResponse.ProtoReflect.Descriptor instead.
 func (*RemovePeerResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{41}
+	return file_hedgekv_proto_rawDescGZIP(), []int{43}
 }
 
 // JoinRequest announces a new store. The store contacted records it and
@@ -2706,7 +2803,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_hedgekv_proto_msgTypes[42]
+	mi := &file_hedgekv_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +2815,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[42]
+	mi := &file_hedgekv_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +2828,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{42}
+	return file_hedgekv_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *JoinRequest) GetStoreId() uint64 {
@@ -2779,7 +2876,7 @@ type RemoveStoreRequest struct {
 
 func (x *RemoveStoreRequest) Reset() {
 	*x = RemoveStoreRequest{}
-	mi := &file_hedgekv_proto_msgTypes[43]
+	mi := &file_hedgekv_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +2888,7 @@ func (x *RemoveStoreRequest) String() string {
 func (*RemoveStoreRequest) ProtoMessage() {}
 
 func (x *RemoveStoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[43]
+	mi := &file_hedgekv_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +2901,7 @@ func (x *RemoveStoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveStoreRequest.ProtoReflect.Descriptor instead.
 func (*RemoveStoreRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{43}
+	return file_hedgekv_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RemoveStoreRequest) GetStoreId() uint64 {
@@ -2831,7 +2928,7 @@ type RemoveStoreResponse struct {
 
 func (x *RemoveStoreResponse) Reset() {
 	*x = RemoveStoreResponse{}
-	mi := &file_hedgekv_proto_msgTypes[44]
+	mi := &file_hedgekv_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2940,7 @@ func (x *RemoveStoreResponse) String() string {
 func (*RemoveStoreResponse) ProtoMessage() {}
 
 func (x *RemoveStoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[44]
+	mi := &file_hedgekv_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2953,7 @@ func (x *RemoveStoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveStoreResponse.ProtoReflect.Descriptor instead.
 func (*RemoveStoreResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{44}
+	return file_hedgekv_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RemoveStoreResponse) GetAlready() bool {
@@ -2880,7 +2977,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_hedgekv_proto_msgTypes[45]
+	mi := &file_hedgekv_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2892,7 +2989,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[45]
+	mi := &file_hedgekv_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2905,7 +3002,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{45}
+	return file_hedgekv_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *JoinResponse) GetPeers() map[uint64]string {
@@ -2931,7 +3028,7 @@ type RegionDigestRequest struct {
 
 func (x *RegionDigestRequest) Reset() {
 	*x = RegionDigestRequest{}
-	mi := &file_hedgekv_proto_msgTypes[46]
+	mi := &file_hedgekv_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +3040,7 @@ func (x *RegionDigestRequest) String() string {
 func (*RegionDigestRequest) ProtoMessage() {}
 
 func (x *RegionDigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[46]
+	mi := &file_hedgekv_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3053,7 @@ func (x *RegionDigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionDigestRequest.ProtoReflect.Descriptor instead.
 func (*RegionDigestRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{46}
+	return file_hedgekv_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RegionDigestRequest) GetRegionId() uint64 {
@@ -2984,7 +3081,7 @@ type RegionDigestResponse struct {
 
 func (x *RegionDigestResponse) Reset() {
 	*x = RegionDigestResponse{}
-	mi := &file_hedgekv_proto_msgTypes[47]
+	mi := &file_hedgekv_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3093,7 @@ func (x *RegionDigestResponse) String() string {
 func (*RegionDigestResponse) ProtoMessage() {}
 
 func (x *RegionDigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[47]
+	mi := &file_hedgekv_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3106,7 @@ func (x *RegionDigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionDigestResponse.ProtoReflect.Descriptor instead.
 func (*RegionDigestResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{47}
+	return file_hedgekv_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RegionDigestResponse) GetStoreId() uint64 {
@@ -3091,7 +3188,7 @@ type RegionDumpRequest struct {
 
 func (x *RegionDumpRequest) Reset() {
 	*x = RegionDumpRequest{}
-	mi := &file_hedgekv_proto_msgTypes[48]
+	mi := &file_hedgekv_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3103,7 +3200,7 @@ func (x *RegionDumpRequest) String() string {
 func (*RegionDumpRequest) ProtoMessage() {}
 
 func (x *RegionDumpRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[48]
+	mi := &file_hedgekv_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3116,7 +3213,7 @@ func (x *RegionDumpRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionDumpRequest.ProtoReflect.Descriptor instead.
 func (*RegionDumpRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{48}
+	return file_hedgekv_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RegionDumpRequest) GetRegionId() uint64 {
@@ -3136,7 +3233,7 @@ type RegionDumpResponse struct {
 
 func (x *RegionDumpResponse) Reset() {
 	*x = RegionDumpResponse{}
-	mi := &file_hedgekv_proto_msgTypes[49]
+	mi := &file_hedgekv_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3245,7 @@ func (x *RegionDumpResponse) String() string {
 func (*RegionDumpResponse) ProtoMessage() {}
 
 func (x *RegionDumpResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[49]
+	mi := &file_hedgekv_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3258,7 @@ func (x *RegionDumpResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegionDumpResponse.ProtoReflect.Descriptor instead.
 func (*RegionDumpResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{49}
+	return file_hedgekv_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RegionDumpResponse) GetAppliedIndex() uint64 {
@@ -3196,7 +3293,7 @@ type FaultRequest struct {
 
 func (x *FaultRequest) Reset() {
 	*x = FaultRequest{}
-	mi := &file_hedgekv_proto_msgTypes[50]
+	mi := &file_hedgekv_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3208,7 +3305,7 @@ func (x *FaultRequest) String() string {
 func (*FaultRequest) ProtoMessage() {}
 
 func (x *FaultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[50]
+	mi := &file_hedgekv_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3221,7 +3318,7 @@ func (x *FaultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultRequest.ProtoReflect.Descriptor instead.
 func (*FaultRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{50}
+	return file_hedgekv_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *FaultRequest) GetDelayNanos() int64 {
@@ -3260,7 +3357,7 @@ type FaultResponse struct {
 
 func (x *FaultResponse) Reset() {
 	*x = FaultResponse{}
-	mi := &file_hedgekv_proto_msgTypes[51]
+	mi := &file_hedgekv_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3272,7 +3369,7 @@ func (x *FaultResponse) String() string {
 func (*FaultResponse) ProtoMessage() {}
 
 func (x *FaultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[51]
+	mi := &file_hedgekv_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3285,7 +3382,7 @@ func (x *FaultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FaultResponse.ProtoReflect.Descriptor instead.
 func (*FaultResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{51}
+	return file_hedgekv_proto_rawDescGZIP(), []int{53}
 }
 
 // RaftMessage is one message addressed to a region's peer: an etcd-io/raft
@@ -3315,7 +3412,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_hedgekv_proto_msgTypes[52]
+	mi := &file_hedgekv_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3327,7 +3424,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[52]
+	mi := &file_hedgekv_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3340,7 +3437,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{52}
+	return file_hedgekv_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RaftMessage) GetRegionId() uint64 {
@@ -3416,7 +3513,7 @@ type Notice struct {
 
 func (x *Notice) Reset() {
 	*x = Notice{}
-	mi := &file_hedgekv_proto_msgTypes[53]
+	mi := &file_hedgekv_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +3525,7 @@ func (x *Notice) String() string {
 func (*Notice) ProtoMessage() {}
 
 func (x *Notice) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[53]
+	mi := &file_hedgekv_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +3538,7 @@ func (x *Notice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notice.ProtoReflect.Descriptor instead.
 func (*Notice) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{53}
+	return file_hedgekv_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Notice) GetKind() NoticeKind {
@@ -3501,7 +3598,7 @@ type LeaseMsg struct {
 
 func (x *LeaseMsg) Reset() {
 	*x = LeaseMsg{}
-	mi := &file_hedgekv_proto_msgTypes[54]
+	mi := &file_hedgekv_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3513,7 +3610,7 @@ func (x *LeaseMsg) String() string {
 func (*LeaseMsg) ProtoMessage() {}
 
 func (x *LeaseMsg) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[54]
+	mi := &file_hedgekv_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3526,7 +3623,7 @@ func (x *LeaseMsg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseMsg.ProtoReflect.Descriptor instead.
 func (*LeaseMsg) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{54}
+	return file_hedgekv_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *LeaseMsg) GetSeq() uint64 {
@@ -3568,7 +3665,7 @@ type SafePoint struct {
 
 func (x *SafePoint) Reset() {
 	*x = SafePoint{}
-	mi := &file_hedgekv_proto_msgTypes[55]
+	mi := &file_hedgekv_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3580,7 +3677,7 @@ func (x *SafePoint) String() string {
 func (*SafePoint) ProtoMessage() {}
 
 func (x *SafePoint) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[55]
+	mi := &file_hedgekv_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3593,7 +3690,7 @@ func (x *SafePoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SafePoint.ProtoReflect.Descriptor instead.
 func (*SafePoint) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{55}
+	return file_hedgekv_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SafePoint) GetTerm() uint64 {
@@ -3626,7 +3723,7 @@ type RaftMessageBatch struct {
 
 func (x *RaftMessageBatch) Reset() {
 	*x = RaftMessageBatch{}
-	mi := &file_hedgekv_proto_msgTypes[56]
+	mi := &file_hedgekv_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3638,7 +3735,7 @@ func (x *RaftMessageBatch) String() string {
 func (*RaftMessageBatch) ProtoMessage() {}
 
 func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[56]
+	mi := &file_hedgekv_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3651,7 +3748,7 @@ func (x *RaftMessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessageBatch.ProtoReflect.Descriptor instead.
 func (*RaftMessageBatch) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{56}
+	return file_hedgekv_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RaftMessageBatch) GetMsgs() []*RaftMessage {
@@ -3674,7 +3771,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_hedgekv_proto_msgTypes[57]
+	mi := &file_hedgekv_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3686,7 +3783,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[57]
+	mi := &file_hedgekv_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3699,7 +3796,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{57}
+	return file_hedgekv_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SnapshotChunk) GetHeader() *RaftMessage {
@@ -3724,7 +3821,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_hedgekv_proto_msgTypes[58]
+	mi := &file_hedgekv_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3736,7 +3833,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[58]
+	mi := &file_hedgekv_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3749,7 +3846,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{58}
+	return file_hedgekv_proto_rawDescGZIP(), []int{60}
 }
 
 type AllocRegionIDRequest struct {
@@ -3760,7 +3857,7 @@ type AllocRegionIDRequest struct {
 
 func (x *AllocRegionIDRequest) Reset() {
 	*x = AllocRegionIDRequest{}
-	mi := &file_hedgekv_proto_msgTypes[59]
+	mi := &file_hedgekv_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3772,7 +3869,7 @@ func (x *AllocRegionIDRequest) String() string {
 func (*AllocRegionIDRequest) ProtoMessage() {}
 
 func (x *AllocRegionIDRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[59]
+	mi := &file_hedgekv_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3785,7 +3882,7 @@ func (x *AllocRegionIDRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocRegionIDRequest.ProtoReflect.Descriptor instead.
 func (*AllocRegionIDRequest) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{59}
+	return file_hedgekv_proto_rawDescGZIP(), []int{61}
 }
 
 type AllocRegionIDResponse struct {
@@ -3797,7 +3894,7 @@ type AllocRegionIDResponse struct {
 
 func (x *AllocRegionIDResponse) Reset() {
 	*x = AllocRegionIDResponse{}
-	mi := &file_hedgekv_proto_msgTypes[60]
+	mi := &file_hedgekv_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3809,7 +3906,7 @@ func (x *AllocRegionIDResponse) String() string {
 func (*AllocRegionIDResponse) ProtoMessage() {}
 
 func (x *AllocRegionIDResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hedgekv_proto_msgTypes[60]
+	mi := &file_hedgekv_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3822,7 +3919,7 @@ func (x *AllocRegionIDResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocRegionIDResponse.ProtoReflect.Descriptor instead.
 func (*AllocRegionIDResponse) Descriptor() ([]byte, []int) {
-	return file_hedgekv_proto_rawDescGZIP(), []int{60}
+	return file_hedgekv_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AllocRegionIDResponse) GetRegionId() uint64 {
@@ -4011,7 +4108,11 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\fR\x03key\"[\n" +
 	"\rSplitResponse\x12#\n" +
 	"\x04left\x18\x01 \x01(\v2\x0f.hedgekv.RegionR\x04left\x12%\n" +
-	"\x05right\x18\x02 \x01(\v2\x0f.hedgekv.RegionR\x05right\"H\n" +
+	"\x05right\x18\x02 \x01(\v2\x0f.hedgekv.RegionR\x05right\"+\n" +
+	"\fMergeRequest\x12\x1b\n" +
+	"\tregion_id\x18\x01 \x01(\x04R\bregionId\"8\n" +
+	"\rMergeResponse\x12'\n" +
+	"\x06merged\x18\x01 \x01(\v2\x0f.hedgekv.RegionR\x06merged\"H\n" +
 	"\x0eAddPeerRequest\x12\x1b\n" +
 	"\tregion_id\x18\x01 \x01(\x04R\bregionId\x12\x19\n" +
 	"\bstore_id\x18\x02 \x01(\x04R\astoreId\"\x11\n" +
@@ -4113,7 +4214,7 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x0fREAD_MODE_LEASE\x10\x01\x12\x18\n" +
 	"\x14READ_MODE_READ_INDEX\x10\x02\x12\x13\n" +
 	"\x0fREAD_MODE_STALE\x10\x03\x12\x1c\n" +
-	"\x18READ_MODE_FOLLOWER_LEASE\x10\x04*\x83\x02\n" +
+	"\x18READ_MODE_FOLLOWER_LEASE\x10\x04*\xbf\x02\n" +
 	"\n" +
 	"NoticeKind\x12\x1b\n" +
 	"\x17NOTICE_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
@@ -4124,19 +4225,23 @@ const file_hedgekv_proto_rawDesc = "" +
 	"\x18NOTICE_KIND_LEASE_REVOKE\x10\x05\x12\x15\n" +
 	"\x11NOTICE_KIND_RENEW\x10\x06\x12\x19\n" +
 	"\x15NOTICE_KIND_TOMBSTONE\x10\a\x12\x1b\n" +
-	"\x17NOTICE_KIND_STALE_CHECK\x10\b2\x99\x02\n" +
+	"\x17NOTICE_KIND_STALE_CHECK\x10\b\x12\x1b\n" +
+	"\x17NOTICE_KIND_MERGE_CHECK\x10\t\x12\x1d\n" +
+	"\x19NOTICE_KIND_MERGE_APPLIED\x10\n" +
+	"2\x99\x02\n" +
 	"\x02KV\x120\n" +
 	"\x03Get\x12\x13.hedgekv.GetRequest\x1a\x14.hedgekv.GetResponse\x12?\n" +
 	"\bBatchGet\x12\x18.hedgekv.BatchGetRequest\x1a\x19.hedgekv.BatchGetResponse\x123\n" +
 	"\x04Scan\x12\x14.hedgekv.ScanRequest\x1a\x15.hedgekv.ScanResponse\x120\n" +
 	"\x03Put\x12\x13.hedgekv.PutRequest\x1a\x14.hedgekv.PutResponse\x129\n" +
-	"\x06Delete\x12\x16.hedgekv.DeleteRequest\x1a\x17.hedgekv.DeleteResponse2\x96\x06\n" +
+	"\x06Delete\x12\x16.hedgekv.DeleteRequest\x1a\x17.hedgekv.DeleteResponse2\xce\x06\n" +
 	"\x05Admin\x129\n" +
 	"\x06Status\x12\x16.hedgekv.StatusRequest\x1a\x17.hedgekv.StatusResponse\x129\n" +
 	"\x06Stores\x12\x16.hedgekv.StoresRequest\x1a\x17.hedgekv.StoresResponse\x12<\n" +
 	"\aRegions\x12\x17.hedgekv.RegionsRequest\x1a\x18.hedgekv.RegionsResponse\x12Q\n" +
 	"\x0eTransferLeader\x12\x1e.hedgekv.TransferLeaderRequest\x1a\x1f.hedgekv.TransferLeaderResponse\x126\n" +
-	"\x05Split\x12\x15.hedgekv.SplitRequest\x1a\x16.hedgekv.SplitResponse\x12<\n" +
+	"\x05Split\x12\x15.hedgekv.SplitRequest\x1a\x16.hedgekv.SplitResponse\x126\n" +
+	"\x05Merge\x12\x15.hedgekv.MergeRequest\x1a\x16.hedgekv.MergeResponse\x12<\n" +
 	"\aAddPeer\x12\x17.hedgekv.AddPeerRequest\x1a\x18.hedgekv.AddPeerResponse\x12E\n" +
 	"\n" +
 	"RemovePeer\x12\x1a.hedgekv.RemovePeerRequest\x1a\x1b.hedgekv.RemovePeerResponse\x123\n" +
@@ -4164,7 +4269,7 @@ func file_hedgekv_proto_rawDescGZIP() []byte {
 }
 
 var file_hedgekv_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_hedgekv_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_hedgekv_proto_goTypes = []any{
 	(ReadMode)(0),                  // 0: hedgekv.ReadMode
 	(NoticeKind)(0),                // 1: hedgekv.NoticeKind
@@ -4206,36 +4311,38 @@ var file_hedgekv_proto_goTypes = []any{
 	(*TransferLeaderResponse)(nil), // 37: hedgekv.TransferLeaderResponse
 	(*SplitRequest)(nil),           // 38: hedgekv.SplitRequest
 	(*SplitResponse)(nil),          // 39: hedgekv.SplitResponse
-	(*AddPeerRequest)(nil),         // 40: hedgekv.AddPeerRequest
-	(*AddPeerResponse)(nil),        // 41: hedgekv.AddPeerResponse
-	(*RemovePeerRequest)(nil),      // 42: hedgekv.RemovePeerRequest
-	(*RemovePeerResponse)(nil),     // 43: hedgekv.RemovePeerResponse
-	(*JoinRequest)(nil),            // 44: hedgekv.JoinRequest
-	(*RemoveStoreRequest)(nil),     // 45: hedgekv.RemoveStoreRequest
-	(*RemoveStoreResponse)(nil),    // 46: hedgekv.RemoveStoreResponse
-	(*JoinResponse)(nil),           // 47: hedgekv.JoinResponse
-	(*RegionDigestRequest)(nil),    // 48: hedgekv.RegionDigestRequest
-	(*RegionDigestResponse)(nil),   // 49: hedgekv.RegionDigestResponse
-	(*RegionDumpRequest)(nil),      // 50: hedgekv.RegionDumpRequest
-	(*RegionDumpResponse)(nil),     // 51: hedgekv.RegionDumpResponse
-	(*FaultRequest)(nil),           // 52: hedgekv.FaultRequest
-	(*FaultResponse)(nil),          // 53: hedgekv.FaultResponse
-	(*RaftMessage)(nil),            // 54: hedgekv.RaftMessage
-	(*Notice)(nil),                 // 55: hedgekv.Notice
-	(*LeaseMsg)(nil),               // 56: hedgekv.LeaseMsg
-	(*SafePoint)(nil),              // 57: hedgekv.SafePoint
-	(*RaftMessageBatch)(nil),       // 58: hedgekv.RaftMessageBatch
-	(*SnapshotChunk)(nil),          // 59: hedgekv.SnapshotChunk
-	(*Done)(nil),                   // 60: hedgekv.Done
-	(*AllocRegionIDRequest)(nil),   // 61: hedgekv.AllocRegionIDRequest
-	(*AllocRegionIDResponse)(nil),  // 62: hedgekv.AllocRegionIDResponse
-	nil,                            // 63: hedgekv.StatusResponse.PeersEntry
-	nil,                            // 64: hedgekv.StatusResponse.ZoneAddressesEntry
-	nil,                            // 65: hedgekv.Store.ZoneAddressesEntry
-	nil,                            // 66: hedgekv.ZoneAddresses.AddressesEntry
-	nil,                            // 67: hedgekv.JoinRequest.ZoneAddressesEntry
-	nil,                            // 68: hedgekv.JoinResponse.PeersEntry
-	nil,                            // 69: hedgekv.JoinResponse.ZoneAddressesEntry
+	(*MergeRequest)(nil),           // 40: hedgekv.MergeRequest
+	(*MergeResponse)(nil),          // 41: hedgekv.MergeResponse
+	(*AddPeerRequest)(nil),         // 42: hedgekv.AddPeerRequest
+	(*AddPeerResponse)(nil),        // 43: hedgekv.AddPeerResponse
+	(*RemovePeerRequest)(nil),      // 44: hedgekv.RemovePeerRequest
+	(*RemovePeerResponse)(nil),     // 45: hedgekv.RemovePeerResponse
+	(*JoinRequest)(nil),            // 46: hedgekv.JoinRequest
+	(*RemoveStoreRequest)(nil),     // 47: hedgekv.RemoveStoreRequest
+	(*RemoveStoreResponse)(nil),    // 48: hedgekv.RemoveStoreResponse
+	(*JoinResponse)(nil),           // 49: hedgekv.JoinResponse
+	(*RegionDigestRequest)(nil),    // 50: hedgekv.RegionDigestRequest
+	(*RegionDigestResponse)(nil),   // 51: hedgekv.RegionDigestResponse
+	(*RegionDumpRequest)(nil),      // 52: hedgekv.RegionDumpRequest
+	(*RegionDumpResponse)(nil),     // 53: hedgekv.RegionDumpResponse
+	(*FaultRequest)(nil),           // 54: hedgekv.FaultRequest
+	(*FaultResponse)(nil),          // 55: hedgekv.FaultResponse
+	(*RaftMessage)(nil),            // 56: hedgekv.RaftMessage
+	(*Notice)(nil),                 // 57: hedgekv.Notice
+	(*LeaseMsg)(nil),               // 58: hedgekv.LeaseMsg
+	(*SafePoint)(nil),              // 59: hedgekv.SafePoint
+	(*RaftMessageBatch)(nil),       // 60: hedgekv.RaftMessageBatch
+	(*SnapshotChunk)(nil),          // 61: hedgekv.SnapshotChunk
+	(*Done)(nil),                   // 62: hedgekv.Done
+	(*AllocRegionIDRequest)(nil),   // 63: hedgekv.AllocRegionIDRequest
+	(*AllocRegionIDResponse)(nil),  // 64: hedgekv.AllocRegionIDResponse
+	nil,                            // 65: hedgekv.StatusResponse.PeersEntry
+	nil,                            // 66: hedgekv.StatusResponse.ZoneAddressesEntry
+	nil,                            // 67: hedgekv.Store.ZoneAddressesEntry
+	nil,                            // 68: hedgekv.ZoneAddresses.AddressesEntry
+	nil,                            // 69: hedgekv.JoinRequest.ZoneAddressesEntry
+	nil,                            // 70: hedgekv.JoinResponse.PeersEntry
+	nil,                            // 71: hedgekv.JoinResponse.ZoneAddressesEntry
 }
 var file_hedgekv_proto_depIdxs = []int32{
 	2,  // 0: hedgekv.Region.epoch:type_name -> hedgekv.Epoch
@@ -4267,71 +4374,74 @@ var file_hedgekv_proto_depIdxs = []int32{
 	4,  // 26: hedgekv.RegionInfo.region:type_name -> hedgekv.Region
 	3,  // 27: hedgekv.RegionInfo.leader:type_name -> hedgekv.Peer
 	28, // 28: hedgekv.StatusResponse.regions:type_name -> hedgekv.RegionInfo
-	63, // 29: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
-	64, // 30: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
-	65, // 31: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
-	66, // 32: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
+	65, // 29: hedgekv.StatusResponse.peers:type_name -> hedgekv.StatusResponse.PeersEntry
+	66, // 30: hedgekv.StatusResponse.zone_addresses:type_name -> hedgekv.StatusResponse.ZoneAddressesEntry
+	67, // 31: hedgekv.Store.zone_addresses:type_name -> hedgekv.Store.ZoneAddressesEntry
+	68, // 32: hedgekv.ZoneAddresses.addresses:type_name -> hedgekv.ZoneAddresses.AddressesEntry
 	31, // 33: hedgekv.StoresResponse.stores:type_name -> hedgekv.Store
 	28, // 34: hedgekv.RegionsResponse.regions:type_name -> hedgekv.RegionInfo
 	4,  // 35: hedgekv.SplitResponse.left:type_name -> hedgekv.Region
 	4,  // 36: hedgekv.SplitResponse.right:type_name -> hedgekv.Region
-	67, // 37: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
-	68, // 38: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
-	69, // 39: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
-	4,  // 40: hedgekv.RegionDigestResponse.region:type_name -> hedgekv.Region
-	16, // 41: hedgekv.RegionDumpResponse.pairs:type_name -> hedgekv.KvPair
-	57, // 42: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
-	55, // 43: hedgekv.RaftMessage.notice:type_name -> hedgekv.Notice
-	1,  // 44: hedgekv.Notice.kind:type_name -> hedgekv.NoticeKind
-	56, // 45: hedgekv.Notice.lease:type_name -> hedgekv.LeaseMsg
-	54, // 46: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
-	54, // 47: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
-	32, // 48: hedgekv.JoinResponse.ZoneAddressesEntry.value:type_name -> hedgekv.ZoneAddresses
-	17, // 49: hedgekv.KV.Get:input_type -> hedgekv.GetRequest
-	19, // 50: hedgekv.KV.BatchGet:input_type -> hedgekv.BatchGetRequest
-	21, // 51: hedgekv.KV.Scan:input_type -> hedgekv.ScanRequest
-	23, // 52: hedgekv.KV.Put:input_type -> hedgekv.PutRequest
-	25, // 53: hedgekv.KV.Delete:input_type -> hedgekv.DeleteRequest
-	27, // 54: hedgekv.Admin.Status:input_type -> hedgekv.StatusRequest
-	30, // 55: hedgekv.Admin.Stores:input_type -> hedgekv.StoresRequest
-	34, // 56: hedgekv.Admin.Regions:input_type -> hedgekv.RegionsRequest
-	36, // 57: hedgekv.Admin.TransferLeader:input_type -> hedgekv.TransferLeaderRequest
-	38, // 58: hedgekv.Admin.Split:input_type -> hedgekv.SplitRequest
-	40, // 59: hedgekv.Admin.AddPeer:input_type -> hedgekv.AddPeerRequest
-	42, // 60: hedgekv.Admin.RemovePeer:input_type -> hedgekv.RemovePeerRequest
-	44, // 61: hedgekv.Admin.Join:input_type -> hedgekv.JoinRequest
-	45, // 62: hedgekv.Admin.RemoveStore:input_type -> hedgekv.RemoveStoreRequest
-	52, // 63: hedgekv.Admin.Fault:input_type -> hedgekv.FaultRequest
-	48, // 64: hedgekv.Admin.RegionDigest:input_type -> hedgekv.RegionDigestRequest
-	50, // 65: hedgekv.Admin.RegionDump:input_type -> hedgekv.RegionDumpRequest
-	58, // 66: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
-	59, // 67: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
-	61, // 68: hedgekv.Raft.AllocRegionID:input_type -> hedgekv.AllocRegionIDRequest
-	18, // 69: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
-	20, // 70: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
-	22, // 71: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
-	24, // 72: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
-	26, // 73: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
-	29, // 74: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
-	33, // 75: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
-	35, // 76: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
-	37, // 77: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
-	39, // 78: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
-	41, // 79: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
-	43, // 80: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
-	47, // 81: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
-	46, // 82: hedgekv.Admin.RemoveStore:output_type -> hedgekv.RemoveStoreResponse
-	53, // 83: hedgekv.Admin.Fault:output_type -> hedgekv.FaultResponse
-	49, // 84: hedgekv.Admin.RegionDigest:output_type -> hedgekv.RegionDigestResponse
-	51, // 85: hedgekv.Admin.RegionDump:output_type -> hedgekv.RegionDumpResponse
-	60, // 86: hedgekv.Raft.Stream:output_type -> hedgekv.Done
-	60, // 87: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
-	62, // 88: hedgekv.Raft.AllocRegionID:output_type -> hedgekv.AllocRegionIDResponse
-	69, // [69:89] is the sub-list for method output_type
-	49, // [49:69] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	4,  // 37: hedgekv.MergeResponse.merged:type_name -> hedgekv.Region
+	69, // 38: hedgekv.JoinRequest.zone_addresses:type_name -> hedgekv.JoinRequest.ZoneAddressesEntry
+	70, // 39: hedgekv.JoinResponse.peers:type_name -> hedgekv.JoinResponse.PeersEntry
+	71, // 40: hedgekv.JoinResponse.zone_addresses:type_name -> hedgekv.JoinResponse.ZoneAddressesEntry
+	4,  // 41: hedgekv.RegionDigestResponse.region:type_name -> hedgekv.Region
+	16, // 42: hedgekv.RegionDumpResponse.pairs:type_name -> hedgekv.KvPair
+	59, // 43: hedgekv.RaftMessage.safe_point:type_name -> hedgekv.SafePoint
+	57, // 44: hedgekv.RaftMessage.notice:type_name -> hedgekv.Notice
+	1,  // 45: hedgekv.Notice.kind:type_name -> hedgekv.NoticeKind
+	58, // 46: hedgekv.Notice.lease:type_name -> hedgekv.LeaseMsg
+	56, // 47: hedgekv.RaftMessageBatch.msgs:type_name -> hedgekv.RaftMessage
+	56, // 48: hedgekv.SnapshotChunk.header:type_name -> hedgekv.RaftMessage
+	32, // 49: hedgekv.JoinResponse.ZoneAddressesEntry.value:type_name -> hedgekv.ZoneAddresses
+	17, // 50: hedgekv.KV.Get:input_type -> hedgekv.GetRequest
+	19, // 51: hedgekv.KV.BatchGet:input_type -> hedgekv.BatchGetRequest
+	21, // 52: hedgekv.KV.Scan:input_type -> hedgekv.ScanRequest
+	23, // 53: hedgekv.KV.Put:input_type -> hedgekv.PutRequest
+	25, // 54: hedgekv.KV.Delete:input_type -> hedgekv.DeleteRequest
+	27, // 55: hedgekv.Admin.Status:input_type -> hedgekv.StatusRequest
+	30, // 56: hedgekv.Admin.Stores:input_type -> hedgekv.StoresRequest
+	34, // 57: hedgekv.Admin.Regions:input_type -> hedgekv.RegionsRequest
+	36, // 58: hedgekv.Admin.TransferLeader:input_type -> hedgekv.TransferLeaderRequest
+	38, // 59: hedgekv.Admin.Split:input_type -> hedgekv.SplitRequest
+	40, // 60: hedgekv.Admin.Merge:input_type -> hedgekv.MergeRequest
+	42, // 61: hedgekv.Admin.AddPeer:input_type -> hedgekv.AddPeerRequest
+	44, // 62: hedgekv.Admin.RemovePeer:input_type -> hedgekv.RemovePeerRequest
+	46, // 63: hedgekv.Admin.Join:input_type -> hedgekv.JoinRequest
+	47, // 64: hedgekv.Admin.RemoveStore:input_type -> hedgekv.RemoveStoreRequest
+	54, // 65: hedgekv.Admin.Fault:input_type -> hedgekv.FaultRequest
+	50, // 66: hedgekv.Admin.RegionDigest:input_type -> hedgekv.RegionDigestRequest
+	52, // 67: hedgekv.Admin.RegionDump:input_type -> hedgekv.RegionDumpRequest
+	60, // 68: hedgekv.Raft.Stream:input_type -> hedgekv.RaftMessageBatch
+	61, // 69: hedgekv.Raft.Snapshot:input_type -> hedgekv.SnapshotChunk
+	63, // 70: hedgekv.Raft.AllocRegionID:input_type -> hedgekv.AllocRegionIDRequest
+	18, // 71: hedgekv.KV.Get:output_type -> hedgekv.GetResponse
+	20, // 72: hedgekv.KV.BatchGet:output_type -> hedgekv.BatchGetResponse
+	22, // 73: hedgekv.KV.Scan:output_type -> hedgekv.ScanResponse
+	24, // 74: hedgekv.KV.Put:output_type -> hedgekv.PutResponse
+	26, // 75: hedgekv.KV.Delete:output_type -> hedgekv.DeleteResponse
+	29, // 76: hedgekv.Admin.Status:output_type -> hedgekv.StatusResponse
+	33, // 77: hedgekv.Admin.Stores:output_type -> hedgekv.StoresResponse
+	35, // 78: hedgekv.Admin.Regions:output_type -> hedgekv.RegionsResponse
+	37, // 79: hedgekv.Admin.TransferLeader:output_type -> hedgekv.TransferLeaderResponse
+	39, // 80: hedgekv.Admin.Split:output_type -> hedgekv.SplitResponse
+	41, // 81: hedgekv.Admin.Merge:output_type -> hedgekv.MergeResponse
+	43, // 82: hedgekv.Admin.AddPeer:output_type -> hedgekv.AddPeerResponse
+	45, // 83: hedgekv.Admin.RemovePeer:output_type -> hedgekv.RemovePeerResponse
+	49, // 84: hedgekv.Admin.Join:output_type -> hedgekv.JoinResponse
+	48, // 85: hedgekv.Admin.RemoveStore:output_type -> hedgekv.RemoveStoreResponse
+	55, // 86: hedgekv.Admin.Fault:output_type -> hedgekv.FaultResponse
+	51, // 87: hedgekv.Admin.RegionDigest:output_type -> hedgekv.RegionDigestResponse
+	53, // 88: hedgekv.Admin.RegionDump:output_type -> hedgekv.RegionDumpResponse
+	62, // 89: hedgekv.Raft.Stream:output_type -> hedgekv.Done
+	62, // 90: hedgekv.Raft.Snapshot:output_type -> hedgekv.Done
+	64, // 91: hedgekv.Raft.AllocRegionID:output_type -> hedgekv.AllocRegionIDResponse
+	71, // [71:92] is the sub-list for method output_type
+	50, // [50:71] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_hedgekv_proto_init() }
@@ -4345,7 +4455,7 @@ func file_hedgekv_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hedgekv_proto_rawDesc), len(file_hedgekv_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   68,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

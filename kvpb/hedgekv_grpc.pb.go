@@ -281,6 +281,7 @@ const (
 	Admin_Regions_FullMethodName        = "/hedgekv.Admin/Regions"
 	Admin_TransferLeader_FullMethodName = "/hedgekv.Admin/TransferLeader"
 	Admin_Split_FullMethodName          = "/hedgekv.Admin/Split"
+	Admin_Merge_FullMethodName          = "/hedgekv.Admin/Merge"
 	Admin_AddPeer_FullMethodName        = "/hedgekv.Admin/AddPeer"
 	Admin_RemovePeer_FullMethodName     = "/hedgekv.Admin/RemovePeer"
 	Admin_Join_FullMethodName           = "/hedgekv.Admin/Join"
@@ -299,6 +300,7 @@ type AdminClient interface {
 	Regions(ctx context.Context, in *RegionsRequest, opts ...grpc.CallOption) (*RegionsResponse, error)
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*TransferLeaderResponse, error)
 	Split(ctx context.Context, in *SplitRequest, opts ...grpc.CallOption) (*SplitResponse, error)
+	Merge(ctx context.Context, in *MergeRequest, opts ...grpc.CallOption) (*MergeResponse, error)
 	AddPeer(ctx context.Context, in *AddPeerRequest, opts ...grpc.CallOption) (*AddPeerResponse, error)
 	RemovePeer(ctx context.Context, in *RemovePeerRequest, opts ...grpc.CallOption) (*RemovePeerResponse, error)
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
@@ -371,6 +373,16 @@ func (c *adminClient) Split(ctx context.Context, in *SplitRequest, opts ...grpc.
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SplitResponse)
 	err := c.cc.Invoke(ctx, Admin_Split_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) Merge(ctx context.Context, in *MergeRequest, opts ...grpc.CallOption) (*MergeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MergeResponse)
+	err := c.cc.Invoke(ctx, Admin_Merge_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -456,6 +468,7 @@ type AdminServer interface {
 	Regions(context.Context, *RegionsRequest) (*RegionsResponse, error)
 	TransferLeader(context.Context, *TransferLeaderRequest) (*TransferLeaderResponse, error)
 	Split(context.Context, *SplitRequest) (*SplitResponse, error)
+	Merge(context.Context, *MergeRequest) (*MergeResponse, error)
 	AddPeer(context.Context, *AddPeerRequest) (*AddPeerResponse, error)
 	RemovePeer(context.Context, *RemovePeerRequest) (*RemovePeerResponse, error)
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
@@ -498,6 +511,9 @@ func (UnimplementedAdminServer) TransferLeader(context.Context, *TransferLeaderR
 }
 func (UnimplementedAdminServer) Split(context.Context, *SplitRequest) (*SplitResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Split not implemented")
+}
+func (UnimplementedAdminServer) Merge(context.Context, *MergeRequest) (*MergeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Merge not implemented")
 }
 func (UnimplementedAdminServer) AddPeer(context.Context, *AddPeerRequest) (*AddPeerResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method AddPeer not implemented")
@@ -627,6 +643,24 @@ func _Admin_Split_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServer).Split(ctx, req.(*SplitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_Merge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MergeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Merge(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Merge_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Merge(ctx, req.(*MergeRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -783,6 +817,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Split",
 			Handler:    _Admin_Split_Handler,
+		},
+		{
+			MethodName: "Merge",
+			Handler:    _Admin_Merge_Handler,
 		},
 		{
 			MethodName: "AddPeer",

@@ -23,7 +23,22 @@ func (s *Store) applyEntryTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry) erro
 		if err != nil {
 			return err
 		}
+		if rp.p.region.Merge != nil && (cmd.op == opPut || cmd.op == opDelete || cmd.op == opSplit || cmd.op == opApply) {
+			// Frozen for a merge: its state must stay as of the freeze on
+			// every replica (merge.go), whatever was proposed before the
+			// proposer saw the freeze.
+			rp.ack(cmd.id, e.Term, &region.EpochNotMatchError{RegionID: rp.p.regionID})
+			return nil
+		}
 		switch cmd.op {
+		case opPrepareMerge:
+			return s.applyPrepareMergeTx(tx, rp, e, cmd)
+		case opCommitMerge:
+			return s.applyCommitMergeTx(tx, rp, e, cmd)
+		case opAbortMerge:
+			return s.applyAbortMergeTx(tx, rp, e, cmd)
+		case opRollbackMerge:
+			return s.applyRollbackMergeTx(tx, rp, e, cmd)
 		case opPut, opDelete:
 			return s.applyWriteTx(tx, rp, e, cmd)
 		case opSplit:
@@ -189,6 +204,17 @@ func (s *Store) applyConfChangeTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry)
 	} else if err := cc.Unmarshal(e.Data); err != nil {
 		return fmt.Errorf("conf change: %w", err)
 	}
+	if p.region.Merge != nil {
+		// Frozen for a merge: its membership is what the merge checked
+		// (every store of the target holds a replica of it). Every replica
+		// skips the change alike; raft is not told, so its configuration
+		// stays the region's.
+		rp.confSkipped = true
+		if reqID, _, err := decodeConfContext(cc.Context); err == nil && reqID != 0 {
+			rp.ack(reqID, e.Term, fmt.Errorf("region %d is frozen for a merge: %w", p.regionID, ErrInvalidRequest))
+		}
+		return nil
+	}
 	rp.confChanges = append(rp.confChanges, cc)
 	var reqID uint64
 	stores := map[uint64]uint64{}
@@ -261,7 +287,9 @@ func (s *Store) overlapsOther(r region.Region) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, o := range s.ranges.All() {
-		if o.ID == r.ID {
+		if o.ID == r.ID || o.Merge != nil && o.Merge.Target == r.ID {
+			// A region frozen for a merge into r: r's snapshot holds its
+			// keys, and takes its place (dropMergedBy).
 			continue
 		}
 		startsBeforeEnd := len(o.EndKey) == 0 || bytes.Compare(r.StartKey, o.EndKey) < 0

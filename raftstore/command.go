@@ -24,6 +24,11 @@ const (
 	// (region.Region.LastRegionID); key: empty (the first region); value:
 	// the proposer's floor, 8 bytes (regionid.go).
 	opAllocRegionID
+	// The merge's entries (merge.go). key: the region's start key.
+	opPrepareMerge  // on the source: freeze it; value: encodePrepareMerge
+	opCommitMerge   // on the target: absorb the source; value: encodeCommitMerge
+	opAbortMerge    // on the target: refuse the freeze's commit for good; value: encodeCommitMerge
+	opRollbackMerge // on the source: unfreeze, once the target aborted; value: encodeRollbackMerge
 )
 
 type command struct {
@@ -55,7 +60,7 @@ func decodeCommand(b []byte) (command, error) {
 	c.key = rest[w : w+int(n)]
 	c.value = rest[w+int(n):]
 	switch c.op {
-	case opPut, opDelete, opSplit, opApply, opAllocRegionID:
+	case opPut, opDelete, opSplit, opApply, opAllocRegionID, opPrepareMerge, opCommitMerge, opAbortMerge, opRollbackMerge:
 	default:
 		return command{}, fmt.Errorf("command: unknown op %d: %w", c.op, errCorrupt)
 	}

@@ -50,6 +50,19 @@ type Config struct {
 	SplitCheckInterval time.Duration
 	SplitMaxKeys       uint64
 	SplitMaxBytes      uint64
+	// The merge check (merge.go): every MergeCheckInterval (negative
+	// disables; default 10s) a leader settles a merge its region has been
+	// frozen for since long (its coordinator stopped), and, if MergeMaxKeys
+	// or MergeMaxBytes is set (default 0: no automatic merges), merges a
+	// region it leads with its right neighbour when the two together hold
+	// at most MergeMaxKeys keys and MergeMaxBytes bytes (0: no limit on
+	// that one), both have kept their shape for MergeAfterSplit (default
+	// 1m: a region just split is not merged back) and their replicas are
+	// on the same stores.
+	MergeCheckInterval time.Duration
+	MergeMaxKeys       uint64
+	MergeMaxBytes      uint64
+	MergeAfterSplit    time.Duration
 	// KeepWhole names key ranges no split may cut (keepwhole.go): the
 	// split check never splits inside one, Split refuses a key inside
 	// one, and EnsureBoundaries at a range's start and end makes it a
@@ -146,6 +159,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.SplitMaxBytes == 0 && c.SplitMaxKeys == 0 {
 		c.SplitMaxBytes = 64 << 20
+	}
+	if c.MergeCheckInterval == 0 {
+		c.MergeCheckInterval = 10 * time.Second
+	}
+	if c.MergeAfterSplit == 0 {
+		c.MergeAfterSplit = time.Minute
 	}
 	if c.DedupWindow == 0 {
 		c.DedupWindow = 100000

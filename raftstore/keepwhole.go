@@ -28,8 +28,10 @@ import (
 // It is the proposing leader's policy, checked when a split is proposed,
 // not when one applies (apply must not depend on a store's config): stores
 // that disagree on it for a while (a rolling restart) lose nothing but a
-// split one of them would have refused. Regions never merge, so a boundary
-// once made stays.
+// split one of them would have refused. A merge never cuts a range, and
+// the automatic merge check leaves a kept range's bounds alone (merge.go),
+// so a kept range made a region of its own stays one unless merged by
+// hand.
 
 // KeepRange is a key range [Start, End) that no split may cut. End is
 // exclusive and not empty (a kept range has an end), and sorts after

@@ -1,5 +1,7 @@
 package raftstore
 
+import "time"
+
 // TestingKnobs change what one store does, for tests only (CockroachDB's
 // TestingKnobs). Every store the binary starts has the zero value, which
 // changes nothing. They are per store, not package variables, so tests
@@ -15,6 +17,9 @@ type TestingKnobs struct {
 	// waits for it before the next step, so no tick is dropped and each
 	// tick's effects are in place when it looks.
 	AfterTick func()
+	// MergeSettleAfter, if set, replaces how long a region stays frozen
+	// for a merge before the merge check settles it (mergeSettleAfter).
+	MergeSettleAfter time.Duration
 
 	// afterPersist runs in every round between its write and its
 	// publish: a message a test hands the store there lands in the window

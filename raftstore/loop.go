@@ -36,6 +36,12 @@ type readyPeer struct {
 	// taken; nothing of this round is written, published or sent for it.
 	skip         bool
 	removedPeers []region.Peer // other peers this round removed
+	// confSkipped: a conf change of a region frozen for a merge was
+	// skipped (merge.go); mergedSources: the source regions' peers here
+	// whose regions this round's commit merges absorbed, to forget.
+	confSkipped   bool
+	merged        bool
+	mergedSources []*Peer
 	// sentEarly: a follower's messages went as soon as the round's WAL
 	// record was synced (sendDurable); pendingNoted: its entries were
 	// recorded as pending writes then, before its acks.
@@ -559,6 +565,12 @@ func (s *Store) persistTx(tx *engine.Tx, rp *readyPeer) error {
 // applyTx applies committed entries and records the applied index.
 func (s *Store) applyTx(tx *engine.Tx, rp *readyPeer) error {
 	p := rp.p
+	if p.isRemoved() {
+		// A merge earlier in this round absorbed the region (merge.go):
+		// its state is deleted, and nothing of it may be written again.
+		rp.skip = true
+		return nil
+	}
 	if !rp.snapApplied {
 		p.mu.Lock()
 		rp.applied, rp.appliedTerm = p.applied, p.appliedTerm
@@ -749,8 +761,13 @@ func (s *Store) publishShape(rp *readyPeer) error {
 	for _, cc := range rp.confChanges {
 		p.rn.ApplyConfChange(cc)
 	}
-	if len(rp.confChanges) > 0 {
+	if len(rp.confChanges) > 0 || rp.confSkipped {
 		p.confInFlight = false
+	}
+	if rp.merged || rp.regionChanged && p.region.Merge != nil {
+		// A merge changes which keys the leadership covers, and a frozen
+		// region serves nothing: the lease ends (merge.go).
+		p.revokeLeaseLocked()
 	}
 	if rp.snapApplied {
 		p.initialized = true
@@ -777,6 +794,14 @@ func (s *Store) publishShape(rp *readyPeer) error {
 			s.ranges.Insert(r)
 		}
 		s.mu.Unlock()
+	}
+	for _, src := range rp.mergedSources {
+		s.forgetMergedSource(src, r)
+	}
+	if rp.snapApplied && !rp.removed {
+		if err := s.dropMergedBy(r); err != nil {
+			return err
+		}
 	}
 	for _, c := range rp.created {
 		if err := s.startSplitPeer(c.region, c.hard, leader); err != nil {

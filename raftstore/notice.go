@@ -34,6 +34,9 @@ import (
 //   - NoticeStaleCheck: a follower that has heard no leader for long asks
 //     its region's members whether it still is one; a member that no longer
 //     lists it answers with a tombstone (membership.go).
+//   - NoticeMergeCheck, NoticeMergeApplied: a merge's coordinator asks a
+//     replica of the frozen region whether it applied the freeze at
+//     Commit; it answers if it has (merge.go).
 type NoticeKind uint8
 
 // The kinds of notice. Their numbers are the wire's (kvpb.NoticeKind).
@@ -46,8 +49,10 @@ const (
 	NoticeRenew
 	NoticeTombstone
 	NoticeStaleCheck
+	NoticeMergeCheck
+	NoticeMergeApplied
 
-	maxNoticeKind = NoticeStaleCheck
+	maxNoticeKind = NoticeMergeApplied
 )
 
 var noticeNames = [...]string{
@@ -59,6 +64,8 @@ var noticeNames = [...]string{
 	NoticeRenew:        "renew",
 	NoticeTombstone:    "tombstone",
 	NoticeStaleCheck:   "stale-check",
+	NoticeMergeCheck:   "merge-check",
+	NoticeMergeApplied: "merge-applied",
 }
 
 func (k NoticeKind) String() string {
@@ -186,6 +193,15 @@ func (s *Store) handleNoticeLocked(p *Peer, m *Message) error {
 		p.mu.Unlock()
 	case NoticeLeaseRevoke:
 		p.onLeaseRevokeLocked(n)
+		p.mu.Unlock()
+	case NoticeMergeCheck:
+		reply, ok := p.onMergeCheckLocked(n)
+		p.mu.Unlock()
+		if ok {
+			s.sendNotice(p, reply)
+		}
+	case NoticeMergeApplied:
+		p.onMergeAppliedLocked(n)
 		p.mu.Unlock()
 	default:
 		// NoticeStaleCheck: from a member (a removed peer got its

@@ -98,6 +98,9 @@ type Peer struct {
 	// heldProps: forwarded proposals raft dropped while no leader could
 	// take them, stepped again once one can (heldprops.go).
 	heldProps []heldProp
+	// mergeAcks: the peers of this frozen region that said they applied
+	// its freeze, and its index (merge.go).
+	mergeAcks map[uint64]uint64
 }
 
 // maxSenders bounds the senders a peer remembers beyond its region's.

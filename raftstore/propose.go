@@ -58,9 +58,15 @@ func (s *Store) Propose(ctx context.Context, opts WriteOptions, key []byte, payl
 
 // forwardable: the commands a follower may forward to its leader
 // (WriteOptions.Forward). Put and Delete deduplicate on the leader and are
-// never forwarded; these have no request ID a retry could join.
+// never forwarded; these have no request ID a retry could join. A merge's
+// are forwarded because its coordinator need lead neither region
+// (merge.go).
 func forwardable(op cmdOp) bool {
-	return op == opApply || op == opAllocRegionID
+	switch op {
+	case opApply, opAllocRegionID, opPrepareMerge, opCommitMerge, opAbortMerge, opRollbackMerge:
+		return true
+	}
+	return false
 }
 
 // waitResult waits for the result of proposal id queued on p; a forwarded
@@ -124,6 +130,12 @@ func (s *Store) queueProposal(opts WriteOptions, cmd command, wait func(*proposa
 	if err != nil {
 		return nil, 0, err
 	}
+	return s.queueOn(p, opts, cmd, wait)
+}
+
+// queueOn is queueProposal on a peer already routed to (a merge's
+// commands go to a frozen region, which route refuses).
+func (s *Store) queueOn(p *Peer, opts WriteOptions, cmd command, wait func(*proposal)) (*Peer, uint64, error) {
 	cmd.id = opts.RequestID
 	if cmd.id == 0 {
 		cmd.id = s.nextRequestID()

@@ -61,6 +61,12 @@ func (p *Peer) checkServingLocked(epoch region.Epoch, key []byte) error {
 	if !p.initialized || p.removed || p.applyingSnapshotLocked() {
 		return &region.RegionNotFoundError{RegionID: p.regionID}
 	}
+	if p.region.Merge != nil {
+		// Frozen for a merge: its keys are about to move to its left
+		// neighbour, and a read here could miss the writes made there
+		// (merge.go). The client refreshes its route and retries.
+		return &region.EpochNotMatchError{RegionID: p.regionID}
+	}
 	return p.checkLocked(epoch, key)
 }
 

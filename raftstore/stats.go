@@ -51,6 +51,10 @@ type Stats struct {
 	// deferral). The leader checks every rise of its commit index; the
 	// count must stay 0, and the specs and the nemesis assert it.
 	FollowerLeaseCommitViolations uint64
+	// MergeViolations counts merges committed here where the local replica
+	// of the source had not applied its freeze (merge.go): the
+	// coordinator's check rules it out, so it must stay 0.
+	MergeViolations uint64
 	// ReadIndexAnswersRefused: ReadIndex answers that named another
 	// instance of the peer (an answer to a batch of an instance that
 	// restarted).
@@ -84,6 +88,7 @@ type stats struct {
 	readsFollowerLease, followerLeaseGrants                  atomic.Uint64
 	followerLeaseGrantsRefused, followerLeaseViolations      atomic.Uint64
 	readIndexAnswersRefused                                  atomic.Uint64
+	mergeViolations                                          atomic.Uint64
 	diskFailures                                             atomic.Uint64
 	leadersByTransfer, leadersByElection                     atomic.Uint64
 	softStateChanges                                         atomic.Uint64 // LeaderChanges
@@ -122,6 +127,7 @@ func (s *Store) Stats() Stats {
 		FollowerLeaseGrantsRefused:    s.stats.followerLeaseGrantsRefused.Load(),
 		FollowerLeaseCommitViolations: s.stats.followerLeaseViolations.Load(),
 		ReadIndexAnswersRefused:       s.stats.readIndexAnswersRefused.Load(),
+		MergeViolations:               s.stats.mergeViolations.Load(),
 		DiskFailures:                  s.stats.diskFailures.Load(),
 
 		LeadershipsByTransfer: s.stats.leadersByTransfer.Load(),

@@ -198,13 +198,15 @@ func TestCommandRoundTrip(t *testing.T) {
 		{op: opPut, id: 1, key: []byte("k"), value: []byte("v")},
 		{op: opDelete, id: 1 << 60, key: []byte("key")},
 		{op: opPut, id: 3, key: []byte("k"), value: nil},
+		{op: opCommitMerge, id: 4, key: []byte("m"), value: []byte("meta")},
 	} {
 		got, err := decodeCommand(c.encode())
 		if err != nil || got.op != c.op || got.id != c.id || string(got.key) != string(c.key) || string(got.value) != string(c.value) {
 			t.Errorf("round trip %+v = %+v, %v", c, got, err)
 		}
 	}
-	for _, bad := range [][]byte{nil, {1}, {9, 0, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 0, 0, 0, 0, 0, 0, 0, 0, 200}} {
+	// The op past the last one is unknown (the merge's took 6 to 9).
+	for _, bad := range [][]byte{nil, {1}, {byte(opRollbackMerge + 1), 0, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 0, 0, 0, 0, 0, 0, 0, 0, 200}} {
 		if _, err := decodeCommand(bad); err == nil {
 			t.Errorf("decodeCommand(%v) succeeded", bad)
 		}

@@ -164,6 +164,19 @@ func (s *Store) load() error {
 			return fmt.Errorf("region %d: %w", pp.region.ID, err)
 		}
 	}
+	// A stop between a merged region's snapshot and the forgetting of the
+	// frozen source it absorbed leaves both (merge.go, dropMergedBy).
+	for _, pp := range persisted {
+		if m := pp.region.Merge; m != nil {
+			if tp, ok := s.peer(m.Target); ok {
+				if t := tp.regionClone(); t.Contains(pp.region.StartKey) {
+					if err := s.dropMergedBy(t); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
 	return nil
 }
 
@@ -309,6 +322,11 @@ func (s *Store) Start() {
 		s.bg.Add(1)
 		t := s.cfg.Clock.NewTicker(s.cfg.SplitCheckInterval)
 		go func() { defer s.bg.Done(); s.splitCheck(t) }()
+	}
+	if s.cfg.MergeCheckInterval > 0 {
+		s.bg.Add(1)
+		t := s.cfg.Clock.NewTicker(s.cfg.MergeCheckInterval)
+		go func() { defer s.bg.Done(); s.mergeCheck(t) }()
 	}
 	if s.cfg.BalanceInterval > 0 {
 		s.bg.Add(1)

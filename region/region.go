@@ -34,12 +34,29 @@ type Region struct {
 	EndKey   []byte
 	Epoch    Epoch
 	Peers    []Peer
+	// Merge is set while the region is frozen for a merge into its left
+	// neighbour: it serves nothing until the merge commits (and the region
+	// is gone) or rolls back. Nil otherwise.
+	Merge *MergeState `json:",omitempty"`
+	// AbortedMerge, on a region that was to absorb its right neighbour,
+	// names the neighbour's freeze its log aborted (Target is then the
+	// neighbour's ID): a commit of that freeze is refused from then on,
+	// so the neighbour may unfreeze. Only the latest abort is kept: a new
+	// freeze has a later index.
+	AbortedMerge *MergeState `json:",omitempty"`
 	// LastRegionID is the cluster's region ID counter: the last ID it
 	// handed out. Only the first region (StartKey empty, which every
 	// split leaves on the left) holds it; every other region's is 0. It
 	// is replicated state like the rest of the descriptor: raft entries
 	// move it and snapshots carry it.
 	LastRegionID uint64 `json:",omitempty"`
+}
+
+// MergeState records a region's freeze for a merge: the region that is to
+// absorb it, and the log index of the freeze entry.
+type MergeState struct {
+	Target uint64
+	Index  uint64
 }
 
 // Contains reports whether key falls inside the region's range.
@@ -85,6 +102,14 @@ func (r *Region) Clone() Region {
 	c.StartKey = append([]byte(nil), r.StartKey...)
 	c.EndKey = append([]byte(nil), r.EndKey...)
 	c.Peers = append([]Peer(nil), r.Peers...)
+	if r.Merge != nil {
+		m := *r.Merge
+		c.Merge = &m
+	}
+	if r.AbortedMerge != nil {
+		m := *r.AbortedMerge
+		c.AbortedMerge = &m
+	}
 	return c
 }
 
@@ -137,4 +162,38 @@ func Split(r Region, key []byte, newID uint64, newPeerIDs []uint64) (left, right
 	left.Epoch.Version++
 	right.Epoch.Version = left.Epoch.Version
 	return left, right, nil
+}
+
+// Merge returns the region left becomes when it absorbs right, its right
+// neighbour: left's ID and peers, the two ranges joined, and a version
+// above both sides' so that a route cached for either is stale. It fails
+// if the two are not adjacent or do not have replicas on the same stores
+// (each store's replica of right becomes its replica of left).
+func Merge(left, right Region) (Region, error) {
+	if len(left.EndKey) == 0 || !bytes.Equal(left.EndKey, right.StartKey) {
+		return Region{}, fmt.Errorf("merge: %s is not the right neighbour of %s", right.String(), left.String())
+	}
+	if !SameStores(left, right) {
+		return Region{}, fmt.Errorf("merge: %s and %s do not have replicas on the same stores", left.String(), right.String())
+	}
+	m := left.Clone()
+	m.Merge, m.AbortedMerge = nil, nil
+	m.EndKey = append([]byte(nil), right.EndKey...)
+	m.Epoch.Version = max(left.Epoch.Version, right.Epoch.Version) + 1
+	return m, nil
+}
+
+// SameStores reports whether a and b have replicas on the same stores, in
+// the same roles (voter or learner).
+func SameStores(a, b Region) bool {
+	if len(a.Peers) != len(b.Peers) {
+		return false
+	}
+	for _, p := range a.Peers {
+		q, ok := b.PeerOnStore(p.StoreID)
+		if !ok || q.IsLearner != p.IsLearner {
+			return false
+		}
+	}
+	return true
 }

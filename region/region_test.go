@@ -461,3 +461,48 @@ func TestRegionString(t *testing.T) {
 		t.Fatalf("binary key not quoted: %q", got)
 	}
 }
+
+func TestMerge(t *testing.T) {
+	peers := []Peer{{ID: 1, StoreID: 1}, {ID: 2, StoreID: 2}, {ID: 3, StoreID: 3}}
+	left := Region{ID: 1, EndKey: []byte("m"), Epoch: Epoch{ConfVer: 2, Version: 3}, Peers: peers,
+		AbortedMerge: &MergeState{Target: 9, Index: 7}}
+	right := Region{ID: 9, StartKey: []byte("m"), Epoch: Epoch{ConfVer: 5, Version: 8},
+		Peers: []Peer{{ID: 93, StoreID: 3}, {ID: 91, StoreID: 1}, {ID: 92, StoreID: 2}}, Merge: &MergeState{Target: 1, Index: 40}}
+	m, err := Merge(left, right)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.ID != 1 || len(m.StartKey) != 0 || len(m.EndKey) != 0 || m.Epoch != (Epoch{ConfVer: 2, Version: 9}) || m.Merge != nil || m.AbortedMerge != nil {
+		t.Fatalf("merged %s (merge %v, aborted %v)", m.String(), m.Merge, m.AbortedMerge)
+	}
+	if !reflect.DeepEqual(m.Peers, peers) {
+		t.Fatalf("merged peers %v, want the left's", m.Peers)
+	}
+	m.Peers[0].StoreID = 99
+	if left.Peers[0].StoreID != 1 {
+		t.Fatal("the merged region aliases the left's peers")
+	}
+	for name, bad := range map[string]Region{
+		"not adjacent":   {ID: 9, StartKey: []byte("n"), Peers: right.Peers},
+		"other stores":   {ID: 9, StartKey: []byte("m"), Peers: []Peer{{ID: 91, StoreID: 1}, {ID: 92, StoreID: 2}, {ID: 94, StoreID: 4}}},
+		"fewer replicas": {ID: 9, StartKey: []byte("m"), Peers: peers[:2]},
+		"learner role":   {ID: 9, StartKey: []byte("m"), Peers: []Peer{{ID: 91, StoreID: 1}, {ID: 92, StoreID: 2}, {ID: 93, StoreID: 3, IsLearner: true}}},
+	} {
+		if _, err := Merge(left, bad); err == nil {
+			t.Errorf("%s: merged", name)
+		}
+	}
+	last := Region{ID: 9, StartKey: []byte("m"), Peers: peers}
+	if _, err := Merge(last, right); err == nil {
+		t.Error("merged the last region with a region before it")
+	}
+}
+
+func TestCloneCopiesMergeState(t *testing.T) {
+	r := Region{ID: 1, Merge: &MergeState{Target: 2, Index: 3}, AbortedMerge: &MergeState{Target: 4, Index: 5}}
+	c := r.Clone()
+	c.Merge.Index, c.AbortedMerge.Index = 30, 50
+	if r.Merge.Index != 3 || r.AbortedMerge.Index != 5 {
+		t.Fatal("Clone shares the merge state")
+	}
+}

@@ -21,6 +21,10 @@ func toStatus(err error) error {
 		return st
 	}
 	switch {
+	case errors.Is(err, raftstore.ErrMergeRolledBack):
+		// Whatever stopped it (a refusal among them), the merge may be
+		// tried again: nothing changed.
+		return status.Error(codes.Aborted, err.Error())
 	case errors.Is(err, raftstore.ErrInvalidRequest):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, raftstore.ErrProposalDropped), errors.Is(err, raftstore.ErrStopped), errors.Is(err, raftstore.ErrDiskFailed):

@@ -27,6 +27,19 @@ func (s *adminService) Split(ctx context.Context, req *kvpb.SplitRequest) (*kvpb
 	return &kvpb.SplitResponse{Left: kvpb.FromRegion(left), Right: kvpb.FromRegion(right)}, nil
 }
 
+// Merge merges a region with its right neighbour (raftstore's Merge): the
+// store reached must host replicas of both; it need lead neither.
+func (s *adminService) Merge(ctx context.Context, req *kvpb.MergeRequest) (*kvpb.MergeResponse, error) {
+	if req.GetRegionId() == 0 {
+		return nil, status.Error(codes.InvalidArgument, "merge: region id must be non-zero")
+	}
+	merged, err := s.srv.store.Merge(ctx, req.GetRegionId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &kvpb.MergeResponse{Merged: kvpb.FromRegion(merged)}, nil
+}
+
 // AddPeer adds a replica of a region on a store this store knows.
 func (s *adminService) AddPeer(ctx context.Context, req *kvpb.AddPeerRequest) (*kvpb.AddPeerResponse, error) {
 	if err := validateMembership(req.GetRegionId(), req.GetStoreId()); err != nil {

@@ -776,3 +776,68 @@ func TestTransportSetAddr(t *testing.T) {
 		return len(h3.received()) > 0
 	})
 }
+
+// TestWithStoreMerge: Admin.Merge over real stores and gRPC: a client
+// that cached both halves of a split reads and writes either half's keys
+// after the merge, the merged region is listed over both ranges, and
+// the last region has no neighbour to merge with (InvalidArgument).
+func TestWithStoreMerge(t *testing.T) {
+	c := startQuietCluster(t, 3)
+	ctx := testCtx(t)
+	for _, k := range []string{"a", "c", "m", "q", "z"} {
+		put(ctx, t, c, 1, k, "v-"+k)
+	}
+	cli, err := client.New(ctx, client.Config{Endpoints: []string{c.server(1).Addr(), c.server(2).Addr(), c.server(3).Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	left, right, err := cli.Split(ctx, []byte("m"))
+	if err != nil {
+		t.Fatalf("split: %v", err)
+	}
+	for _, k := range []string{"a", "z"} { // the cache holds both halves
+		if _, err := cli.Get(ctx, []byte(k)); err != nil {
+			t.Fatalf("get %s: %v", k, err)
+		}
+	}
+	var resp *kvpb.MergeResponse
+	if err := c.onLeader(t, left.ID, func(a kvpb.AdminClient) (err error) {
+		resp, err = a.Merge(ctx, &kvpb.MergeRequest{RegionId: left.ID})
+		return err
+	}); err != nil {
+		t.Fatalf("merge: %v", err)
+	}
+	merged := resp.GetMerged().ToRegion()
+	if merged.ID != left.ID || len(merged.StartKey) != 0 || len(merged.EndKey) != 0 || merged.Epoch.Version <= right.Epoch.Version {
+		t.Fatalf("merged %s", merged.String())
+	}
+	for key, want := range map[string]string{"a": "v-a", "m": "v-m", "z": "v-z"} {
+		if got, err := cli.Get(ctx, []byte(key)); err != nil || string(got) != want {
+			t.Errorf("get %s after the merge = %q, %v; want %q", key, got, err, want)
+		}
+	}
+	if err := cli.Put(ctx, []byte("x"), []byte("new-x")); err != nil {
+		t.Fatalf("put into the absorbed range: %v", err)
+	}
+	waitFor(t, 15*time.Second, "every store hosting the merged region alone", func() bool {
+		for _, s := range c.servers {
+			if _, ok := regionOn(s, right.ID); ok {
+				return false
+			}
+			if l, ok := regionOn(s, left.ID); !ok || len(l.Region.EndKey) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := c.onLeader(t, left.ID, func(a kvpb.AdminClient) error {
+		_, err := a.Merge(ctx, &kvpb.MergeRequest{RegionId: left.ID})
+		return err
+	}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("merge of the last region: %v, want InvalidArgument", err)
+	}
+	if _, err := cli.Merge(ctx, left.ID); err == nil || !strings.Contains(err.Error(), "no right neighbour") {
+		t.Errorf("client merge of the last region: %v", err)
+	}
+}

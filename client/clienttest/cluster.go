@@ -707,6 +707,60 @@ func (a *adminServer) Split(ctx context.Context, req *kvpb.SplitRequest) (*kvpb.
 	return &kvpb.SplitResponse{Left: kvpb.FromRegion(left), Right: kvpb.FromRegion(right)}, nil
 }
 
+// Merge merges a region with its right neighbour as raftstore does: on
+// the left region's leader, refused unless both have replicas on the same
+// stores.
+func (a *adminServer) Merge(ctx context.Context, req *kvpb.MergeRequest) (*kvpb.MergeResponse, error) {
+	c := a.s.c
+	if err := c.runHook(ctx, a.s.ID, "Merge"); err != nil {
+		return nil, err
+	}
+	if req.GetRegionId() == 0 {
+		return nil, status.Error(codes.InvalidArgument, "merge: region id must be non-zero")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ls, err := c.leaderOnLocked(a.s.ID, req.GetRegionId())
+	if err != nil {
+		return nil, err
+	}
+	if len(ls.r.EndKey) == 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "merge of region %d refused: it is the last region: it has no right neighbour", ls.r.ID)
+	}
+	merged, err := c.mergeLocked(ls)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "merge of region %d refused: %v", ls.r.ID, err)
+	}
+	return &kvpb.MergeResponse{Merged: kvpb.FromRegion(merged)}, nil
+}
+
+// Merge makes region leftID absorb its right neighbour, behind every
+// client's back.
+func (c *Cluster) Merge(leftID uint64) (region.Region, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ls := range c.regions {
+		if ls.r.ID == leftID {
+			return c.mergeLocked(ls)
+		}
+	}
+	return region.Region{}, fmt.Errorf("merge: no region %d", leftID)
+}
+
+func (c *Cluster) mergeLocked(ls *regionState) (region.Region, error) {
+	ri := slices.IndexFunc(c.regions, func(rs *regionState) bool { return bytes.Equal(rs.r.StartKey, ls.r.EndKey) })
+	if len(ls.r.EndKey) == 0 || ri < 0 {
+		return region.Region{}, fmt.Errorf("region %d has no right neighbour", ls.r.ID)
+	}
+	merged, err := region.Merge(ls.r, c.regions[ri].r)
+	if err != nil {
+		return region.Region{}, err
+	}
+	ls.r = merged
+	c.regions = slices.Delete(c.regions, ri, ri+1)
+	return merged.Clone(), nil
+}
+
 func (a *adminServer) AddPeer(ctx context.Context, req *kvpb.AddPeerRequest) (*kvpb.AddPeerResponse, error) {
 	c := a.s.c
 	if err := c.runHook(ctx, a.s.ID, "AddPeer"); err != nil {

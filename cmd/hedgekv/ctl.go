@@ -24,7 +24,7 @@ func newCtlCmd(a *app) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	ctl.AddCommand(newCtlStoresCmd(a), newCtlRegionsCmd(a), newCtlRegionCmd(a), newCtlStatusCmd(a), newCtlTransferLeaderCmd(a),
-		newCtlSplitCmd(a), newCtlAddPeerCmd(a), newCtlRemovePeerCmd(a), newCtlRemoveStoreCmd(a), newCtlFaultCmd(a), newCtlCheckCmd(a))
+		newCtlSplitCmd(a), newCtlMergeCmd(a), newCtlAddPeerCmd(a), newCtlRemovePeerCmd(a), newCtlRemoveStoreCmd(a), newCtlFaultCmd(a), newCtlCheckCmd(a))
 	return ctl
 }
 
@@ -433,6 +433,50 @@ peers).`,
 	}
 	out.register(cmd)
 	return cmd
+}
+
+func newCtlMergeCmd(a *app) *cobra.Command {
+	var out outputFlag
+	cmd := &cobra.Command{
+		Use:   "merge REGION_ID",
+		Short: "Merge region REGION_ID with its right neighbour",
+		Long: `Merge region REGION_ID with the region after it: REGION_ID absorbs its right
+neighbour, keeps its id and now spans both ranges; the neighbour is gone.
+The two must have replicas on the same stores (move replicas first with
+add-peer and remove-peer; a refusal says which stores differ). Prints
+"merged: R"; -w json prints {"merged": R}, R as the region part of a ctl
+regions -w json entry (id, start_key, end_key, epoch, peers). A merge
+that cannot finish is rolled back, and the neighbour serves again.`,
+		Args: exactArgs("REGION_ID"),
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			id, err := parseID("REGION_ID", args[0])
+			if err != nil {
+				return err
+			}
+			asJSON, err := out.json()
+			if err != nil {
+				return err
+			}
+			return a.withClient(cmd, func(ctx context.Context, cli *client.Client) error {
+				merged, err := cli.Merge(ctx, id)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(a.stdout, mergeJSON{Merged: newRegionCoreJSON(merged, nil)})
+				}
+				fmt.Fprintf(a.stdout, "merged: %s\n", describeRegion(merged))
+				return nil
+			})
+		}),
+	}
+	out.register(cmd)
+	return cmd
+}
+
+// mergeJSON is ctl merge -w json.
+type mergeJSON struct {
+	Merged regionCoreJSON `json:"merged"`
 }
 
 // splitJSON is ctl split -w json.

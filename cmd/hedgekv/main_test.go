@@ -64,6 +64,8 @@ func TestUsageErrors(t *testing.T) {
 		{"split without key", []string{"ctl", "split"}, "split takes 1 argument(s) (KEY)"},
 		{"split with two keys", []string{"ctl", "split", "a", "b"}, "split takes 1 argument(s) (KEY)"},
 		{"split empty key", []string{"ctl", "split", ""}, "KEY must not be empty"},
+		{"merge without region", []string{"ctl", "merge"}, "merge takes 1 argument(s) (REGION_ID)"},
+		{"merge zero region", []string{"ctl", "merge", "0"}, "REGION_ID must be a positive integer"},
 		{"add-peer one arg", []string{"ctl", "add-peer", "1"}, "add-peer takes 2 argument(s) (REGION_ID STORE_ID)"},
 		{"add-peer bad region", []string{"ctl", "add-peer", "one", "4"}, "REGION_ID must be a positive integer"},
 		{"add-peer zero store", []string{"ctl", "add-peer", "1", "0"}, "STORE_ID must be a positive integer"},
@@ -211,6 +213,42 @@ func TestCtlJSON(t *testing.T) {
 		if code != 0 || !strings.HasPrefix(stdout, "ID ") || len(strings.Split(strings.TrimSpace(stdout), "\n")) < 3 {
 			t.Errorf("%v: exit %d, table %q, stderr %q", args, code, stdout, stderr)
 		}
+	}
+}
+
+// TestCtlMerge: ctl merge through the client's routing against the fake
+// cluster: a merge, -w json, and the refusals (exit 4).
+func TestCtlMerge(t *testing.T) {
+	cl := clienttest.NewCluster(t, "dc-a", "dc-b", "dc-c")
+	cl.SetLeader(1, 2)
+	ep := "--endpoints=" + strings.Join(cl.Endpoints(), ",")
+	runSteps(t, false, []cliStep{
+		{args: []string{"ctl", "split", "m"}, wantStdout: "left:  region 1 [-inf, m) epoch 1/2 peers 1@1,2@2,3@3\n" +
+			"right: region 1001 [m, +inf) epoch 1/2 peers 100101@1,100102@2,100103@3\n"},
+		{args: []string{"ctl", "merge", "1"}, wantStdout: "merged: region 1 [-inf, +inf) epoch 1/3 peers 1@1,2@2,3@3\n"},
+		{args: []string{"ctl", "merge", "1"}, wantCode: exitFailure, wantStderr: "it has no right neighbour"},
+		{args: []string{"ctl", "merge", "77"}, wantCode: exitFailure, wantStderr: "region 77: not found"},
+		{args: []string{"ctl", "split", "m"}, wantStdout: "left:  region 1 [-inf, m) epoch 1/4 peers 1@1,2@2,3@3\n" +
+			"right: region 1002 [m, +inf) epoch 1/4 peers 100201@1,100202@2,100203@3\n"},
+		{args: []string{"ctl", "remove-peer", "1002", "3"}, wantStdout: "OK: region 1002 has no replica on store 3 any more\n"},
+		{args: []string{"ctl", "merge", "1"}, wantCode: exitFailure, wantStderr: "same stores"},
+	}, ep)
+	code, stdout, stderr := runCLI(t, "ctl", "add-peer", "1002", "3", ep)
+	if code != 0 {
+		t.Fatalf("add-peer: exit %d: %s", code, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "ctl", "merge", "1", "-w", "json", ep)
+	if code != 0 {
+		t.Fatalf("ctl merge -w json: exit %d: %s", code, stderr)
+	}
+	var doc struct {
+		Merged map[string]any `json:"merged"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil || doc.Merged["id"] != float64(1) {
+		t.Fatalf("ctl merge -w json: %v\n%s", err, stdout)
+	}
+	if rs := cl.Regions(); len(rs) != 1 {
+		t.Fatalf("regions after the merges: %v", rs)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,14 @@ type Options struct {
 	LogGCThreshold uint64 // default raftstore's
 	// SplitMaxKeys > 0 turns on automatic splits, checked every 100ms.
 	SplitMaxKeys uint64
+	// MergeMaxKeys > 0 turns on automatic merges of regions that together
+	// hold at most that many keys and kept their shape MergeAfterSplit
+	// (default 200ms); MergeSettleAfter > 0 has a frozen region's merge
+	// settled after that long. Either runs the merge check every 100ms,
+	// which is off otherwise.
+	MergeMaxKeys     uint64
+	MergeAfterSplit  time.Duration
+	MergeSettleAfter time.Duration
 	// KeepWhole is every store's Config.KeepWhole: ranges no split cuts.
 	KeepWhole []raftstore.KeepRange
 	// Balance turns on the leader and replica balancer, every 100ms.
@@ -177,6 +186,7 @@ func (c *Cluster) StartStore(id uint64) error {
 		ElectionTicks:      c.opts.ElectionTicks,
 		LogGCThreshold:     c.opts.LogGCThreshold,
 		SplitCheckInterval: -1,
+		MergeCheckInterval: -1,
 		SplitMaxKeys:       c.opts.SplitMaxKeys,
 		KeepWhole:          c.opts.KeepWhole,
 		BalanceInterval:    -1,
@@ -212,6 +222,15 @@ func (c *Cluster) StartStore(id uint64) error {
 	}
 	if c.opts.SplitMaxKeys > 0 {
 		cfg.SplitCheckInterval = 100 * time.Millisecond
+	}
+	if c.opts.MergeMaxKeys > 0 || c.opts.MergeSettleAfter > 0 {
+		cfg.MergeCheckInterval = 100 * time.Millisecond
+		cfg.MergeMaxKeys = c.opts.MergeMaxKeys
+		cfg.MergeAfterSplit = c.opts.MergeAfterSplit
+		if cfg.MergeAfterSplit == 0 {
+			cfg.MergeAfterSplit = 200 * time.Millisecond
+		}
+		cfg.Knobs.MergeSettleAfter = c.opts.MergeSettleAfter
 	}
 	if c.opts.HibernateAfter == 0 {
 		cfg.HibernateAfter = -1
@@ -531,7 +550,15 @@ func (c *Cluster) Regions() []region.Region {
 			}
 		}
 	}
+	// Older shapes first, so that where two overlap (a store that has not
+	// applied a split or a merge yet) the newer one wins: a merge's and a
+	// split's versions are above those of the regions they replace.
+	all := make([]region.Region, 0, len(newest))
 	for _, r := range newest {
+		all = append(all, r)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Epoch.Version < all[j].Epoch.Version })
+	for _, r := range all {
 		t.Insert(r)
 	}
 	return t.All()
@@ -552,6 +579,32 @@ func (c *Cluster) Split(ctx context.Context, key []byte) error {
 		retried = retried || Retryable(err)
 		return err
 	})
+}
+
+// Merge merges region leftID with its right neighbour through the store
+// leading leftID, retrying region errors (a merge rolled back because a
+// split, a transfer or a restart raced it is tried again) until ctx ends.
+func (c *Cluster) Merge(ctx context.Context, leftID uint64) (region.Region, error) {
+	attempt := 5 * time.Second
+	var last error
+	for {
+		if id, ok := c.Leader(leftID); ok {
+			if s, running := c.Store(id); running {
+				opCtx, cancel := context.WithTimeout(ctx, attempt)
+				r, err := s.Merge(opCtx, leftID)
+				cancel()
+				if err == nil || !Retryable(err) && !errors.Is(err, raftstore.ErrMergeRolledBack) {
+					return r, err
+				}
+				last = err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return region.Region{}, fmt.Errorf("merge region %d: %w (last error: %v)", leftID, ctx.Err(), last)
+		case <-time.After(c.opts.TickInterval):
+		}
+	}
 }
 
 // Scan reads [start, end) across regions from their leaders, in key order.
