@@ -208,3 +208,25 @@ func waitFor(ctx context.Context, cond func() bool) error {
 	}
 	return nil
 }
+
+// TestRegionIDsAfterAMerge: the first region absorbing its neighbour keeps
+// the counter, and a merged-away ID is never handed out again.
+func TestRegionIDsAfterAMerge(t *testing.T) {
+	c := newIDCluster(t, Options{})
+	mustSplit(t, c, "b")
+	mustSplit(t, c, "d")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := waitFor(ctx, func() bool {
+		_, err := c.mustStore(t, mustLeader(t, c, 1)).Merge(ctx, 1)
+		return err == nil
+	}); err != nil {
+		t.Fatalf("merge region 1 with region 2: %v", err)
+	}
+	if r, ok := c.RegionOf([]byte("c")); !ok || r.ID != 1 {
+		t.Fatalf("after the merge, c is in region %+v, want region 1", r)
+	}
+	if id := mustSplit(t, c, "c"); id != 4 {
+		t.Fatalf("the split after the merge made region %d, want 4 (2 is merged away, 3 lives)", id)
+	}
+}
