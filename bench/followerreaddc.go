@@ -662,7 +662,8 @@ func (cfg *FollowerReadDCConfig) report(res *FollowerReadDCResult, leader uint64
 	b.WriteString(cfg.tidbTable(res))
 
 	b.WriteString("\n## Where the reads were served\n\n")
-	b.WriteString("From the stores' read counters (lease, read-index, stale, follower-lease) over each run; a scan of one region is one read.\n\n")
+	b.WriteString("From the stores' counts of the KV API's reads by mode (`hedgekv_server_reads_total`: lease, read-index, stale, follower-lease) over each run; ")
+	b.WriteString("a scan of one region is one read, and the stores' own reads (the etcd API's lessor reading its leases on a new leader) are not counted.\n\n")
 	writeServedWhere(&b, res, leader)
 
 	writePlots(&b, res.Plots)

@@ -214,3 +214,49 @@ func scrapeMetrics(ctx context.Context, statusAddr string, timeout time.Duration
 	}
 	return out, sc.Err()
 }
+
+// scrapeLabelled reads the samples of the counter or gauge name from a
+// store's /metrics, by the value of its one label, waiting at most
+// timeout.
+func scrapeLabelled(ctx context.Context, statusAddr string, timeout time.Duration, name, label string) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+statusAddr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", statusAddr, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %s", statusAddr, resp.Status)
+	}
+	return parseLabelled(resp.Body, name, label)
+}
+
+// parseLabelled picks the samples of name labelled `label="v"` (and
+// nothing else) out of the Prometheus text format, by v.
+func parseLabelled(r io.Reader, name, label string) (map[string]float64, error) {
+	out := map[string]float64{}
+	prefix := name + "{" + label + `="`
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), prefix)
+		if !ok {
+			continue
+		}
+		v, value, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return nil, fmt.Errorf("parse %s{%s=%q}: %w", name, label, v, err)
+		}
+		out[v] = n
+	}
+	return out, sc.Err()
+}

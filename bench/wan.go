@@ -156,11 +156,14 @@ func (c *wanCluster) leaderCheck(ctx context.Context) (moved string) {
 
 // clusterSnap is what the cluster had counted at one moment.
 type clusterSnap struct {
-	at    time.Time
-	stats map[uint64]raftstore.Stats
-	wan   uint64
-	hist  ServerHist
-	err   error
+	at time.Time
+	// reads is what each store had served, by mode (readModes): see
+	// snapAt for which reads.
+	reads    map[uint64]map[string]uint64
+	readsErr error // the stores whose reads could not be scraped
+	wan      uint64
+	hist     ServerHist
+	err      error // the histogram's scrape
 }
 
 func (c *wanCluster) snap(ctx context.Context, method string) clusterSnap {
@@ -169,8 +172,27 @@ func (c *wanCluster) snap(ctx context.Context, method string) clusterSnap {
 
 // snapAt is snap with method's latency histogram summed over the status
 // addresses given only.
+//
+// For a KV method the reads counted are the KV API's, from every store's
+// hedgekv_server_reads_total, and nothing else. The stores' own counters
+// (raftstore.Stats) count every read a store serves, its internal ones
+// too: the etcd API's lessor, promoted when its store's peer takes the
+// lead of the etcd keyspace's region (region 1 here, splits are off),
+// reads its leases through the leader. On a new leader that read waits
+// for the leader's first commit (with follower leases on, for a whole
+// follower lease: followerLeaseDefer), as the load's writes do, so it
+// can finish just after a run's first snapshot, and it was then counted
+// as a workload read the leader served. For the etcd API's Range, which
+// that metric leaves out, the stores' counters it is (a lessor's read
+// among them).
 func (c *wanCluster) snapAt(ctx context.Context, method string, statusAddrs []string) clusterSnap {
-	s := clusterSnap{at: time.Now(), stats: c.Stats(), wan: c.Network().WANBytes()}
+	s := clusterSnap{at: time.Now()}
+	if strings.HasPrefix(method, "KV.") {
+		s.reads, s.readsErr = c.scrapeKVReads(ctx)
+	} else {
+		s.reads = statsReads(c.Stats())
+	}
+	s.wan = c.Network().WANBytes()
 	s.hist, s.err = scrapeCluster(ctx, statusAddrs, method)
 	return s
 }
@@ -182,25 +204,36 @@ type runDelta struct {
 	// reads by store, and by store and mode
 	reads  map[uint64]uint64
 	byMode map[uint64]map[string]uint64
-	err    error
+	// readsErr: some store's reads were not scraped (left out of reads).
+	readsErr error
+	err      error // the latency histogram's scrape
 }
 
 func (c *wanCluster) delta(before, after clusterSnap) runDelta {
-	d := statsDelta(before.stats, after.stats)
+	d := readsDelta(before.reads, after.reads)
 	d.wanBytes = after.wan - before.wan
 	d.server = after.hist.Sub(before.hist)
 	d.err = after.err
+	d.readsErr = errors.Join(before.readsErr, after.readsErr)
 	return d
 }
 
-// statsDelta is what every store's read counters rose by, as a runDelta
-// (for servedBy).
-func statsDelta(before, after map[uint64]raftstore.Stats) runDelta {
+// readsDelta is what every store's read counts rose by, as a runDelta
+// (for servedBy). A store missing from either snapshot (its scrape
+// failed) is left out rather than credited with every read it ever
+// served.
+func readsDelta(before, after map[uint64]map[string]uint64) runDelta {
 	d := runDelta{reads: map[uint64]uint64{}, byMode: map[uint64]map[string]uint64{}}
 	for id, a := range after {
-		modes := readsByMode(before[id], a)
+		b, ok := before[id]
+		if !ok {
+			continue
+		}
+		modes := map[string]uint64{}
 		var n uint64
-		for _, v := range modes {
+		for _, m := range readModes {
+			v := a[m] - b[m]
+			modes[m] = v
 			n += v
 		}
 		d.reads[id], d.byMode[id] = n, modes
@@ -238,23 +271,59 @@ func setWANBytesPerOp(row *Row, wanBytes uint64) {
 // (raftstore.Stats) and hedgekv_server_reads_total name them.
 var readModes = []string{"lease", "read-index", "stale", "follower-lease"}
 
-// readsByMode is what a store's read counters rose by between two
-// snapshots, by mode.
-func readsByMode(before, after raftstore.Stats) map[string]uint64 {
-	return map[string]uint64{
-		"lease":          after.ReadsLease - before.ReadsLease,
-		"read-index":     after.ReadsReadIndex - before.ReadsReadIndex,
-		"stale":          after.ReadsStale - before.ReadsStale,
-		"follower-lease": after.ReadsFollowerLease - before.ReadsFollowerLease,
+// statsReads is every store's read counters, by mode.
+func statsReads(stats map[uint64]raftstore.Stats) map[uint64]map[string]uint64 {
+	out := make(map[uint64]map[string]uint64, len(stats))
+	for id, st := range stats {
+		out[id] = map[string]uint64{
+			"lease":          st.ReadsLease,
+			"read-index":     st.ReadsReadIndex,
+			"stale":          st.ReadsStale,
+			"follower-lease": st.ReadsFollowerLease,
+		}
 	}
+	return out
+}
+
+// kvReadsMetric counts the reads a store served through the KV API, by
+// mode (readModes).
+const kvReadsMetric = "hedgekv_server_reads_total"
+
+// scrapeKVReads reads every store's KV API reads by mode (a store that
+// does not answer is left out, and named in err). A KV read is counted
+// before its answer is sent, so a read the client saw answered is in the
+// next scrape.
+func (c *wanCluster) scrapeKVReads(ctx context.Context) (map[uint64]map[string]uint64, error) {
+	return scrapeKVReadsAt(ctx, c.StoreIDs(), c.StatusAddr)
+}
+
+func scrapeKVReadsAt(ctx context.Context, ids []uint64, statusAddr func(uint64) string) (map[uint64]map[string]uint64, error) {
+	out := map[uint64]map[string]uint64{}
+	var errs []error
+	for _, id := range ids {
+		m, err := scrapeLabelled(ctx, statusAddr(id), 5*time.Second, kvReadsMetric, "mode")
+		if err != nil {
+			errs = append(errs, fmt.Errorf("store %d: %w", id, err))
+			continue
+		}
+		modes := map[string]uint64{}
+		for mode, v := range m {
+			modes[mode] = uint64(v)
+		}
+		out[id] = modes
+	}
+	return out, errors.Join(errs...)
 }
 
 // servedBy describes where the run's reads were served: "store 2 (dc-b)
 // 100% read-index", or a split over several stores.
-func (c *wanCluster) servedBy(d runDelta) string {
+func (c *wanCluster) servedBy(d runDelta) (desc string) {
 	var total uint64
 	for _, n := range d.reads {
 		total += n
+	}
+	if d.readsErr != nil {
+		defer func() { desc += " (without the stores not scraped: " + d.readsErr.Error() + ")" }()
 	}
 	if total == 0 {
 		return "no reads counted"
