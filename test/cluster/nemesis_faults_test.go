@@ -301,3 +301,32 @@ func (n *nemesis) staleReadsAcrossRebuild(s *raftstore.Store, victim uint64, w q
 	}
 	n.log.add("disk-fail-stale-reads", "store %d: %d reads, %d checked against probe.%d", victim, reads, checked, w.seq)
 }
+
+// merge merges the picked region with its right neighbour while the
+// workload runs, through the left region's leader (a merge runs on any
+// store holding both): the splits keep cutting the key space, so the
+// merges and splits race, and clients holding either old epoch must find
+// the merged region. A merge the two regions cannot make (replicas on
+// other stores, a neighbour frozen by another merge) is refused and
+// logged as such; one abandoned half-way rolls back.
+func (n *nemesis) merge(f faultPick) {
+	if !f.hasLeader || len(f.r.EndKey) == 0 {
+		return
+	}
+	s, ok := n.c.Store(f.leader)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	merged, err := s.Merge(ctx, f.r.ID)
+	var refused *raftstore.MergeRefusedError
+	switch {
+	case err == nil:
+		n.log.add("merge", "region %d absorbed its right neighbour: now %s", f.r.ID, merged.String())
+	case errors.As(err, &refused):
+		n.log.add("merge-refused", "region %d: %v", f.r.ID, err)
+	default:
+		n.log.add("merge-failed", "region %d: %v", f.r.ID, err)
+	}
+}

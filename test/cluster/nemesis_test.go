@@ -3,7 +3,8 @@ package cluster_test
 // The nemesis of the linearizability spec: the faults it injects (leader
 // transfers unheard or abandoned, restarts within a lease, lost acks across
 // a split, retries past the dedup window, replica moves re-driven under a
-// new peer ID, ...) and the probes of stale reads.
+// new peer ID, merges racing the splits, ...) and the probes of stale
+// reads.
 
 import (
 	"context"
@@ -27,8 +28,8 @@ import (
 )
 
 // nemesisKeys are the clients' keys; the nemesis splits between them
-// (splitKeys), so the key space keeps being cut into new regions for the
-// whole run.
+// (splitKeys) and merges neighbours back, so the key space keeps being cut
+// into new regions and joined again for the whole run.
 var (
 	nemesisKeys = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"}
 	splitKeys   = nemesisKeys[1:]
@@ -263,9 +264,9 @@ func (n *nemesis) loop() {
 			continue
 		}
 		r, leader, hasLeader, followers, hold := f.r, f.leader, f.hasLeader, f.followers, f.hold
-		kinds := 17
+		kinds := 18
 		if n.run.powerLoss {
-			kinds = 18
+			kinds = 19
 		}
 		switch kind := n.rng.IntN(kinds); kind {
 		case 0, 1, 2, 3, 4, 5, 6, 7, 8:
@@ -291,6 +292,8 @@ func (n *nemesis) loop() {
 		case 16:
 			n.diskFail(f.victim, hold)
 		case 17:
+			n.merge(f)
+		case 18:
 			n.powerLoss(f)
 		}
 	}
