@@ -703,7 +703,7 @@ func (n *nemesis) loop() {
 		store := 1 + n.rng.IntN(3)
 		hold := time.Duration(300+n.rng.IntN(1200)) * time.Millisecond
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		switch n.rng.IntN(8) {
+		switch n.rng.IntN(9) {
 		case 0:
 			n.record("partition", "store %d (zone %s) for %v", store, zones[store-1], hold)
 			w := partitionWindow{store: store, fair: len(n.killed) == 0 && time.Since(n.lastMove) >= settle}
@@ -773,6 +773,19 @@ func (n *nemesis) loop() {
 				n.killed[store] = true // recover tries again
 			}
 			n.lastMove = time.Now()
+		case 8:
+			// The splits keep cutting the key space; merges join it
+			// again, racing them, the transfers and the kills.
+			r, ok := n.randomRegion(ctx)
+			if ok && len(r.EndKey) > 0 {
+				merged, err := n.cli.Merge(ctx, r.ID)
+				if err == nil {
+					n.record("merge", "region %d absorbed its right neighbour: %s", r.ID, merged.String())
+				} else {
+					n.record("merge-failed", "region %d: %v", r.ID, err)
+				}
+				n.lastMove = time.Now()
+			}
 		}
 		cancel()
 	}
