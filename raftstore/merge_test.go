@@ -643,3 +643,55 @@ func TestMergeLeftFrozenSettledByRollbackAfterTargetSplit(t *testing.T) {
 	waitNoneFrozen(t, c)
 	checkSplitIntact(t, ctx, c, left, right)
 }
+
+// TestDeleteEverythingMergesBack: a key space cut into 16 regions, then
+// emptied by deletes, merges back to (nearly) the one region it started
+// as, on its own, and keeps serving.
+func TestDeleteEverythingMergesBack(t *testing.T) {
+	c := newCluster(t, raftstoretest.Options{MergeMaxKeys: 10})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const n, per = 400, 25
+	for i := 0; i < n; i++ {
+		if err := c.Put(ctx, mergeKey(i), []byte(itoa(i))); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	for i := per; i < n; i += per {
+		if err := c.Split(ctx, mergeKey(i)); err != nil {
+			t.Fatalf("split at %s: %v", mergeKey(i), err)
+		}
+	}
+	full := len(c.Regions())
+	if full < n/per {
+		t.Fatalf("%d regions after the splits, want at least %d", full, n/per)
+	}
+	// Full regions (25 keys, over MergeMaxKeys) are not merged.
+	time.Sleep(time.Second) // a pace: several merge checks pass
+	if got := len(c.Regions()); got != full {
+		t.Fatalf("%d regions of 25 keys each became %d: merged above MergeMaxKeys", full, got)
+	}
+	for i := 0; i < n; i++ {
+		if err := c.Delete(ctx, mergeKey(i)); err != nil {
+			t.Fatalf("delete %d: %v", i, err)
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(c.Regions()) > 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d regions a minute after every key was deleted, from %d: want the key space merged back", len(c.Regions()), full)
+		}
+		time.Sleep(50 * time.Millisecond) // a bounded poll
+	}
+	t.Logf("%d regions full, %d after the deletes", full, len(c.Regions()))
+	waitNoneFrozen(t, c)
+	if err := c.Put(ctx, mergeKey(7), []byte("again")); err != nil {
+		t.Fatalf("put after the merges: %v", err)
+	}
+	if v, found, err := c.Get(ctx, mergeKey(7)); err != nil || !found || string(v) != "again" {
+		t.Fatalf("get after the merges = %q %v %v", v, found, err)
+	}
+	if err := c.CheckReplicas(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -26,6 +26,10 @@ type storeFlags struct {
 	splitCheckInterval time.Duration
 	splitMaxKeys       uint64
 	splitMaxBytes      uint64
+	mergeCheckInterval time.Duration
+	mergeMaxKeys       uint64
+	mergeMaxBytes      uint64
+	mergeAfterSplit    time.Duration
 	hibernateAfter     time.Duration
 	logGCThreshold     uint64
 	dedupWindow        uint64
@@ -40,6 +44,10 @@ func (s *storeFlags) register(fl *pflag.FlagSet) {
 	fl.DurationVar(&s.splitCheckInterval, "split-check-interval", 0, "how often a leader checks its regions' sizes for a split (0: default 10s, negative: never split)")
 	fl.Uint64Var(&s.splitMaxKeys, "split-max-keys", 0, "split a region holding more keys than this (0: no key limit)")
 	fl.Uint64Var(&s.splitMaxBytes, "split-max-bytes", 0, "split a region holding more bytes than this (0: no byte limit, or 64 MiB when --split-max-keys is 0 too)")
+	fl.DurationVar(&s.mergeCheckInterval, "merge-check-interval", 0, "how often a leader settles a merge left half-way and looks for a small neighbour to merge with (0: default 10s, negative: never)")
+	fl.Uint64Var(&s.mergeMaxKeys, "merge-max-keys", 0, "merge adjacent regions automatically when both hold at most this many keys (0: no key limit; with --merge-max-bytes 0 too, no automatic merges)")
+	fl.Uint64Var(&s.mergeMaxBytes, "merge-max-bytes", 0, "merge adjacent regions automatically when both hold at most this many bytes (0: no byte limit; with --merge-max-keys 0 too, no automatic merges)")
+	fl.DurationVar(&s.mergeAfterSplit, "merge-after-split", 0, "how long both regions must have kept their shape before an automatic merge (0: default 1m: a region just split is not merged back)")
 	fl.DurationVar(&s.hibernateAfter, "hibernate-after", 0, "a region idle this long stops ticking until traffic arrives (0: default 10s, negative: never); at least one --tick")
 	fl.Uint64Var(&s.logGCThreshold, "log-gc-threshold", 0, "compact a region's raft log once it holds more applied entries than this (0: default 5000)")
 	fl.Uint64Var(&s.dedupWindow, "dedup-window", 0, "log entries a region remembers applied request ids for, so a retried write applies once (0: default 100000)")
@@ -55,6 +63,10 @@ func (s *storeFlags) apply(c *raftstore.Config) {
 	c.SplitCheckInterval = s.splitCheckInterval
 	c.SplitMaxKeys = s.splitMaxKeys
 	c.SplitMaxBytes = s.splitMaxBytes
+	c.MergeCheckInterval = s.mergeCheckInterval
+	c.MergeMaxKeys = s.mergeMaxKeys
+	c.MergeMaxBytes = s.mergeMaxBytes
+	c.MergeAfterSplit = s.mergeAfterSplit
 	c.HibernateAfter = s.hibernateAfter
 	c.LogGCThreshold = s.logGCThreshold
 	c.DedupWindow = s.dedupWindow
@@ -77,6 +89,10 @@ var configFields = map[string]string{
 	"SplitCheckInterval":    "split-check-interval",
 	"SplitMaxKeys":          "split-max-keys",
 	"SplitMaxBytes":         "split-max-bytes",
+	"MergeCheckInterval":    "merge-check-interval",
+	"MergeMaxKeys":          "merge-max-keys",
+	"MergeMaxBytes":         "merge-max-bytes",
+	"MergeAfterSplit":       "merge-after-split",
 	"HibernateAfter":        "hibernate-after",
 	"LogGCThreshold":        "log-gc-threshold",
 	"DedupWindow":           "dedup-window",
