@@ -28,14 +28,69 @@ import (
 //
 // Not ticking only delays elections, never hastens them, so the lease
 // rules (lease.go) are unaffected: a hibernating follower never campaigns.
-// activityLocked records traffic on the peer and wakes it. It returns a
-// wake notice for the leader when a hibernating follower wakes.
-func (p *Peer) activityLocked() *Notice {
+//
+// The loop ticks only the store's awake set (setHibernatingLocked keeps
+// it), so a tick costs in proportion to the awake regions, not to all of
+// them: at 10,000 regions a pass over every peer every 50 ms tick was
+// most of an idle store's CPU (TiKV's hibernate regions and CockroachDB's
+// quiesced replicas are not ticked either).
+
+// setHibernatingLocked puts the peer to sleep or wakes it, and keeps the
+// store's awake set, the peers a tick visits, in step. Every change of
+// p.hibernating goes through here: a peer woken without joining the set
+// would never tick again.
+func (p *Peer) setHibernatingLocked(h bool, cause string) {
+	if p.hibernating == h {
+		return
+	}
+	p.hibernating = h
+	s := p.store
+	s.awakeMu.Lock()
+	if h {
+		delete(s.awake, p)
+	} else if !p.removed {
+		s.awake[p] = struct{}{}
+	}
+	s.awakeMu.Unlock()
+	if !h {
+		s.stats.countWake(cause)
+	}
+}
+
+// addAwake puts a new peer in the awake set: it starts ticking.
+func (s *Store) addAwake(p *Peer) {
+	s.awakeMu.Lock()
+	s.awake[p] = struct{}{}
+	s.awakeMu.Unlock()
+}
+
+// awakePeers returns the peers the next tick visits.
+func (s *Store) awakePeers() []*Peer {
+	s.awakeMu.Lock()
+	defer s.awakeMu.Unlock()
+	peers := make([]*Peer, 0, len(s.awake))
+	for p := range s.awake {
+		peers = append(peers, p)
+	}
+	return peers
+}
+
+// dropAwake takes a removed peer out of the awake set.
+func (s *Store) dropAwake(p *Peer) {
+	s.awakeMu.Lock()
+	delete(s.awake, p)
+	s.awakeMu.Unlock()
+}
+
+// activityLocked records traffic on the peer and wakes it (cause: what
+// woke it, for the wake counters). It returns a wake notice for the
+// leader when a hibernating follower wakes.
+func (p *Peer) activityLocked(cause string) *Notice {
 	p.idleTicks = 0
 	if !p.hibernating {
 		return nil
 	}
-	p.hibernating = false
+	p.setHibernatingLocked(false, cause)
 	st := p.rn.BasicStatus()
 	if st.RaftState == raft.StateLeader || st.Lead == 0 {
 		return nil
@@ -43,10 +98,11 @@ func (p *Peer) activityLocked() *Notice {
 	return &Notice{Kind: NoticeWake, From: p.id, To: st.Lead, Term: st.Term}
 }
 
-// touch records activity from a request and sends a wake notice if needed.
-func (s *Store) touch(p *Peer) {
+// touch records activity from a request (cause: which) and sends a wake
+// notice if needed.
+func (s *Store) touch(p *Peer, cause string) {
 	p.mu.Lock()
-	wake := p.activityLocked()
+	wake := p.activityLocked(cause)
 	p.mu.Unlock()
 	if wake != nil {
 		s.sendNotice(p, *wake)
@@ -71,11 +127,12 @@ func (p *Peer) maybeHibernateLocked() []Notice {
 			f.matches = append(f.matches, pr.Match)
 		}
 	}
-	if !f.quiet() {
+	if why := f.awakeBecause(); why != "" {
+		p.store.stats.countRefusal(why)
 		p.idleTicks = limit / 2 // look again in a while, not on every tick
 		return nil
 	}
-	p.hibernating = true
+	p.setHibernatingLocked(true, "")
 	p.revokeLeaseLocked() // it would lapse unrenewed anyway
 	var notices []Notice
 	for _, pr := range p.region.Peers {
@@ -96,9 +153,10 @@ func (p *Peer) onHibernateNoticeLocked(m *Notice) *Notice {
 		return nil // from a leader of the past
 	}
 	if st.Commit == m.Commit && p.lastIndex == m.Commit && p.applied == m.Commit {
-		p.hibernating = true
+		p.setHibernatingLocked(true, "")
 		return nil
 	}
+	p.store.stats.countRefusal(refusedFollowerBehind)
 	return &Notice{Kind: NoticeWake, From: p.id, To: m.From, Term: st.Term}
 }
 
@@ -142,7 +200,7 @@ func (s *Store) livenessLoop(t clock.Ticker) {
 			p.mu.Lock()
 			lp := p.leaderPeerLocked()
 			if p.hibernating && lp != nil && down[lp.StoreID] {
-				p.hibernating = false
+				p.setHibernatingLocked(false, wakeLeaderDown)
 				p.idleTicks = 0
 			}
 			var checks []Notice
@@ -174,14 +232,53 @@ type quietFacts struct {
 // RecentActive: CheckQuorum clears it every election timeout, and a
 // follower that matches the log is all that hibernating needs
 // (testdata/hibernate.txt).
-func (f quietFacts) quiet() bool {
-	if f.commit != f.lastIndex || f.applied != f.commit || f.proposals > 0 || f.reads > 0 || f.transferring || f.joint {
-		return false
+func (f quietFacts) quiet() bool { return f.awakeBecause() == "" }
+
+// Why an idle leader stayed awake (awakeBecause), or a follower refused
+// its leader's hibernate notice: the labels of the refusal counters, which
+// say at scale which condition keeps regions awake.
+const (
+	refusedUncommitted    = "uncommitted"
+	refusedUnapplied      = "unapplied"
+	refusedProposals      = "proposals"
+	refusedReads          = "reads"
+	refusedTransferring   = "transferring"
+	refusedJoint          = "joint"
+	refusedFollowerMatch  = "follower_match"  // a follower has not matched the log
+	refusedFollowerBehind = "follower_behind" // a follower refused the notice
+)
+
+// awakeBecause is the first condition that keeps the leader awake, or ""
+// if it may hibernate.
+func (f quietFacts) awakeBecause() string {
+	switch {
+	case f.commit != f.lastIndex:
+		return refusedUncommitted
+	case f.applied != f.commit:
+		return refusedUnapplied
+	case f.proposals > 0:
+		return refusedProposals
+	case f.reads > 0:
+		return refusedReads
+	case f.transferring:
+		return refusedTransferring
+	case f.joint:
+		return refusedJoint
 	}
 	for _, m := range f.matches {
 		if m != f.lastIndex {
-			return false
+			return refusedFollowerMatch
 		}
 	}
-	return true
+	return ""
 }
+
+// What woke a hibernating peer, beside a raft message's type: the labels
+// of the wake counters.
+const (
+	wakeRequest    = "request"     // a read or write routed to it
+	wakeAdmin      = "admin"       // a split, membership change or transfer
+	wakeNotice     = "notice_wake" // a follower woken by traffic woke its leader
+	wakeRenew      = "notice_renew"
+	wakeLeaderDown = "leader_down"
+)

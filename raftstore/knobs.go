@@ -15,6 +15,10 @@ type TestingKnobs struct {
 	// waits for it before the next step, so no tick is dropped and each
 	// tick's effects are in place when it looks.
 	AfterTick func()
+	// TickVisits, if set, is told at each tick how many peers it visits:
+	// the awake ones only (hibernate.go), which a test counts to show that
+	// a store of sleeping regions ticks nothing.
+	TickVisits func(visited int)
 
 	// afterPersist runs in every round between its write and its
 	// publish: a message a test hands the store there lands in the window

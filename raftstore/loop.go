@@ -124,11 +124,15 @@ func (s *Store) waitForDisk() bool {
 	}
 }
 
-// tick advances every peer's logical clock and expires stuck reads.
+// tick advances the logical clock of every awake peer (hibernating ones
+// are not visited: hibernate.go) and expires stuck reads.
 func (s *Store) tick() {
 	now := s.now()
 	readTimeout := 2 * time.Duration(s.cfg.ElectionTicks) * s.cfg.TickInterval
-	peers := s.allPeers()
+	peers := s.awakePeers()
+	if h := s.cfg.Knobs.TickVisits; h != nil {
+		h(len(peers))
+	}
 	ticked, flush := peers[:0], false
 	type notice struct {
 		p *Peer
@@ -137,6 +141,12 @@ func (s *Store) tick() {
 	var leaseReqs, staleChecks []notice
 	for _, p := range peers {
 		p.mu.Lock()
+		if p.removed {
+			// Destroyed or superseded: it never ticks again.
+			p.mu.Unlock()
+			s.dropAwake(p)
+			continue
+		}
 		if p.hibernating {
 			p.mu.Unlock()
 			continue

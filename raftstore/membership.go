@@ -391,7 +391,7 @@ func (s *Store) leaderPeer(regionID uint64) (*Peer, error) {
 	if !ok || !p.isInitialized() {
 		return nil, &region.RegionNotFoundError{RegionID: regionID}
 	}
-	s.touch(p)
+	s.touch(p, wakeAdmin)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.isLeaderLocked() {

@@ -147,8 +147,8 @@ func (s *Store) admitLocked(p *Peer, m *Message) (*Message, error) {
 func (s *Store) stepLocked(p *Peer, m *Message) error {
 	if m.Msg.Type == raftpb.MsgHeartbeat || m.Msg.Type == raftpb.MsgHeartbeatResp {
 		// Heartbeats keep a peer awake but are not traffic.
-		p.hibernating = false
-	} else if wake := p.activityLocked(); wake != nil {
+		p.setHibernatingLocked(false, m.Msg.Type.String())
+	} else if wake := p.activityLocked(m.Msg.Type.String()); wake != nil {
 		defer s.sendNotice(p, *wake)
 	}
 	now := s.now()

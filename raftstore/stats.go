@@ -75,6 +75,12 @@ type Stats struct {
 	// new leader only by an election, so the election count says how many
 	// leaderships were lost rather than handed over.
 	LeadershipsByTransfer, LeadershipsByElection uint64
+	// HibernateRefusals counts, by the condition that failed, the times an
+	// idle leader found it could not hibernate yet, or a follower refused
+	// its leader's hibernate notice (hibernate.go). Wakes counts, by what
+	// did it (a request, a notice, or a raft message's type), the times a
+	// hibernating peer woke. Together they say what keeps regions awake.
+	HibernateRefusals, Wakes map[string]uint64
 }
 
 type stats struct {
@@ -95,12 +101,44 @@ type stats struct {
 	transferTerms sync.Map // uint64 -> uint64
 	// hook receives the measurements that are distributions, not counts.
 	hook atomic.Pointer[MetricsHook]
+
+	// hibMu guards the hibernation counters (Stats.HibernateRefusals,
+	// Stats.Wakes): each counts only a change (a peer that could not
+	// sleep, or woke), never a tick.
+	hibMu             sync.Mutex
+	refusals, wakeups map[string]uint64
+}
+
+func (s *stats) countRefusal(why string) {
+	s.hibMu.Lock()
+	if s.refusals == nil {
+		s.refusals = make(map[string]uint64)
+	}
+	s.refusals[why]++
+	s.hibMu.Unlock()
+}
+
+func (s *stats) countWake(cause string) {
+	s.hibMu.Lock()
+	if s.wakeups == nil {
+		s.wakeups = make(map[string]uint64)
+	}
+	s.wakeups[cause]++
+	s.hibMu.Unlock()
+}
+
+func (s *stats) hibernationCounts() (refusals, wakes map[string]uint64) {
+	s.hibMu.Lock()
+	defer s.hibMu.Unlock()
+	return maps.Clone(s.refusals), maps.Clone(s.wakeups)
 }
 
 // Stats returns a snapshot of the counters.
 func (s *Store) Stats() Stats {
 	walRecords, walSyncs, batchCommits, batchesRebuilt := s.eng.WriteStats()
+	refusals, wakes := s.stats.hibernationCounts()
 	return Stats{
+		HibernateRefusals: refusals, Wakes: wakes,
 		WALRecords: walRecords, WALSyncs: walSyncs, BatchCommits: batchCommits, BatchesRebuilt: batchesRebuilt,
 		ReadsLease:        s.stats.readsLease.Load(),
 		ReadsReadIndex:    s.stats.readsReadIndex.Load(),

@@ -40,6 +40,11 @@ type Store struct {
 	dirtyMu sync.Mutex
 	dirty   map[uint64]*Peer
 	wakec   chan struct{}
+	// awake are the peers not hibernating: the ones a tick visits
+	// (hibernate.go). awakeMu is taken under a peer's mu, never the
+	// other way.
+	awakeMu sync.Mutex
+	awake   map[*Peer]struct{}
 
 	stats stats
 	snaps *snapshots // snapshot sources and received files (snapstream.go)
@@ -94,6 +99,7 @@ func NewStore(cfg Config, trans Transport) (*Store, error) {
 		trans: trans,
 		peers: make(map[uint64]*Peer),
 		dirty: make(map[uint64]*Peer),
+		awake: make(map[*Peer]struct{}),
 		wakec: make(chan struct{}, 1),
 		stopc: make(chan struct{}),
 		done:  make(chan struct{}),
@@ -280,6 +286,7 @@ func (s *Store) createPeer(pp persistedPeer) (*Peer, error) {
 		p.refuseVotesForElectionLocked(s.now())
 	}
 	s.peers[pp.region.ID] = p
+	s.addAwake(p)
 	if p.initialized {
 		s.ranges.Insert(pp.region.Clone())
 	}

@@ -1,0 +1,124 @@
+package raftstoretest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hedgekv/hedgekv/raftstore"
+)
+
+// TestManualClockHibernationManyRegions splits region 1 into many regions
+// and lets them idle: every one hibernates within a bound of ticks, and
+// from then on a tick visits no peer at all (TickVisits), for the loop
+// ticks only the awake ones. A write wakes its own region only, which
+// ticks until it sleeps again.
+func TestManualClockHibernationManyRegions(t *testing.T) {
+	const (
+		regions    = 120
+		quietTicks = 5
+	)
+	var mu sync.Mutex
+	visits := map[uint64]int{} // store -> peers visited by its last tick
+	c := newManualCluster(t, Options{
+		HibernateAfter: quietTicks * tick,
+		Knobs: func(id uint64) raftstore.TestingKnobs {
+			return raftstore.TestingKnobs{TickVisits: func(n int) {
+				mu.Lock()
+				visits[id] = n
+				mu.Unlock()
+			}}
+		},
+	})
+	lastVisits := func() map[uint64]int {
+		mu.Lock()
+		defer mu.Unlock()
+		out := make(map[uint64]int, len(visits))
+		for id, n := range visits {
+			out[id] = n
+		}
+		return out
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := 1; i < regions; i++ {
+		if err := c.Split(ctx, regionKey(i)); err != nil {
+			t.Fatalf("split %d: %v", i, err)
+		}
+	}
+	// Each split-born region elects its first leader by a campaign that
+	// needs no tick; tick until every store hosts them all.
+	allHosted := func() bool {
+		for _, id := range c.IDs() {
+			if g := c.mustStore(t, id).Gauges(); g.Regions != regions {
+				return false
+			}
+		}
+		return true
+	}
+	for n := 0; !allHosted(); n++ {
+		if n > 100 {
+			t.Fatal("the split-born regions are not on every store after 100 ticks")
+		}
+		c.mustTick(t, 1)
+	}
+
+	// Idle: a region hibernates quietTicks after its last traffic, and a
+	// follower not caught up when told keeps its region awake a while
+	// longer; 10 times that bounds it with room.
+	const bound = 10 * quietTicks
+	asleep := func() (bool, string) {
+		for _, id := range c.IDs() {
+			if g := c.mustStore(t, id).Gauges(); g.Hibernating != g.Regions {
+				return false, fmt.Sprintf("store %d: %d of %d regions hibernating", id, g.Hibernating, g.Regions)
+			}
+		}
+		return true, ""
+	}
+	for n := 1; ; n++ {
+		c.mustTick(t, 1)
+		ok, why := asleep()
+		if ok {
+			t.Logf("all %d regions hibernating %d ticks after the last split", regions, n)
+			break
+		}
+		if n >= bound {
+			st := c.mustStore(t, 1).Stats()
+			t.Fatalf("%d ticks after the last split: %s (refusals %v, wakes %v)", n, why, st.HibernateRefusals, st.Wakes)
+		}
+	}
+
+	// Asleep, a tick visits nobody, however many regions there are.
+	for range 3 * electionTicks {
+		c.mustTick(t, 1)
+		for id, n := range lastVisits() {
+			if n != 0 {
+				t.Fatalf("store %d's tick visited %d peers with every region hibernating", id, n)
+			}
+		}
+	}
+
+	// A write wakes its region (one peer per store), not the others.
+	put(t, c, string(regionKey(7))+"x", "v")
+	c.mustTick(t, 1)
+	for id, n := range lastVisits() {
+		if n > 1 {
+			t.Fatalf("after a write to one region, store %d's tick visited %d peers, want at most 1", id, n)
+		}
+	}
+	for n := 1; ; n++ {
+		c.mustTick(t, 1)
+		if ok, _ := asleep(); ok {
+			break
+		}
+		if n >= bound {
+			_, why := asleep()
+			t.Fatalf("the written region did not go back to sleep in %d ticks: %s", n, why)
+		}
+	}
+}
+
+// regionKey is the i-th split point: region i (from 1) starts there.
+func regionKey(i int) []byte { return fmt.Appendf(nil, "r%06d", i) }
