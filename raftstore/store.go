@@ -45,6 +45,8 @@ type Store struct {
 	// other way.
 	awakeMu sync.Mutex
 	awake   map[*Peer]struct{}
+	// lagging is the region CaughtUp last found not caught up.
+	lagging atomic.Uint64
 
 	stats stats
 	snaps *snapshots // snapshot sources and received files (snapstream.go)
