@@ -81,7 +81,8 @@ func TestManualClockHibernationManyRegions(t *testing.T) {
 		c.mustTick(t, 1)
 		ok, why := asleep()
 		if ok {
-			t.Logf("all %d regions hibernating %d ticks after the last split", regions, n)
+			t.Logf("all %d regions hibernating %d ticks after the last split; store 1 wakes: %v",
+				regions, n, c.mustStore(t, 1).Stats().Wakes)
 			break
 		}
 		if n >= bound {
