@@ -72,10 +72,7 @@ func (s *Store) splitCheck(t clock.Ticker) {
 		case <-t.C():
 		}
 		led := map[uint64]bool{}
-		for _, st := range s.Regions() {
-			if !st.IsLeader {
-				continue
-			}
+		for _, st := range s.ledRegions() {
 			led[st.Region.ID] = true
 			now := counted{st.AppliedIndex, st.Region.Epoch.Version}
 			if c, ok := last[st.Region.ID]; ok && c == now {
