@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/raftstore"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // TestManualClockHibernationManyRegions splits region 1 into many regions
@@ -123,3 +124,38 @@ func TestManualClockHibernationManyRegions(t *testing.T) {
 
 // regionKey is the i-th split point: region i (from 1) starts there.
 func regionKey(i int) []byte { return fmt.Appendf(nil, "r%06d", i) }
+
+// TestManualClockHibernationThroughDrops loses every other heartbeat to
+// one follower, as a full send queue does under load: each loss reports
+// the follower unreachable, and raft probes it with an empty append on
+// the next heartbeat's answer. Those probes are not traffic: the region
+// hibernates all the same, where before their answers restarted the
+// leader's idle count every few ticks and it never slept.
+func TestManualClockHibernationThroughDrops(t *testing.T) {
+	const quietTicks = 5
+	c := newManualCluster(t, Options{HibernateAfter: quietTicks * tick})
+	put(t, c, "k", "v")
+	leader, _ := c.Leader(1)
+	lossy := follower(t, c, leader)
+	var mu sync.Mutex
+	n := 0
+	c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+		if m.Notice != nil || m.Msg.Type != raftpb.MsgHeartbeat || m.ToStore != lossy {
+			return false, 0
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		return n%2 == 0, 0
+	}))
+	for i := 1; ; i++ {
+		c.mustTick(t, 1)
+		if s, _ := c.Status(leader, 1); s.Hibernating {
+			break
+		}
+		if i >= 10*quietTicks {
+			st := c.mustStore(t, leader).Stats()
+			t.Fatalf("leader %d still awake %d ticks after the last write, losing heartbeats to store %d (refusals %v)", leader, i, lossy, st.HibernateRefusals)
+		}
+	}
+}
