@@ -17,15 +17,18 @@ import (
 //  2. A follower that is caught up with that leader's commit stops ticking
 //     when told. A follower that is not keeps ticking and catches up.
 //  3. Anything for the region wakes the peer: a raft message (other than
-//     the notice itself) or a request. A woken follower nudges its leader
-//     awake; a woken leader's next heartbeat wakes the followers.
+//     the notice itself, or a late answer to a sleeping leader's heartbeat
+//     or append) or a request. A woken follower nudges its leader awake; a
+//     woken leader's next heartbeat wakes the followers. Only traffic
+//     restarts the idle count: heartbeats, empty appends and their answers
+//     do not (isLiveness).
 //  4. A store that goes down cannot wake anyone, so the liveness loop
 //     wakes the peers whose leader sits on a store the ClusterView reports
 //     down (downChecks times in a row); they tick, time out and elect a
-//     new leader. On a store being
-//     removed it has every follower, asleep or not, ask whether it is still
-//     a member (removalChecksLocked), every second: one removed while
-//     asleep, or whose tombstone was lost, learns it within a second.
+//     new leader. On a store being removed it has every follower, asleep
+//     or not, ask whether it is still a member (removalChecksLocked), every
+//     second: one removed while asleep, or whose tombstone was lost, learns
+//     it within a second.
 //
 // Not ticking only delays elections, never hastens them, so the lease
 // rules (lease.go) are unaffected: a hibernating follower never campaigns.

@@ -690,6 +690,7 @@ func (s *Store) publishMirror(rp *readyPeer) error {
 // addressed to a leader that is gone fail so their callers retry.
 func (s *Store) publishLeaderLocked(p *Peer, ss *raft.SoftState) {
 	newLead := ss.Lead
+	p.leading = ss.RaftState == raft.StateLeader
 	if newLead != p.lead || ss.RaftState != raft.StateLeader {
 		p.revokeLeaseLocked()
 	}

@@ -230,7 +230,7 @@ func (s *stats) observeWriteTx(d time.Duration) {
 // (placeholders of regions not yet initialized are not counted).
 type Gauges struct {
 	Regions     int // regions with an initialized peer here
-	Leaders     int // of them, those this store leads
+	Leaders     int // of them, those this store leads (as of their last Ready)
 	Hibernating int // of them, those whose peer stopped ticking (hibernate.go)
 	// ApplyLagSum and ApplyLagMax are commit index minus applied index,
 	// in entries, summed and at most over the regions: entries known
@@ -247,7 +247,7 @@ func (s *Store) Gauges() Gauges {
 		p.mu.Lock()
 		if p.initialized && !p.removed {
 			g.Regions++
-			if p.isLeaderLocked() {
+			if p.leading {
 				g.Leaders++
 			}
 			if p.hibernating {
@@ -327,7 +327,7 @@ func (s *Store) LeaderChanges() uint64 { return s.stats.softStateChanges.Load() 
 // counts and the stores named as replicas, without a RegionStatus per
 // region (Regions), whose cost grows with the regions hosted.
 type Summary struct {
-	Regions, Leaders int // as len(Regions()) and its leaders count them
+	Regions, Leaders int // as len(Regions()) counts them; leaders as of their last Ready
 	// ReplicaStores are the stores some region here names as a replica, in
 	// order.
 	ReplicaStores []uint64
@@ -342,7 +342,7 @@ func (s *Store) Summary() Summary {
 		p.mu.Lock()
 		if p.initialized {
 			sum.Regions++
-			if p.isLeaderLocked() {
+			if p.leading {
 				sum.Leaders++
 			}
 			for _, rp := range p.region.Peers {

@@ -432,25 +432,27 @@ func (s *Store) Regions() []RegionStatus {
 	return out
 }
 
-// ledRegions is Regions restricted to the regions this store leads, for
-// the balancer and the split check, which look at no other: a status of
-// every region (10,000 at scale), cloned and sorted each interval, was
-// most of what they cost.
-func (s *Store) ledRegions() []RegionStatus {
-	now := s.now()
-	var out []RegionStatus
+// ledRegion is a region this store leads, as ledRegions lists it.
+type ledRegion struct {
+	region  region.Region
+	applied uint64
+}
+
+// ledRegions lists the regions this store leads (as of their last Ready),
+// in key order, for the balancer and the split check, which look at no
+// other and need only the region and its applied index: a RegionStatus of
+// every region (10,000 at scale), with raft's status and progress, cloned
+// and sorted each interval, was most of what they cost.
+func (s *Store) ledRegions() []ledRegion {
+	var out []ledRegion
 	for _, p := range s.allPeers() {
 		p.mu.Lock()
-		led := p.initialized && p.isLeaderLocked()
+		if p.initialized && !p.removed && p.leading {
+			out = append(out, ledRegion{region: p.region.Clone(), applied: p.applied})
+		}
 		p.mu.Unlock()
-		if !led {
-			continue
-		}
-		if st, ok := s.regionStatus(p, now); ok && st.IsLeader {
-			out = append(out, st)
-		}
 	}
-	sort.Slice(out, func(i, j int) bool { return string(out[i].Region.StartKey) < string(out[j].Region.StartKey) })
+	sort.Slice(out, func(i, j int) bool { return string(out[i].region.StartKey) < string(out[j].region.StartKey) })
 	return out
 }
 
