@@ -244,6 +244,7 @@ func (p *Peer) setRegion(r region.Region) {
 	p.mu.Lock()
 	p.region = r
 	p.mu.Unlock()
+	p.store.summaryChanged()
 }
 
 func (p *Peer) isInitialized() bool {

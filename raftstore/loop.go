@@ -542,6 +542,7 @@ func (s *Store) persistTx(tx *engine.Tx, rp *readyPeer) error {
 		p.mu.Lock()
 		p.region = r
 		p.mu.Unlock()
+		s.summaryChanged()
 		rp.snapApplied = true
 		s.eng.WroteRange()
 		s.stats.snapshotsApplied.Add(1)
@@ -690,7 +691,10 @@ func (s *Store) publishMirror(rp *readyPeer) error {
 // addressed to a leader that is gone fail so their callers retry.
 func (s *Store) publishLeaderLocked(p *Peer, ss *raft.SoftState) {
 	newLead := ss.Lead
-	p.leading = ss.RaftState == raft.StateLeader
+	if leading := ss.RaftState == raft.StateLeader; leading != p.leading {
+		p.leading = leading
+		s.summaryChanged()
+	}
 	if newLead != p.lead || ss.RaftState != raft.StateLeader {
 		p.revokeLeaseLocked()
 	}
@@ -765,6 +769,7 @@ func (s *Store) publishShape(rp *readyPeer) error {
 	}
 	if rp.snapApplied {
 		p.initialized = true
+		s.summaryChanged()
 	}
 	r := p.region.Clone()
 	leader, lead := p.isLeaderLocked(), p.lead

@@ -254,6 +254,7 @@ func (s *Store) destroyPeer(p *Peer) error {
 		s.ranges.Remove(r.ID)
 	}
 	s.mu.Unlock()
+	s.summaryChanged()
 	if p.initialized {
 		s.snaps.enqueueClear(s, r.ID, p.id, r)
 	}

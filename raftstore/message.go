@@ -66,6 +66,7 @@ func (s *Store) routeMessage(m *Message) (*Peer, error) {
 			delete(s.peers, m.RegionID)
 		}
 		s.mu.Unlock()
+		s.summaryChanged()
 		ok = false
 	}
 	if !ok && m.Notice != nil && m.Notice.Kind.isLease() {

@@ -333,9 +333,35 @@ type Summary struct {
 	ReplicaStores []uint64
 }
 
-// Summary computes the summary; it takes every peer's lock in turn, as
-// briefly as Gauges.
+// Summary returns the summary. Each store's cluster view asks it every
+// second, and on an idle store of 10,000 regions computing it (a lock of
+// every peer in turn) was a third of the store's CPU: it is computed
+// again only after something it counts changed (summaryChanged).
 func (s *Store) Summary() Summary {
+	gen := s.summaryGen.Load()
+	s.summaryMu.Lock()
+	if s.summary != nil && s.summaryAt == gen {
+		sum := *s.summary
+		s.summaryMu.Unlock()
+		sum.ReplicaStores = slices.Clone(sum.ReplicaStores)
+		return sum
+	}
+	s.summaryMu.Unlock()
+	sum := s.computeSummary()
+	s.summaryMu.Lock()
+	s.summary, s.summaryAt = &sum, gen
+	s.summaryMu.Unlock()
+	sum.ReplicaStores = slices.Clone(sum.ReplicaStores)
+	return sum
+}
+
+// summaryChanged is called after every change Summary counts: a peer
+// hosted or gone, initialized, taking or losing the lead, or its region's
+// replicas changed. A Summary computed before it is not used after.
+func (s *Store) summaryChanged() { s.summaryGen.Add(1) }
+
+// computeSummary takes every peer's lock in turn, as briefly as Gauges.
+func (s *Store) computeSummary() Summary {
 	var sum Summary
 	stores := map[uint64]bool{}
 	for _, p := range s.allPeers() {

@@ -47,6 +47,13 @@ type Store struct {
 	awake   map[*Peer]struct{}
 	// lagging is the region CaughtUp last found not caught up.
 	lagging atomic.Uint64
+	// summaryGen counts the changes Summary reads (peers hosted, their
+	// initialization, role and replicas: summaryChanged), and summary is
+	// the last one computed, at summaryAt.
+	summaryGen atomic.Uint64
+	summaryMu  sync.Mutex
+	summary    *Summary
+	summaryAt  uint64
 
 	stats stats
 	snaps *snapshots // snapshot sources and received files (snapstream.go)
@@ -289,6 +296,7 @@ func (s *Store) createPeer(pp persistedPeer) (*Peer, error) {
 	}
 	s.peers[pp.region.ID] = p
 	s.addAwake(p)
+	s.summaryChanged()
 	if p.initialized {
 		s.ranges.Insert(pp.region.Clone())
 	}

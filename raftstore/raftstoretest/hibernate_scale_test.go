@@ -92,6 +92,21 @@ func TestManualClockHibernationManyRegions(t *testing.T) {
 		}
 	}
 
+	// The summary every cluster view asks for, cached between changes,
+	// counts what a fresh pass counts.
+	leaders := 0
+	for _, id := range c.IDs() {
+		s := c.mustStore(t, id)
+		sum, g := s.Summary(), s.Gauges()
+		if sum.Regions != regions || sum.Leaders != g.Leaders {
+			t.Fatalf("store %d's summary: %d regions, %d leaders; want %d, %d", id, sum.Regions, sum.Leaders, regions, g.Leaders)
+		}
+		leaders += sum.Leaders
+	}
+	if leaders != regions {
+		t.Fatalf("the summaries count %d leaders of %d regions", leaders, regions)
+	}
+
 	// Asleep, a tick visits nobody, however many regions there are.
 	for range 3 * electionTicks {
 		c.mustTick(t, 1)
