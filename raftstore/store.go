@@ -45,6 +45,9 @@ type Store struct {
 	// other way.
 	awakeMu sync.Mutex
 	awake   map[*Peer]struct{}
+	// awakePeak is the most peers awake has held since it was last
+	// copied small (awakePeers).
+	awakePeak int
 	// lagging is the region CaughtUp last found not caught up.
 	lagging atomic.Uint64
 	// summaryGen counts the changes Summary reads (peers hosted, their
