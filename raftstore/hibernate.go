@@ -35,9 +35,10 @@ import (
 //
 // The loop ticks only the store's awake set (setHibernatingLocked keeps
 // it), so a tick costs in proportion to the awake regions, not to all of
-// them: at 10,000 regions a pass over every peer every 50 ms tick was
-// most of an idle store's CPU (TiKV's hibernate regions and CockroachDB's
-// quiesced replicas are not ticked either).
+// them: a pass over every peer on every 50 ms tick cost an idle store
+// more with every region it hosted, and slowed the loop for the regions
+// still awake (TiKV's hibernate regions and CockroachDB's quiesced
+// replicas are not ticked either).
 
 // setHibernatingLocked puts the peer to sleep or wakes it, and keeps the
 // store's awake set, the peers a tick visits, in step. Every change of
