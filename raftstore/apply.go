@@ -272,6 +272,9 @@ func (p *Peer) setRegion(r region.Region) {
 	p.mu.Lock()
 	p.region = r
 	p.mu.Unlock()
+	if p.store != nil { // a test's bare peer has none
+		p.store.summaryChanged()
+	}
 }
 
 func (p *Peer) isInitialized() bool {

@@ -111,10 +111,8 @@ func (s *Store) balanceOnce(ctx context.Context, stores []StoreInfo, downSince m
 			Dead:        down && now.Sub(t) >= s.cfg.MaxStoreDownTime,
 		})
 	}
-	for _, st := range s.Regions() {
-		if st.IsLeader {
-			in.Led = append(in.Led, st.Region)
-		}
+	for _, lr := range s.ledRegions() {
+		in.Led = append(in.Led, lr.region)
 	}
 	a, ok := placement.Repair(in)
 	repair := ok

@@ -20,6 +20,10 @@ type TestingKnobs struct {
 	// MergeSettleAfter, if set, replaces how long a region stays frozen
 	// for a merge before the merge check settles it (mergeSettleAfter).
 	MergeSettleAfter time.Duration
+	// TickVisits, if set, is told at each tick how many peers it visits:
+	// the awake ones only (hibernate.go), which a test counts to show that
+	// a store of sleeping regions ticks nothing.
+	TickVisits func(visited int)
 
 	// afterPersist runs in every round between its write and its
 	// publish: a message a test hands the store there lands in the window

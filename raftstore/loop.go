@@ -130,11 +130,15 @@ func (s *Store) waitForDisk() bool {
 	}
 }
 
-// tick advances every peer's logical clock and expires stuck reads.
+// tick advances the logical clock of every awake peer (hibernating ones
+// are not visited: hibernate.go) and expires stuck reads.
 func (s *Store) tick() {
 	now := s.now()
 	readTimeout := 2 * time.Duration(s.cfg.ElectionTicks) * s.cfg.TickInterval
-	peers := s.allPeers()
+	peers := s.awakePeers()
+	if h := s.cfg.Knobs.TickVisits; h != nil {
+		h(len(peers))
+	}
 	ticked, flush := peers[:0], false
 	type notice struct {
 		p *Peer
@@ -143,6 +147,12 @@ func (s *Store) tick() {
 	var leaseReqs, staleChecks []notice
 	for _, p := range peers {
 		p.mu.Lock()
+		if p.removed {
+			// Destroyed or superseded: it never ticks again.
+			p.mu.Unlock()
+			s.dropAwake(p)
+			continue
+		}
 		if p.hibernating {
 			p.mu.Unlock()
 			continue
@@ -538,6 +548,7 @@ func (s *Store) persistTx(tx *engine.Tx, rp *readyPeer) error {
 		p.mu.Lock()
 		p.region = r
 		p.mu.Unlock()
+		s.summaryChanged()
 		rp.snapApplied = true
 		s.eng.WroteRange()
 		s.stats.snapshotsApplied.Add(1)
@@ -692,6 +703,10 @@ func (s *Store) publishMirror(rp *readyPeer) error {
 // addressed to a leader that is gone fail so their callers retry.
 func (s *Store) publishLeaderLocked(p *Peer, ss *raft.SoftState) {
 	newLead := ss.Lead
+	if leading := ss.RaftState == raft.StateLeader; leading != p.leading {
+		p.leading = leading
+		s.summaryChanged()
+	}
 	if newLead != p.lead || ss.RaftState != raft.StateLeader {
 		p.revokeLeaseLocked()
 	}
@@ -771,6 +786,7 @@ func (s *Store) publishShape(rp *readyPeer) error {
 	}
 	if rp.snapApplied {
 		p.initialized = true
+		s.summaryChanged()
 	}
 	r := p.region.Clone()
 	leader, lead := p.isLeaderLocked(), p.lead

@@ -254,6 +254,7 @@ func (s *Store) destroyPeer(p *Peer) error {
 		s.ranges.Remove(r.ID)
 	}
 	s.mu.Unlock()
+	s.summaryChanged()
 	if p.initialized {
 		s.snaps.enqueueClear(s, r.ID, p.id, r)
 	}
@@ -391,7 +392,7 @@ func (s *Store) leaderPeer(regionID uint64) (*Peer, error) {
 	if !ok || !p.isInitialized() {
 		return nil, &region.RegionNotFoundError{RegionID: regionID}
 	}
-	s.touch(p)
+	s.touch(p, wakeAdmin)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.isLeaderLocked() {

@@ -175,7 +175,7 @@ func (s *Store) handleNoticeLocked(p *Peer, m *Message) error {
 			s.sendNotice(p, *wake)
 		}
 	case NoticeWake:
-		p.activityLocked()
+		p.activityLocked(wakeNotice)
 		p.mu.Unlock()
 	case NoticeRenew:
 		p.onNudgeLocked(n)

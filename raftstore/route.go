@@ -35,7 +35,7 @@ func (s *Store) route(regionID uint64, epoch region.Epoch, key []byte) (*Peer, e
 	if err != nil {
 		return nil, s.withCurrentRegion(err, key)
 	}
-	s.touch(p)
+	s.touch(p, wakeRequest)
 	return p, nil
 }
 

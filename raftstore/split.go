@@ -79,18 +79,16 @@ func (s *Store) splitCheck(t clock.Ticker) {
 		case <-t.C():
 		}
 		led := map[uint64]bool{}
-		for _, st := range s.Regions() {
-			if !st.IsLeader {
+		for _, lr := range s.ledRegions() {
+			r := lr.region
+			led[r.ID] = true
+			now := counted{lr.applied, r.Epoch.Version}
+			if c, ok := last[r.ID]; ok && c == now {
 				continue
 			}
-			led[st.Region.ID] = true
-			now := counted{st.AppliedIndex, st.Region.Epoch.Version}
-			if c, ok := last[st.Region.ID]; ok && c == now {
-				continue
-			}
-			delete(last, st.Region.ID)
-			size, key, ok := splitKey(s.eng, st.Region, s.cfg.SplitMaxKeys, s.cfg.SplitMaxBytes, s.cfg.KeepWhole, s.stopc)
-			p, found := s.peer(st.Region.ID)
+			delete(last, r.ID)
+			size, key, ok := splitKey(s.eng, r, s.cfg.SplitMaxKeys, s.cfg.SplitMaxBytes, s.cfg.KeepWhole, s.stopc)
+			p, found := s.peer(r.ID)
 			if !found {
 				continue
 			}
@@ -99,7 +97,7 @@ func (s *Store) splitCheck(t clock.Ticker) {
 			current := p.region.Epoch.Version == size.version
 			p.mu.Unlock()
 			if size.counted && !ok {
-				last[st.Region.ID] = now
+				last[r.ID] = now
 			}
 			// The count spans several read transactions: a region split
 			// meanwhile is counted again next time, not split at a key
@@ -108,13 +106,13 @@ func (s *Store) splitCheck(t clock.Ticker) {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			l, r, err := s.Split(ctx, key)
+			left, right, err := s.Split(ctx, key)
 			cancel()
 			if err != nil {
-				s.log.Warn("automatic split failed", "region", st.Region.ID, "err", err)
+				s.log.Warn("automatic split failed", "region", r.ID, "err", err)
 				continue
 			}
-			s.log.Info("split region", "left", l.String(), "right", r.String())
+			s.log.Info("split region", "left", left.String(), "right", right.String())
 		}
 		for id := range last {
 			if !led[id] {

@@ -132,7 +132,7 @@ func (p *Peer) nudgeLeaderLocked(now time.Time) *Notice {
 // onNudgeLocked: a follower needs fresh safe points; renew the lease as a
 // read would.
 func (p *Peer) onNudgeLocked(m *Notice) {
-	p.activityLocked()
+	p.activityLocked(wakeRenew)
 	if p.isLeaderLocked() && m.Term == p.rn.BasicStatus().Term {
 		p.readsSinceRenew = true
 	}

@@ -40,6 +40,23 @@ type Store struct {
 	dirtyMu sync.Mutex
 	dirty   map[uint64]*Peer
 	wakec   chan struct{}
+	// awake are the peers not hibernating: the ones a tick visits
+	// (hibernate.go). awakeMu is taken under a peer's mu, never the
+	// other way.
+	awakeMu sync.Mutex
+	awake   map[*Peer]struct{}
+	// awakePeak is the most peers awake has held since it was last
+	// copied small (awakePeers).
+	awakePeak int
+	// lagging is the region CaughtUp last found not caught up.
+	lagging atomic.Uint64
+	// summaryGen counts the changes Summary reads (peers hosted, their
+	// initialization, role and replicas: summaryChanged), and summary is
+	// the last one computed, at summaryAt.
+	summaryGen atomic.Uint64
+	summaryMu  sync.Mutex
+	summary    *Summary
+	summaryAt  uint64
 
 	stats stats
 	snaps *snapshots // snapshot sources and received files (snapstream.go)
@@ -97,6 +114,7 @@ func NewStore(cfg Config, trans Transport) (*Store, error) {
 		trans: trans,
 		peers: make(map[uint64]*Peer),
 		dirty: make(map[uint64]*Peer),
+		awake: make(map[*Peer]struct{}),
 		wakec: make(chan struct{}, 1),
 		stopc: make(chan struct{}),
 		done:  make(chan struct{}),
@@ -296,6 +314,8 @@ func (s *Store) createPeer(pp persistedPeer) (*Peer, error) {
 		p.refuseVotesForElectionLocked(s.now())
 	}
 	s.peers[pp.region.ID] = p
+	s.addAwake(p)
+	s.summaryChanged()
 	if p.initialized {
 		s.ranges.Insert(pp.region.Clone())
 	}
@@ -441,6 +461,30 @@ func (s *Store) Regions() []RegionStatus {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return string(out[i].Region.StartKey) < string(out[j].Region.StartKey) })
+	return out
+}
+
+// ledRegion is a region this store leads, as ledRegions lists it.
+type ledRegion struct {
+	region  region.Region
+	applied uint64
+}
+
+// ledRegions lists the regions this store leads (as of their last Ready),
+// in key order, for the balancer and the split check, which look at no
+// other and need only the region and its applied index: a RegionStatus of
+// every region (10,000 at scale), with raft's status and progress, cloned
+// and sorted each interval, was most of what they cost.
+func (s *Store) ledRegions() []ledRegion {
+	var out []ledRegion
+	for _, p := range s.allPeers() {
+		p.mu.Lock()
+		if p.initialized && !p.removed && p.leading {
+			out = append(out, ledRegion{region: p.region.Clone(), applied: p.applied})
+		}
+		p.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return string(out[i].region.StartKey) < string(out[j].region.StartKey) })
 	return out
 }
 

@@ -24,7 +24,7 @@ func (s *Store) TransferLeader(ctx context.Context, regionID, toStoreID uint64) 
 	if !ok {
 		return &region.RegionNotFoundError{RegionID: regionID}
 	}
-	s.touch(p)
+	s.touch(p, wakeAdmin)
 	p.mu.Lock()
 	target, ok := p.region.PeerOnStore(toStoreID)
 	if !ok {

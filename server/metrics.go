@@ -273,6 +273,7 @@ func (m *metrics) registerStoreStats(stats func() raftstore.Stats) {
 		counter("hedgekv_store_batches_rebuilt_total", "Uncommitted rounds lost with a failed round or commit and rebuilt from the WAL.",
 			func(s raftstore.Stats) uint64 { return s.BatchesRebuilt }),
 	)
+	m.reg.MustRegister(&hibernationCollector{stats: stats})
 	// One name, a cause label: transfer (the previous leader handed the
 	// region over, raft's MsgTimeoutNow) or election (any other campaign:
 	// an election timeout without a leader, a split-born region's first).
@@ -286,6 +287,38 @@ func (m *metrics) registerStoreStats(stats func() raftstore.Stats) {
 			Help:        leadershipsHelp,
 			ConstLabels: prometheus.Labels{"cause": cause},
 		}, func() float64 { return float64(get(stats())) }))
+	}
+}
+
+// hibernationCollector exports the store's hibernation counters
+// (raftstore.Stats.HibernateRefusals and Wakes), one series per label the
+// store has counted: which condition kept idle regions awake, and what
+// woke sleeping ones.
+type hibernationCollector struct {
+	stats func() raftstore.Stats
+}
+
+var (
+	hibernateRefusalsDesc = prometheus.NewDesc("hedgekv_store_hibernate_refusals_total",
+		"Times an idle leader here could not hibernate yet, or a follower here refused its leader's hibernate notice, by the condition that failed.",
+		[]string{"reason"}, nil)
+	hibernateWakesDesc = prometheus.NewDesc("hedgekv_store_hibernate_wakes_total",
+		"Times a hibernating replica here woke, by what woke it (a request, an admin command, a notice, or a raft message type).",
+		[]string{"cause"}, nil)
+)
+
+func (c *hibernationCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- hibernateRefusalsDesc
+	ch <- hibernateWakesDesc
+}
+
+func (c *hibernationCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.stats()
+	for why, n := range st.HibernateRefusals {
+		ch <- prometheus.MustNewConstMetric(hibernateRefusalsDesc, prometheus.CounterValue, float64(n), why)
+	}
+	for cause, n := range st.Wakes {
+		ch <- prometheus.MustNewConstMetric(hibernateWakesDesc, prometheus.CounterValue, float64(n), cause)
 	}
 }
 

@@ -516,9 +516,23 @@ type peerSender struct {
 	up           bool // for logging state changes once, not per message
 }
 
+// hibernationSlack: how many messages past queueSize a hibernate or wake
+// notice may still queue (see enqueue).
+const hibernationSlack = 4
+
 func (p *peerSender) enqueue(m *raftstore.Message) {
+	limit := p.t.opts.queueSize
+	if m.IsNotice() && (m.Notice.Kind == raftstore.NoticeHibernate || m.Notice.Kind == raftstore.NoticeWake) {
+		// These notices are what lets a busy store shed its load: one
+		// dropped leaves a follower awake under a sleeping leader, and it
+		// campaigns and wakes its region again. Dropped on a full queue of
+		// heartbeats, most regions of a store never slept (5,000 regions on
+		// one core: 4,400 awake after three minutes). They are few (one per
+		// peer per hibernation) and tiny, so they get room of their own.
+		limit *= hibernationSlack
+	}
 	p.mu.Lock()
-	if len(p.queue) >= p.t.opts.queueSize {
+	if len(p.queue) >= limit {
 		p.unreachable[peerKey{m.RegionID, m.ToPeer()}] = struct{}{}
 		p.mu.Unlock()
 		p.t.metrics.raftDropped.Inc()

@@ -540,3 +540,32 @@ func TestTransportStuckReceiver(t *testing.T) {
 		return len(h.unreachableReports()) > 0
 	})
 }
+
+// TestTransportHibernationNoticesOutlastFullQueue: on a queue full of
+// heartbeats, a raft message is dropped but a hibernate or wake notice
+// still queues: one dropped leaves a follower awake under a sleeping
+// leader, which then keeps its whole region awake.
+func TestTransportHibernationNoticesOutlastFullQueue(t *testing.T) {
+	opts := defaultTransportOptions()
+	opts.queueSize = 2
+	tr := &transport{opts: opts, metrics: newMetrics(func() float64 { return 0 })}
+	p := &peerSender{t: tr, storeID: 2, wake: make(chan struct{}, 1), unreachable: make(map[peerKey]struct{})}
+	p.enqueue(appMsg(1, 1, 2, "a"))
+	p.enqueue(appMsg(2, 1, 2, "b"))
+	p.enqueue(appMsg(3, 1, 2, "dropped"))
+	for _, k := range []raftstore.NoticeKind{raftstore.NoticeHibernate, raftstore.NoticeWake} {
+		p.enqueue(&raftstore.Message{RegionID: 4, FromStore: 1, ToStore: 2, Notice: &raftstore.Notice{Kind: k, From: 1, To: 2, Term: 3}})
+	}
+	p.enqueue(&raftstore.Message{RegionID: 5, FromStore: 1, ToStore: 2, Notice: &raftstore.Notice{Kind: raftstore.NoticeRenew, From: 1, To: 2, Term: 3}})
+	var kinds []string
+	for _, m := range p.queue {
+		kinds = append(kinds, m.TypeName())
+	}
+	want := []string{"MsgApp", "MsgApp", "notice hibernate", "notice wake"}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("queued %v, want %v", kinds, want)
+	}
+	if _, ok := p.unreachable[peerKey{3, 2}]; !ok {
+		t.Fatalf("the dropped append was not reported unreachable: %v", p.unreachable)
+	}
+}
