@@ -354,10 +354,13 @@ func (s *Store) Summary() Summary {
 	}
 	s.summaryMu.Unlock()
 	sum := s.computeSummary()
+	// The cache keeps a copy of its own: the caller may change what it
+	// is given, and readers copy the cached one under summaryMu only.
+	cached := sum
+	cached.ReplicaStores = slices.Clone(sum.ReplicaStores)
 	s.summaryMu.Lock()
-	s.summary, s.summaryAt = &sum, gen
+	s.summary, s.summaryAt = &cached, gen
 	s.summaryMu.Unlock()
-	sum.ReplicaStores = slices.Clone(sum.ReplicaStores)
 	return sum
 }
 

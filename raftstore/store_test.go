@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,5 +38,54 @@ func TestThreeStoresReplicate(t *testing.T) {
 	v, ok, err := c.Get(ctx, []byte("k07"))
 	if err != nil || !ok || string(v) != "7" {
 		t.Fatalf("get k07 = %q %v %v", v, ok, err)
+	}
+}
+
+// TestSummaryConcurrent: the cluster view of every peer asks Summary at
+// once while splits change what it counts; under -race, the cached
+// summary must never be written while another caller copies it.
+func TestSummaryConcurrent(t *testing.T) {
+	c := newCluster(t, raftstoretest.Options{})
+	s, ok := c.Store(1)
+	if !ok {
+		t.Fatal("no store 1")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				sum := s.Summary()
+				sum.ReplicaStores = append(sum.ReplicaStores, 99) // the caller's own copy
+			}
+		})
+	}
+	for i := range 5 {
+		if err := c.Split(ctx, []byte{'b' + byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	wg.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := s.Summary()
+		if slices.Contains(got.ReplicaStores, 99) {
+			t.Fatalf("summary %+v holds a store a caller added to its copy", got)
+		}
+		if got.Regions == 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("summary %+v, want the 6 regions the splits made", got)
+		}
+		time.Sleep(10 * time.Millisecond) // a bounded poll: a follower applies the last split a moment later
 	}
 }
