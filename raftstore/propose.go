@@ -44,9 +44,15 @@ func (s *Store) Propose(ctx context.Context, opts WriteOptions, key []byte, payl
 	if opts.RequestID != 0 {
 		return nil, fmt.Errorf("%w: Propose does not deduplicate: RequestID must be 0", ErrInvalidRequest)
 	}
+	return s.proposeResult(ctx, opts, command{op: opApply, key: key, value: payload})
+}
+
+// proposeResult queues cmd and waits for the result of its apply (see
+// waitResult).
+func (s *Store) proposeResult(ctx context.Context, opts WriteOptions, cmd command) ([]byte, error) {
 	done := make(chan proposalResult, 1)
 	var fwd bool
-	p, id, err := s.queueProposal(opts, command{op: opApply, key: key, value: payload}, func(pr *proposal) {
+	p, id, err := s.queueProposal(opts, cmd, func(pr *proposal) {
 		pr.results = append(pr.results, done)
 		fwd = pr.forwarded
 	})

@@ -45,16 +45,7 @@ func (s *Store) SetRegionIDSource(src RegionIDSource) { s.regionIDs = src }
 func (s *Store) AllocRegionID(ctx context.Context) (uint64, error) {
 	floor := make([]byte, 8)
 	binary.BigEndian.PutUint64(floor, s.maxRegionID())
-	done := make(chan proposalResult, 1)
-	var fwd bool
-	p, id, err := s.queueProposal(WriteOptions{Forward: true}, command{op: opAllocRegionID, value: floor}, func(pr *proposal) {
-		pr.results = append(pr.results, done)
-		fwd = pr.forwarded
-	})
-	if err != nil {
-		return 0, err
-	}
-	res, err := s.waitResult(ctx, p, id, fwd, done)
+	res, err := s.proposeResult(ctx, WriteOptions{Forward: true}, command{op: opAllocRegionID, value: floor})
 	if err != nil {
 		return 0, err
 	}
