@@ -183,57 +183,63 @@ func scrapeCluster(ctx context.Context, addrs []string, method string) (ServerHi
 	return sum, errors.Join(errs...)
 }
 
-// scrapeMetrics reads the values of the unlabelled samples named from a
-// store's /metrics, waiting at most timeout.
-func scrapeMetrics(ctx context.Context, statusAddr string, timeout time.Duration, names ...string) (map[string]float64, error) {
+// fetchMetrics GETs a store's /metrics, waiting at most timeout, and
+// hands the body to parse.
+func fetchMetrics(ctx context.Context, statusAddr string, timeout time.Duration, parse func(io.Reader) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+statusAddr+"/metrics", nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", statusAddr, err)
+		return fmt.Errorf("scrape %s: %w", statusAddr, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: %s", statusAddr, resp.Status)
+		return fmt.Errorf("scrape %s: %s", statusAddr, resp.Status)
 	}
+	return parse(resp.Body)
+}
+
+// scrapeMetrics reads the values of the unlabelled samples named from a
+// store's /metrics, waiting at most timeout.
+func scrapeMetrics(ctx context.Context, statusAddr string, timeout time.Duration, names ...string) (map[string]float64, error) {
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), " ")
-		if !ok || !slices.Contains(names, name) {
-			continue
+	err := fetchMetrics(ctx, statusAddr, timeout, func(r io.Reader) error {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			name, value, ok := strings.Cut(sc.Text(), " ")
+			if !ok || !slices.Contains(names, name) {
+				continue
+			}
+			if n, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err == nil {
+				out[name] = n
+			}
 		}
-		if n, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err == nil {
-			out[name] = n
-		}
+		return sc.Err()
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // scrapeLabelled reads the samples of the counter or gauge name from a
 // store's /metrics, by the value of its one label, waiting at most
 // timeout.
 func scrapeLabelled(ctx context.Context, statusAddr string, timeout time.Duration, name, label string) (map[string]float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+statusAddr+"/metrics", nil)
+	var out map[string]float64
+	err := fetchMetrics(ctx, statusAddr, timeout, func(r io.Reader) (err error) {
+		out, err = parseLabelled(r, name, label)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", statusAddr, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: %s", statusAddr, resp.Status)
-	}
-	return parseLabelled(resp.Body, name, label)
+	return out, nil
 }
 
 // parseLabelled picks the samples of name labelled `label="v"` (and

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -588,21 +587,11 @@ func (p *peakSampler) stop() float64 {
 // scrapeProcess reads a store's process_cpu_seconds_total and
 // process_resident_memory_bytes from its /metrics.
 func scrapeProcess(ctx context.Context, statusAddr string) (cpu, rss float64, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+statusAddr+"/metrics", nil)
-	if err != nil {
-		return 0, 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, 0, fmt.Errorf("scrape %s: %w", statusAddr, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("scrape %s: %s", statusAddr, resp.Status)
-	}
-	return parseProcessMetrics(resp.Body)
+	err = fetchMetrics(ctx, statusAddr, 5*time.Second, func(r io.Reader) (err error) {
+		cpu, rss, err = parseProcessMetrics(r)
+		return err
+	})
+	return cpu, rss, err
 }
 
 func parseProcessMetrics(r io.Reader) (cpu, rss float64, err error) {
