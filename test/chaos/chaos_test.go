@@ -151,7 +151,8 @@ func TestChaos(t *testing.T) {
 		t.Errorf("history is not linearizable (%v); saved to %s and the .json beside it; faults: %s", res, html, strings.Join(r.nem.log, "; "))
 	}
 	if checkErr != nil {
-		t.Errorf("replica check after the run: %v", checkErr)
+		// The faults, in order, are what a divergence is traced back to.
+		t.Errorf("replica check after the run: %v; faults: %s", checkErr, strings.Join(r.nem.log, "; "))
 	}
 	if len(earlyOps) > 0 {
 		t.Errorf("%d operations failed while their deadline allowed another try: the client let an error through (see \"early:\" above)", len(earlyOps))
