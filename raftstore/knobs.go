@@ -29,6 +29,11 @@ type TestingKnobs struct {
 	// publish: a message a test hands the store there lands in the window
 	// where the round's acks are decided but not yet sent.
 	afterPersist func(s *Store, batch []*readyPeer)
+	// beforeShapeCheckpoint runs in a round that changed the shape of
+	// the regions shaped, after their apply and before the checkpoint
+	// that makes it durable (a test holds a freeze there, applied and
+	// not yet durable).
+	beforeShapeCheckpoint func(s *Store, shaped []uint64)
 	// beforeApplyBatch runs before each transaction of a snapshot apply
 	// (stop or crash a store half-way).
 	beforeApplyBatch func(regionID uint64)

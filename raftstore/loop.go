@@ -393,6 +393,9 @@ func (s *Store) persistAndApply(batch []*readyPeer) error {
 	}
 	// This checkpoint holds every region of the store (it runs in the
 	// loop, and waits for a timed one in flight): say when it was long.
+	if hook := s.cfg.Knobs.beforeShapeCheckpoint; hook != nil {
+		hook(s, shaped)
+	}
 	start := time.Now()
 	err = s.eng.CheckpointIfDue(true)
 	if took := time.Since(start); took >= slowShapeCheckpoint {
@@ -787,6 +790,13 @@ func (s *Store) publishShape(rp *readyPeer) error {
 	if rp.snapApplied {
 		p.initialized = true
 		s.summaryChanged()
+	}
+	if rp.snapApplied || rp.regionChanged {
+		// The round is durable (persistAndApply checkpointed it).
+		p.durableFreeze = region.MergeState{}
+		if p.region.Merge != nil {
+			p.durableFreeze = *p.region.Merge
+		}
 	}
 	r := p.region.Clone()
 	leader, lead := p.isLeaderLocked(), p.lead

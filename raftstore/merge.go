@@ -449,7 +449,8 @@ func (s *Store) proposeMerge(ctx context.Context, p *Peer, cmd command) error {
 }
 
 // waitFrozen returns once every replica of the source has applied its
-// freeze, asking each one that has not said so every tick.
+// freeze durably (the local one included), asking each one that has not
+// said so every tick.
 func (s *Store) waitFrozen(ctx context.Context, sp *Peer, right region.Region) error {
 	want := *right.Merge
 	for {
@@ -458,6 +459,7 @@ func (s *Store) waitFrozen(ctx context.Context, sp *Peer, right region.Region) e
 			sp.mu.Unlock()
 			return fmt.Errorf("region %d is no longer frozen for the merge", right.ID)
 		}
+		selfDurable := sp.durableFreeze == want
 		var ask []Notice
 		for _, pr := range sp.region.Peers {
 			if pr.ID != sp.id && sp.mergeAcks[pr.ID] != want.Index {
@@ -465,7 +467,7 @@ func (s *Store) waitFrozen(ctx context.Context, sp *Peer, right region.Region) e
 			}
 		}
 		sp.mu.Unlock()
-		if len(ask) == 0 {
+		if len(ask) == 0 && selfDurable {
 			return nil
 		}
 		for _, n := range ask {
@@ -482,9 +484,9 @@ func (s *Store) waitFrozen(ctx context.Context, sp *Peer, right region.Region) e
 }
 
 // onMergeCheckLocked answers a merge check: with the freeze index asked
-// about, if this replica has applied that freeze.
+// about, if this replica has applied that freeze and it is durable.
 func (p *Peer) onMergeCheckLocked(n *Notice) (Notice, bool) {
-	if p.region.Merge == nil || p.region.Merge.Index != n.Commit {
+	if p.region.Merge == nil || p.region.Merge.Index != n.Commit || p.durableFreeze != *p.region.Merge {
 		return Notice{}, false
 	}
 	return Notice{Kind: NoticeMergeApplied, From: p.id, To: n.From, Term: p.term, Commit: n.Commit}, true

@@ -361,6 +361,56 @@ func TestMergeSnapshotToLaggingReplica(t *testing.T) {
 	}
 }
 
+// TestMergeSnapshotToLaggingReplicaClearsDeleted: keys of the source's
+// range deleted after the merge, while store 3 lagged behind the commit,
+// are gone on store 3 too once the merged region's snapshot caught it up:
+// the snapshot replaces the frozen source's pairs, it does not add to them.
+func TestMergeSnapshotToLaggingReplicaClearsDeleted(t *testing.T) {
+	c := newCluster(t, raftstoretest.Options{LogGCThreshold: 20})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	left, right := splitFilled(t, ctx, c)
+	moveLeader(t, ctx, c, left.ID, 1)
+	moveLeader(t, ctx, c, right.ID, 1)
+	remove := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+		return m.RegionID == left.ID && (m.ToStore == 3 || m.FromStore == 3), 0
+	}))
+	defer remove()
+	s, _ := c.Store(1)
+	if _, err := s.Merge(ctx, left.ID); err != nil {
+		t.Fatalf("merge: %v", err)
+	}
+	// Deletes of half the source's keys, and enough writes that the
+	// log is compacted past what store 3 has.
+	for i := 50; i < 100; i += 2 {
+		if err := c.Delete(ctx, mergeKey(i)); err != nil {
+			t.Fatalf("delete: %v", err)
+		}
+	}
+	for i := 0; i < 40; i++ {
+		if err := c.Put(ctx, mergeKey(i%50), []byte("w")); err != nil {
+			t.Fatalf("put: %v", err)
+		}
+	}
+	s3, _ := c.Store(3)
+	before := s3.Stats().SnapshotsApplied
+	remove()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, ok := c.Status(3, left.ID)
+		if ok && st.Region.Contains(mergeKey(99)) && s3.Stats().SnapshotsApplied > before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("store 3 never caught up by snapshot: %v %v", st.Region.String(), ok)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := c.CheckReplicas(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestMergeEndsLeases: the target's leader lease ends when the merge
 // applies, and the source serves no read from the freeze on, from a
 // leader lease or a follower lease alike.

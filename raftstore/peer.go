@@ -106,6 +106,13 @@ type Peer struct {
 	// mergeAcks: the peers of this frozen region that said they applied
 	// its freeze, and its index (merge.go).
 	mergeAcks map[uint64]uint64
+	// durableFreeze is the freeze of region.Merge once the round that
+	// applied it is durable (set at its publish, or at a load): only then
+	// does the replica confirm it to a coordinator. Confirmed before, a
+	// power loss could take the freeze back after the target absorbed
+	// the source, and the source's leader, gone with the merge, would
+	// never commit it here again.
+	durableFreeze region.MergeState
 }
 
 // maxSenders bounds the senders a peer remembers beyond its region's.

@@ -436,14 +436,18 @@ func (ss *snapshots) runClear(c *clearJob) error {
 
 // claimed returns the ranges a clear must not touch: every region here,
 // and every snapshot waiting to be applied or finished, but for region
-// except (0: none) and job self.
+// except (0: none), the regions frozen for a merge into it, and job self.
+// A snapshot of a merged region replaces the pairs of a local source
+// frozen for it (it takes the source's place: dropMergedBy): were the
+// source's range kept, a key deleted after the merge would stay here.
 func (s *Store) claimed(except uint64, self *applyJob) []engine.Span {
 	s.mu.RLock()
 	var out []engine.Span
 	for _, r := range s.ranges.All() {
-		if r.ID != except || except == 0 {
-			out = append(out, spanOf(r))
+		if except != 0 && (r.ID == except || r.Merge != nil && r.Merge.Target == except) {
+			continue
 		}
+		out = append(out, spanOf(r))
 	}
 	s.mu.RUnlock()
 	ss := s.snaps

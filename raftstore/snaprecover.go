@@ -86,6 +86,28 @@ func (ss *snapshots) readMarkers() ([]foundMarker, map[uint64]int, error) {
 	return all, perRegion, err
 }
 
+// persistedClaims is Store.claimed at open, from what is on disk: the
+// ranges of the regions there but region except and those frozen for a
+// merge into it, whose pairs except's snapshot replaces.
+func (ss *snapshots) persistedClaims(except uint64) ([]engine.Span, error) {
+	spans, err := ss.eng.PersistedRanges(except)
+	if err != nil {
+		return nil, err
+	}
+	out := spans[:0]
+	err = ss.eng.View(func(tx *engine.Tx) error {
+		for _, sp := range spans {
+			r, err := decodeRegion(tx.RegionMeta(sp.ID))
+			if err == nil && r.Merge != nil && r.Merge.Target == except {
+				continue
+			}
+			out = append(out, sp)
+		}
+		return nil
+	})
+	return out, err
+}
+
 // redoApply applies f's snapshot again from its file and writes the state
 // its held Ready would have; a file that cannot be used clears a
 // placeholder's writes and is an error for a replica that held data.
@@ -93,7 +115,7 @@ func (ss *snapshots) redoApply(f foundMarker) error {
 	noStop := func() error { return nil }
 	m := f.apply
 	path := filepath.Join(ss.dir, filepath.Base(m.File))
-	claimed, err := ss.eng.PersistedRanges(f.region)
+	claimed, err := ss.persistedClaims(f.region)
 	if err != nil {
 		return err
 	}

@@ -289,6 +289,9 @@ func (s *Store) createPeer(pp persistedPeer) (*Peer, error) {
 		initialized: pp.apply.AppliedIndex > 0,
 		proposals:   make(map[uint64]*proposal),
 	}
+	if pp.region.Merge != nil {
+		p.durableFreeze = *pp.region.Merge // loaded from disk
+	}
 	if last > p.applied {
 		// Entries persisted before this peer was created were never seen
 		// by its pending-writes record: count them as writing every key

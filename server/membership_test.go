@@ -315,7 +315,11 @@ func joinStore4(ctx context.Context, t *testing.T, c *testCluster) *joined {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.servers = append(c.servers, s4) // stopped by the cluster's cleanup
+	// Stopped by the cluster's cleanup too, but that one was registered
+	// before s4's directory, which would be removed under the running
+	// store (cleanups run last in, first out).
+	c.servers = append(c.servers, s4)
+	t.Cleanup(s4.Stop)
 	if err := s4.Start(); err != nil {
 		t.Fatalf("start joining store: %v", err)
 	}

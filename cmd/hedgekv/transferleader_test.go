@@ -35,6 +35,14 @@ func startInProcess(t *testing.T, running, known uint64, electionTicks int) stri
 			t.Fatal(err)
 		}
 	}
+	// The data directories are made before the stop is registered:
+	// cleanups run last in, first out, so the stores stop before their
+	// directories are removed (else a store still writing fails the
+	// removal).
+	dirs := make([]string, len(lis))
+	for i := range dirs {
+		dirs[i] = t.TempDir()
+	}
 	var servers []*server.Server
 	t.Cleanup(func() {
 		var wg sync.WaitGroup
@@ -46,7 +54,7 @@ func startInProcess(t *testing.T, running, known uint64, electionTicks int) stri
 	for i, l := range lis {
 		srv, err := server.New(server.Config{
 			Store: raftstore.Config{
-				StoreID: uint64(i + 1), InitialStores: []uint64{1, 2, 3}, DataDir: t.TempDir(),
+				StoreID: uint64(i + 1), InitialStores: []uint64{1, 2, 3}, DataDir: dirs[i],
 				NoSync: true, TickInterval: 10 * time.Millisecond, ElectionTicks: electionTicks,
 				Logger: slog.New(slog.DiscardHandler), // a down store's raft stream failing is expected
 			},

@@ -95,6 +95,7 @@ type cluster struct {
 	bin    string
 	env    []string
 	direct []string // each store's own listen address
+	dir    string   // CLUSTER_DIR: the stores' data and logs
 	// disks are the stores' lossyfs mounts (store n at disks[n-1]): a
 	// power loss kills the store and drops what it did not sync.
 	disks []*lossyfs.FS
@@ -151,8 +152,10 @@ func TestChaos(t *testing.T) {
 		t.Errorf("history is not linearizable (%v); saved to %s and the .json beside it; faults: %s", res, html, strings.Join(r.nem.log, "; "))
 	}
 	if checkErr != nil {
-		// The faults, in order, are what a divergence is traced back to.
-		t.Errorf("replica check after the run: %v; faults: %s", checkErr, strings.Join(r.nem.log, "; "))
+		// The faults, in order, and the stores' logs are what a
+		// divergence is traced back to.
+		t.Errorf("replica check after the run: %v; faults: %s; store logs saved to %s",
+			checkErr, strings.Join(r.nem.log, "; "), saveStoreLogs(c, seed))
 	}
 	if len(earlyOps) > 0 {
 		t.Errorf("%d operations failed while their deadline allowed another try: the client let an error through (see \"early:\" above)", len(earlyOps))
@@ -184,7 +187,7 @@ func startChaosCluster(t *testing.T, leases bool) *cluster {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	c := &cluster{t: t, root: b.RepoRoot, bin: b.Path, direct: block.GRPCAddrs}
+	c := &cluster{t: t, root: b.RepoRoot, bin: b.Path, direct: block.GRPCAddrs, dir: dir}
 	// Each store's data directory (cluster.sh: $CLUSTER_DIR/storeN) is a
 	// mount that forgets unsynced writes on a cut; mounted before the
 	// cluster starts, so unmounted after it stops (cleanups run last in,
@@ -333,6 +336,24 @@ func saveHistory(root string, seed uint64, ops []porcupine.Operation, info porcu
 	raw, _ := json.MarshalIndent(ops, "", " ")
 	_ = os.WriteFile(filepath.Join(out, fmt.Sprintf("chaos-seed-%d.json", seed)), raw, 0o644)
 	return html
+}
+
+// saveStoreLogs copies the stores' logs beside the saved histories (the
+// cluster's directory goes with the test) and returns where.
+func saveStoreLogs(c *cluster, seed uint64) string {
+	out := os.Getenv("CHAOS_OUT")
+	if out == "" {
+		out = filepath.Join(c.root, "test", "chaos", "failures")
+	}
+	out = filepath.Join(out, fmt.Sprintf("chaos-seed-%d-logs", seed))
+	_ = os.MkdirAll(out, 0o755)
+	logs, _ := filepath.Glob(filepath.Join(c.dir, "*.log"))
+	for _, l := range logs {
+		if b, err := os.ReadFile(l); err == nil {
+			_ = os.WriteFile(filepath.Join(out, filepath.Base(l)), b, 0o644)
+		}
+	}
+	return out
 }
 
 // slowRecord is one operation that took slowOp or more.
