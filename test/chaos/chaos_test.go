@@ -35,6 +35,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -156,6 +157,10 @@ func TestChaos(t *testing.T) {
 		// divergence is traced back to.
 		t.Errorf("replica check after the run: %v; faults: %s; store logs saved to %s",
 			checkErr, strings.Join(r.nem.log, "; "), saveStoreLogs(c, seed))
+	}
+	if n := countInLogs(c, mergeViolationLog); n > 0 {
+		t.Errorf("the stores logged %d merge violations (%q): a merge committed over a source replica that had not applied its freeze; store logs saved to %s",
+			n, mergeViolationLog, saveStoreLogs(c, seed))
 	}
 	if len(earlyOps) > 0 {
 		t.Errorf("%d operations failed while their deadline allowed another try: the client let an error through (see \"early:\" above)", len(earlyOps))
@@ -283,7 +288,7 @@ func runChaos(t *testing.T, c *cluster, seed uint64, d time.Duration) *chaosRun 
 func countOps(ops []porcupine.Operation) (reads, writes, unknown int) {
 	for i := range ops {
 		in := ops[i].Input.(kvmodel.Input)
-		if in.Put {
+		if in.Put || in.Delete {
 			writes++
 		} else {
 			reads++
@@ -338,6 +343,24 @@ func saveHistory(root string, seed uint64, ops []porcupine.Operation, info porcu
 	return html
 }
 
+// mergeViolationLog is what a store logs when a merge commits over a
+// replica of the source that had not applied its freeze.
+const mergeViolationLog = "merge committed where the source's freeze was not applied"
+
+// countInLogs counts the lines of the stores' logs that hold s.
+func countInLogs(c *cluster, s string) int {
+	logs, _ := filepath.Glob(filepath.Join(c.dir, "store*.log"))
+	n := 0
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		n += bytes.Count(b, []byte(s))
+	}
+	return n
+}
+
 // saveStoreLogs copies the stores' logs beside the saved histories (the
 // cluster's directory goes with the test) and returns where.
 func saveStoreLogs(c *cluster, seed uint64) string {
@@ -360,7 +383,7 @@ func saveStoreLogs(c *cluster, seed uint64) string {
 type slowRecord struct {
 	client int
 	zone   string
-	kind   string // "put", or "get:" and the session's name
+	kind   string // "put", "delete", or "get:" and the session's name
 	key    string
 	start  time.Time
 	took   time.Duration
@@ -413,7 +436,7 @@ func (s *slowOps) judge(windows []partitionWindow) (int, suspects) {
 			if !ok || leader == uint64(w.store) {
 				continue
 			}
-			if o.kind == "put" || o.kind == "get:leader" || o.kind == "get:hedged" || strings.HasPrefix(o.kind, "fresh ") {
+			if o.kind == "put" || o.kind == "delete" || o.kind == "get:leader" || o.kind == "get:hedged" || strings.HasPrefix(o.kind, "fresh ") {
 				out.strict = append(out.strict, o)
 			} else {
 				out.replica = append(out.replica, o)
@@ -521,7 +544,22 @@ func runClient(id int, zone string, cli *client.Client, readOnly bool, seed uint
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		call := h.Now()
 		begin := time.Now()
-		if !readOnly && rng.IntN(10) < 3 {
+		dice := rng.IntN(100)
+		if !readOnly && dice < 4 {
+			// Deletes: a store that keeps a key its region deleted (a
+			// snapshot over a merge's source did) shows as a stale read
+			// and a replica difference.
+			err := cli.Delete(ctx, []byte(key))
+			slow.add(slowRecord{client: id, zone: zone, kind: "delete", key: key, start: begin, took: time.Since(begin), err: err})
+			in := kvmodel.Input{Delete: true, Key: key}
+			if err != nil {
+				fails.add("delete:" + failKind(err))
+				early.check(ctx, slowRecord{client: id, zone: zone, kind: "delete", key: key, start: begin, took: time.Since(begin), err: err})
+				h.Add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{Unknown: true}, Return: -1})
+			} else {
+				h.Add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{}, Return: h.Now()})
+			}
+		} else if !readOnly && dice < 30 {
 			val := fmt.Sprintf("%d.%d", id, n)
 			err := cli.Put(ctx, []byte(key), []byte(val))
 			slow.add(slowRecord{client: id, zone: zone, kind: "put", key: key, start: begin, took: time.Since(begin), err: err})

@@ -193,8 +193,8 @@ func startNemesisCluster(run nemesisRun, rng *rand.Rand) (*raftstoretest.Cluster
 	return c, skews
 }
 
-// runNemesisClient is client cl: puts, puts whose first acknowledgement
-// is lost, leader reads and follower reads routed by its own (possibly
+// runNemesisClient is client cl: puts, deletes, puts whose first
+// acknowledgement is lost, leader reads and follower reads routed by its own (possibly
 // stale) region cache, each recorded in h, until stop.
 func runNemesisClient(c *raftstoretest.Cluster, h *kvmodel.History, run nemesisRun, cl int, stop <-chan struct{}) {
 	seed := run.seed
@@ -211,6 +211,16 @@ func runNemesisClient(c *raftstoretest.Cluster, h *kvmodel.History, run nemesisR
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		call := h.Now()
 		switch r := crng.IntN(20); {
+		case r < 1:
+			// A delete: a replica that kept a deleted key (a merged
+			// region's snapshot over a frozen source did) answers it.
+			err := c.Delete(ctx, []byte(key))
+			in := kvInput{Delete: true, Key: key}
+			if err != nil {
+				h.Add(porcupine.Operation{ClientId: cl, Input: in, Call: call, Output: kvOutput{Unknown: true}, Return: -1})
+			} else {
+				h.Add(porcupine.Operation{ClientId: cl, Input: in, Call: call, Output: kvOutput{}, Return: h.Now()})
+			}
 		case r < 6:
 			val := fmt.Sprintf("%d.%d", cl, n)
 			err := c.Put(ctx, []byte(key), []byte(val))
@@ -278,7 +288,7 @@ func checkNemesisHistory(c *raftstoretest.Cluster, run nemesisRun, h *kvmodel.Hi
 	ops := kvmodel.Prepare(recorded, h.Now()+1)
 	reads := 0
 	for i := range ops {
-		if !ops[i].Input.(kvInput).Put {
+		if in := ops[i].Input.(kvInput); !in.Put && !in.Delete {
 			reads++
 		}
 	}

@@ -14,10 +14,11 @@ import (
 
 // Input is one operation as the client issued it.
 type Input struct {
-	Put   bool
-	Key   string
-	Value string
-	Mode  string // how a get asked to be served (leader, follower, ...); "" if not said
+	Put    bool
+	Delete bool // a delete of Key (Put false)
+	Key    string
+	Value  string
+	Mode   string // how a get asked to be served (leader, follower, ...); "" if not said
 }
 
 // Output is what the operation returned.
@@ -52,6 +53,9 @@ var Model = porcupine.Model{
 		if in.Put {
 			return true, Output{Value: in.Value, Found: true}
 		}
+		if in.Delete {
+			return true, Output{}
+		}
 		return out.Found == st.Found && out.Value == st.Value, st
 	},
 	DescribeOperation: func(input, output any) string {
@@ -61,6 +65,10 @@ var Model = porcupine.Model{
 			get = fmt.Sprintf("get[%s]", in.Mode)
 		}
 		switch {
+		case in.Delete && out.Unknown:
+			return fmt.Sprintf("delete(%s) -> ?", in.Key)
+		case in.Delete:
+			return fmt.Sprintf("delete(%s)", in.Key)
 		case in.Put && out.Unknown:
 			return fmt.Sprintf("put(%s, %s) -> ?", in.Key, in.Value)
 		case in.Put:
@@ -114,19 +122,22 @@ func (h *History) Ops() []porcupine.Operation {
 //     no other put wrote the same value: otherwise the read may have seen
 //     that one).
 //
-// Every other unknown put returns at end.
+// An unknown delete no read after its call found the key missing for is
+// dropped alike; every other unknown put or delete returns at end.
 func Prepare(ops []porcupine.Operation, end int64) []porcupine.Operation {
 	type key struct{ k, v string }
 	writers := map[key]int{}
 	firstSeen := map[key]int64{}
+	lastMissing := map[string]int64{} // the latest return of a read finding the key missing
 	for _, op := range ops {
 		in, out := op.Input.(Input), op.Output.(Output)
 		k := key{in.Key, in.Value}
-		if in.Put {
-			writers[k]++
+		if in.Put || in.Delete {
+			writers[k] += btoi(in.Put)
 			continue
 		}
 		if !out.Found {
+			lastMissing[in.Key] = max(lastMissing[in.Key], op.Return)
 			continue
 		}
 		k.v = out.Value
@@ -137,6 +148,13 @@ func Prepare(ops []porcupine.Operation, end int64) []porcupine.Operation {
 	out := make([]porcupine.Operation, 0, len(ops))
 	for _, op := range ops {
 		in := op.Input.(Input)
+		if in.Delete && op.Return == -1 {
+			if lastMissing[in.Key] > op.Call {
+				op.Return = end
+				out = append(out, op)
+			}
+			continue
+		}
 		if !in.Put || op.Return != -1 {
 			out = append(out, op)
 			continue
@@ -154,4 +172,11 @@ func Prepare(ops []porcupine.Operation, end int64) []porcupine.Operation {
 		out = append(out, op)
 	}
 	return out
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

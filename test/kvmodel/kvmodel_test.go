@@ -73,3 +73,63 @@ func TestPrepareLeavesAValueWrittenTwiceUnbounded(t *testing.T) {
 		}
 	}
 }
+
+func del(cl int, k string, call, ret int64) porcupine.Operation {
+	out := Output{}
+	if ret == -1 {
+		out.Unknown = true
+	}
+	return porcupine.Operation{ClientId: cl, Input: Input{Delete: true, Key: k}, Call: call, Output: out, Return: ret}
+}
+
+func TestDeletes(t *testing.T) {
+	// A read after a delete finds nothing; one finding the deleted value
+	// is stale.
+	ok := []porcupine.Operation{
+		put(0, "k", "a", 0, 10),
+		del(1, "k", 20, 30),
+		get(2, "k", "", 40, 50),
+		put(0, "k", "b", 60, 70),
+		get(2, "k", "b", 80, 90),
+	}
+	if !porcupine.CheckOperations(Model, Prepare(ok, 1000)) {
+		t.Fatal("a linearizable history with a delete failed")
+	}
+	stale := []porcupine.Operation{
+		put(0, "k", "a", 0, 10),
+		del(1, "k", 20, 30),
+		get(2, "k", "a", 40, 50),
+	}
+	if porcupine.CheckOperations(Model, Prepare(stale, 1000)) {
+		t.Fatal("a read of a deleted value passed")
+	}
+}
+
+func TestPrepareUnknownDeletes(t *testing.T) {
+	// An unknown delete no later read found missing is dropped; one that
+	// a later read may have seen stays, open-ended, and explains it.
+	ops := []porcupine.Operation{
+		put(0, "k", "a", 0, 10),
+		del(1, "k", 20, -1), // no miss after it: dropped
+		get(2, "k", "a", 30, 40),
+		del(1, "j", 20, -1), // a miss at 60: kept to the end
+		put(0, "j", "x", 0, 10),
+		get(2, "j", "", 50, 60),
+	}
+	got := Prepare(ops, 1000)
+	var kept []string
+	for _, op := range got {
+		if in := op.Input.(Input); in.Delete {
+			kept = append(kept, in.Key)
+			if op.Return != 1000 {
+				t.Fatalf("unknown delete of %s returns at %d, want the end", in.Key, op.Return)
+			}
+		}
+	}
+	if len(kept) != 1 || kept[0] != "j" {
+		t.Fatalf("unknown deletes kept: %v, want [j]", kept)
+	}
+	if !porcupine.CheckOperations(Model, got) {
+		t.Fatal("a linearizable history became illegal")
+	}
+}
