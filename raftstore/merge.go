@@ -252,7 +252,12 @@ func (s *Store) applyCommitMergeTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry
 		return err
 	}
 	if self, mine := src.PeerOnStore(s.cfg.StoreID); mine {
-		if err := tx.PutTombstone(src.ID, self.ID); err != nil {
+		put := tx.PutTombstone
+		if ok {
+			// Absorbed after its durable freeze: settleMerge relies on it.
+			put = func(regionID, peerID uint64) error { return tx.PutMergedTombstone(regionID, peerID, p.regionID) }
+		}
+		if err := put(src.ID, self.ID); err != nil {
 			return err
 		}
 	}
@@ -373,17 +378,56 @@ func (s *Store) Merge(ctx context.Context, leftID uint64) (region.Region, error)
 // settleMerge finishes the merge source is frozen for: Merge run again if
 // the target is still its left neighbour here, else the abort and the
 // rollback (a commit the target refuses for good: not adjacent). A
-// target with no replica here is left to a store that has one.
+// target a merge absorbed here is gone for good: the rollback alone (see
+// rollbackForAbsorbedTarget). A target with no replica here otherwise is
+// left to a store that has one.
 func (s *Store) settleMerge(ctx context.Context, source region.Region) (region.Region, error) {
 	tp, ok := s.peer(source.Merge.Target)
 	sp, found := s.peer(source.ID)
-	if !ok || !tp.isInitialized() || !found {
+	if !found {
+		return region.Region{}, &region.RegionNotFoundError{RegionID: source.ID}
+	}
+	if !ok {
+		if into, absorbed := s.mergedInto(source.Merge.Target); absorbed {
+			return s.rollbackForAbsorbedTarget(ctx, sp, source, into)
+		}
+	}
+	if !ok || !tp.isInitialized() {
 		return region.Region{}, fmt.Errorf("settle the merge of region %d: %w", source.ID, &region.RegionNotFoundError{RegionID: source.Merge.Target})
 	}
 	if t := tp.regionClone(); bytes.Equal(t.EndKey, source.StartKey) {
 		return s.Merge(ctx, t.ID)
 	}
 	return s.abandonMerge(tp, sp, source, fmt.Errorf("region %d is no longer the left neighbour of region %d", source.Merge.Target, source.ID))
+}
+
+// mergedInto returns the region a merge absorbed regionID into here, if
+// one did.
+func (s *Store) mergedInto(regionID uint64) (into uint64, ok bool) {
+	_ = s.eng.View(func(tx *engine.Tx) error {
+		into, ok = tx.MergedInto(regionID)
+		return nil
+	})
+	return into, ok
+}
+
+// rollbackForAbsorbedTarget unfreezes source, frozen for a target that a
+// merge into region into absorbed here. Its commit can never apply: this
+// store's replica of the target applied every entry of the target's log up
+// to the target's own freeze (it was absorbed frozen: lemma 2), so a commit
+// of source placed before that freeze applied here and source would be
+// gone here; any later one is refused by a frozen target, which never
+// thaws once absorbed (lemma 1). So no abort in the target's log is needed
+// (there is no log left to abort in): the rollback alone is safe. Three
+// adjacent regions merged at once from two stores leave this: the middle
+// one absorbed while its right neighbour froze for it.
+func (s *Store) rollbackForAbsorbedTarget(ctx context.Context, sp *Peer, source region.Region, into uint64) (region.Region, error) {
+	err := s.proposeMerge(ctx, sp, command{op: opRollbackMerge, key: source.StartKey, value: encodeRollbackMerge(source.Merge.Target, source.Merge.Index)})
+	if err != nil && !errors.Is(err, errRefusedAtApply) {
+		return region.Region{}, fmt.Errorf("roll back region %d, frozen for region %d which region %d absorbed: %w", source.ID, source.Merge.Target, into, err)
+	}
+	s.log.Info("merge rolled back: its target was absorbed by another merge", "source", source.ID, "target", source.Merge.Target, "absorbed_into", into)
+	return region.Region{}, fmt.Errorf("merge of region %d into %d: %w: region %d absorbed the target", source.ID, source.Merge.Target, ErrMergeRolledBack, into)
 }
 
 // abandonMerge aborts the freeze of right in the target's log, then rolls
@@ -550,7 +594,7 @@ func (s *Store) dropMergedBy(r region.Region) error {
 			if err := tx.DeleteRegion(src.ID); err != nil {
 				return err
 			}
-			return tx.PutTombstone(src.ID, sp.id)
+			return tx.PutMergedTombstone(src.ID, sp.id, r.ID)
 		})
 		if err != nil {
 			return fmt.Errorf("forget region %d merged into %d: %w", src.ID, r.ID, err)

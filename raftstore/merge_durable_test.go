@@ -7,7 +7,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hedgekv/hedgekv/region"
 )
+
+// regionFields is what a test needs of a region to freeze it.
+type regionFields struct {
+	id    uint64
+	start []byte
+	epoch region.Epoch
+}
 
 // A replica confirms a freeze to the merge's coordinator only once the
 // round that applied it is durable. Confirmed from memory (as it was),
@@ -116,4 +125,86 @@ func TestMergeWaitsForDurableFreeze(t *testing.T) {
 func covers(p *Peer, key string) bool {
 	r := p.regionClone()
 	return r.Contains([]byte(key))
+}
+
+// Three adjacent regions A, B, C merged at once from two stores: C froze
+// for B, then A absorbed B. C's commit can never apply (B is gone), and
+// B's log, where an abort would go, is gone with it: the merge check
+// rolls C back alone, from the record that a merge absorbed B here. Before,
+// C stayed frozen for good, refusing every read and write of its range.
+func TestMergeSourceOfAnAbsorbedTargetRollsBack(t *testing.T) {
+	c := newMiniCluster(t, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c.load(ctx, "r", 30, 100)
+	c.splitInto(ctx, 3) // [, r01) [r01, r02) [r02, )
+	regionAt := func(key string) (*Store, regionFields) {
+		s := c.mustLeaderOf([]byte(key))
+		for _, st := range s.Regions() {
+			if st.Region.Contains([]byte(key)) {
+				return s, regionFields{id: st.Region.ID, start: st.Region.StartKey, epoch: st.Region.Epoch}
+			}
+		}
+		t.Fatalf("no region holds %q", key)
+		return nil, regionFields{}
+	}
+	_, a := regionAt("r00")
+	sb, b := regionAt("r01")
+	sc, cr := regionAt("r02")
+	freeze := func(s *Store, src regionFields, target uint64) {
+		t.Helper()
+		p, _ := s.peer(src.id)
+		cmd := command{op: opPrepareMerge, key: src.start, value: encodePrepareMerge(target, src.epoch)}
+		if err := s.proposeMerge(ctx, p, cmd); err != nil {
+			t.Fatalf("freeze region %d for %d: %v", src.id, target, err)
+		}
+	}
+	// What two coordinators racing do: each checked that its source's
+	// right neighbour was not frozen, then froze its source.
+	freeze(sc, cr, b.id)
+	freeze(sb, b, a.id)
+	la := c.mustLeaderOf([]byte("r00"))
+	if _, err := la.Merge(ctx, a.id); err != nil {
+		t.Fatalf("merge of %d into %d: %v", b.id, a.id, err)
+	}
+	var frozen region.Region
+	c.waitFor(10*time.Second, "every store's replica of C frozen and B gone", func() bool {
+		for _, s := range c.all() {
+			if _, ok := s.peer(b.id); ok {
+				return false
+			}
+			p, ok := s.peer(cr.id)
+			if !ok {
+				return false
+			}
+			r := p.regionClone()
+			if r.Merge == nil {
+				return false
+			}
+			frozen = r
+		}
+		return true
+	})
+	lc := c.mustLeaderOf([]byte("r02"))
+	if _, err := lc.settleMerge(ctx, frozen); !errors.Is(err, ErrMergeRolledBack) {
+		t.Fatalf("settle region %d's merge into the absorbed %d: %v, want ErrMergeRolledBack", cr.id, b.id, err)
+	}
+	c.waitFor(10*time.Second, "every store's replica of C unfrozen", func() bool {
+		for _, s := range c.all() {
+			p, ok := s.peer(cr.id)
+			if !ok || p.regionClone().Merge != nil {
+				return false
+			}
+		}
+		return true
+	})
+	c.put(ctx, []byte("r02/after"), []byte("v"))
+	// And A, now C's neighbour, can absorb it.
+	if err := c.do(ctx, []byte("r00"), func(ctx context.Context, s *Store) error {
+		_, err := s.Merge(ctx, a.id)
+		return err
+	}); err != nil {
+		t.Fatalf("merge of %d into %d after the rollback: %v", cr.id, a.id, err)
+	}
+	c.agree(a.id, 3)
 }

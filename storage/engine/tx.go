@@ -126,6 +126,25 @@ func (t *Tx) PutTombstone(regionID, peerID uint64) error {
 	return t.tx.Bucket(bucketRaftState).Put(tombstoneKey(regionID, peerID), []byte{})
 }
 
+// PutMergedTombstone records that the region's peer peerID was absorbed
+// here by a merge into region into.
+func (t *Tx) PutMergedTombstone(regionID, peerID, into uint64) error {
+	return t.tx.Bucket(bucketRaftState).Put(tombstoneKey(regionID, peerID), binary.BigEndian.AppendUint64(nil, into))
+}
+
+// MergedInto returns the region that absorbed regionID here, if a merge
+// did (PutMergedTombstone).
+func (t *Tx) MergedInto(regionID uint64) (into uint64, ok bool) {
+	prefix := stateKey(regionID, suffixTombstone)
+	c := t.tx.Bucket(bucketRaftState).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if len(v) == 8 {
+			return binary.BigEndian.Uint64(v), true
+		}
+	}
+	return 0, false
+}
+
 func tombstoneKey(regionID, peerID uint64) []byte {
 	return binary.BigEndian.AppendUint64(stateKey(regionID, suffixTombstone), peerID)
 }

@@ -21,7 +21,8 @@
 //	            regionID(8) | 'a' -> apply state: applied index, term, truncated index, term (4×8)
 //	            regionID(8) | 'r' -> region meta (region.Region as JSON; small and rarely written; the first region's carries the cluster's region ID counter)
 //	            regionID(8) | 'd' -> the region's dedup clock base(8) (absent: 0)
-//	            regionID(8) | 't' | peerID(8) -> nil: a tombstone for a peer removed here
+//	            regionID(8) | 't' | peerID(8) -> a tombstone for a peer removed here: empty, or,
+//	                                             for a region a merge absorbed, the absorbing region's ID(8)
 //	            regionID(8) | 's' | peerID(8) -> a snapshot apply in progress (JSON marker)
 //	            regionID(8) | 'c' | peerID(8) -> a range clear in progress (JSON marker)
 //	meta        "store_id" -> storeID(8)

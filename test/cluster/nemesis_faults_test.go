@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -308,7 +309,10 @@ func (n *nemesis) staleReadsAcrossRebuild(s *raftstore.Store, victim uint64, w q
 // merges and splits race, and clients holding either old epoch must find
 // the merged region. A merge the two regions cannot make (replicas on
 // other stores, a neighbour frozen by another merge) is refused and
-// logged as such; one abandoned half-way rolls back.
+// logged as such; one abandoned half-way rolls back. Half the time the
+// right neighbour merges with its own right neighbour at once, from its
+// leader: three adjacent regions, two coordinators, and the middle one
+// may be absorbed while the third froze for it.
 func (n *nemesis) merge(f faultPick) {
 	if !f.hasLeader || len(f.r.EndKey) == 0 {
 		return
@@ -317,16 +321,30 @@ func (n *nemesis) merge(f faultPick) {
 	if !ok {
 		return
 	}
+	var wg sync.WaitGroup
+	if next, ok := n.c.RegionOf(f.r.EndKey); ok && len(next.EndKey) > 0 && n.rng.IntN(2) == 0 {
+		if l, ok := n.c.Leader(next.ID); ok {
+			if s2, ok := n.c.Store(l); ok {
+				wg.Go(func() { n.mergeOn(s2, next.ID, "merge-racing") })
+			}
+		}
+	}
+	n.mergeOn(s, f.r.ID, "merge")
+	wg.Wait()
+}
+
+// mergeOn merges region id with its right neighbour on s, logged as kind.
+func (n *nemesis) mergeOn(s *raftstore.Store, id uint64, kind string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	merged, err := s.Merge(ctx, f.r.ID)
+	merged, err := s.Merge(ctx, id)
 	var refused *raftstore.MergeRefusedError
 	switch {
 	case err == nil:
-		n.log.add("merge", "region %d absorbed its right neighbour: now %s", f.r.ID, merged.String())
+		n.log.add(kind, "region %d absorbed its right neighbour: now %s", id, merged.String())
 	case errors.As(err, &refused):
-		n.log.add("merge-refused", "region %d: %v", f.r.ID, err)
+		n.log.add(kind+"-refused", "region %d: %v", id, err)
 	default:
-		n.log.add("merge-failed", "region %d: %v", f.r.ID, err)
+		n.log.add(kind+"-failed", "region %d: %v", id, err)
 	}
 }
