@@ -75,6 +75,12 @@ type ScaleConfig struct {
 	BalanceInterval time.Duration
 	// OpTimeout is the client's per-operation timeout (default 10s).
 	OpTimeout time.Duration
+	// Baseline, if > 0, first runs a cluster of its own holding this many
+	// records (loaded, then YCSB A and scans, each for CompareFor), and
+	// after the load the same workloads here: the report sets the rates
+	// side by side, with their ratios (scale_compare.go).
+	Baseline   int64
+	CompareFor time.Duration // default 60s; quick 10s
 	// Dir holds the stores' data and logs ("" a temporary directory,
 	// removed at the end).
 	Dir     string
@@ -107,6 +113,7 @@ func (cfg *ScaleConfig) setDefaults() error {
 		setDefaultIfZero(&cfg.BalanceInterval, time.Second)
 	}
 	setDefault(&cfg.OpTimeout, 10*time.Second)
+	setDefault(&cfg.CompareFor, quickOr(cfg.Quick, time.Minute, 10*time.Second))
 	setOutputDefaults(&cfg.OutDir, &cfg.Logger, &cfg.Out)
 	return nil
 }
@@ -213,23 +220,24 @@ type ScaleRestart struct {
 
 // ScaleResult is what RunScale measured (details.json).
 type ScaleResult struct {
-	Records          int64        `json:"records"`
-	LogicalBytes     int64        `json:"logical_bytes"`
-	ValueSize        int          `json:"value_size"`
-	RegionsBefore    int          `json:"regions_before"`
-	RegionsAfterLoad int          `json:"regions_after_load"`
-	RegionsEnd       int          `json:"regions_end"`
-	ApproxBytesEnd   int64        `json:"approx_bytes_end"` // the leaders' own counts at the end
-	SizeKnownEnd     int          `json:"size_known_end"`   // regions whose size the leader had counted
-	Load             *ScalePhase  `json:"load"`
-	Move             *ScalePhase  `json:"move"`
-	MoveInfo         ScaleMove    `json:"move_info"`
-	Restart          ScaleRestart `json:"restart"`
-	Check            ScaleCheck   `json:"check"`
-	Mem              []StoreMem   `json:"memory"`
-	Disk             []StoreDisk  `json:"disk"`
-	Rows             []Row        `json:"rows"`
-	Dir              string       `json:"-"`
+	Records          int64         `json:"records"`
+	LogicalBytes     int64         `json:"logical_bytes"`
+	ValueSize        int           `json:"value_size"`
+	RegionsBefore    int           `json:"regions_before"`
+	RegionsAfterLoad int           `json:"regions_after_load"`
+	RegionsEnd       int           `json:"regions_end"`
+	ApproxBytesEnd   int64         `json:"approx_bytes_end"` // the leaders' own counts at the end
+	SizeKnownEnd     int           `json:"size_known_end"`   // regions whose size the leader had counted
+	Load             *ScalePhase   `json:"load"`
+	Move             *ScalePhase   `json:"move"`
+	MoveInfo         ScaleMove     `json:"move_info"`
+	Restart          ScaleRestart  `json:"restart"`
+	Check            ScaleCheck    `json:"check"`
+	Compare          *ScaleCompare `json:"compare,omitempty"`
+	Mem              []StoreMem    `json:"memory"`
+	Disk             []StoreDisk   `json:"disk"`
+	Rows             []Row         `json:"rows"`
+	Dir              string        `json:"-"`
 	// PIDs are every server process the scenario started.
 	PIDs    []int    `json:"-"`
 	Plots   []string `json:"plots"`
@@ -261,6 +269,17 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleResult, error) {
 			return nil, fmt.Errorf("scale: %w", err)
 		}
 	}
+	if cfg.Baseline > 0 {
+		// First, while nothing else runs: the two clusters are measured
+		// one after the other on the same machine, never at once.
+		res.Compare = &ScaleCompare{For: cfg.CompareFor.Seconds()}
+		base, err := runBaseline(ctx, cfg, extra, prog)
+		res.Compare.Baseline = base
+		if err != nil {
+			res.Compare.Err = err.Error()
+			res.Errors = append(res.Errors, "baseline: "+err.Error())
+		}
+	}
 	prog.Printf("scale: starting three `%s server` processes", cfg.Binary)
 	c, err := cluster.StartProcesses(ctx, cluster.ProcessesConfig{
 		Binary: cfg.Binary, Dir: cfg.Dir, BalanceInterval: cfg.BalanceInterval, ExtraArgs: extra,
@@ -287,7 +306,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleResult, error) {
 	err = st.load(ctx)
 	if err == nil {
 		// Each step runs unless the scenario was interrupted.
-		for _, step := range []func(context.Context){st.afterLoad, st.move, st.restart, st.final, st.checkReplicas} {
+		for _, step := range []func(context.Context){st.afterLoad, st.compareFull, st.move, st.restart, st.final, st.checkReplicas} {
 			if ctx.Err() != nil {
 				err = fmt.Errorf("interrupted: %w", context.Cause(ctx))
 				break

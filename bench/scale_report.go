@@ -62,6 +62,9 @@ func (st *scaleState) summary() string {
 	fmt.Fprintf(&b, "move: store %d ready %.1fs after its join; store %d's replicas moved %.1fs after RemoveStore, reported removed: %t (%.1fs in all, %.2f MB/s)\n",
 		mv.Joined, mv.JoinReadyS, mv.Removed, mv.MovedS, mv.Done, mv.TotalS, mv.MBPerS)
 	fmt.Fprintf(&b, "restart: store %d ready %.2fs after its start\n", res.Restart.Store, res.Restart.ReadyS)
+	if res.Compare != nil && res.Compare.Ratios != nil {
+		fmt.Fprintf(&b, "beside a small data set: %s\n", res.Compare.line())
+	}
 	for _, e := range res.Errors {
 		fmt.Fprintf(&b, "ERROR: %s\n", e)
 	}
@@ -98,6 +101,10 @@ func (st *scaleState) report() string {
 	fmt.Fprintf(&b, "\n### Splits\n\nRegions: **%d** before the load, **%d** right after it (%d splits), %d at the end of the scenario.\n",
 		res.RegionsBefore, res.RegionsAfterLoad, res.RegionsAfterLoad-res.RegionsBefore, res.RegionsEnd)
 	writeSplits(&b, res.Load)
+
+	if res.Compare != nil {
+		res.Compare.write(&b, cfg.Threads)
+	}
 
 	st.writeMove(&b)
 

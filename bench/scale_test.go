@@ -29,7 +29,8 @@ func TestScaleQuick(t *testing.T) {
 	out := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cfg := ScaleConfig{Binary: bin, Quick: true, Dir: t.TempDir(), OutDir: out, Logger: quietLogger()}
+	cfg := ScaleConfig{Binary: bin, Quick: true, Dir: t.TempDir(), OutDir: out, Logger: quietLogger(),
+		Baseline: 5000, CompareFor: 3 * time.Second}
 	start := time.Now()
 	res, err := RunScale(ctx, cfg)
 	if err != nil {
@@ -44,7 +45,42 @@ func TestScaleQuick(t *testing.T) {
 	checkScaleLoad(t, res)
 	checkScaleMoveAndRestart(t, res)
 	checkScaleMemoryAndDisk(t, res)
+	checkScaleCompare(t, res, filepath.Join(out, "scale"))
 	checkScaleFiles(t, filepath.Join(out, "scale"))
+}
+
+// checkScaleCompare: both clusters ran every compared workload, the
+// ratios are this run's rates over the baseline's, and the report says
+// them.
+func checkScaleCompare(t *testing.T, res *ScaleResult, dir string) {
+	t.Helper()
+	c := res.Compare
+	if c == nil || c.Err != "" {
+		t.Fatalf("comparison with the baseline: %+v", c)
+	}
+	for _, r := range []ScaleRates{c.Baseline, c.Full} {
+		if r.InsertsPS <= 0 || r.UpdatesPS <= 0 || r.ReadsPS <= 0 || r.ScansPS <= 0 {
+			t.Errorf("rates %+v: every one must be measured", r)
+		}
+	}
+	if c.Baseline.Records != 5000 || c.Full.Records != 20000 {
+		t.Errorf("records %d beside %d, want 20000 beside 5000", c.Full.Records, c.Baseline.Records)
+	}
+	want := map[string]float64{"inserts": c.Full.InsertsPS / c.Baseline.InsertsPS, "updates": c.Full.UpdatesPS / c.Baseline.UpdatesPS,
+		"reads": c.Full.ReadsPS / c.Baseline.ReadsPS, "scans": c.Full.ScansPS / c.Baseline.ScansPS}
+	for k, w := range want {
+		if got := c.Ratios[k]; got < w-0.001 || got > w+0.001 {
+			t.Errorf("ratio %s = %v, want %v", k, got, w)
+		}
+	}
+	t.Logf("beside the baseline: %s", c.line())
+	report, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(report), "## Beside a small data set") || !strings.Contains(string(report), "| updates |") {
+		t.Error("report.md has no comparison with the baseline")
+	}
 }
 
 // checkScaleProcesses: every process started (three stores, the joined

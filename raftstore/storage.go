@@ -66,6 +66,13 @@ type peerStorage struct {
 	// snapshot instead of panicking), lastReadErr the last such error.
 	diskReads, readErrs atomic.Uint64
 	lastReadErr         atomic.Pointer[error]
+
+	// sized is the byte size of the mirror's entries sizedFrom through
+	// sizedTo, all applied (so never rewritten), kept by tailTrimPoint on
+	// the loop's goroutine: a round sizes only the entries applied since
+	// the last, instead of walking back over the last mirrorTailEntries
+	// every round, which with many regions was a share of every round.
+	sizedFrom, sizedTo, sized uint64
 }
 
 var _ raft.Storage = (*peerStorage)(nil)
@@ -322,6 +329,7 @@ func (s *peerStorage) applySnapshot(snap raftpb.Snapshot) error {
 	}
 	s.terms = nil
 	s.mu.Unlock()
+	s.sizedFrom = 0 // the mirror starts over
 	return nil
 }
 
@@ -351,13 +359,34 @@ func (s *peerStorage) trim(applied, compactTo, compactTerm uint64) error {
 }
 
 // tailTrimPoint is the index the mirror is to be compacted through to keep
-// its bound, 0 if it need not be yet. It walks back from the applied index
-// at most mirrorTailEntries+1 entries.
+// its bound, 0 if it need not be yet. Unless the applied entries in the
+// mirror may be over the bound (by count, with the slack, or by bytes,
+// which sized says), it returns 0 at once; otherwise it walks back from the
+// applied index at most mirrorTailEntries+1 entries.
 func (s *peerStorage) tailTrimPoint(applied uint64) uint64 {
 	mfirst, _ := s.MemoryStorage.FirstIndex()
 	last, _ := s.MemoryStorage.LastIndex()
 	applied = min(applied, last)
 	if applied < mfirst {
+		return 0
+	}
+	if s.sizedFrom != mfirst || applied < s.sizedTo || s.sizedTo+1 < mfirst {
+		s.sizedFrom, s.sizedTo, s.sized = mfirst, mfirst-1, 0
+	}
+	if applied > s.sizedTo {
+		ents, err := s.MemoryStorage.Entries(s.sizedTo+1, applied+1, math.MaxUint64)
+		if err != nil {
+			s.sizedFrom = 0
+			return 0
+		}
+		for i := range ents {
+			s.sized += uint64(ents[i].Size())
+		}
+		s.sizedTo = applied
+	}
+	if applied-mfirst+1 < mirrorTailEntries+mirrorTrimSlack && s.sized <= mirrorTailBytes {
+		// Whatever the walk below found: no suffix is over the byte
+		// bound, and fewer than mirrorTrimSlack are past the count.
 		return 0
 	}
 	ents, err := s.MemoryStorage.Entries(mfirst, applied+1, math.MaxUint64)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/raftstore"
+	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
 )
 
@@ -70,4 +71,91 @@ func writeStats(c *raftstoretest.Cluster) (sum raftstore.Stats) {
 		}
 	}
 	return sum
+}
+
+// BenchmarkWriteRegions is BenchmarkWrite's load spread over N regions,
+// all led from one store (the splits' new regions campaign there): what
+// the region count alone costs a write, without gRPC and without leaders
+// spread over processes. Keys are hashed-like (uniform over the space),
+// so every region gets its share of each round's writes.
+//
+//	go test -run=^$ -bench=BenchmarkWriteRegions -benchtime=20000x ./raftstore/
+func BenchmarkWriteRegions(b *testing.B) {
+	for _, n := range []int{1, 16} {
+		b.Run(fmt.Sprintf("regions=%d", n), func(b *testing.B) {
+			// A 1 s election timeout: 64 writers over 16 regions on 2 cores
+			// make rounds that outlast the default 100 ms, and leaders that
+			// step down measure elections, not writes.
+			c := newCluster(b, raftstoretest.Options{ElectionTicks: 100})
+			ctx := context.Background()
+			const space = 1_000_000
+			for i := 1; i < n; i++ {
+				if err := c.Split(ctx, []byte(fmt.Sprintf("user%012d", i*space/n))); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if got := len(c.Regions()); got < n {
+				b.Fatalf("%d regions, want %d", got, n)
+			}
+			// Writes go straight to the store leading every region (the
+			// harness's routing builds every region's status per call).
+			leader, err := c.WaitLeader(1, 10*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, _ := c.Store(leader)
+			deadline := time.Now().Add(10 * time.Second)
+			for _, r := range c.Regions() {
+				for {
+					if l, ok := c.Leader(r.ID); ok && l == leader {
+						break
+					}
+					if time.Now().After(deadline) {
+						b.Fatalf("region %d is not led by store %d", r.ID, leader)
+					}
+					if l, ok := c.Leader(r.ID); ok {
+						if ls, ok := c.Store(l); ok {
+							_ = ls.TransferLeader(ctx, r.ID, leader)
+						}
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			var msgs atomic.Int64
+			c.Net.AddFilter(raftstore.FilterFunc(func(*raftstore.Message) (bool, time.Duration) {
+				msgs.Add(1)
+				return false, 0
+			}))
+			value := make([]byte, 1024)
+			const workers = 64
+			var next atomic.Int64
+			before := writeStats(c)
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Go(func() {
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						k := (i * 7919) % space // spread over every region
+						key := []byte(fmt.Sprintf("user%012d", k))
+						err := s.Put(ctx, raftstore.WriteOptions{}, key, value)
+						for try := 0; err != nil && region.IsRegionError(err) && try < 100; try++ {
+							time.Sleep(10 * time.Millisecond) // a leader settling after the splits
+							err = s.Put(ctx, raftstore.WriteOptions{}, key, value)
+						}
+						if err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			after := writeStats(c)
+			nf := float64(b.N)
+			b.ReportMetric(float64(msgs.Load())/nf, "msgs/write")
+			b.ReportMetric(float64(after.WALRecords-before.WALRecords)/nf, "walrecords/write")
+			b.ReportMetric(float64(after.BatchCommits-before.BatchCommits)/nf, "commits/write")
+		})
+	}
 }

@@ -21,6 +21,8 @@ func newBenchScaleCmd() *cobra.Command {
 		interval, stall, moveTimeout, restart time.Duration
 		splitCheck, balance, opTimeout        time.Duration
 		splitBytes                            uint64
+		baseline                              int64
+		compareFor                            time.Duration
 		sf                                    scenarioFlags
 	)
 	cmd := &cobra.Command{
@@ -41,14 +43,21 @@ store.db bytes per logical byte throughout. Writes
 OUT/scale/{results.json,report.md,details.json,*.png}. The default load is
 about 2 GB per store and takes a long time; --quick (20,000 records, small
 regions) runs in about a minute. Every process started is stopped at the
-end, on an error and on ctrl-C too.`,
+end, on an error and on ctrl-C too.
+
+With --baseline N, a cluster of its own holding N records runs first
+(loaded with the same threads, then YCSB A and 100% scans, each for
+--compare-for), and the same workloads run on the loaded cluster after its
+load: the report and the last lines set inserts/s, updates/s, reads/s and
+scans/s side by side with their ratios (targets: writes 0.85x, reads and
+scans 0.9x of the baseline's).`,
 		Args: exactArgs(),
 		RunE: benchRunE(func(cmd *cobra.Command, env *benchEnv) error {
 			if env.endpointsSet {
 				return usagef("--endpoints does not apply: scale starts stores of its own")
 			}
-			if records < 0 || threads < 0 || valueSize < 0 || moveThreads < 0 || moveRate < 0 {
-				return usagef("--records, --threads, --value-size, --move-threads and --move-rate must not be negative")
+			if records < 0 || threads < 0 || valueSize < 0 || moveThreads < 0 || moveRate < 0 || baseline < 0 || compareFor < 0 {
+				return usagef("--records, --threads, --value-size, --move-threads, --move-rate, --baseline and --compare-for must not be negative")
 			}
 			if bin == "" {
 				var err error
@@ -61,6 +70,7 @@ end, on an error and on ctrl-C too.`,
 				Interval: interval, StallThreshold: stall, MoveThreads: moveThreads, MoveRate: moveRate,
 				MoveTimeout: moveTimeout, RestartTimeout: restart, SplitMaxBytes: splitBytes,
 				SplitCheckInterval: splitCheck, BalanceInterval: balance, OpTimeout: opTimeout, Dir: dir,
+				Baseline: baseline, CompareFor: compareFor,
 				OutDir: sf.out, NoPlots: sf.noPlots, Command: commandLine(cmd), Progress: cmd.ErrOrStderr(),
 				Logger: wanLogger(cmd), Out: cmd.OutOrStdout(),
 			})
@@ -84,5 +94,7 @@ end, on an error and on ctrl-C too.`,
 	f.DurationVar(&splitCheck, "split-check-interval", 0, "the servers' --split-check-interval (default: theirs, 10s; --quick 1s)")
 	f.DurationVar(&balance, "balance-interval", 0, "the servers' --balance-interval (default: theirs, 5s; --quick 1s)")
 	f.DurationVar(&opTimeout, "op-timeout", 0, "the client's timeout per operation (default 10s)")
+	f.Int64Var(&baseline, "baseline", 0, "first measure a cluster holding this many records, and print the loaded one's rates beside it (e.g. 20000; 0: none)")
+	f.DurationVar(&compareFor, "compare-for", 0, "how long each compared workload runs (default 1m; --quick 10s)")
 	return cmd
 }
