@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/hedgekv/hedgekv/raftstore"
-	"github.com/hedgekv/hedgekv/region"
 	"github.com/hedgekv/hedgekv/raftstore/raftstoretest"
+	"github.com/hedgekv/hedgekv/region"
 )
 
 // BenchmarkWrite is the write path in one process: 32 writers insert 1 KB
