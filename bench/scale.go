@@ -253,7 +253,11 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleResult, error) {
 		return nil, fmt.Errorf("scale: %w", err)
 	}
 	res := &ScaleResult{Records: cfg.Records, ValueSize: cfg.ValueSize, started: time.Now(), Dir: filepath.Join(cfg.OutDir, "scale")}
-	prog := newProgress(cfg.Progress, "scale", 3)
+	steps := 3
+	if cfg.Baseline > 0 {
+		steps++
+	}
+	prog := newProgress(cfg.Progress, "scale", steps)
 	defer prog.Done()
 
 	var extra []string

@@ -66,6 +66,7 @@ func runBaseline(ctx context.Context, cfg ScaleConfig, extra []string, prog *Pro
 			return ScaleRates{}, err
 		}
 	}
+	prog.Step(fmt.Sprintf("baseline: %d records, then YCSB A and scans", cfg.Baseline), 0, 2*cfg.CompareFor+time.Minute)
 	prog.Printf("scale: baseline: three stores, %d records", cfg.Baseline)
 	c, err := cluster.StartProcesses(ctx, cluster.ProcessesConfig{
 		Binary: cfg.Binary, Dir: dir, BalanceInterval: cfg.BalanceInterval, ExtraArgs: extra,
@@ -156,6 +157,7 @@ func (st *scaleState) compareFull(ctx context.Context) {
 	if st.res.Load != nil {
 		cmp.Full.InsertsPS = st.res.Load.Row.QPS
 	}
+	st.prog.SetLabel(fmt.Sprintf("YCSB A and scans on %d records, beside the baseline's", st.cfg.Records))
 	if err := runCompared(ctx, st.cfg, st.own, st.cfg.Records, "full", &cmp.Full, st.prog); err != nil {
 		cmp.Err = err.Error()
 		st.errorf("compare with the baseline: %v", err)
