@@ -40,17 +40,21 @@ var scaleRatioTargets = map[string]float64{"inserts": 0.85, "updates": 0.85, "re
 
 var scaleRatioOrder = []string{"inserts", "updates", "reads", "scans"}
 
+// rates is each rate, by name: the baseline's, then this run's.
+func (c *ScaleCompare) rates() map[string][2]float64 {
+	return map[string][2]float64{
+		"inserts": {c.Baseline.InsertsPS, c.Full.InsertsPS},
+		"updates": {c.Baseline.UpdatesPS, c.Full.UpdatesPS},
+		"reads":   {c.Baseline.ReadsPS, c.Full.ReadsPS},
+		"scans":   {c.Baseline.ScansPS, c.Full.ScansPS},
+	}
+}
+
 func (c *ScaleCompare) ratios() {
 	c.Ratios = map[string]float64{}
-	pairs := map[string][2]float64{
-		"inserts": {c.Full.InsertsPS, c.Baseline.InsertsPS},
-		"updates": {c.Full.UpdatesPS, c.Baseline.UpdatesPS},
-		"reads":   {c.Full.ReadsPS, c.Baseline.ReadsPS},
-		"scans":   {c.Full.ScansPS, c.Baseline.ScansPS},
-	}
-	for k, p := range pairs {
-		if p[1] > 0 {
-			c.Ratios[k] = round(p[0]/p[1], 3)
+	for k, r := range c.rates() {
+		if r[0] > 0 {
+			c.Ratios[k] = round(r[1]/r[0], 3)
 		}
 	}
 }
@@ -191,12 +195,7 @@ func (c *ScaleCompare) write(b *strings.Builder, threads int) {
 		fmt.Fprintf(b, "Error: %s\n\n", inlineCode(c.Err))
 	}
 	b.WriteString("| rate | baseline | this run | ratio | target |\n| --- | --- | --- | --- | --- |\n")
-	rows := map[string][2]float64{
-		"inserts": {c.Baseline.InsertsPS, c.Full.InsertsPS},
-		"updates": {c.Baseline.UpdatesPS, c.Full.UpdatesPS},
-		"reads":   {c.Baseline.ReadsPS, c.Full.ReadsPS},
-		"scans":   {c.Baseline.ScansPS, c.Full.ScansPS},
-	}
+	rows := c.rates()
 	for _, k := range scaleRatioOrder {
 		ratio := "-"
 		if r, ok := c.Ratios[k]; ok {

@@ -323,6 +323,25 @@ func TestMergeSurvivesRestart(t *testing.T) {
 	checkMerged(t, ctx, c, left.ID, right.ID, itoa)
 }
 
+// mergeWithStore3Lagging splits, leads both halves from store 1 and
+// merges them there while store 3 hears nothing of the target region;
+// remove ends the cut.
+func mergeWithStore3Lagging(t *testing.T, ctx context.Context, c *raftstoretest.Cluster) (left, right region.Region, remove func()) {
+	t.Helper()
+	left, right = splitFilled(t, ctx, c)
+	moveLeader(t, ctx, c, left.ID, 1)
+	moveLeader(t, ctx, c, right.ID, 1)
+	remove = c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
+		return m.RegionID == left.ID && (m.ToStore == 3 || m.FromStore == 3), 0
+	}))
+	s, _ := c.Store(1)
+	if _, err := s.Merge(ctx, left.ID); err != nil {
+		remove()
+		t.Fatalf("merge: %v", err)
+	}
+	return left, right, remove
+}
+
 // TestMergeSnapshotToLaggingReplica: store 3 hears nothing of the target
 // region from the freeze on, so it misses the commit; the log moves on
 // past it, and store 3 gets the merged region by snapshot, which replaces
@@ -331,17 +350,7 @@ func TestMergeSnapshotToLaggingReplica(t *testing.T) {
 	c := newCluster(t, raftstoretest.Options{LogGCThreshold: 20})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	left, right := splitFilled(t, ctx, c)
-	moveLeader(t, ctx, c, left.ID, 1)
-	moveLeader(t, ctx, c, right.ID, 1)
-	remove := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
-		return m.RegionID == left.ID && (m.ToStore == 3 || m.FromStore == 3), 0
-	}))
-	s, _ := c.Store(1)
-	if _, err := s.Merge(ctx, left.ID); err != nil {
-		remove()
-		t.Fatalf("merge: %v", err)
-	}
+	left, right, remove := mergeWithStore3Lagging(t, ctx, c)
 	for i := 0; i < 60; i++ {
 		if err := c.Put(ctx, mergeKey(i%100), []byte(itoa(i%100))); err != nil {
 			remove()
@@ -369,17 +378,8 @@ func TestMergeSnapshotToLaggingReplicaClearsDeleted(t *testing.T) {
 	c := newCluster(t, raftstoretest.Options{LogGCThreshold: 20})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	left, right := splitFilled(t, ctx, c)
-	moveLeader(t, ctx, c, left.ID, 1)
-	moveLeader(t, ctx, c, right.ID, 1)
-	remove := c.Net.AddFilter(raftstore.FilterFunc(func(m *raftstore.Message) (bool, time.Duration) {
-		return m.RegionID == left.ID && (m.ToStore == 3 || m.FromStore == 3), 0
-	}))
+	left, _, remove := mergeWithStore3Lagging(t, ctx, c)
 	defer remove()
-	s, _ := c.Store(1)
-	if _, err := s.Merge(ctx, left.ID); err != nil {
-		t.Fatalf("merge: %v", err)
-	}
 	// Deletes of half the source's keys, and enough writes that the
 	// log is compacted past what store 3 has.
 	for i := 50; i < 100; i += 2 {
