@@ -144,10 +144,11 @@ func TestRegionIDFromAStoreWithoutTheFirstRegion(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// Region 2 gets a replica on the new store, which then leads it.
-	leader, ok := c.Leader(2)
-	if !ok {
-		t.Fatal("region 2 has no leader")
+	// Region 2 gets a replica on the new store, which then leads it. The
+	// split's new region may still be electing its first leader.
+	leader, err := c.WaitLeader(2, 10*time.Second)
+	if err != nil {
+		t.Fatalf("region 2 has no leader: %v", err)
 	}
 	s := c.mustStore(t, leader)
 	if err := s.AddPeer(ctx, 2, four); err != nil {
