@@ -330,11 +330,17 @@ func (r *chaosRun) logSlowAndEarly(t *testing.T, earlyOps []slowRecord) suspects
 // saveHistory writes a history that is not linearizable, and porcupine's
 // picture of it, under CHAOS_OUT (default test/chaos/failures of the
 // repository at root); it returns the picture's path.
-func saveHistory(root string, seed uint64, ops []porcupine.Operation, info porcupine.LinearizationInfo) string {
-	out := os.Getenv("CHAOS_OUT")
-	if out == "" {
-		out = filepath.Join(root, "test", "chaos", "failures")
+// failuresDir is where a failed run's history and logs go: $CHAOS_OUT, or
+// test/chaos/failures.
+func failuresDir(root string) string {
+	if out := os.Getenv("CHAOS_OUT"); out != "" {
+		return out
 	}
+	return filepath.Join(root, "test", "chaos", "failures")
+}
+
+func saveHistory(root string, seed uint64, ops []porcupine.Operation, info porcupine.LinearizationInfo) string {
+	out := failuresDir(root)
 	_ = os.MkdirAll(out, 0o755)
 	html := filepath.Join(out, fmt.Sprintf("chaos-seed-%d.html", seed))
 	_ = porcupine.VisualizePath(kvmodel.Model, info, html)
@@ -364,11 +370,7 @@ func countInLogs(c *cluster, s string) int {
 // saveStoreLogs copies the stores' logs beside the saved histories (the
 // cluster's directory goes with the test) and returns where.
 func saveStoreLogs(c *cluster, seed uint64) string {
-	out := os.Getenv("CHAOS_OUT")
-	if out == "" {
-		out = filepath.Join(c.root, "test", "chaos", "failures")
-	}
-	out = filepath.Join(out, fmt.Sprintf("chaos-seed-%d-logs", seed))
+	out := filepath.Join(failuresDir(c.root), fmt.Sprintf("chaos-seed-%d-logs", seed))
 	_ = os.MkdirAll(out, 0o755)
 	logs, _ := filepath.Glob(filepath.Join(c.dir, "*.log"))
 	for _, l := range logs {
@@ -544,33 +546,28 @@ func runClient(id int, zone string, cli *client.Client, readOnly bool, seed uint
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		call := h.Now()
 		begin := time.Now()
+		// write records a put or delete: a failed one may still take
+		// effect at any later time.
+		write := func(kind string, in kvmodel.Input, err error) {
+			rec := slowRecord{client: id, zone: zone, kind: kind, key: key, start: begin, took: time.Since(begin), err: err}
+			slow.add(rec)
+			if err != nil {
+				fails.add(kind + ":" + failKind(err))
+				early.check(ctx, rec)
+				h.Add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{Unknown: true}, Return: -1})
+			} else {
+				h.Add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{}, Return: h.Now()})
+			}
+		}
 		dice := rng.IntN(100)
 		if !readOnly && dice < 4 {
 			// Deletes: a store that keeps a key its region deleted (a
 			// snapshot over a merge's source did) shows as a stale read
 			// and a replica difference.
-			err := cli.Delete(ctx, []byte(key))
-			slow.add(slowRecord{client: id, zone: zone, kind: "delete", key: key, start: begin, took: time.Since(begin), err: err})
-			in := kvmodel.Input{Delete: true, Key: key}
-			if err != nil {
-				fails.add("delete:" + failKind(err))
-				early.check(ctx, slowRecord{client: id, zone: zone, kind: "delete", key: key, start: begin, took: time.Since(begin), err: err})
-				h.Add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{Unknown: true}, Return: -1})
-			} else {
-				h.Add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{}, Return: h.Now()})
-			}
+			write("delete", kvmodel.Input{Delete: true, Key: key}, cli.Delete(ctx, []byte(key)))
 		} else if !readOnly && dice < 30 {
 			val := fmt.Sprintf("%d.%d", id, n)
-			err := cli.Put(ctx, []byte(key), []byte(val))
-			slow.add(slowRecord{client: id, zone: zone, kind: "put", key: key, start: begin, took: time.Since(begin), err: err})
-			in := kvmodel.Input{Put: true, Key: key, Value: val}
-			if err != nil {
-				fails.add("put:" + failKind(err))
-				early.check(ctx, slowRecord{client: id, zone: zone, kind: "put", key: key, start: begin, took: time.Since(begin), err: err})
-				h.Add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{Unknown: true}, Return: -1})
-			} else {
-				h.Add(porcupine.Operation{ClientId: id, Input: in, Call: call, Output: kvmodel.Output{}, Return: h.Now()})
-			}
+			write("put", kvmodel.Input{Put: true, Key: key, Value: val}, cli.Put(ctx, []byte(key), []byte(val)))
 		} else {
 			sess := sessions[rng.IntN(len(sessions))]
 			v, info, err := sess.s.GetWithInfo(ctx, []byte(key))
