@@ -235,7 +235,7 @@ func startProcesses(ctx context.Context, cfg ProcessesConfig) (_ *Processes, err
 		if len(cfg.StoreArgs) != 0 {
 			args = append(args, cfg.StoreArgs[i]...)
 		}
-		c.procs[i] = &storeProc{id: id, args: args, dataDir: dataDir, logPath: filepath.Join(c.dir, fmt.Sprintf("store%d.log", id))}
+		c.procs[i] = &storeProc{id: id, args: args, dataDir: dataDir, logPath: storeLogPath(c.dir, id)}
 		if err := c.launch(c.procs[i]); err != nil {
 			return nil, err
 		}
@@ -357,12 +357,20 @@ func (c *Processes) StoreIDs() []uint64 {
 // Dir is where the stores keep their data and logs.
 func (c *Processes) Dir() string { return c.dir }
 
-// LogPath is a store's log file ("" for an unknown store).
+// LogPath is a store's log file ("" for an unknown store). It outlives
+// Stop (a test prints the logs of the stores it stopped), but not the
+// removal of a directory the cluster made itself.
 func (c *Processes) LogPath(store uint64) string {
-	if p, _ := c.proc(store); p != nil {
-		return p.logPath
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !slices.Contains(c.ids, store) || c.dir == "" {
+		return ""
 	}
-	return ""
+	return storeLogPath(c.dir, store)
+}
+
+func storeLogPath(dir string, store uint64) string {
+	return filepath.Join(dir, fmt.Sprintf("store%d.log", store))
 }
 
 // proc returns a store and its current process (nil if none).
@@ -531,7 +539,7 @@ func (c *Processes) Join(id uint64, zone string) error {
 		"--zone", zone,
 		"--data-dir", dataDir,
 	}
-	p := &storeProc{id: id, args: append(args, c.common...), dataDir: dataDir, logPath: filepath.Join(c.dir, fmt.Sprintf("store%d.log", id))}
+	p := &storeProc{id: id, args: append(args, c.common...), dataDir: dataDir, logPath: storeLogPath(c.dir, id)}
 	c.mu.Lock()
 	c.ids = append(c.ids, id)
 	c.zones = append(c.zones, zone)

@@ -32,8 +32,10 @@ package etcdfaults
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -448,4 +450,69 @@ func (c *faultCluster) recover() {
 	if _, err := c.procs.WaitSettled(ctx, 0); err != nil {
 		c.t.Errorf("after the faults: %v", err)
 	}
+}
+
+// diagnoseWatch logs, for a watcher that stopped, what each running store
+// says of the etcd region (how far it applied) and where its watch
+// goroutines wait: enough to tell a replica that stopped applying from a
+// watch that stopped reading.
+func (c *faultCluster) diagnoseWatch(ctx context.Context) {
+	cli := c.directClient(c.t)
+	for i, ep := range c.procs.Endpoints {
+		s := uint64(i + 1)
+		if !c.procs.Running(s) {
+			c.t.Logf("store %d: not running", s)
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		st, err := cli.Status(sctx, ep)
+		cancel()
+		if err != nil {
+			c.t.Logf("store %d: status: %v", s, err)
+		} else {
+			c.t.Logf("store %d: leader %d, term %d, commit %d, applied %d, revision %d", s, st.Leader, st.RaftTerm, st.RaftIndex, st.RaftAppliedIndex, st.Header.Revision)
+		}
+		for _, g := range watchGoroutines(ctx, c.procs.StatusAddrs[i]) {
+			c.t.Logf("store %d: %s", s, g)
+		}
+	}
+}
+
+// watchGoroutines reads a store's goroutines (its status port's pprof)
+// and returns, one line each, those of the etcd watch: state and frames.
+func watchGoroutines(ctx context.Context, statusAddr string) []string {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+statusAddr+"/debug/pprof/goroutine?debug=2", nil)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return []string{fmt.Sprintf("goroutines: %v", err)}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return []string{fmt.Sprintf("goroutines: %v", err)}
+	}
+	var out []string
+	for _, g := range strings.Split(string(b), "\n\n") {
+		if !strings.Contains(g, "etcdapi.(*feed)") && !strings.Contains(g, "etcdapi.(*watcher)") && !strings.Contains(g, "watchElsewhere") {
+			continue
+		}
+		lines := strings.Split(g, "\n")
+		var frames []string
+		for _, l := range lines[1:] {
+			if l != "" && !strings.HasPrefix(l, "\t") && !strings.HasPrefix(l, "created by") {
+				fn := l[strings.LastIndex(l, "/")+1:] // package.(*Type).Method(args)
+				if j := strings.LastIndex(fn, "("); j > 0 {
+					fn = fn[:j]
+				}
+				frames = append(frames, fn)
+			}
+		}
+		out = append(out, lines[0]+" "+strings.Join(frames[:min(len(frames), 12)], " < "))
+	}
+	return out
 }

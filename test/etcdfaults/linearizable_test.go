@@ -99,7 +99,7 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		_ = porcupine.VisualizePath(etcdmodel.Model, info, f)
 		t.Errorf("history not linearizable (%v); visualization: %s; faults: %v", res, f, nem.log)
 	}
-	checkWatchers(t, ws, wr, from, end.Header.Revision)
+	checkWatchers(t, c, ws, wr, from, end.Header.Revision)
 }
 
 // runLinClient puts, gets and compare-and-sets until stop, recording

@@ -61,7 +61,7 @@ func TestWatchAcrossRestart(t *testing.T) {
 	if len(wr.acked) < 20 {
 		t.Errorf("only %d writes acknowledged: too few to check anything", len(wr.acked))
 	}
-	checkWatchers(t, ws, wr, first.Header.Revision+1, end)
+	checkWatchers(t, c, ws, wr, first.Header.Revision+1, end)
 }
 
 // TestWatchAcrossRestartIntoPartition: a watcher's store is killed and
@@ -101,7 +101,7 @@ func TestWatchAcrossRestartIntoPartition(t *testing.T) {
 	c.recover()
 	sleepCtx(ctx, time.Second)
 	end := wr.stopAndEnd(t, ctx, direct, stop, &wg)
-	checkWatchers(t, ws, wr, first.Header.Revision+1, end)
+	checkWatchers(t, c, ws, wr, first.Header.Revision+1, end)
 }
 
 // event is a watch event as recorded.
@@ -207,7 +207,7 @@ func (wr *writes) putLoop(ctx context.Context, cli *clientv3.Client, prefix, tag
 // write), then checks what each delivered after from: every acknowledged
 // write once, at its revision, in revision order; nothing else but writes
 // of unknown outcome; and the same events as every other watcher.
-func checkWatchers(t *testing.T, ws []*watchRecorder, wr *writes, from, end int64) {
+func checkWatchers(t *testing.T, c *faultCluster, ws []*watchRecorder, wr *writes, from, end int64) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for _, w := range ws {
@@ -218,6 +218,7 @@ func checkWatchers(t *testing.T, ws []*watchRecorder, wr *writes, from, end int6
 			}
 			if closed || time.Now().After(deadline) {
 				t.Errorf("watcher on %s stopped at revision %d of %d (closed %v, error %v)", w.name, last, end, closed, w.err)
+				c.diagnoseWatch(context.Background())
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
