@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/hedgekv/hedgekv/raftstore"
 	"github.com/hedgekv/hedgekv/server/etcdapi"
 )
 
@@ -509,4 +510,81 @@ func TestWatchProxyResumesAcrossCuts(t *testing.T) {
 	checkWatched(t, ws, log.all())
 	wcancel()
 	wg.Wait()
+}
+
+// A store that proxies a Watch stream (it held no replica of the keyspace
+// when the stream began) and then gains a replica and the leadership: when
+// the upstream breaks, the proxy must not look for it on its own store,
+// where the leader now is. It ends the stream as unavailable, and clientv3
+// watches again, from the last revision it got, on this store, which now
+// serves from its own replica: no gap, no duplicate. Before, the proxy
+// asked its own store for a connection to the leader, was refused, and
+// tried again every 2 s for good, the client's watch silent (a CI failure
+// of test/etcdfaults: a store whose watch began while the split that makes
+// the keyspace its own region was published, then won the election).
+func TestWatchProxyOnAStoreThatGainsAReplica(t *testing.T) {
+	ctx := ctxFor(t, 120*time.Second)
+	var mu sync.Mutex
+	var cut func()
+	c := outsiderCluster(t, ctx, &etcdapi.TestingKnobs{OnWatchUpstream: func(from, _ uint64, c func()) {
+		if from == outsider {
+			mu.Lock()
+			cut = c
+			mu.Unlock()
+		}
+	}})
+	rid := etcdRegion(t, c).ID
+	writer := client(t, c.Endpoints[0])
+	var want []seen
+	put := func(key, val string) int64 {
+		t.Helper()
+		r, err := writer.Put(ctx, key, val)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, seen{rev: r.Header.Revision, key: key, val: val})
+		return r.Header.Revision
+	}
+	cli := client(t, c.Endpoints[outsider-1])
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	wc := cli.Watch(wctx, "g/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	created(t, wc)
+	got := collect(t, wc, put("g/0", "proxied"), 20*time.Second)
+
+	// The outsider gains a replica, then the leadership.
+	for deadline := time.Now().Add(30 * time.Second); !leads(c.Server(outsider).Store().Regions(), rid); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("store %d did not become the leader of region %d", outsider, rid)
+		}
+		has := holds(c, outsider, rid)
+		for _, id := range c.StoreIDs() { // only the leader's call succeeds
+			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if has {
+				_ = c.Server(id).Store().TransferLeader(actx, rid, outsider)
+			} else {
+				_ = c.Server(id).Store().AddPeer(actx, rid, outsider)
+			}
+			cancel()
+		}
+	}
+	mu.Lock()
+	cut()
+	mu.Unlock()
+	var last int64
+	for i := range 20 {
+		last = put(fmt.Sprintf("g/%d", i%3), fmt.Sprint(i))
+	}
+	got = append(got, collect(t, wc, last, 20*time.Second)...)
+	sameEvents(t, "watch across the proxy's hand-back", got, want)
+}
+
+// leads reports whether the statuses show region rid led here.
+func leads(sts []raftstore.RegionStatus, rid uint64) bool {
+	for _, st := range sts {
+		if st.Region.ID == rid {
+			return st.IsLeader
+		}
+	}
+	return false
 }

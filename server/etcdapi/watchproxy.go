@@ -30,8 +30,12 @@ import (
 // from its next, as clientv3 does when it reconnects: an upstream serves
 // every event at and after a watch's start once, in revision order, so
 // the client sees no gap and no duplicate (events below next are dropped
-// all the same). One goroutine owns the proxy's state; a receiver per
-// stream (the client's, the upstream's) feeds it.
+// all the same). A store that holds a replica by then (it gained one, or
+// had one all along but for a moment) opens no upstream: it ends the
+// stream as unavailable, which clientv3 answers by watching again, each
+// watch from the revision after the last it got, here, where the stream
+// is served from the store's own state. One goroutine owns the proxy's
+// state; a receiver per stream (the client's, the upstream's) feeds it.
 
 const (
 	// proxyRetryMin and proxyRetryMax bound the wait before the proxy
@@ -125,6 +129,15 @@ func (s *Service) watchElsewhere(stream pb.Watch_WatchServer) error {
 	}
 	for {
 		if p.up == nil && wait == nil {
+			if s.holdsReplica() {
+				// The store gained a replica since the stream began (or
+				// had one all along but for a moment, while the split
+				// that makes the keyspace its own region was published).
+				// Its leader may be this store, which a proxy never asks;
+				// the client watches again, from where it got to, here.
+				s.cfg.Logger.Info("etcd watch proxy: this store holds the keyspace now; the client is to watch again")
+				return status.Error(codes.Unavailable, "etcdserver: hedgekv: this store holds a replica of the keyspace now; watch again")
+			}
 			if err := p.connect(); err != nil {
 				if ctx.Err() != nil {
 					return nil
