@@ -92,6 +92,8 @@ type Store struct {
 	done     chan struct{}
 	started  atomic.Bool
 	stopOnce sync.Once
+	// led caches ledRegions' answer (ledregions.go).
+	led ledCache
 }
 
 // now is the store's clock: leases, read batches and safe points are timed
@@ -464,30 +466,6 @@ func (s *Store) Regions() []RegionStatus {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return string(out[i].Region.StartKey) < string(out[j].Region.StartKey) })
-	return out
-}
-
-// ledRegion is a region this store leads, as ledRegions lists it.
-type ledRegion struct {
-	region  region.Region
-	applied uint64
-}
-
-// ledRegions lists the regions this store leads (as of their last Ready),
-// in key order, for the balancer and the split check, which look at no
-// other and need only the region and its applied index: a RegionStatus of
-// every region (10,000 at scale), with raft's status and progress, cloned
-// and sorted each interval, was most of what they cost.
-func (s *Store) ledRegions() []ledRegion {
-	var out []ledRegion
-	for _, p := range s.allPeers() {
-		p.mu.Lock()
-		if p.initialized && !p.removed && p.leading {
-			out = append(out, ledRegion{region: p.region.Clone(), applied: p.applied})
-		}
-		p.mu.Unlock()
-	}
-	sort.Slice(out, func(i, j int) bool { return string(out[i].region.StartKey) < string(out[j].region.StartKey) })
 	return out
 }
 
