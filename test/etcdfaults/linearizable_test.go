@@ -29,7 +29,8 @@ import (
 // each must have delivered every acknowledged write once, in revision
 // order, nothing that was not written, and the same events as the others
 // (a watcher whose store was killed resumes from its last revision + 1,
-// as clientv3 does).
+// as clientv3 does). More watchers, from the same revision, are created
+// on random stores while the faults go on.
 func TestLinearizableUnderFaults(t *testing.T) {
 	c := startCluster(t)
 	s := seed(t)
@@ -60,10 +61,39 @@ func TestLinearizableUnderFaults(t *testing.T) {
 		}
 		wg.Go(func() { runLinClient(ctx, id, cli, mode, s, h, wr, stop) })
 	}
+	// Watchers created during the faults too, on a store chosen at
+	// random, from the same revision: a watch created while its store
+	// restarts, is cut off, or just lost or won the leadership must
+	// deliver the same events as the others.
+	var lateMu sync.Mutex
+	var late []*watchRecorder
+	lateClients := map[[2]int]*clientv3.Client{} // by store, zone
+	for st := range len(zones) {
+		for z := range zones {
+			lateClients[[2]int{st, z}] = c.storeClient(t, zones[z], uint64(st+1))
+		}
+	}
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(s, 1000))
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(500+rng.IntN(1500)) * time.Millisecond):
+			}
+			st, z := rng.IntN(len(zones)), rng.IntN(len(zones))
+			w := startWatch(ctx, lateClients[[2]int{st, z}], fmt.Sprintf("late watcher %d on store %d from %s", i, st+1, zones[z]), "lin/", from)
+			lateMu.Lock()
+			late = append(late, w)
+			lateMu.Unlock()
+		}
+	})
 	nem := newNemesis(c, s)
 	nem.run(ctx, faultTime(15*time.Second))
 	close(stop)
 	wg.Wait()
+	ws = append(ws, late...)
+	t.Logf("%d watchers, %d of them created during the faults", len(ws), len(late))
 	c.recover()
 	t.Logf("faults: %s", nem.summary())
 	for _, l := range nem.log {
