@@ -81,6 +81,12 @@ type ScaleConfig struct {
 	// side by side, with their ratios (scale_compare.go).
 	Baseline   int64
 	CompareFor time.Duration // default 60s; quick 10s
+	// DeleteAll: at the end, delete every record and wait up to MergeWait
+	// (default 10m; quick 1m) for the regions to merge back, then compare
+	// the replicas again; the servers merge regions of at most 20 MiB (a
+	// third of the split size, if less) and 200,000 keys (scale_delete.go).
+	DeleteAll bool
+	MergeWait time.Duration
 	// Dir holds the stores' data and logs ("" a temporary directory,
 	// removed at the end).
 	Dir     string
@@ -114,6 +120,7 @@ func (cfg *ScaleConfig) setDefaults() error {
 	}
 	setDefault(&cfg.OpTimeout, 10*time.Second)
 	setDefault(&cfg.CompareFor, quickOr(cfg.Quick, time.Minute, 10*time.Second))
+	setDefault(&cfg.MergeWait, quickOr(cfg.Quick, 10*time.Minute, time.Minute))
 	setOutputDefaults(&cfg.OutDir, &cfg.Logger, &cfg.Out)
 	return nil
 }
@@ -234,6 +241,7 @@ type ScaleResult struct {
 	Restart          ScaleRestart  `json:"restart"`
 	Check            ScaleCheck    `json:"check"`
 	Compare          *ScaleCompare `json:"compare,omitempty"`
+	Delete           *ScaleDelete  `json:"delete,omitempty"`
 	Mem              []StoreMem    `json:"memory"`
 	Disk             []StoreDisk   `json:"disk"`
 	Rows             []Row         `json:"rows"`
@@ -257,6 +265,9 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleResult, error) {
 	if cfg.Baseline > 0 {
 		steps++
 	}
+	if cfg.DeleteAll {
+		steps++
+	}
 	prog := newProgress(cfg.Progress, "scale", steps)
 	defer prog.Done()
 
@@ -266,6 +277,12 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleResult, error) {
 	}
 	if cfg.SplitCheckInterval != 0 {
 		extra = append(extra, "--split-check-interval="+cfg.SplitCheckInterval.String())
+	}
+	if cfg.DeleteAll {
+		extra = append(extra, "--merge-max-bytes="+strconv.FormatUint(cfg.mergeMaxBytes(), 10), "--merge-max-keys="+strconv.Itoa(deleteMergeMaxKeys))
+		if cfg.Quick {
+			extra = append(extra, "--merge-check-interval=1s", "--merge-after-split=5s")
+		}
 	}
 	if cfg.Dir != "" {
 		// --dir names where the stores go; it need not exist yet.
@@ -310,7 +327,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleResult, error) {
 	err = st.load(ctx)
 	if err == nil {
 		// Each step runs unless the scenario was interrupted.
-		for _, step := range []func(context.Context){st.afterLoad, st.compareFull, st.move, st.restart, st.final, st.checkReplicas} {
+		for _, step := range []func(context.Context){st.afterLoad, st.compareFull, st.move, st.restart, st.final, st.checkReplicas, st.deleteAll} {
 			if ctx.Err() != nil {
 				err = fmt.Errorf("interrupted: %w", context.Cause(ctx))
 				break

@@ -65,6 +65,10 @@ func (st *scaleState) summary() string {
 	if res.Compare != nil && res.Compare.Ratios != nil {
 		fmt.Fprintf(&b, "beside a small data set: %s\n", res.Compare.line())
 	}
+	if d := res.Delete; d != nil {
+		fmt.Fprintf(&b, "delete everything: %d deleted (%d failed) in %.1fs; regions %d -> %d %.1fs after the last delete (target %d, settled: %t); %d keys left\n",
+			d.Deleted, d.Failed, d.Seconds, d.RegionsBefore, d.RegionsEnd, d.MergeSeconds, d.Target, d.Settled, d.KeysLeft)
+	}
 	for _, e := range res.Errors {
 		fmt.Fprintf(&b, "ERROR: %s\n", e)
 	}
@@ -116,6 +120,7 @@ func (st *scaleState) report() string {
 		fmt.Fprintf(&b, "\nError: %s\n", inlineCode(rs.Err))
 	}
 	writeCheck(&b, res.Check)
+	writeDelete(&b, res.Delete, cfg.MergeWait, cfg.mergeMaxBytes())
 
 	st.writeMemAndDisk(&b)
 

@@ -30,7 +30,7 @@ func TestScaleQuick(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cfg := ScaleConfig{Binary: bin, Quick: true, Dir: t.TempDir(), OutDir: out, Logger: quietLogger(),
-		Baseline: 5000, CompareFor: 3 * time.Second}
+		Baseline: 5000, CompareFor: 3 * time.Second, DeleteAll: true, MergeWait: 90 * time.Second}
 	start := time.Now()
 	res, err := RunScale(ctx, cfg)
 	if err != nil {
@@ -46,7 +46,39 @@ func TestScaleQuick(t *testing.T) {
 	checkScaleMoveAndRestart(t, res)
 	checkScaleMemoryAndDisk(t, res)
 	checkScaleCompare(t, res, filepath.Join(out, "scale"))
+	checkScaleDelete(t, res, filepath.Join(out, "scale"))
 	checkScaleFiles(t, filepath.Join(out, "scale"))
+}
+
+// checkScaleDelete: every record was deleted, nothing is left, the
+// regions merged back to the count before the load (plus one), and the
+// merged regions' replicas agree.
+func checkScaleDelete(t *testing.T, res *ScaleResult, dir string) {
+	t.Helper()
+	d := res.Delete
+	if d == nil {
+		t.Fatal("no delete-everything step")
+	}
+	t.Logf("delete everything: %+v", *d)
+	if d.Err != "" || d.Failed > 0 || d.Deleted != res.Load.Row.Ops-res.Load.Row.Failed {
+		t.Errorf("deleted %d (%d failed, error %q), want the %d records loaded", d.Deleted, d.Failed, d.Err, res.Load.Row.Ops-res.Load.Row.Failed)
+	}
+	if d.KeysLeft != 0 {
+		t.Errorf("%d keys left after deleting everything", d.KeysLeft)
+	}
+	if d.RegionsBefore <= d.Target || !d.Settled || d.RegionsEnd > d.Target {
+		t.Errorf("regions %d when the deletes began, %d at the end (settled %v), want them merged to at most %d", d.RegionsBefore, d.RegionsEnd, d.Settled, d.Target)
+	}
+	if d.Check.Err != "" || d.Check.Agreed != d.RegionsEnd {
+		t.Errorf("ctl check after the merges: %+v; want all %d regions' replicas to agree", d.Check, d.RegionsEnd)
+	}
+	report, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(report), "## Delete everything, then merge") {
+		t.Error("report.md has no delete-everything section")
+	}
 }
 
 // checkScaleCompare: both clusters ran every compared workload, the

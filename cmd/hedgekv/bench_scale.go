@@ -22,7 +22,8 @@ func newBenchScaleCmd() *cobra.Command {
 		splitCheck, balance, opTimeout        time.Duration
 		splitBytes                            uint64
 		baseline                              int64
-		compareFor                            time.Duration
+		compareFor, mergeWait                 time.Duration
+		deleteAll                             bool
 		sf                                    scenarioFlags
 	)
 	cmd := &cobra.Command{
@@ -50,14 +51,20 @@ With --baseline N, a cluster of its own holding N records runs first
 --compare-for), and the same workloads run on the loaded cluster after its
 load: the report and the last lines set inserts/s, updates/s, reads/s and
 scans/s side by side with their ratios (targets: writes 0.85x, reads and
-scans 0.9x of the baseline's).`,
+scans 0.9x of the baseline's).
+
+With --delete-all, last, every record is deleted and the scenario waits up
+to --merge-wait for the region count to fall back to its count before the
+load plus one, then compares every region's replicas again; the servers run
+with merges on (regions of at most 20 MiB, or a third of the split size,
+and 200,000 keys: TiKV's defaults).`,
 		Args: exactArgs(),
 		RunE: benchRunE(func(cmd *cobra.Command, env *benchEnv) error {
 			if env.endpointsSet {
 				return usagef("--endpoints does not apply: scale starts stores of its own")
 			}
-			if records < 0 || threads < 0 || valueSize < 0 || moveThreads < 0 || moveRate < 0 || baseline < 0 || compareFor < 0 {
-				return usagef("--records, --threads, --value-size, --move-threads, --move-rate, --baseline and --compare-for must not be negative")
+			if records < 0 || threads < 0 || valueSize < 0 || moveThreads < 0 || moveRate < 0 || baseline < 0 || compareFor < 0 || mergeWait < 0 {
+				return usagef("--records, --threads, --value-size, --move-threads, --move-rate, --baseline, --compare-for and --merge-wait must not be negative")
 			}
 			if bin == "" {
 				var err error
@@ -70,7 +77,7 @@ scans 0.9x of the baseline's).`,
 				Interval: interval, StallThreshold: stall, MoveThreads: moveThreads, MoveRate: moveRate,
 				MoveTimeout: moveTimeout, RestartTimeout: restart, SplitMaxBytes: splitBytes,
 				SplitCheckInterval: splitCheck, BalanceInterval: balance, OpTimeout: opTimeout, Dir: dir,
-				Baseline: baseline, CompareFor: compareFor,
+				Baseline: baseline, CompareFor: compareFor, DeleteAll: deleteAll, MergeWait: mergeWait,
 				OutDir: sf.out, NoPlots: sf.noPlots, Command: commandLine(cmd), Progress: cmd.ErrOrStderr(),
 				Logger: wanLogger(cmd), Out: cmd.OutOrStdout(),
 			})
@@ -96,5 +103,7 @@ scans 0.9x of the baseline's).`,
 	f.DurationVar(&opTimeout, "op-timeout", 0, "the client's timeout per operation (default 10s)")
 	f.Int64Var(&baseline, "baseline", 0, "first measure a cluster holding this many records, and print the loaded one's rates beside it (e.g. 20000; 0: none)")
 	f.DurationVar(&compareFor, "compare-for", 0, "how long each compared workload runs (default 1m; --quick 10s)")
+	f.BoolVar(&deleteAll, "delete-all", false, "at the end, delete every record and wait for the regions to merge back (the servers merge regions under 20 MiB and 200,000 keys)")
+	f.DurationVar(&mergeWait, "merge-wait", 0, "with --delete-all, how long to wait for the merges after the last delete (default 10m; --quick 1m)")
 	return cmd
 }
