@@ -24,8 +24,9 @@ func TestRegionsTiny(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	res, err := RunRegions(ctx, RegionsConfig{
-		Binary: bin, Counts: []int{20}, Window: time.Second, IdleWait: time.Second,
-		Load: true, LoadRegions: 5, LoadDuration: time.Second, LoadThreads: 4,
+		Binary: bin, Counts: []int{20}, Window: time.Second, IdleWait: 20 * time.Second,
+		ExtraArgs: []string{"--hibernate-after=1s"}, // regions idle within the test's time
+		Load:      true, LoadRegions: 5, LoadDuration: time.Second, LoadThreads: 4,
 		OutDir: out, Logger: quietLogger(), Out: os.Stderr,
 	})
 	if err != nil {
@@ -51,6 +52,12 @@ func TestRegionsTiny(t *testing.T) {
 		}
 		if r.LoadOps <= 0 || r.LoadRatio <= 0 {
 			t.Errorf("%d regions: %d writes, ratio %v, want some", r.Count, r.LoadOps, r.LoadRatio)
+		}
+		if !r.Idle {
+			t.Errorf("%d regions: not idle %.1fs after the splits", r.Count, r.IdleAfterS)
+		}
+		if !r.IdleAgain || r.IdleAgainS <= 0 {
+			t.Errorf("%d regions: idle again %v after %.1fs; the load must find them hibernating", r.Count, r.IdleAgain, r.IdleAgainS)
 		}
 	}
 	for _, pid := range res.PIDs {
