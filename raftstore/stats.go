@@ -68,8 +68,9 @@ type Stats struct {
 	// WALRecords and WALSyncs: round-log records written, and those
 	// fdatasynced (a record of commit indexes alone is not: storage/wal);
 	// BatchCommits: commits of the rounds' shared bbolt transaction
-	// (storage/engine, batch.go): every 20 ms of writes and at checkpoints.
-	WALRecords, WALSyncs, BatchCommits uint64
+	// (storage/engine, batch.go): every 20 ms of writes and at checkpoints;
+	// PagesWritten: the bbolt pages those commits wrote.
+	WALRecords, WALSyncs, BatchCommits, PagesWritten uint64
 	// LeadershipsByTransfer and LeadershipsByElection count the times a
 	// peer here became leader, by how: by a transfer (it won the campaign
 	// that the previous leader's MsgTimeoutNow forced: a handover) or by
@@ -140,11 +141,12 @@ func (s *stats) hibernationCounts() (refusals, wakes map[string]uint64) {
 
 // Stats returns a snapshot of the counters.
 func (s *Store) Stats() Stats {
-	walRecords, walSyncs, batchCommits, batchesRebuilt := s.eng.WriteStats()
+	w := s.eng.WriteStats()
 	refusals, wakes := s.stats.hibernationCounts()
 	return Stats{
 		HibernateRefusals: refusals, Wakes: wakes,
-		WALRecords: walRecords, WALSyncs: walSyncs, BatchCommits: batchCommits, BatchesRebuilt: batchesRebuilt,
+		WALRecords: w.WALRecords, WALSyncs: w.WALSyncs, BatchCommits: w.BatchCommits, PagesWritten: w.PagesWritten,
+		BatchesRebuilt:    w.BatchesRebuilt,
 		ReadsLease:        s.stats.readsLease.Load(),
 		ReadsReadIndex:    s.stats.readsReadIndex.Load(),
 		ReadsStale:        s.stats.readsStale.Load(),

@@ -68,6 +68,7 @@ func writeStats(c *raftstoretest.Cluster) (sum raftstore.Stats) {
 			sum.WALRecords += st.WALRecords
 			sum.WALSyncs += st.WALSyncs
 			sum.BatchCommits += st.BatchCommits
+			sum.PagesWritten += st.PagesWritten
 		}
 	}
 	return sum
@@ -156,6 +157,7 @@ func BenchmarkWriteRegions(b *testing.B) {
 			b.ReportMetric(float64(msgs.Load())/nf, "msgs/write")
 			b.ReportMetric(float64(after.WALRecords-before.WALRecords)/nf, "walrecords/write")
 			b.ReportMetric(float64(after.BatchCommits-before.BatchCommits)/nf, "commits/write")
+			b.ReportMetric(float64(after.PagesWritten-before.PagesWritten)/float64(max(1, after.BatchCommits-before.BatchCommits)), "pages/commit")
 		})
 	}
 }

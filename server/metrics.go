@@ -270,6 +270,8 @@ func (m *metrics) registerStoreStats(stats func() raftstore.Stats) {
 			func(s raftstore.Stats) uint64 { return s.WALSyncs }),
 		counter("hedgekv_store_batch_commits_total", "Commits of the Ready rounds' shared bbolt transaction (every 20 ms of writes and at checkpoints).",
 			func(s raftstore.Stats) uint64 { return s.BatchCommits }),
+		counter("hedgekv_store_batch_pages_written_total", "bbolt pages the commits of the rounds' shared transaction wrote (dirty pages and the meta page).",
+			func(s raftstore.Stats) uint64 { return s.PagesWritten }),
 		counter("hedgekv_store_merge_violations_total", "Merge commits applied where this store's replica of the source had not applied its freeze: a bug; the replicas may disagree.",
 			func(s raftstore.Stats) uint64 { return s.MergeViolations }),
 		counter("hedgekv_store_batches_rebuilt_total", "Uncommitted rounds lost with a failed round or commit and rebuilt from the WAL.",

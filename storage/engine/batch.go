@@ -118,6 +118,8 @@ func (e *Engine) commitBatchLocked() error {
 		_ = tx.Rollback()
 	} else {
 		err = tx.Commit()
+		st := tx.Stats()
+		e.stats.pagesWritten.Add(uint64(st.GetWrite()))
 	}
 	if !exclusive {
 		e.view.Lock()
@@ -194,10 +196,27 @@ func (e *Engine) recoverLostLocked() error {
 	return nil
 }
 
-// writeStats is what the engine wrote: WAL records, those synced, batch
-// commits, lost batches rebuilt.
-func (e *Engine) WriteStats() (records, syncs, commits, rebuilt uint64) {
-	return e.stats.walRecords.Load(), e.stats.walSyncs.Load(), e.stats.batchCommits.Load(), e.stats.batchesRebuilt.Load()
+// WriteStats is what the engine wrote.
+type WriteStats struct {
+	// WALRecords and WALSyncs: round-log records written, and those
+	// fdatasynced.
+	WALRecords, WALSyncs uint64
+	// BatchCommits: commits of the rounds' shared bbolt transaction;
+	// PagesWritten: the pages those commits wrote (bbolt's TxStats.Write:
+	// every dirty page and the meta page), which grow with how scattered
+	// a batch's keys are over the B+tree's leaves.
+	BatchCommits, PagesWritten uint64
+	// BatchesRebuilt: lost batches rebuilt from the WAL.
+	BatchesRebuilt uint64
+}
+
+// WriteStats returns what the engine wrote so far.
+func (e *Engine) WriteStats() WriteStats {
+	return WriteStats{
+		WALRecords: e.stats.walRecords.Load(), WALSyncs: e.stats.walSyncs.Load(),
+		BatchCommits: e.stats.batchCommits.Load(), PagesWritten: e.stats.pagesWritten.Load(),
+		BatchesRebuilt: e.stats.batchesRebuilt.Load(),
+	}
 }
 
 // recoverLost is recoverLostLocked and a checkpoint, if a batch was lost;

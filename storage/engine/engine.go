@@ -109,7 +109,7 @@ type Engine struct {
 	stats    struct {
 		checkpoints uint64
 		// read by Store.Stats
-		walRecords, walSyncs, batchCommits, batchesRebuilt atomic.Uint64
+		walRecords, walSyncs, batchCommits, pagesWritten, batchesRebuilt atomic.Uint64
 	}
 	lock     *os.File // store.lock, held while open
 	replayed int      // WAL records replayed at open
