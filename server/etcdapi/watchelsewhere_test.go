@@ -569,6 +569,10 @@ func TestWatchProxyOnAStoreThatGainsAReplica(t *testing.T) {
 		}
 	}
 	mu.Lock()
+	if cut == nil {
+		mu.Unlock()
+		t.Fatal("the watch was never proxied")
+	}
 	cut()
 	mu.Unlock()
 	var last int64
