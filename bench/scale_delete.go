@@ -184,20 +184,6 @@ func (st *scaleState) scanKeys(ctx context.Context, start, end []byte, keys chan
 	}
 }
 
-// sleepCtxOr sleeps d; false if ctx ended or stop closed first.
-func sleepCtxOr(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-stop:
-		return false
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // writeDelete writes the delete-everything step to the report.
 func writeDelete(b *strings.Builder, d *ScaleDelete, wait time.Duration, mergeBytes uint64) {
 	if d == nil {

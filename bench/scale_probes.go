@@ -39,11 +39,18 @@ func regionCount(ctx context.Context, cli *client.Client) (n, known int, bytes i
 
 // sleepCtx sleeps d, or less if ctx ends (then false).
 func sleepCtx(ctx context.Context, d time.Duration) bool {
+	return sleepCtxOr(ctx, nil, d)
+}
+
+// sleepCtxOr is sleepCtx, also cut short (false) when stop is closed.
+func sleepCtxOr(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
+	case <-stop:
+		return false
 	case <-ctx.Done():
 		return false
 	}
