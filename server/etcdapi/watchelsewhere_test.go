@@ -3,6 +3,7 @@ package etcdapi_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -515,21 +516,21 @@ func TestWatchProxyResumesAcrossCuts(t *testing.T) {
 // A store that proxies a Watch stream (it held no replica of the keyspace
 // when the stream began) and then gains a replica and the leadership: when
 // the upstream breaks, the proxy must not look for it on its own store,
-// where the leader now is. It ends the stream as unavailable, and clientv3
-// watches again, from the last revision it got, on this store, which now
-// serves from its own replica: no gap, no duplicate. Before, the proxy
-// asked its own store for a connection to the leader, was refused, and
-// tried again every 2 s for good, the client's watch silent (a CI failure
-// of test/etcdfaults: a store whose watch began while the split that makes
-// the keyspace its own region was published, then won the election).
+// where the leader now is, but on another replica's: no gap, no duplicate.
+// Before, the proxy asked its own store for a connection to the leader,
+// was refused, and tried again every 2 s for good, the client's watch
+// silent (a CI failure of test/etcdfaults: a store whose watch began while
+// the split that makes the keyspace its own region was published, then
+// won the election).
 func TestWatchProxyOnAStoreThatGainsAReplica(t *testing.T) {
 	ctx := ctxFor(t, 120*time.Second)
 	var mu sync.Mutex
 	var cut func()
-	c := outsiderCluster(t, ctx, &etcdapi.TestingKnobs{OnWatchUpstream: func(from, _ uint64, c func()) {
+	var upstreams []uint64
+	c := outsiderCluster(t, ctx, &etcdapi.TestingKnobs{OnWatchUpstream: func(from, to uint64, c func()) {
 		if from == outsider {
 			mu.Lock()
-			cut = c
+			cut, upstreams = c, append(upstreams, to)
 			mu.Unlock()
 		}
 	}})
@@ -580,7 +581,12 @@ func TestWatchProxyOnAStoreThatGainsAReplica(t *testing.T) {
 		last = put(fmt.Sprintf("g/%d", i%3), fmt.Sprint(i))
 	}
 	got = append(got, collect(t, wc, last, 20*time.Second)...)
-	sameEvents(t, "watch across the proxy's hand-back", got, want)
+	sameEvents(t, "watch across the cut", got, want)
+	mu.Lock()
+	defer mu.Unlock()
+	if n := len(upstreams); n < 2 || slices.Contains(upstreams, outsider) {
+		t.Errorf("upstreams opened %v: want at least two, none on store %d itself", upstreams, outsider)
+	}
 }
 
 // leads reports whether the statuses show region rid led here.

@@ -30,12 +30,12 @@ import (
 // from its next, as clientv3 does when it reconnects: an upstream serves
 // every event at and after a watch's start once, in revision order, so
 // the client sees no gap and no duplicate (events below next are dropped
-// all the same). A store that holds a replica by then (it gained one, or
-// had one all along but for a moment) opens no upstream: it ends the
-// stream as unavailable, which clientv3 answers by watching again, each
-// watch from the revision after the last it got, here, where the stream
-// is served from the store's own state. One goroutine owns the proxy's
-// state; a receiver per stream (the client's, the upstream's) feeds it.
+// all the same). The upstream is never this store: one that holds a
+// replica by then (it gained one, or had one all along but for a moment,
+// while the split that makes the keyspace its own region was published)
+// and leads it opens its upstream on another replica's store. One
+// goroutine owns the proxy's state; a receiver per stream (the client's,
+// the upstream's) feeds it.
 
 const (
 	// proxyRetryMin and proxyRetryMax bound the wait before the proxy
@@ -74,6 +74,7 @@ type watchProxy struct {
 	// sent again on the next upstream if this one breaks first.
 	progress int
 	up       *upstreamWatch // nil: none open
+	attempts int            // upstreams opened on another replica (upstreamStore)
 }
 
 // upstreamWatch is the stream a proxy opened to another store.
@@ -129,15 +130,6 @@ func (s *Service) watchElsewhere(stream pb.Watch_WatchServer) error {
 	}
 	for {
 		if p.up == nil && wait == nil {
-			if s.holdsReplica() {
-				// The store gained a replica since the stream began (or
-				// had one all along but for a moment, while the split
-				// that makes the keyspace its own region was published).
-				// Its leader may be this store, which a proxy never asks;
-				// the client watches again, from where it got to, here.
-				s.cfg.Logger.Info("etcd watch proxy: this store holds the keyspace now; the client is to watch again")
-				return status.Error(codes.Unavailable, "etcdserver: hedgekv: this store holds a replica of the keyspace now; watch again")
-			}
 			if err := p.connect(); err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -191,9 +183,10 @@ func (s *Service) watchElsewhere(stream pb.Watch_WatchServer) error {
 }
 
 // connect opens an upstream stream to the store leading the keyspace's
-// region and creates every watch there, each from its next revision.
+// region (or another replica's, see upstreamStore) and creates every
+// watch there, each from its next revision.
 func (p *watchProxy) connect() error {
-	store := p.s.leaderFor(p.ctx, nil)
+	store := p.upstreamStore()
 	conn, out, err := p.s.forwardConn(p.ctx, store, nil)
 	if err != nil {
 		return fmt.Errorf("watch upstream (store %d): %w", store, err)
@@ -221,6 +214,33 @@ func (p *watchProxy) connect() error {
 		p.sendUp(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}})
 	}
 	return nil
+}
+
+// upstreamStore is the store to open the upstream on: the keyspace's
+// leader, unless that is this store (it gained a replica since the stream
+// began, and the leadership), which a proxy never asks; then another
+// store with a replica, a different one at each attempt (any replica
+// serves a watch). 0: none known.
+func (p *watchProxy) upstreamStore() uint64 {
+	self := p.s.cfg.Store.ID()
+	if id := p.s.leaderFor(p.ctx, nil); id != self {
+		return id
+	}
+	st, ok := p.s.regionStatus()
+	if !ok {
+		return 0
+	}
+	var others []uint64
+	for _, peer := range st.Region.Peers {
+		if peer.StoreID != self && !peer.IsLearner {
+			others = append(others, peer.StoreID)
+		}
+	}
+	if len(others) == 0 {
+		return 0
+	}
+	p.attempts++
+	return others[p.attempts%len(others)]
 }
 
 // recv hands the proxy what the upstream sends, then why it ended (its
