@@ -130,28 +130,11 @@ func BenchmarkWriteRegions(b *testing.B) {
 			}))
 			value := make([]byte, 1024)
 			const workers = 64
-			var next atomic.Int64
 			before := writeStats(c)
 			b.ResetTimer()
-			var wg sync.WaitGroup
-			for range workers {
-				wg.Go(func() {
-					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-						k := (i * 7919) % space // spread over every region
-						key := []byte(fmt.Sprintf("user%012d", k))
-						err := s.Put(ctx, raftstore.WriteOptions{}, key, value)
-						for try := 0; err != nil && region.IsRegionError(err) && try < 100; try++ {
-							time.Sleep(10 * time.Millisecond) // a leader settling after the splits
-							err = s.Put(ctx, raftstore.WriteOptions{}, key, value)
-						}
-						if err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
+			putFromWorkers(ctx, b, s, workers, value, func(i int64) []byte {
+				return []byte(fmt.Sprintf("user%012d", (i*7919)%space)) // spread over every region
+			})
 			b.StopTimer()
 			after := writeStats(c)
 			nf := float64(b.N)
@@ -221,30 +204,14 @@ func BenchmarkWriteManyRegions(b *testing.B) {
 			}
 			value := make([]byte, 1024)
 			const workers = 64
-			var next atomic.Int64
 			before := writeStats(c)
 			var ms0, ms1 runtime.MemStats
 			runtime.ReadMemStats(&ms0)
 			b.ResetTimer()
-			var wg sync.WaitGroup
-			for range workers {
-				wg.Go(func() {
-					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
-						r := int(i%int64(tc.written)) * (tc.regions / tc.written)
-						key := []byte(fmt.Sprintf("user%012d", r*width+int(i*7919)%width))
-						err := s.Put(ctx, raftstore.WriteOptions{}, key, value)
-						for try := 0; err != nil && region.IsRegionError(err) && try < 100; try++ {
-							time.Sleep(10 * time.Millisecond)
-							err = s.Put(ctx, raftstore.WriteOptions{}, key, value)
-						}
-						if err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
+			putFromWorkers(ctx, b, s, workers, value, func(i int64) []byte {
+				r := int(i%int64(tc.written)) * (tc.regions / tc.written)
+				return []byte(fmt.Sprintf("user%012d", r*width+int(i*7919)%width))
+			})
 			b.StopTimer()
 			runtime.ReadMemStats(&ms1)
 			after := writeStats(c)
@@ -253,4 +220,29 @@ func BenchmarkWriteManyRegions(b *testing.B) {
 			b.ReportMetric(float64(ms1.NumGC-ms0.NumGC)*1000/nf, "gcs/1000writes")
 		})
 	}
+}
+
+// putFromWorkers makes b.N writes of value through s from workers
+// goroutines, write i under keyOf(i), each retried on a region error for
+// up to a second (a leader settling after the splits).
+func putFromWorkers(ctx context.Context, b *testing.B, s *raftstore.Store, workers int, value []byte, keyOf func(i int64) []byte) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+				key := keyOf(i)
+				err := s.Put(ctx, raftstore.WriteOptions{}, key, value)
+				for try := 0; err != nil && region.IsRegionError(err) && try < 100; try++ {
+					time.Sleep(10 * time.Millisecond)
+					err = s.Put(ctx, raftstore.WriteOptions{}, key, value)
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
