@@ -1,7 +1,6 @@
 package raftstore
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 
@@ -129,7 +128,19 @@ func (s *Store) applySplitTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry, cmd 
 	// from its own leader when this replica lagged: then it is ahead of
 	// this split and must be left alone (its table came with the snapshot).
 	np, ok := s.peer(newID)
-	create := !ok || !np.isInitialized()
+	create := !ok
+	if ok {
+		np.mu.Lock()
+		held := np.holdsSnapshotLocked()
+		create = !np.initialized && !held
+		np.mu.Unlock()
+		if held {
+			// Snapshot claims (snapclaim.go) keep this from happening:
+			// creating the region here would reset a log its leader has
+			// counted on. Left to the snapshot, as an initialized one is.
+			s.log.Error("a split found its new region's snapshot under way: left to the snapshot", "region", p.regionID, "new_region", newID)
+		}
+	}
 	// No data and no dedup record moves: the new region owns the keys of
 	// its range and their records (dedup.go). The split costs the same
 	// whatever the region holds.
@@ -281,25 +292,4 @@ func (p *Peer) isInitialized() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.initialized
-}
-
-// overlapsOther reports whether r's range overlaps an initialized region on
-// this store other than r itself. A snapshot for such a region must wait
-// until this store has caught up with the split that created it.
-func (s *Store) overlapsOther(r region.Region) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	for _, o := range s.ranges.All() {
-		if o.ID == r.ID || o.Merge != nil && o.Merge.Target == r.ID {
-			// A region frozen for a merge into r: r's snapshot holds its
-			// keys, and takes its place (dropMergedBy).
-			continue
-		}
-		startsBeforeEnd := len(o.EndKey) == 0 || bytes.Compare(r.StartKey, o.EndKey) < 0
-		endsAfterStart := len(r.EndKey) == 0 || bytes.Compare(o.StartKey, r.EndKey) < 0
-		if startsBeforeEnd && endsAfterStart {
-			return true
-		}
-	}
-	return false
 }

@@ -814,10 +814,34 @@ func (s *Store) publishShape(rp *readyPeer) error {
 			s.trans.Send(&Message{RegionID: r.ID, FromStore: s.cfg.StoreID, ToStore: gone.StoreID, Notice: tombstones[i]})
 		}
 	}
+	// The ranges change and the split-born regions appear as one step to
+	// a snapshot's admission (snapclaim.go): between a split parent's
+	// shrink and its new region's creation, the new region's range
+	// would be nobody's.
+	s.shapeMu.Lock()
+	err := s.publishRangesLocked(rp, p, r, leader)
+	s.shapeMu.Unlock()
+	if err != nil {
+		return err
+	}
+	if !leader {
+		for _, c := range rp.created {
+			s.answerSplitCampaign(c, lead)
+		}
+	}
+	return nil
+}
+
+// publishRangesLocked updates the range tree for rp's round and starts
+// the peers of the regions its splits created. Called with s.shapeMu held.
+func (s *Store) publishRangesLocked(rp *readyPeer, p *Peer, r region.Region, leader bool) error {
 	if rp.snapApplied || rp.regionChanged {
 		s.mu.Lock()
 		if s.peers[r.ID] == p && !rp.removed {
 			s.ranges.Insert(r)
+		}
+		if rp.snapApplied {
+			s.endSnapClaimsLocked(r.ID)
 		}
 		s.mu.Unlock()
 	}
@@ -832,9 +856,6 @@ func (s *Store) publishShape(rp *readyPeer) error {
 	for _, c := range rp.created {
 		if err := s.startSplitPeer(c.region, c.hard, leader); err != nil {
 			return err
-		}
-		if !leader {
-			s.answerSplitCampaign(c, lead)
 		}
 	}
 	return nil

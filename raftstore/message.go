@@ -31,6 +31,9 @@ func (s *Store) HandleRaftMessage(m *Message) error {
 	if p == nil || err != nil {
 		return err
 	}
+	if isSnapMsg(m) {
+		defer s.settleSnapClaim(p, m)
+	}
 	p.mu.Lock()
 	if t, err := s.admitLocked(p, m); t != nil || err != nil {
 		p.mu.Unlock()
@@ -114,7 +117,8 @@ func (s *Store) checkInboundSnapshot(p *Peer, m *Message) error {
 	// A region created by a split this store has not applied yet must
 	// not take over part of its parent's range: refuse the snapshot
 	// until the parent catches up (its leader will retry).
-	if !p.isInitialized() && s.overlapsOther(r) {
+	if !p.isInitialized() && !s.claimSnapshot(p, r) {
+		s.stats.snapshotsRefusedOverlap.Add(1)
 		return fmt.Errorf("region %d: snapshot overlaps a region here: %w", m.RegionID, ErrProposalDropped)
 	}
 	return nil

@@ -96,6 +96,7 @@ type stats struct {
 	followerLeaseGrantsRefused, followerLeaseViolations      atomic.Uint64
 	readIndexAnswersRefused                                  atomic.Uint64
 	mergeViolations                                          atomic.Uint64
+	snapshotsRefusedOverlap                                  atomic.Uint64
 	diskFailures                                             atomic.Uint64
 	leadersByTransfer, leadersByElection                     atomic.Uint64
 	softStateChanges                                         atomic.Uint64 // LeaderChanges

@@ -36,6 +36,14 @@ type Store struct {
 	mu     sync.RWMutex
 	peers  map[uint64]*Peer // by region ID
 	ranges region.Tree      // regions by key, for requests without a region ID
+	// snapClaims: the ranges of snapshots admitted for regions not
+	// initialized here, by region ID (snapclaim.go).
+	snapClaims map[uint64][]*snapClaim
+	// shapeMu orders a snapshot's admission (claimSnapshot) against a
+	// round's publish of changed ranges and split-born regions. Taken
+	// before mu, never under it or a peer's mu, and not held across a
+	// send (the in-memory transport delivers on the sender's goroutine).
+	shapeMu sync.Mutex
 
 	dirtyMu sync.Mutex
 	dirty   map[uint64]*Peer

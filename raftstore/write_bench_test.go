@@ -175,10 +175,12 @@ func BenchmarkWriteManyRegions(b *testing.B) {
 			// region's first campaign is on the store that split it.
 			for i := 1; i < tc.regions; i++ {
 				key := []byte(fmt.Sprintf("user%012d", i*width))
-				for try := 0; ; try++ {
+				// A split-born region may lose its first leader on a busy
+				// machine (check quorum) and elect again: retry for a while.
+				for giveUp := time.Now().Add(30 * time.Second); ; {
 					if _, _, err := s.Split(ctx, key); err == nil {
 						break
-					} else if try == 100 {
+					} else if time.Now().After(giveUp) {
 						b.Fatalf("split at %s: %v", key, err)
 					}
 					time.Sleep(10 * time.Millisecond)
