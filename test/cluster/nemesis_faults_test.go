@@ -348,3 +348,47 @@ func (n *nemesis) mergeOn(s *raftstore.Store, id uint64, kind string) {
 		n.log.add(kind+"-failed", "region %d: %v", id, err)
 	}
 }
+
+// splitChain cuts a follower off while its region splits and takes enough
+// writes to compact its log past the split, then heals it just as the new
+// region splits again, twice: the follower catches up by snapshots taken
+// while the chain goes on, one region's from before it split again, the
+// next one's arriving while that one applies. Admitted side by side, the
+// first region, whole, applied its split over the second's snapshot and
+// the leader's next heartbeat panicked the store (found at 10,000
+// regions; raftstore's snapshot claims refuse the second now).
+func (n *nemesis) splitChain(f faultPick) {
+	var keys []string
+	for _, k := range splitKeys {
+		if f.r.Contains([]byte(k)) && k != string(f.r.StartKey) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) < 3 || len(f.followers) == 0 || !f.hasLeader {
+		return
+	}
+	keys = keys[:3]
+	victim := f.followers[0]
+	n.log.add("split-chain", "store %d cut off, region %d split at %q, %q, %q", victim, f.r.ID, keys[0], keys[1], keys[2])
+	split := func(key string) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = n.c.Split(ctx, []byte(key))
+		cancel()
+	}
+	heal := n.c.Net.AddFilter(raftstore.IsolateFilter(victim))
+	split(keys[0])
+	// Below keys[0], in the region that split, and no client's key: the
+	// clients' history is not touched.
+	filler := append(append([]byte(nil), f.r.StartKey...), 0, '~')
+	for i := range chainFillerWrites {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		_ = n.c.Put(ctx, filler, []byte(fmt.Sprint(i)))
+		cancel()
+	}
+	heal()
+	split(keys[1])
+	split(keys[2])
+}
+
+// chainFillerWrites: past the nemesis cluster's log GC threshold (200).
+const chainFillerWrites = 210

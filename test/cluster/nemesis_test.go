@@ -264,9 +264,9 @@ func (n *nemesis) loop() {
 			continue
 		}
 		r, leader, hasLeader, followers, hold := f.r, f.leader, f.hasLeader, f.followers, f.hold
-		kinds := 18
+		kinds := 19
 		if n.run.powerLoss {
-			kinds = 19
+			kinds = 20
 		}
 		switch kind := n.rng.IntN(kinds); kind {
 		case 0, 1, 2, 3, 4, 5, 6, 7, 8:
@@ -294,6 +294,8 @@ func (n *nemesis) loop() {
 		case 17:
 			n.merge(f)
 		case 18:
+			n.splitChain(f)
+		case 19:
 			n.powerLoss(f)
 		}
 	}
