@@ -7,34 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// hedgekvBinary is the hedgekv binary the process tests run: $HEDGEKV_BIN
-// if set (make smoke-test builds it), otherwise built here, so the test
-// runs wherever Go does.
-func hedgekvBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("HEDGEKV_BIN"); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("HEDGEKV_BIN=%s: %v", p, err)
-		}
-		return p
-	}
-	bin := filepath.Join(t.TempDir(), "hedgekv")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/hedgekv")
-	cmd.Dir = ".." // the repository root, from bench/
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/hedgekv: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // TestNodeKill runs a tiny node-kill against three real server processes:
 // the leader's store is killed with SIGKILL, the stale-hedge variant fails
