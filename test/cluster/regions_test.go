@@ -461,8 +461,18 @@ func noReadFromReplicaBeingRemoved() {
 // rebalanceAfterRestart: the balancer spreads the leaders again after a
 // store restarts.
 func rebalanceAfterRestart() {
-	c := startCluster(raftstoretest.Options{Balance: true})
-	ctx := ctxFor(60 * time.Second)
+	// On the manual clock, stepped by a clockRunner as fast as the stores
+	// take the ticks: the balancer waits 2 s of its clock after each move
+	// before it judges the spread again (settleTime), and spreading ten
+	// leaders off one store took six such waits, on the real clock 10 of
+	// the spec's 15 s. Every wait below is bounded in the stores' time,
+	// as the balancer's pace is, so a starved machine, whose clock then
+	// runs slower, gets as long in the stores' time as a fast one.
+	stop := make(chan struct{})
+	DeferCleanup(func() { close(stop) }) // after the replica check, which needs ticks
+	c := startCluster(raftstoretest.Options{Balance: true, ManualClock: true})
+	clk := runClock(c, stop)
+	ctx := ctxFor(2 * time.Minute)
 	for at := 100; at < 1000; at += 100 {
 		Expect(c.Split(ctx, key(at))).To(Succeed())
 	}
@@ -485,12 +495,80 @@ func rebalanceAfterRestart() {
 		}
 		return nil
 	}
-	Eventually(spread).WithTimeout(20 * time.Second).Should(Succeed())
+	Expect(untilOnClock(c, 20*time.Second, spread)).To(Succeed())
 	victim := c.IDs()[0]
-	Expect(c.StopStore(victim)).To(Succeed())
+	clk.hold(func() { Expect(c.StopStore(victim)).To(Succeed()) })
 	everyRegionHasLeader(c)
-	Expect(c.StartStore(victim)).To(Succeed())
-	Eventually(spread).WithTimeout(20 * time.Second).Should(Succeed())
+	clk.hold(func() { Expect(c.StartStore(victim)).To(Succeed()) })
+	Expect(untilOnClock(c, 20*time.Second, spread)).To(Succeed())
+	Expect(clk.err()).To(Succeed())
+}
+
+// clockRunner steps a cluster's manual clock (runClock).
+type clockRunner struct {
+	mu    sync.Mutex // held for each step, and by hold
+	first error      // the first error a step met
+}
+
+// runClock steps c's manual clock a tick at a time, as fast as every
+// store takes the ticks (Advance waits for them), until stop is closed.
+func runClock(c *raftstoretest.Cluster, stop <-chan struct{}) *clockRunner {
+	r := &clockRunner{}
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r.mu.Lock()
+			if err := c.Tick(1); err != nil && r.first == nil {
+				r.first = err
+			}
+			r.mu.Unlock()
+			// A pace: the stores' goroutines outside the tick (the
+			// balancer, a transfer's messages) get a moment of real time
+			// in each tick of theirs.
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return r
+}
+
+// hold runs f with the clock stopped: a store started while the clock
+// moves may arm its ticker a tick later than the cluster counts its ticks
+// from, and Advance would then wait for a tick it never takes.
+func (r *clockRunner) hold(f func()) {
+	GinkgoHelper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f()
+}
+
+func (r *clockRunner) err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.first
+}
+
+// untilOnClock polls cond until it holds, for at most d of c's manual
+// clock (and, so that a stuck clock cannot hang the spec, two minutes of
+// real time).
+func untilOnClock(c *raftstoretest.Cluster, d time.Duration, cond func() error) error {
+	GinkgoHelper()
+	clk := c.Clock()
+	end, realEnd := clk.Now().Add(d), time.Now().Add(2*time.Minute)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if !clk.Now().Before(end) || time.Now().After(realEnd) {
+			return fmt.Errorf("after %v of the stores' clock (%v of the real one): %w",
+				d-end.Sub(clk.Now()), time.Until(realEnd.Add(-2*time.Minute)).Abs().Round(time.Millisecond), err)
+		}
+		time.Sleep(5 * time.Millisecond) // a pace of polling
+	}
 }
 
 // replaceDownStore: the replicas of a store that stays down are replaced on
