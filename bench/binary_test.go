@@ -57,6 +57,13 @@ func hedgekvBinary(t *testing.T) string {
 	return b.path
 }
 
+// The scenario tests (a cluster of processes or an in-process cluster
+// each, on ports of their own) call t.Parallel: go test runs them after
+// the others, -parallel (GOMAXPROCS: two on 2 cores) at a time. Most of
+// their time is waiting, on simulated WAN delays, run durations, idle
+// windows and process starts, so two at a time take about two thirds of
+// the time one at a time did; none may check a timing that a loaded
+// machine misses (CI runs this package beside others anyway).
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if builtBinary.dir != "" {

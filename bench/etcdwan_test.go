@@ -54,6 +54,7 @@ func etcdForTest(t *testing.T) string {
 // cannot beat one; one served under a follower lease need not pay it),
 // not the targets, which a loaded test machine may miss.
 func TestEtcdWANQuick(t *testing.T) {
+	t.Parallel()
 	bin := hedgekvBinary(t)
 	etcd := etcdForTest(t)
 	var variants []string

@@ -19,6 +19,7 @@ import (
 // must; that is logged, not failed. test/cluster's follower lease specs
 // check the leases themselves.
 func TestFollowerLeaseTiny(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

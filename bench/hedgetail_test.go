@@ -14,6 +14,7 @@ import (
 // fails, the hedging rows carry their extra-request ratio, the files are
 // written. Nothing here checks timing.
 func TestHedgeTailTiny(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

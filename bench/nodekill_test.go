@@ -18,6 +18,7 @@ import (
 // no read, the killed store is restarted for the next variant, and every
 // process started has exited at the end.
 func TestNodeKill(t *testing.T) {
+	t.Parallel()
 	bin := hedgekvBinary(t)
 	out := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -10,6 +10,7 @@ import (
 // overloaded-replica, tiny: both rows exist with p95, no read fails, and
 // round-robin reads every store. Nothing here checks timing.
 func TestOverloadedTiny(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

@@ -53,6 +53,7 @@ func TestPeerEtcdConfigValidation(t *testing.T) {
 // TestPeerEtcdHedgeKVOnly runs the scenario's hedgekv half against an
 // in-process cluster (no etcd needed) and checks what it writes.
 func TestPeerEtcdHedgeKVOnly(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -88,6 +89,7 @@ func TestPeerEtcdHedgeKVOnly(t *testing.T) {
 // one (HedgeKVEndpoints); with go-ycsb's binding only the linearizable
 // variant runs, scans included.
 func TestPeerEtcdHedgeKVEtcdAPI(t *testing.T) {
+	t.Parallel()
 	etcdAPI := []string{"hedgekv-etcd-linearizable", "hedgekv-etcd-follower", "hedgekv-etcd-serializable"}
 	running := func(t *testing.T) []string {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -162,6 +164,7 @@ func TestPeerEtcdHedgeKVEtcdAPI(t *testing.T) {
 // TestPeerEtcdWithEtcd runs the whole scenario, tiny, when an etcd binary is
 // installed; it is skipped otherwise.
 func TestPeerEtcdWithEtcd(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("etcd"); err != nil {
 		t.Skip("no etcd on PATH (apt-get install etcd-server)")
 	}
@@ -226,6 +229,7 @@ func TestPeerEtcdWANConfig(t *testing.T) {
 // go-ycsb's own etcd binding, as corrected by etcddb.GoYCSB: none may
 // fail. Skipped without etcd.
 func TestPeerEtcdGoYCSBBindingScans(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("etcd"); err != nil {
 		t.Skip("no etcd on PATH (apt-get install etcd-server)")
 	}
@@ -263,6 +267,7 @@ func TestPeerEtcdGoYCSBBindingScans(t *testing.T) {
 // pays round trips to the leader in dc-a, a read at a remote member pays
 // the client's own round trip. Skipped without etcd.
 func TestEtcdClusterBehindWAN(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("etcd"); err != nil {
 		t.Skip("no etcd on PATH (apt-get install etcd-server)")
 	}
@@ -335,6 +340,7 @@ func TestEtcdClusterBehindWAN(t *testing.T) {
 // every variant produces its row and no operation fails (nothing here
 // checks timing). Skipped without etcd.
 func TestPeerEtcdWANTiny(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("etcd"); err != nil {
 		t.Skip("no etcd on PATH (apt-get install etcd-server)")
 	}

@@ -16,6 +16,7 @@ import (
 // against three real server processes: every figure is filled in, the
 // baseline comes first, and every process started has exited.
 func TestRegionsTiny(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts two clusters of three server processes")
 	}

@@ -34,6 +34,7 @@ const (
 // test checks they are counted consistently (the interval recorder, the
 // runner and go-ycsb agree).
 func TestScaleQuick(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("loads 10,000 records into three server processes")
 	}

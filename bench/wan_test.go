@@ -20,6 +20,7 @@ import (
 // reads were served is not checked: they followed the leader).
 
 func TestFollowerReadDCTiny(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -100,6 +101,7 @@ func TestFollowerReadDCTiny(t *testing.T) {
 }
 
 func TestHotRegionTiny(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()

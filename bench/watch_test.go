@@ -11,6 +11,7 @@ import (
 // watch, tiny, in-process: every event expected is delivered once, and
 // the results say so. Nothing here checks timing.
 func TestWatchTiny(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
