@@ -139,6 +139,7 @@ func (s *Store) applySplitTx(tx *engine.Tx, rp *readyPeer, e *raftpb.Entry, cmd 
 			// creating the region here would reset a log its leader has
 			// counted on. Left to the snapshot, as an initialized one is.
 			s.log.Error("a split found its new region's snapshot under way: left to the snapshot", "region", p.regionID, "new_region", newID)
+			s.stats.splitsOverSnapshot.Add(1)
 		}
 	}
 	// No data and no dedup record moves: the new region owns the keys of

@@ -55,6 +55,10 @@ type Stats struct {
 	// of the source had not applied its freeze (merge.go): the
 	// coordinator's check rules it out, so it must stay 0.
 	MergeViolations uint64
+	// SplitsOverSnapshot counts splits applied here that found their new
+	// region's snapshot under way and left the region to it (apply.go):
+	// the snapshot claims rule it out (snapclaim.go), so it must stay 0.
+	SplitsOverSnapshot uint64
 	// ReadIndexAnswersRefused: ReadIndex answers that named another
 	// instance of the peer (an answer to a batch of an instance that
 	// restarted).
@@ -96,7 +100,7 @@ type stats struct {
 	followerLeaseGrantsRefused, followerLeaseViolations      atomic.Uint64
 	readIndexAnswersRefused                                  atomic.Uint64
 	mergeViolations                                          atomic.Uint64
-	snapshotsRefusedOverlap                                  atomic.Uint64
+	snapshotsRefusedOverlap, splitsOverSnapshot              atomic.Uint64
 	diskFailures                                             atomic.Uint64
 	leadersByTransfer, leadersByElection                     atomic.Uint64
 	softStateChanges                                         atomic.Uint64 // LeaderChanges
@@ -169,6 +173,7 @@ func (s *Store) Stats() Stats {
 		FollowerLeaseCommitViolations: s.stats.followerLeaseViolations.Load(),
 		ReadIndexAnswersRefused:       s.stats.readIndexAnswersRefused.Load(),
 		MergeViolations:               s.stats.mergeViolations.Load(),
+		SplitsOverSnapshot:            s.stats.splitsOverSnapshot.Load(),
 		DiskFailures:                  s.stats.diskFailures.Load(),
 
 		LeadershipsByTransfer: s.stats.leadersByTransfer.Load(),

@@ -274,6 +274,8 @@ func (m *metrics) registerStoreStats(stats func() raftstore.Stats) {
 			func(s raftstore.Stats) uint64 { return s.PagesWritten }),
 		counter("hedgekv_store_merge_violations_total", "Merge commits applied where this store's replica of the source had not applied its freeze: a bug; the replicas may disagree.",
 			func(s raftstore.Stats) uint64 { return s.MergeViolations }),
+		counter("hedgekv_store_splits_over_snapshot_total", "Splits applied here that found their new region's snapshot under way (the snapshot admission rules it out): a bug; the replica may miss writes.",
+			func(s raftstore.Stats) uint64 { return s.SplitsOverSnapshot }),
 		counter("hedgekv_store_batches_rebuilt_total", "Uncommitted rounds lost with a failed round or commit and rebuilt from the WAL.",
 			func(s raftstore.Stats) uint64 { return s.BatchesRebuilt }),
 	)
