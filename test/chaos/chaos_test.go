@@ -162,6 +162,10 @@ func TestChaos(t *testing.T) {
 		t.Errorf("the stores logged %d merge violations (%q): a merge committed over a source replica that had not applied its freeze; store logs saved to %s",
 			n, mergeViolationLog, saveStoreLogs(c, seed))
 	}
+	if n := countInLogs(c, splitOverSnapshotLog); n > 0 {
+		t.Errorf("the stores logged %d splits over a snapshot (%q): a snapshot admitted beside one that covers its range; store logs saved to %s",
+			n, splitOverSnapshotLog, saveStoreLogs(c, seed))
+	}
 	if len(earlyOps) > 0 {
 		t.Errorf("%d operations failed while their deadline allowed another try: the client let an error through (see \"early:\" above)", len(earlyOps))
 	}
@@ -352,6 +356,10 @@ func saveHistory(root string, seed uint64, ops []porcupine.Operation, info porcu
 // mergeViolationLog is what a store logs when a merge commits over a
 // replica of the source that had not applied its freeze.
 const mergeViolationLog = "merge committed where the source's freeze was not applied"
+
+// splitOverSnapshotLog is what a store logs when a split finds its new
+// region's snapshot under way (raftstore's snapshot claims rule it out).
+const splitOverSnapshotLog = "a split found its new region's snapshot under way"
 
 // countInLogs counts the lines of the stores' logs that hold s.
 func countInLogs(c *cluster, s string) int {
