@@ -445,16 +445,17 @@ func placeEtcdKeyspace(ctx context.Context, c *cluster.Processes, store uint64, 
 	}
 	var region uint64
 	for region <= 1 {
+		// While a store applies the split, its region 1 already ends
+		// before the keyspace and the new region may not be listed yet:
+		// no store holds the key for a moment (seen on a loaded machine),
+		// so an error is looked at again, as region 1 is.
 		var err error
-		if region, err = c.RegionOf(ctx, []byte(etcdapi.Prefix)); err != nil {
-			return 0, err
-		}
-		if region > 1 {
+		if region, err = c.RegionOf(ctx, []byte(etcdapi.Prefix)); err == nil && region > 1 {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("the etcd keyspace was not split off region 1: %w", ctx.Err())
+			return 0, fmt.Errorf("the etcd keyspace was not split off region 1 (last look: region %d, %v): %w", region, err, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
