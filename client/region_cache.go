@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -178,7 +177,7 @@ func (c *regionCache) insertLocked(r region.Region, leaderStoreID uint64) {
 		}
 	}
 	for _, old := range c.tree.All() {
-		if !rangesOverlap(old, r) {
+		if !old.Overlaps(r) {
 			continue
 		}
 		if old.Epoch.Version > r.Epoch.Version ||
@@ -304,7 +303,7 @@ func (c *regionCache) olderThanCached(infos []*kvpb.RegionInfo) bool {
 		}
 		r := info.GetRegion().ToRegion()
 		for _, old := range c.tree.All() {
-			if rangesOverlap(old, r) && (old.Epoch.Version > r.Epoch.Version ||
+			if old.Overlaps(r) && (old.Epoch.Version > r.Epoch.Version ||
 				(old.ID == r.ID && old.Epoch.Version == r.Epoch.Version && old.Epoch.ConfVer > r.Epoch.ConfVer)) {
 				return true
 			}
@@ -450,11 +449,4 @@ func (c *regionCache) refreshStores(ctx context.Context) error {
 
 func sortStores(s []storeInfo) {
 	slices.SortFunc(s, func(a, b storeInfo) int { return cmp.Compare(a.id, b.id) })
-}
-
-// rangesOverlap reports whether two regions' half-open ranges intersect.
-func rangesOverlap(a, b region.Region) bool {
-	aBeforeB := len(a.EndKey) > 0 && bytes.Compare(a.EndKey, b.StartKey) <= 0
-	bBeforeA := len(b.EndKey) > 0 && bytes.Compare(b.EndKey, a.StartKey) <= 0
-	return !aBeforeB && !bBeforeA
 }

@@ -1,8 +1,6 @@
 package raftstore
 
 import (
-	"bytes"
-
 	"github.com/hedgekv/hedgekv/region"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -130,9 +128,7 @@ func overlapsSkippingMerge(o, r region.Region) bool {
 	if o.Merge != nil && o.Merge.Target == r.ID {
 		return false
 	}
-	startsBeforeEnd := len(o.EndKey) == 0 || bytes.Compare(r.StartKey, o.EndKey) < 0
-	endsAfterStart := len(r.EndKey) == 0 || bytes.Compare(o.StartKey, r.EndKey) < 0
-	return startsBeforeEnd && endsAfterStart
+	return o.Overlaps(r)
 }
 
 // holdsSnapshotLocked reports whether p, not initialized, has taken a

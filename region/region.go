@@ -64,6 +64,14 @@ func (r *Region) Contains(key []byte) bool {
 	return bytes.Compare(key, r.StartKey) >= 0 && (len(r.EndKey) == 0 || bytes.Compare(key, r.EndKey) < 0)
 }
 
+// Overlaps reports whether r's and o's half-open ranges share a key (an
+// empty end key is the end of the key space).
+func (r *Region) Overlaps(o Region) bool {
+	rBeforeO := len(r.EndKey) > 0 && bytes.Compare(r.EndKey, o.StartKey) <= 0
+	oBeforeR := len(o.EndKey) > 0 && bytes.Compare(o.EndKey, r.StartKey) <= 0
+	return !rBeforeO && !oBeforeR
+}
+
 // PeerOnStore returns the region's peer hosted by storeID.
 func (r *Region) PeerOnStore(storeID uint64) (Peer, bool) {
 	for _, p := range r.Peers {

@@ -21,11 +21,11 @@ func (t *Tree) Insert(r Region) (removed []Region) {
 	// one per split, so no insert copies them all).
 	i := sort.Search(len(t.byStart), func(i int) bool { return bytes.Compare(t.byStart[i].StartKey, r.StartKey) > 0 })
 	lo := i
-	if lo > 0 && overlaps(t.byStart[lo-1], r) {
+	if lo > 0 && t.byStart[lo-1].Overlaps(r) {
 		lo--
 	}
 	hi := lo
-	for hi < len(t.byStart) && overlaps(t.byStart[hi], r) {
+	for hi < len(t.byStart) && t.byStart[hi].Overlaps(r) {
 		hi++
 	}
 	removed = append(removed, t.byStart[lo:hi]...)
@@ -78,11 +78,4 @@ func (t *Tree) Len() int { return len(t.byStart) }
 // All returns the regions in key order. The slice is a copy.
 func (t *Tree) All() []Region {
 	return append([]Region(nil), t.byStart...)
-}
-
-// overlaps reports whether two half-open ranges intersect.
-func overlaps(a, b Region) bool {
-	aBeforeB := len(a.EndKey) > 0 && bytes.Compare(a.EndKey, b.StartKey) <= 0
-	bBeforeA := len(b.EndKey) > 0 && bytes.Compare(b.EndKey, a.StartKey) <= 0
-	return !aBeforeB && !bBeforeA
 }

@@ -398,7 +398,7 @@ func TestTreeRandomAgainstLinear(t *testing.T) {
 		// removed is exactly the set of prior regions overlapping [s, e).
 		var want []uint64
 		for _, r := range before {
-			if overlaps(r, Region{StartKey: s, EndKey: e}) {
+			if r.Overlaps(Region{StartKey: s, EndKey: e}) {
 				want = append(want, r.ID)
 			}
 		}
@@ -448,11 +448,11 @@ func TestOverlaps(t *testing.T) {
 		{rg(0, "b", "c"), rg(0, "a", "d"), true},
 	}
 	for _, tt := range tests {
-		if got := overlaps(tt.a, tt.b); got != tt.want {
-			t.Errorf("overlaps(%v, %v) = %v, want %v", tt.a.String(), tt.b.String(), got, tt.want)
+		if got := tt.a.Overlaps(tt.b); got != tt.want {
+			t.Errorf("Overlaps(%v, %v) = %v, want %v", tt.a.String(), tt.b.String(), got, tt.want)
 		}
-		if got := overlaps(tt.b, tt.a); got != tt.want {
-			t.Errorf("overlaps(%v, %v) (swapped) = %v, want %v", tt.b.String(), tt.a.String(), got, tt.want)
+		if got := tt.b.Overlaps(tt.a); got != tt.want {
+			t.Errorf("Overlaps(%v, %v) (swapped) = %v, want %v", tt.b.String(), tt.a.String(), got, tt.want)
 		}
 	}
 }
