@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,7 +25,7 @@ import (
 //     revision's changes once from the same history (the "r/" index),
 //     whenever the Applier applies a revision here and at least every
 //     watchPoll, finds the synced watchers of each changed key (watchIndex)
-//     and queues the event to each, reading the history record (and the
+//     and hands the event to each, reading the history record (and the
 //     previous value, only if one of them asked for prev_kv) only for keys
 //     somebody watches.
 //
@@ -33,14 +34,14 @@ import (
 // so nothing applied (by an entry, a snapshot, a restore) is missed.
 //
 // The hand-over, and its invariant. For every watcher, every event it
-// wants below its next has been sent or queued to it, and none at or
-// above next has. F and the synced group change only under feed.mu: a
-// round reads revisions F..hi and queues them, then sets F = hi+1, all
+// wants below its next has been sent or handed to its stream's sender,
+// and none at or above next has. F and the synced group change only under feed.mu: a
+// round reads revisions F..hi and hands them over, then sets F = hi+1, all
 // under feed.mu; a watcher joins the synced group under feed.mu and only
 // if next >= F (if the feed got ahead while it read, it reads the rest
 // from the state holding feed.mu, where F cannot move: the state holds
 // every revision before F, so that read ends at or past F). The feed
-// queues to a synced watcher only the events at or after its next. So an
+// hands a synced watcher only the events at or after its next. So an
 // event below next came from the watcher's own reads, one at or above it
 // from the feed, none from both (no duplicate), and none from neither
 // (no gap), since the feed reads every revision from F on and next >= F.
@@ -48,14 +49,17 @@ import (
 // watchBuffer; a compaction or failure the feed met; cancelled) with next
 // set to the first revision it was not given, and catches up from there.
 //
-// A slow client never slows the feed or the other watchers: the feed only
-// appends to a watcher's queue (its goroutine sends it), and a watcher
-// whose queue would pass watchBuffer events drops back to unsynced and
-// reads its way back from history, as a new watcher does.
+// A slow client never slows the feed or the other watchers: the feed
+// hands each watcher's events to its stream's sender without waiting
+// (watchsend.go: one goroutine sends a stream's responses, in the order
+// handed), and a watcher with more than watchBuffer events handed but not
+// sent drops back to unsynced and reads its way back from history, as a
+// new watcher does; the sender sends what it was handed first, so the
+// watcher's own reads follow it in order.
 
-// watchBuffer bounds the events queued to a synced watcher its goroutine
-// has not sent yet (a round adds at most one batch past it to an empty
-// queue, so a single large revision still goes through).
+// watchBuffer bounds the events handed to the sender for a synced watcher
+// and not sent yet (a round hands at most one batch past it to a watcher
+// with none outstanding, so a single large revision still goes through).
 const watchBuffer = 256
 
 // watchBufferLen is watchBuffer, or the knob that replaces it.
@@ -273,29 +277,36 @@ func (f *feed) resetRound() {
 	f.touched = f.touched[:0]
 }
 
-// deliverLocked queues each watcher's events of the round (read up to
-// hi), or drops it back to unsynced if its queue is too long.
+// deliverLocked hands each watcher's events of the round (read up to hi)
+// to its stream's sender, or drops it back to unsynced if its client has
+// not taken enough of what it was handed before. The sender sends them in
+// the order handed, so a dropped watcher's own reads, sent after, follow
+// them.
 func (f *feed) deliverLocked(hi int64) {
-	limit := f.s.watchBufferLen()
+	limit := int64(f.s.watchBufferLen())
+	header := f.s.watchHeader(hi)
 	for _, w := range f.touched {
 		evs := w.pending
 		w.pending = nil
-		w.mu.Lock()
-		if len(w.queue) > 0 && len(w.queue)+len(evs) > limit {
+		if unsent := w.unsent.Load(); unsent > 0 && unsent+int64(len(evs)) > limit {
 			// Its client reads too slowly: it catches up from history,
-			// from the first event not queued.
+			// from the first event not handed over.
+			w.mu.Lock()
 			w.next = evs[0].Kv.ModRevision
 			w.synced = false
+			w.mu.Unlock()
 			f.synced.remove(w)
 			if fn := f.s.knobs().OnFallback; fn != nil {
 				fn()
 			}
-		} else {
-			w.queue = append(w.queue, evs...)
-			w.queueRev = hi
+			w.notify()
+			continue
 		}
-		w.mu.Unlock()
-		w.notify()
+		for len(evs) > 0 {
+			n := batchEnd(evs)
+			w.ws.out.Hand(&pb.WatchResponse{Header: header, WatchId: w.id, Events: evs[:n]}, w, int64(n))
+			evs = evs[n:]
+		}
 	}
 	clear(f.touched)
 	f.touched = f.touched[:0]
@@ -317,10 +328,11 @@ func (f *feed) dropAllLocked() {
 
 // join makes w, an unsynced watcher that has read the state up to its
 // next (up to cur, the state's revision then), synced, if next >= F. If
-// the feed is ahead, it reads the events
-// from next on itself holding feed.mu (F cannot move meanwhile), returning
-// them to send before anything the feed queues, with the state's current
-// and compaction revisions; the watcher joins if that read reached F.
+// the feed is ahead, it reads the events from next on itself holding
+// feed.mu (F cannot move meanwhile) with the state's current and
+// compaction revisions; the watcher joins if that read reached F, and
+// then what it read is handed to the sender before anything the feed
+// hands it. If it does not join, the caller sends what it read.
 // It joins nothing once the feed has stopped.
 func (f *feed) join(ctx context.Context, w *watcher, read int64) (joined bool, evs []*mvccpb.Event, cur, compacted int64, err error) {
 	f.start.Do(func() { go f.run(f.s.feedContext()) })
@@ -346,10 +358,17 @@ func (f *feed) join(ctx context.Context, w *watcher, read int64) (joined bool, e
 	w.synced = true
 	w.mu.Unlock()
 	f.synced.add(w)
+	// What w read here goes to the sender before anything the feed hands
+	// it from now on.
+	for len(evs) > 0 {
+		n := batchEnd(evs)
+		w.ws.out.Hand(&pb.WatchResponse{Header: f.s.watchHeader(cur), WatchId: w.id, Events: evs[:n]}, w, int64(n))
+		evs = evs[n:]
+	}
 	if fn := f.s.knobs().OnJoin; fn != nil {
 		fn(readRest)
 	}
-	return true, evs, cur, compacted, nil
+	return true, nil, cur, compacted, nil
 }
 
 // leave takes w out of the synced group (its watch ended).

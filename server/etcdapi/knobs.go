@@ -5,9 +5,9 @@ package etcdapi
 // none. They are per Service, not package variables, so tests that run
 // stores side by side never see each other's.
 type TestingKnobs struct {
-	// WatchBuffer, if positive, replaces watchBuffer: how many events a
-	// synced watcher's queue holds before it drops back to reading
-	// history.
+	// WatchBuffer, if positive, replaces watchBuffer: how many events of
+	// a synced watcher the stream's sender may hold unsent before the
+	// watcher drops back to reading history.
 	WatchBuffer int
 	// BeforeJoin, if set, runs between a watcher's last read of history
 	// and its join to the feed: a pause there lets the feed move on.

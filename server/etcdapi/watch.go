@@ -49,7 +49,8 @@ func (s *Service) Watch(stream pb.Watch_WatchServer) error {
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	ws := &watchStream{s: s, stream: stream, ctx: ctx, cancels: map[int64]context.CancelFunc{}}
+	ws := &watchStream{s: s, ctx: ctx, out: newStreamSender(stream.Send), cancels: map[int64]context.CancelFunc{}}
+	go ws.out.run(ctx)
 	defer ws.stopAll()
 	for {
 		req, err := stream.Recv()
@@ -83,20 +84,15 @@ func (s *Service) Watch(stream pb.Watch_WatchServer) error {
 // watchStream is one Watch call: its watchers share the stream.
 type watchStream struct {
 	s       *Service
-	stream  pb.Watch_WatchServer
 	ctx     context.Context
-	sendMu  sync.Mutex
+	out     *streamSender // every Send on the stream (watchsend.go)
 	mu      sync.Mutex
 	nextID  int64
 	cancels map[int64]context.CancelFunc
 	wg      sync.WaitGroup
 }
 
-func (ws *watchStream) send(r *pb.WatchResponse) error {
-	ws.sendMu.Lock()
-	defer ws.sendMu.Unlock()
-	return ws.stream.Send(r)
-}
+func (ws *watchStream) send(r *pb.WatchResponse) error { return ws.out.Send(r) }
 
 func (ws *watchStream) stopAll() {
 	ws.mu.Lock()
@@ -195,17 +191,22 @@ type watcher struct {
 	seq                     uint64 // orders watchers of one start in the feed's index
 	prevKV, noPut, noDelete bool
 	progress                bool
-	wake                    chan struct{} // the feed queued events, or dropped it
+	wake                    chan struct{} // the feed dropped it
 
 	// mu guards what the feed changes while the watcher is synced.
 	mu sync.Mutex
-	// next is the first revision not sent (nor queued): the watcher's
+	// next is the first revision not sent (nor handed to the sender): the watcher's
 	// own while it is unsynced; while it is synced the feed gives it
 	// only events at or after it, and sets it when it drops it.
-	next     int64
-	synced   bool
-	queue    []*mvccpb.Event // queued by the feed, not sent yet
-	queueRev int64           // the revision the feed had read to when it queued them
+	next   int64
+	synced bool
+
+	// unsent counts the events the feed handed to the stream's sender
+	// for this watcher that it has not sent yet (the feed's bound on a
+	// slow client, watchBuffer); lastSent is when the sender last sent
+	// one of its responses (UnixNano), for progress notifications.
+	unsent   atomic.Int64
+	lastSent atomic.Int64
 
 	pending []*mvccpb.Event // the feed's round's events for it (under feed.mu)
 }
@@ -222,9 +223,9 @@ func (w *watcher) notify() {
 func (w *watcher) run(ctx context.Context) error {
 	s := w.ws.s
 	defer s.feed.leave(w)
-	lastSent := time.Now()
+	w.lastSent.Store(time.Now().UnixNano())
 	send := func(evs []*mvccpb.Event, rev int64) error {
-		lastSent = time.Now()
+		w.lastSent.Store(time.Now().UnixNano())
 		return w.ws.send(&pb.WatchResponse{Header: s.watchHeader(rev), WatchId: w.id, Events: evs})
 	}
 	for {
@@ -232,7 +233,7 @@ func (w *watcher) run(ctx context.Context) error {
 		synced := w.synced
 		w.mu.Unlock()
 		if synced {
-			if err := w.sendQueued(ctx, &lastSent); err != nil || ctx.Err() != nil {
+			if err := w.whileSynced(ctx); err != nil || ctx.Err() != nil {
 				return err
 			}
 			continue // dropped: catch up from history
@@ -262,7 +263,7 @@ func (w *watcher) run(ctx context.Context) error {
 		} else if !joined && w.next < compacted { // once joined, next is the feed's to change
 			return w.ws.send(&pb.WatchResponse{Header: s.header(cur), WatchId: w.id, Canceled: true, CompactRevision: compacted,
 				CancelReason: "etcdserver: mvcc: required revision has been compacted"})
-		} else if len(evs) > 0 || (!joined && w.progress && time.Since(lastSent) >= progressEvery) {
+		} else if len(evs) > 0 || (!joined && w.progress && time.Since(time.Unix(0, w.lastSent.Load())) >= progressEvery) {
 			if err := send(evs, cur); err != nil {
 				return err
 			}
@@ -285,11 +286,11 @@ func (w *watcher) run(ctx context.Context) error {
 	}
 }
 
-// sendQueued sends what the feed queues for w until the feed drops it
-// (it returns nil then) or ctx ends, and progress notifications while it
-// is idle, if it asked for them.
-func (w *watcher) sendQueued(ctx context.Context, lastSent *time.Time) error {
-	s := w.ws.s
+// whileSynced waits while the feed hands w's events to the stream's
+// sender (deliverLocked), until the feed drops w (it returns nil then) or
+// ctx ends, sending progress notifications while w is idle, if it asked
+// for them.
+func (w *watcher) whileSynced(ctx context.Context) error {
 	var progress *time.Timer
 	defer func() {
 		if progress != nil {
@@ -298,26 +299,18 @@ func (w *watcher) sendQueued(ctx context.Context, lastSent *time.Time) error {
 	}()
 	for {
 		w.mu.Lock()
-		evs, rev, synced := w.queue, w.queueRev, w.synced
-		w.queue = nil
+		synced := w.synced
 		w.mu.Unlock()
-		for len(evs) > 0 {
-			n := batchEnd(evs)
-			if err := w.ws.send(&pb.WatchResponse{Header: s.watchHeader(rev), WatchId: w.id, Events: evs[:n]}); err != nil {
-				return err
-			}
-			*lastSent = time.Now()
-			evs = evs[n:]
-		}
 		if !synced {
 			return nil
 		}
 		var tick <-chan time.Time
 		if w.progress {
+			due := time.Until(time.Unix(0, w.lastSent.Load()).Add(progressEvery))
 			if progress == nil {
-				progress = time.NewTimer(time.Until(lastSent.Add(progressEvery)))
+				progress = time.NewTimer(due)
 			} else {
-				progress.Reset(time.Until(lastSent.Add(progressEvery)))
+				progress.Reset(due)
 			}
 			tick = progress.C
 		}
@@ -326,7 +319,7 @@ func (w *watcher) sendQueued(ctx context.Context, lastSent *time.Time) error {
 			return nil
 		case <-w.wake:
 		case <-tick:
-			if err := w.sendProgress(lastSent); err != nil {
+			if err := w.sendProgress(); err != nil {
 				return err
 			}
 		}
@@ -334,18 +327,19 @@ func (w *watcher) sendQueued(ctx context.Context, lastSent *time.Time) error {
 }
 
 // sendProgress tells an idle synced watcher's client it has every event
-// up to the feed's revision: F is read before the queue is found empty,
-// and the feed queues a round's events before it moves F past them.
-func (w *watcher) sendProgress(lastSent *time.Time) error {
+// up to the feed's revision: F is read before w is found idle, and the feed
+// hands a round's events to the sender, ahead of this notification in its
+// queue, before it moves F past them.
+func (w *watcher) sendProgress() error {
 	from := w.ws.s.feed.next.Load()
 	w.mu.Lock()
-	idle := w.synced && len(w.queue) == 0
+	idle := w.synced && w.unsent.Load() == 0
 	rev := max(from, w.next) - 1
 	w.mu.Unlock()
-	if !idle || time.Since(*lastSent) < progressEvery {
+	if !idle || time.Since(time.Unix(0, w.lastSent.Load())) < progressEvery {
 		return nil
 	}
-	*lastSent = time.Now()
+	w.lastSent.Store(time.Now().UnixNano())
 	return w.ws.send(&pb.WatchResponse{Header: w.ws.s.watchHeader(rev), WatchId: w.id})
 }
 
