@@ -33,9 +33,26 @@ func TestWatchTiny(t *testing.T) {
 	if w.Expected < int64(w.Writes) {
 		t.Fatalf("%d events expected of %d writes", w.Expected, w.Writes)
 	}
+	// A write's first event is no later than its slowest.
+	if w.FirstP99Ms < 0 || w.FirstP99Ms > w.MaxMs {
+		t.Fatalf("first event p99 %v ms, slowest event %v ms", w.FirstP99Ms, w.MaxMs)
+	}
 	doc, err := ReadResults(filepath.Join(dir, "watch", "results.json"))
 	if err != nil || doc.Scenario != "watch" || len(doc.Rows) != 1 || doc.Rows[0].Watch == nil || doc.Rows[0].Watch.Delivered != w.Delivered {
 		t.Fatalf("results.json: %+v %v", doc, err)
+	}
+}
+
+func TestQuantile99(t *testing.T) {
+	if got := quantile99(nil); got != 0 {
+		t.Fatalf("quantile99(nil) = %d", got)
+	}
+	m := map[int64]int64{}
+	for i := range int64(200) {
+		m[i] = 200 - i // values 1..200
+	}
+	if got := quantile99(m); got != 198 {
+		t.Fatalf("quantile99 of 1..200 = %d, want 198", got)
 	}
 }
 
