@@ -285,51 +285,66 @@ type sweepState struct {
 
 func cutSweep(t *testing.T, name string, setup func(m *powerLossModel) sweepState, action func(m *powerLossModel) error) {
 	t.Helper()
+	// Each cut is a subtest of its own: its model's cleanups (bbolt's
+	// 16 MB file on tmpfs, the model's two 16 MB buffers of it) run as it
+	// ends, not when the whole sweep does (over 140 cuts held 4.6 GB).
 	for k := 1; ; k++ {
-		m := newPowerLossModel(t, rand.New(rand.NewPCG(uint64(k), 7)))
-		want := setup(m)
-		var (
-			op      int
-			image   *vfs.MemFS
-			boltImg []byte
-			cutAt   string
-		)
-		mode := vfs.CrashMode(k % 3)
-		inject := func(o vfs.Op, path string) error {
-			op++
-			if op == k && image == nil {
-				image = m.mem.CrashClone(mode, m.rng)
-				boltImg = m.bolt.Image(m.rng)
-				cutAt = fmt.Sprintf("before %s %s", o, filepath.Base(path))
-			}
-			return nil
-		}
-		fs := m.mem
-		m.injected = vfs.InjectErrors(fs, inject)
-		if err := action(m); err != nil {
-			t.Fatalf("%s: the action failed: %v", name, err)
-		}
-		if m.e != nil {
-			crash(m.e)
-		}
-		if image == nil {
-			if k == 1 {
-				t.Fatalf("%s: the action performed no file-system operation", name)
-			}
-			t.Logf("%s: %d cuts, every one booted with every promise kept", name, k-1)
+		var done bool
+		t.Run(fmt.Sprint("cut", k), func(t *testing.T) { done = cutOnce(t, name, k, setup, action) })
+		if done || t.Failed() {
 			return
 		}
-		if err := os.WriteFile(m.bolt.Path, boltImg, 0o600); err != nil {
-			t.Fatal(err)
+	}
+}
+
+// cutOnce is cutSweep's k-th cut; it reports whether the action
+// performed fewer than k operations (the sweep is over).
+func cutOnce(t *testing.T, name string, k int, setup func(m *powerLossModel) sweepState, action func(m *powerLossModel) error) bool {
+	t.Helper()
+	m := newPowerLossModel(t, rand.New(rand.NewPCG(uint64(k), 7)))
+	want := setup(m)
+	var (
+		op      int
+		image   *vfs.MemFS
+		boltImg []byte
+		cutAt   string
+	)
+	mode := vfs.CrashMode(k % 3)
+	inject := func(o vfs.Op, path string) error {
+		op++
+		if op == k && image == nil {
+			image = m.mem.CrashClone(mode, m.rng)
+			boltImg = m.bolt.Image(m.rng)
+			cutAt = fmt.Sprintf("before %s %s", o, filepath.Base(path))
 		}
-		m.mem, m.injected = image, nil
-		m.log, m.hs = want.log, want.hs
-		m.last, m.committed = want.hs.Commit, want.hs.Commit
-		if err := m.restart(); err != nil {
-			t.Fatalf("%s: power cut %s (%s): %v", name, cutAt, mode, err)
-		}
+		return nil
+	}
+	fs := m.mem
+	m.injected = vfs.InjectErrors(fs, inject)
+	if err := action(m); err != nil {
+		t.Fatalf("%s: the action failed: %v", name, err)
+	}
+	if m.e != nil {
 		crash(m.e)
 	}
+	if image == nil {
+		if k == 1 {
+			t.Fatalf("%s: the action performed no file-system operation", name)
+		}
+		t.Logf("%s: %d cuts, every one booted with every promise kept", name, k-1)
+		return true
+	}
+	if err := os.WriteFile(m.bolt.Path, boltImg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m.mem, m.injected = image, nil
+	m.log, m.hs = want.log, want.hs
+	m.last, m.committed = want.hs.Commit, want.hs.Commit
+	if err := m.restart(); err != nil {
+		t.Fatalf("%s: power cut %s (%s): %v", name, cutAt, mode, err)
+	}
+	crash(m.e)
+	return false
 }
 
 // withRegion opens the model's engine (through the injecting FS if set)
