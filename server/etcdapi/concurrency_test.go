@@ -27,6 +27,7 @@ import (
 // Election among three candidates elects one leader at a time, and a
 // resign hands over to the next.
 func TestMutexAndElection(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	ctx := ctxFor(t, 120*time.Second)
 	const clients, rounds = 6, 5

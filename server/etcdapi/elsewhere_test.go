@@ -15,6 +15,7 @@ import (
 // reads and Txns go to the region's leader, found on the other stores,
 // and what it writes is read back everywhere.
 func TestStoreWithoutAReplicaServesTheKeyspace(t *testing.T) {
+	t.Parallel()
 	ctx := ctxFor(t, 90*time.Second)
 	c := outsiderCluster(t, ctx, nil)
 	first := client(t, c.Endpoints[0])

@@ -61,6 +61,7 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 // by one per write, keys carry create/mod revision and version, prefixes,
 // deletes with prev_kv, a compare-and-swap Txn.
 func TestKVThroughEveryStore(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	ctx := ctxFor(t, 60*time.Second)
 	var last int64
@@ -126,6 +127,7 @@ func TestKVThroughEveryStore(t *testing.T) {
 // TestCompactRefusesOldRevisions: a Range at a revision before the
 // compaction is ErrCompacted, one after it reads history.
 func TestCompactRefusesOldRevisions(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	ctx := ctxFor(t, 60*time.Second)
 	cli := client(t, c.Endpoints[0])
@@ -159,6 +161,7 @@ func TestCompactRefusesOldRevisions(t *testing.T) {
 // from every store sees every write acknowledged before the read began,
 // with header revisions that never go back, while writers run.
 func TestFollowerReadsAreLinearizable(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	ctx := ctxFor(t, 60*time.Second)
 	writer := client(t, c.Endpoints[0])
@@ -215,6 +218,7 @@ func TestFollowerReadsAreLinearizable(t *testing.T) {
 
 // TestStatusAndMembers: what etcdctl endpoint status and member list read.
 func TestStatusAndMembers(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	ctx := ctxFor(t, 30*time.Second)
 	cli := client(t, c.Endpoints[1])
@@ -242,6 +246,7 @@ func TestStatusAndMembers(t *testing.T) {
 // a watch from an old revision replays history, and one from before a
 // compaction is cancelled with the compaction revision.
 func TestWatchDeliversEveryEventOnceInOrder(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	ctx := ctxFor(t, 60*time.Second)
 	writer := client(t, c.Endpoints[0])
@@ -362,6 +367,7 @@ func etcdRegion(t *testing.T, c *cluster.Local) region.Region {
 // into a region of its own, and keys written before and after the split
 // stay readable.
 func TestKeyspaceBecomesItsOwnRegion(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	ctx := ctxFor(t, 60*time.Second)
 	cli := client(t, c.Endpoints[0])

@@ -80,6 +80,7 @@ func keysOf(t *testing.T, ctx context.Context, cli *clientv3.Client, prefix stri
 // revision, makes none for a lease without keys, and refuses an unknown
 // lease; a put with an unknown lease is refused, in a Txn too.
 func TestLeaseGrantRevoke(t *testing.T) {
+	t.Parallel()
 	c := startLeaseCluster(t, true)
 	_, _, followerEP := etcdRegionEndpoints(t, c)
 	ctx := ctxFor(t, 60*time.Second)
@@ -170,6 +171,7 @@ func TestLeaseGrantRevoke(t *testing.T) {
 // TestLeaseTimeToLiveAndLeases: TimeToLive, with keys, answered by the
 // leader whichever store is asked; Leases lists every lease.
 func TestLeaseTimeToLiveAndLeases(t *testing.T) {
+	t.Parallel()
 	c := startLeaseCluster(t, true)
 	ctx := ctxFor(t, 60*time.Second)
 	var ids []clientv3.LeaseID
@@ -231,6 +233,7 @@ func TestLeaseTimeToLiveAndLeases(t *testing.T) {
 // a keep-alive a third of the TTL after the last answer, on a 500ms tick:
 // a TTL of 5s leaves room for a slow machine.)
 func TestLeaseKeepAliveKeepsKeys(t *testing.T) {
+	t.Parallel()
 	c := startLeaseCluster(t, false)
 	_, leaderEP, followerEP := etcdRegionEndpoints(t, c)
 	ctx := ctxFor(t, 60*time.Second)
@@ -285,6 +288,7 @@ func TestLeaseKeepAliveKeepsKeys(t *testing.T) {
 // after its TTL (not before: they are there until TTL after the grant was
 // sent), all at one revision; then it is gone.
 func TestLeaseExpires(t *testing.T) {
+	t.Parallel()
 	c := startLeaseCluster(t, true)
 	_, _, followerEP := etcdRegionEndpoints(t, c)
 	ctx := ctxFor(t, 60*time.Second)
@@ -343,6 +347,7 @@ func TestLeaseExpires(t *testing.T) {
 // keeps its key at least its TTL after its grant (a new leader gives every
 // lease a full TTL: never an early expiry), then loses it.
 func TestLeaseLeaderChange(t *testing.T) {
+	t.Parallel()
 	c := startLeaseCluster(t, false)
 	regionID, _, _ := etcdRegionEndpoints(t, c)
 	ctx := ctxFor(t, 90*time.Second)
@@ -420,7 +425,10 @@ func TestLeaseLeaderChange(t *testing.T) {
 
 // TestLessorStopsWithServer: when the stores stop, nothing of the etcd
 // API's keeps running (the lessor, its revokes, KeepAlive streams and
-// their forwarding).
+// their forwarding). Not parallel: it reads every goroutine's stack, and
+// Go runs the parallel tests only after the others (a paused parallel
+// test of package etcdapi itself would show in the stacks: so the
+// internal tests are not parallel either).
 func TestLessorStopsWithServer(t *testing.T) {
 	c := startLeaseCluster(t, true)
 	_, _, followerEP := etcdRegionEndpoints(t, c)

@@ -24,6 +24,7 @@ import (
 // and a watch from the first revision must hold every acknowledged put
 // exactly once, in revision order.
 func TestClientv3Linearizable(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	ctx := ctxFor(t, 90*time.Second)
 	seconds := 8 * time.Second

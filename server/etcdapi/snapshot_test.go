@@ -40,6 +40,7 @@ import (
 // the next write. A restore that is under way refuses reads and writes,
 // resumes when run again, and a second restore is refused.
 func TestSnapshotRoundTripUnderLoad(t *testing.T) {
+	t.Parallel()
 	a := startCluster(t)
 	ctx := ctxFor(t, 120*time.Second)
 	cli := client(t, a.Endpoints[0])
@@ -456,6 +457,7 @@ func dialAll(t *testing.T, endpoints []string) []grpc.ClientConnInterface {
 // DropLeases the same Ranges at every revision from the compaction on,
 // less the lease.
 func TestRestoreFromEtcdMember(t *testing.T) {
+	t.Parallel()
 	bin, err := cluster.FindEtcd(os.Getenv("ETCD_BIN"))
 	if err != nil {
 		t.Skip(err)
@@ -547,6 +549,7 @@ func TestRestoreFromEtcdMember(t *testing.T) {
 // snapshot file's write transactions (made small here) and several
 // restore steps by size comes back whole.
 func TestSnapshotManyRecords(t *testing.T) {
+	t.Parallel()
 	a := startCluster(t, &etcdapi.TestingKnobs{BackendBatch: 1000})
 	ctx := ctxFor(t, 120*time.Second)
 	cli := client(t, a.Endpoints[0])

@@ -37,6 +37,7 @@ func (s *unservingStore) ReadView(ctx context.Context, opts raftstore.ReadOption
 // is not served here now"), which ends a clientv3 watch for good; found by
 // test/etcdfaults.
 func TestWatchWaitsForReplicaApplyingSnapshot(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	ctx := ctxFor(t, 30*time.Second)
 	put, err := client(t, c.Endpoints[0]).Put(ctx, "snap/a", "1")
@@ -82,6 +83,7 @@ func (s *unroutedStore) Propose(ctx context.Context, opts raftstore.WriteOptions
 // which clientv3 does not retry for a write: TestCompactRefusesOldRevisions
 // failed so in CI, its first Put racing the keyspace's split.
 func TestWriteWaitsForTheKeyspaceRoute(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	ctx := ctxFor(t, 30*time.Second)
 	if _, err := client(t, c.Endpoints[0]).Put(ctx, "route/seed", "0"); err != nil {

@@ -108,6 +108,7 @@ func created(t *testing.T, wc clientv3.WatchChan) {
 // duplicate. Once the client leaves, the proxy has stopped everything it
 // started.
 func TestWatchOnAStoreWithoutAReplica(t *testing.T) {
+	t.Parallel()
 	ctx := ctxFor(t, 150*time.Second)
 	var upstream atomic.Uint64
 	var proxies atomic.Int64
@@ -323,6 +324,7 @@ func (w *rawWatch) quiet(d time.Duration) {
 // compacted history cancelled with the compaction revision; closing the
 // stream stops the proxy.
 func TestWatchOnAStoreWithoutAReplicaSemantics(t *testing.T) {
+	t.Parallel()
 	ctx := ctxFor(t, 120*time.Second)
 	var proxies atomic.Int64
 	c := outsiderCluster(t, ctx, &etcdapi.TestingKnobs{OnWatchProxy: func(store uint64, delta int) {
@@ -443,6 +445,7 @@ func TestWatchOnAStoreWithoutAReplicaSemantics(t *testing.T) {
 // no replica (of a prefix with prev_kv, of one key, filtered, from
 // history, on one stream) still see every event once, in revision order.
 func TestWatchProxyResumesAcrossCuts(t *testing.T) {
+	t.Parallel()
 	ctx := ctxFor(t, 120*time.Second)
 	var mu sync.Mutex
 	var cut func()
@@ -523,6 +526,7 @@ func TestWatchProxyResumesAcrossCuts(t *testing.T) {
 // the split that makes the keyspace its own region was published, then
 // won the election).
 func TestWatchProxyOnAStoreThatGainsAReplica(t *testing.T) {
+	t.Parallel()
 	ctx := ctxFor(t, 120*time.Second)
 	var mu sync.Mutex
 	var cut func()

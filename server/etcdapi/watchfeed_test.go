@@ -268,6 +268,7 @@ func fmtWrites(ws []write) string {
 // Each sees exactly its own events, once, in revision order, with their
 // values and previous values.
 func TestWatchFeedMixedWatchers(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	ctx := ctxFor(t, 90*time.Second)
 	writer := client(t, c.Endpoints[0])
@@ -333,6 +334,7 @@ func TestWatchFeedMixedWatchers(t *testing.T) {
 // on meanwhile), many times: each sees every event from its start on,
 // once, in order. None may be lost or repeated at the hand-over.
 func TestWatchFeedHandOver(t *testing.T) {
+	t.Parallel()
 	// Half the watchers pause up to 5 ms before they join: the feed,
 	// woken by every write, moves on meanwhile, and they must read the
 	// revisions between from history at the join.
@@ -401,6 +403,7 @@ func TestWatchFeedHandOver(t *testing.T) {
 // once, in order, when it reads again; a watcher of the same keys on
 // another connection of the same store gets every event meanwhile.
 func TestWatchFeedSlowConsumer(t *testing.T) {
+	t.Parallel()
 	var fellBack atomic.Int64
 	c := startCluster(t, &etcdapi.TestingKnobs{WatchBuffer: 8, OnFallback: func() { fellBack.Add(1) }})
 	ctx := ctxFor(t, 90*time.Second)
@@ -479,6 +482,7 @@ func TestWatchFeedSlowConsumer(t *testing.T) {
 // keys, 200 prefixes and overlapping ranges, while keys nobody watches
 // change too: each gets exactly its own keys' events.
 func TestWatchFeedManyKeys(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	ctx := ctxFor(t, 90*time.Second)
 	writer := client(t, c.Endpoints[0])
