@@ -1,5 +1,7 @@
 package etcdapi
 
+import "time"
+
 // TestingKnobs change what one Service does, for tests only (as
 // raftstore.TestingKnobs do a store's). Every store the binary starts has
 // none. They are per Service, not package variables, so tests that run
@@ -9,6 +11,9 @@ type TestingKnobs struct {
 	// a synced watcher the stream's sender may hold unsent before the
 	// watcher drops back to reading history.
 	WatchBuffer int
+	// ProgressEvery, if positive, replaces progressEvery: how long a
+	// watcher that asked for progress notifications waits idle for one.
+	ProgressEvery time.Duration
 	// BeforeJoin, if set, runs between a watcher's last read of history
 	// and its join to the feed: a pause there lets the feed move on.
 	BeforeJoin func()
@@ -33,6 +38,14 @@ type TestingKnobs struct {
 }
 
 // knobs is the Service's knobs, never nil.
+// progressInterval is progressEvery, or the knob that replaces it.
+func (s *Service) progressInterval() time.Duration {
+	if d := s.knobs().ProgressEvery; d > 0 {
+		return d
+	}
+	return progressEvery
+}
+
 func (s *Service) knobs() *TestingKnobs {
 	if s.cfg.Knobs == nil {
 		return &noKnobs

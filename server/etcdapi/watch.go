@@ -263,7 +263,7 @@ func (w *watcher) run(ctx context.Context) error {
 		} else if !joined && w.next < compacted { // once joined, next is the feed's to change
 			return w.ws.send(&pb.WatchResponse{Header: s.header(cur), WatchId: w.id, Canceled: true, CompactRevision: compacted,
 				CancelReason: "etcdserver: mvcc: required revision has been compacted"})
-		} else if len(evs) > 0 || (!joined && w.progress && time.Since(time.Unix(0, w.lastSent.Load())) >= progressEvery) {
+		} else if len(evs) > 0 || (!joined && w.progress && time.Since(time.Unix(0, w.lastSent.Load())) >= s.progressInterval()) {
 			if err := send(evs, cur); err != nil {
 				return err
 			}
@@ -306,7 +306,7 @@ func (w *watcher) whileSynced(ctx context.Context) error {
 		}
 		var tick <-chan time.Time
 		if w.progress {
-			due := time.Until(time.Unix(0, w.lastSent.Load()).Add(progressEvery))
+			due := time.Until(time.Unix(0, w.lastSent.Load()).Add(w.ws.s.progressInterval()))
 			if progress == nil {
 				progress = time.NewTimer(due)
 			} else {
@@ -336,7 +336,7 @@ func (w *watcher) sendProgress() error {
 	idle := w.synced && w.unsent.Load() == 0
 	rev := max(from, w.next) - 1
 	w.mu.Unlock()
-	if !idle || time.Since(time.Unix(0, w.lastSent.Load())) < progressEvery {
+	if !idle || time.Since(time.Unix(0, w.lastSent.Load())) < w.ws.s.progressInterval() {
 		return nil
 	}
 	w.lastSent.Store(time.Now().UnixNano())
