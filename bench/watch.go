@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -500,7 +499,12 @@ func (cfg *WatchConfig) run(ctx context.Context, endpoints []string, inProcess b
 		}
 	}
 	out.Missing = out.Expected - out.Delivered
-	out.FirstP99Ms = round(float64(quantile99(firstLat))/1e6, 2)
+	firstMs := make([]float64, 0, len(firstLat))
+	for _, l := range firstLat {
+		firstMs = append(firstMs, float64(l)/1e6)
+	}
+	slices.Sort(firstMs)
+	out.FirstP99Ms = round(lagQuantile(firstMs, 0.99), 2)
 	out.MaxMs = round(float64(maxLat)/1e6, 3)
 	for _, l := range perSec {
 		out.MaxMsBySecond = append(out.MaxMsBySecond, round(float64(l)/1e6, 1))
@@ -511,16 +515,6 @@ func (cfg *WatchConfig) run(ctx context.Context, endpoints []string, inProcess b
 		return out, fmt.Errorf("%d of %d events missing, %d duplicated or out of order", out.Missing, out.Expected, out.Duplicated)
 	}
 	return out, nil
-}
-
-// quantile99 is the 99th percentile of m's values (0 if none).
-func quantile99(m map[int64]int64) int64 {
-	if len(m) == 0 {
-		return 0
-	}
-	vs := slices.Collect(maps.Values(m))
-	slices.Sort(vs)
-	return vs[(len(vs)-1)*99/100]
 }
 
 func cmpErr(old, err error) error {

@@ -43,19 +43,6 @@ func TestWatchTiny(t *testing.T) {
 	}
 }
 
-func TestQuantile99(t *testing.T) {
-	if got := quantile99(nil); got != 0 {
-		t.Fatalf("quantile99(nil) = %d", got)
-	}
-	m := map[int64]int64{}
-	for i := range int64(200) {
-		m[i] = 200 - i // values 1..200
-	}
-	if got := quantile99(m); got != 198 {
-		t.Fatalf("quantile99 of 1..200 = %d, want 198", got)
-	}
-}
-
 func TestWatchLayout(t *testing.T) {
 	l := newWatchLayout("p/", 10000)
 	watchers := make([]int, l.k)

@@ -227,6 +227,16 @@ func (f *feed) round(ctx context.Context) (more, advanced bool) {
 	return more, advanced
 }
 
+// hand gives w's events to its stream's sender, in responses of whole
+// revisions (batchEnd), without waiting for them to be sent.
+func (w *watcher) hand(header *pb.ResponseHeader, evs []*mvccpb.Event) {
+	for len(evs) > 0 {
+		n := batchEnd(evs)
+		w.ws.out.Hand(&pb.WatchResponse{Header: header, WatchId: w.id, Events: evs[:n]}, w, int64(n))
+		evs = evs[n:]
+	}
+}
+
 // feedBatch bounds the index entries one round reads, so that a joining
 // watcher waits at most that long for feed.mu.
 const feedBatch = watchBatch
@@ -302,11 +312,7 @@ func (f *feed) deliverLocked(hi int64) {
 			w.notify()
 			continue
 		}
-		for len(evs) > 0 {
-			n := batchEnd(evs)
-			w.ws.out.Hand(&pb.WatchResponse{Header: header, WatchId: w.id, Events: evs[:n]}, w, int64(n))
-			evs = evs[n:]
-		}
+		w.hand(header, evs)
 	}
 	clear(f.touched)
 	f.touched = f.touched[:0]
@@ -360,11 +366,7 @@ func (f *feed) join(ctx context.Context, w *watcher, read int64) (joined bool, e
 	f.synced.add(w)
 	// What w read here goes to the sender before anything the feed hands
 	// it from now on.
-	for len(evs) > 0 {
-		n := batchEnd(evs)
-		w.ws.out.Hand(&pb.WatchResponse{Header: f.s.watchHeader(cur), WatchId: w.id, Events: evs[:n]}, w, int64(n))
-		evs = evs[n:]
-	}
+	w.hand(f.s.watchHeader(cur), evs)
 	if fn := f.s.knobs().OnJoin; fn != nil {
 		fn(readRest)
 	}

@@ -38,14 +38,6 @@ type TestingKnobs struct {
 }
 
 // knobs is the Service's knobs, never nil.
-// progressInterval is progressEvery, or the knob that replaces it.
-func (s *Service) progressInterval() time.Duration {
-	if d := s.knobs().ProgressEvery; d > 0 {
-		return d
-	}
-	return progressEvery
-}
-
 func (s *Service) knobs() *TestingKnobs {
 	if s.cfg.Knobs == nil {
 		return &noKnobs

@@ -42,6 +42,14 @@ const (
 	progressEvery = 10 * time.Second
 )
 
+// progressInterval is progressEvery, or the knob that replaces it.
+func (s *Service) progressInterval() time.Duration {
+	if d := s.knobs().ProgressEvery; d > 0 {
+		return d
+	}
+	return progressEvery
+}
+
 // Watch implements etcd's Watch service.
 func (s *Service) Watch(stream pb.Watch_WatchServer) error {
 	if s.proxiesWatch(stream.Context()) {
