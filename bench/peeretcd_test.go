@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -380,7 +381,10 @@ func TestPeerEtcdWANTiny(t *testing.T) {
 				t.Errorf("hedgekv-leader served by %s, %v WAN bytes per scan of ten 1 KB rows", r.ServedBy, *row.WANBytesPerOp)
 			}
 		case "hedgekv-follower", "hedgekv-etcd-follower":
-			if !strings.Contains(r.ServedBy, "store 2 (dc-b) 100%: read-index 100%") {
+			// Nearly all at dc-b's follower: on a loaded machine a read
+			// that timed out there is retried at another store (2% of
+			// the forty seen at load 15).
+			if share := servedShare(r.ServedBy, "store 2 (dc-b) "); share < 90 || !strings.Contains(r.ServedBy, "store 2 (dc-b) "+strconv.Itoa(share)+"%: read-index 100%") {
 				t.Errorf("%s served by %s", row.Variant, r.ServedBy)
 			}
 		case "hedgekv-etcd-linearizable":
@@ -391,7 +395,11 @@ func TestPeerEtcdWANTiny(t *testing.T) {
 				t.Errorf("hedgekv-etcd-linearizable served by %s, %v WAN bytes per scan of ten 1 KB rows", r.ServedBy, *row.WANBytesPerOp)
 			}
 		case "hedgekv-etcd-serializable":
-			if !strings.Contains(r.ServedBy, "store 2 (dc-b) 100%: stale 100%") || *row.WANBytesPerOp > 1000 {
+			// No row crosses the WAN: what does is the raft traffic of
+			// the run, shared out over its forty scans, more the longer a
+			// loaded machine makes the run (1,184 bytes per scan seen at
+			// load 15), always well under the leader's ten rows.
+			if !strings.Contains(r.ServedBy, "store 2 (dc-b) 100%: stale 100%") || *row.WANBytesPerOp > 2500 {
 				t.Errorf("hedgekv-etcd-serializable served by %s, %v WAN bytes per scan", r.ServedBy, *row.WANBytesPerOp)
 			}
 		}
@@ -414,4 +422,22 @@ func TestPeerEtcdWANTiny(t *testing.T) {
 	if !strings.Contains(progress.String(), "etcd-serializable      scan 10") || !strings.Contains(progress.String(), "done in") {
 		t.Errorf("progress:\n%s", progress.String())
 	}
+}
+
+// servedShare is the percentage a ServedBy line gives the store named by
+// prefix ("store 2 (dc-b) "), 0 if it names none.
+func servedShare(servedBy, prefix string) int {
+	_, rest, ok := strings.Cut(servedBy, prefix)
+	if !ok {
+		return 0
+	}
+	pct, _, ok := strings.Cut(rest, "%")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(pct)
+	if err != nil {
+		return 0
+	}
+	return n
 }
