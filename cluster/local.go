@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -80,6 +81,16 @@ type Local struct {
 	net       *netsim.Network
 	dir       string
 	ownDir    bool
+	// clusterID is this cluster's own (see clusterToken).
+	clusterID uint64
+}
+
+// clusterToken is a cluster token no other cluster started here has: the
+// in-process clusters of one test run (and process clusters beside them)
+// bind free ports that one stopped a moment ago, and their stores share
+// IDs, regions and peer IDs; only the token tells them apart.
+func clusterToken() string {
+	return fmt.Sprintf("hedgekv-%016x", rand.Uint64())
 }
 
 // StartLocal starts one server per zone (per store of the
@@ -98,7 +109,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (_ *Local, err error) {
 	if logger == nil {
 		logger = MinLevel(nil, slog.LevelWarn)
 	}
-	c := &Local{dir: cfg.Dir}
+	c := &Local{dir: cfg.Dir, clusterID: server.ClusterIDOf(clusterToken())}
 	if err := c.placeStores(cfg); err != nil {
 		return nil, err
 	}
@@ -211,6 +222,7 @@ func (c *Local) serverConfig(cfg LocalConfig, i int, logger *slog.Logger, upstre
 		Zone:          c.zones[i],
 		DataDir:       filepath.Join(c.dir, fmt.Sprintf("store%d", id)),
 		InitialStores: c.ids,
+		ClusterID:     c.clusterID,
 		NoSync:        cfg.NoSync,
 		Logger:        logger,
 

@@ -207,7 +207,10 @@ func startProcesses(ctx context.Context, cfg ProcessesConfig) (_ *Processes, err
 	}
 	c.procs = make([]*storeProc, n)
 	c.zones = slices.Clone(cfg.Zones)
-	c.common = []string{"--log-level", cfg.LogLevel}
+	// A cluster token of its own: a port this cluster's stores free may be
+	// bound by another cluster's, started beside it, and a store refuses
+	// raft traffic only from stores of another cluster token.
+	c.common = []string{"--cluster-token", clusterToken(), "--log-level", cfg.LogLevel}
 	if cfg.Tick > 0 {
 		c.common = append(c.common, "--tick="+cfg.Tick.String())
 	}

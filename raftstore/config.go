@@ -21,6 +21,12 @@ type Config struct {
 	// whole key space) when the engine is empty. Peer i of region 1 lives on
 	// InitialStores[i] and has Raft ID InitialStores[i].
 	InitialStores []uint64
+	// ClusterID names the cluster the store belongs to (the server derives
+	// it from its cluster token). The first open records it; a data dir
+	// that recorded another is refused, as one of another store is, and
+	// the server refuses raft traffic from another cluster's stores. 0
+	// takes whatever the data dir recorded.
+	ClusterID uint64
 
 	TickInterval     time.Duration // default 50ms
 	ElectionTicks    int           // default 10

@@ -124,6 +124,7 @@ type Server struct {
 	etcdApplier *etcdapi.Applier
 	etcd        *etcdapi.Service // the etcd API: Stop stops its lessor
 	trans       *transport
+	cluster     *clusterGuard // refuses calls from other clusters' stores
 	admin       *adminService
 	raft        *raftService
 	grpc        *grpc.Server
@@ -193,6 +194,9 @@ func New(cfg Config) (*Server, error) {
 	cfg.Peers = maps.Clone(cfg.Peers)
 	cfg.Join = slices.Clone(cfg.Join)
 	cfg.ZoneAddrs = maps.Clone(cfg.ZoneAddrs)
+	if cfg.Store.ClusterID == 0 {
+		cfg.Store.ClusterID = ClusterIDOf("")
+	}
 	if err := controlplane.CheckZoneAddrs(cfg.ZoneAddrs); err != nil {
 		return nil, fmt.Errorf("server: store %d: zone addresses: %w", cfg.Store.StoreID, err)
 	}
@@ -219,7 +223,7 @@ func New(cfg Config) (*Server, error) {
 		Join:           cfg.Join,
 		JoinTimeout:    cfg.JoinTimeout,
 		ZoneAddrs:      cfg.ZoneAddrs,
-		DialOptions:    peerDialOptions(cfg.TLS),
+		DialOptions:    peerDialOptions(cfg.TLS, cfg.Store.ClusterID),
 		MaxRecvMsgSize: maxRecvMsgSize,
 		Logger:         logger,
 	})
@@ -233,6 +237,7 @@ func New(cfg Config) (*Server, error) {
 	s.faults = newFaultInjector(s.metrics)
 	topts := defaultTransportOptions()
 	topts.tls = cfg.TLS
+	topts.clusterID = cfg.Store.ClusterID
 	s.trans = newTransport(cfg.Store.StoreID, cp.DialAddrs(), topts, s.metrics, logger)
 	s.trans.stalled = s.faults.stalled
 
@@ -279,6 +284,7 @@ func New(cfg Config) (*Server, error) {
 		store.SetClusterView(cp.ClusterView())
 	}
 
+	s.cluster = &clusterGuard{id: cfg.Store.ClusterID, logger: logger}
 	s.grpc = s.newGRPCServer(store)
 	return s, nil
 }
@@ -289,8 +295,8 @@ func (s *Server) newGRPCServer(store *raftstore.Store) *grpc.Server {
 	stallUnary, stallStream := s.faults.stallInterceptors()
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxRecvMsgSize),
-		grpc.ChainUnaryInterceptor(unaryInterceptor(s.metrics, s.logger, &s.inflight), adminGuard(s.cfg.DisableAdmin), stallUnary),
-		grpc.ChainStreamInterceptor(stallStream),
+		grpc.ChainUnaryInterceptor(s.cluster.unary, unaryInterceptor(s.metrics, s.logger, &s.inflight), adminGuard(s.cfg.DisableAdmin), stallUnary),
+		grpc.ChainStreamInterceptor(s.cluster.stream, stallStream),
 		// Peers ping every 10s to find half-open raft streams; allow it.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 3 * time.Second}),

@@ -120,16 +120,16 @@ func (t *TLS) clientCredentials() credentials.TransportCredentials {
 // another store starts with: its TLS identity, if any, and the mapping of
 // a refused handshake to Unauthenticated (so a join through a store that
 // does not trust this one stops at once, instead of retrying as if the
-// store were down).
-func peerDialOptions(t *TLS) []grpc.DialOption {
+// store were down), and the name of its cluster (clusterid.go).
+func peerDialOptions(t *TLS, clusterID uint64) []grpc.DialOption {
 	creds := insecure.NewCredentials()
 	if t != nil {
 		creds = t.clientCredentials()
 	}
-	return []grpc.DialOption{
+	return append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithChainUnaryInterceptor(tlsverdict.UnaryInterceptor),
-	}
+	}, clusterIDDialOptions(clusterID)...)
 }
 
 // callerIsStore reports whether the caller of a request proved, with a

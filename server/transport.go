@@ -63,6 +63,8 @@ type transport struct {
 type handlerRef struct{ raftstore.Handler }
 
 type transportOptions struct {
+	// clusterID names this store's cluster in every call (clusterid.go).
+	clusterID uint64
 	// queueSize bounds the messages waiting per target store; beyond it
 	// Send drops, so a dead store cannot make the Ready loop grow memory.
 	queueSize int
@@ -292,7 +294,7 @@ func (t *transport) conn(id uint64) (*grpc.ClientConn, error) {
 	if !ok || addr == "" {
 		return nil, fmt.Errorf("store %d: no address configured", id)
 	}
-	c, err := grpc.NewClient(addr, append(peerDialOptions(t.opts.tls),
+	c, err := grpc.NewClient(addr, append(peerDialOptions(t.opts.tls, t.opts.clusterID),
 		// Reconnect quickly: a restarted store should rejoin its raft
 		// groups within seconds, not after gRPC's default 2 minute cap.
 		grpc.WithConnectParams(grpc.ConnectParams{

@@ -21,15 +21,17 @@ import (
 
 // serverFlags are the server command's flags.
 type serverFlags struct {
-	id       uint64
-	listen   string
-	status   string
-	peers    string
-	join     string
-	zone     string
-	dataDir  string
-	tick     time.Duration
-	logLevel string
+	id      uint64
+	listen  string
+	status  string
+	peers   string
+	join    string
+	zone    string
+	dataDir string
+	// clusterToken names the cluster (server.ClusterIDOf).
+	clusterToken string
+	tick         time.Duration
+	logLevel     string
 	// balanceInterval and maxStoreDownTime go to raftstore.Config as
 	// they are (0: the store's defaults).
 	balanceInterval  time.Duration
@@ -166,6 +168,7 @@ store's default; a value out of range stops the server before it starts.`,
 	fl.StringVar(&f.zone, "zone", "", "this store's zone label")
 	fl.StringVar(&f.zoneAddrs, "advertise-zone-addrs", "", "this store's address per zone as ZONE=HOST:PORT, comma-separated: stores and clients in ZONE reach it there")
 	fl.StringVar(&f.dataDir, "data-dir", "", "directory for the store's data")
+	fl.StringVar(&f.clusterToken, "cluster-token", server.DefaultClusterToken, "names the cluster, as etcd's --initial-cluster-token: every store of a cluster gets the same one, and a store refuses raft traffic from stores started with another (give each cluster its own); recorded in the data dir on first start, which refuses another token after")
 	fl.DurationVar(&f.tick, "tick", 50*time.Millisecond, "raft tick interval")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fl.DurationVar(&f.balanceInterval, "balance-interval", 0, "how often the store balances replicas and leaders (0: default 5s, negative: never)")
@@ -309,6 +312,7 @@ func (f *serverFlags) baseConfig(level slog.Level) (server.Config, error) {
 		Store: raftstore.Config{
 			StoreID:          f.id,
 			Zone:             f.zone,
+			ClusterID:        server.ClusterIDOf(f.clusterToken),
 			DataDir:          f.dataDir,
 			InitialStores:    slices.Sorted(maps.Keys(peers)),
 			TickInterval:     f.tick,
@@ -363,6 +367,7 @@ func (f *serverFlags) joinConfig(level slog.Level) (server.Config, slog.Level, e
 		Store: raftstore.Config{
 			StoreID:          f.id,
 			Zone:             f.zone,
+			ClusterID:        server.ClusterIDOf(f.clusterToken),
 			DataDir:          f.dataDir,
 			TickInterval:     f.tick,
 			BalanceInterval:  f.balanceInterval,

@@ -32,6 +32,7 @@ var (
 	bucketDedupV2Idx = layout.BucketDedupV2Idx
 
 	keyStoreID     = layout.KeyStoreID
+	keyClusterID   = layout.KeyClusterID
 	keyIncarnation = layout.KeyIncarnation
 	keyNextID      = layout.KeyNextID
 	keyWALSeq      = layout.KeyWALSeq

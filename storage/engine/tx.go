@@ -47,6 +47,13 @@ func (t *Tx) StoreID() uint64 { return t.metaUint(keyStoreID) }
 // PutStoreID records the store's ID.
 func (t *Tx) PutStoreID(id uint64) error { return t.putMetaUint(keyStoreID, id) }
 
+// ClusterID is the ID of the cluster the store belongs to, 0 if none was
+// recorded.
+func (t *Tx) ClusterID() uint64 { return t.metaUint(keyClusterID) }
+
+// PutClusterID records the ID of the store's cluster.
+func (t *Tx) PutClusterID(id uint64) error { return t.putMetaUint(keyClusterID, id) }
+
 // Incarnation is the store's incarnation, 0 if none was recorded.
 func (t *Tx) Incarnation() uint64 { return t.metaUint(keyIncarnation) }
 

@@ -26,6 +26,7 @@
 //	            regionID(8) | 's' | peerID(8) -> a snapshot apply in progress (JSON marker)
 //	            regionID(8) | 'c' | peerID(8) -> a range clear in progress (JSON marker)
 //	meta        "store_id" -> storeID(8)
+//	            "cluster_id" -> the cluster's ID(8), from its cluster token: raft from another cluster is refused
 //	            "incarnation" -> the store's incarnation(8)
 //	            "next_id" -> this store's peer ID counter, n of its last n<<16|store(8)
 //	            "wal_seq" -> the last round-log record this state holds(8)
@@ -65,6 +66,7 @@ var (
 // Keys in BucketMeta.
 var (
 	KeyStoreID     = []byte("store_id")
+	KeyClusterID   = []byte("cluster_id")
 	KeyIncarnation = []byte("incarnation")
 	KeyNextID      = []byte("next_id")
 	KeyWALSeq      = []byte("wal_seq")
