@@ -737,6 +737,8 @@ type nemesis struct {
 	faults *counter
 	log    []string
 	killed map[int]bool
+	// impostors counts the impostor faults (impostor_test.go).
+	impostors int
 	// windows are the partitions made; lastMove is when a fault that
 	// moves leaders or replicas last ended.
 	windows  []partitionWindow
@@ -768,7 +770,7 @@ func (n *nemesis) loop() {
 		store := 1 + n.rng.IntN(3)
 		hold := time.Duration(300+n.rng.IntN(1200)) * time.Millisecond
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		switch n.rng.IntN(9) {
+		switch n.rng.IntN(10) {
 		case 0:
 			n.record("partition", "store %d (zone %s) for %v", store, zones[store-1], hold)
 			w := partitionWindow{store: store, fair: len(n.killed) == 0 && time.Since(n.lastMove) >= settle}
@@ -851,6 +853,15 @@ func (n *nemesis) loop() {
 				}
 				n.lastMove = time.Now()
 			}
+		case 9:
+			n.record("impostor", "store %d's address served by a store of another cluster for %v", store, hold)
+			n.c.script("kill", strconv.Itoa(store))
+			n.impostors++
+			n.impostor(store, hold, n.impostors)
+			if r := n.c.script("restart", strconv.Itoa(store)); r.Err != nil {
+				n.killed[store] = true // recover tries again
+			}
+			n.lastMove = time.Now()
 		}
 		cancel()
 	}
