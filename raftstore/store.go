@@ -28,11 +28,10 @@ const (
 
 // Store hosts the region peers of one process and runs their Ready loop.
 type Store struct {
-	cfg       Config
-	clusterID uint64 // set by load
-	log       *slog.Logger
-	eng       *engine.Engine
-	trans     Transport
+	cfg   Config
+	log   *slog.Logger
+	eng   *engine.Engine
+	trans Transport
 
 	mu     sync.RWMutex
 	peers  map[uint64]*Peer // by region ID
@@ -217,23 +216,25 @@ func (s *Store) load() error {
 // started with another's token would take (and answer) the other's raft
 // traffic for regions and peers that share its IDs.
 func (s *Store) loadClusterID() error {
-	return s.eng.Update(func(tx *engine.Tx) error {
-		have := tx.ClusterID()
-		switch {
-		case have == 0 && s.cfg.ClusterID != 0:
-			s.clusterID = s.cfg.ClusterID
-			return tx.PutClusterID(s.cfg.ClusterID)
-		case have != 0 && s.cfg.ClusterID != 0 && have != s.cfg.ClusterID:
-			return fmt.Errorf("data dir %s belongs to cluster %016x, not %016x: start the store with its cluster's token", s.cfg.DataDir, have, s.cfg.ClusterID)
-		}
-		s.clusterID = have
+	if s.cfg.ClusterID == 0 {
 		return nil
-	})
+	}
+	var have uint64
+	if err := s.eng.View(func(tx *engine.Tx) error {
+		have = tx.ClusterID()
+		return nil
+	}); err != nil {
+		return fmt.Errorf("read cluster id: %w", err)
+	}
+	switch {
+	case have == 0:
+		// Only the first open writes.
+		return s.eng.Update(func(tx *engine.Tx) error { return tx.PutClusterID(s.cfg.ClusterID) })
+	case have != s.cfg.ClusterID:
+		return fmt.Errorf("data dir %s belongs to cluster %016x, not %016x: start the store with its cluster's token", s.cfg.DataDir, have, s.cfg.ClusterID)
+	}
+	return nil
 }
-
-// ClusterID is the ID of the store's cluster, 0 if none was configured or
-// recorded.
-func (s *Store) ClusterID() uint64 { return s.clusterID }
 
 func (s *Store) bootstrap() error {
 	return s.eng.Update(func(tx *engine.Tx) error {
